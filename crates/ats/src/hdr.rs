@@ -1,0 +1,218 @@
+//! HTTP headers (MIME header + status/URL) with every `TSMLoc` released on `Drop`.
+//!
+//! TS strings are `(pointer, length)` pairs into the header's heap, not
+//! NUL-terminated: they are exposed as `&[u8]` borrowed from the header, so
+//! they cannot outlive it or be read across a modification.
+
+use std::ffi::{c_char, c_int};
+use std::marker::PhantomData;
+use std::ptr;
+
+use crate::sys;
+
+const NULL_MLOC: sys::TSMLoc = ptr::null_mut();
+
+/// A message header (request or response) of a live transaction.
+pub struct Header<'a> {
+    buf: sys::TSMBuffer,
+    loc: sys::TSMLoc,
+    /// Locs from `TSHttpTxn*Get` must be released; the remap request's are not ours.
+    owned: bool,
+    _life: PhantomData<&'a ()>,
+}
+
+impl Drop for Header<'_> {
+    fn drop(&mut self) {
+        if self.owned {
+            // SAFETY: (buf, loc) came from a TSHttpTxn*Get that succeeded; released once.
+            unsafe { sys::TSHandleMLocRelease(self.buf, NULL_MLOC, self.loc) };
+        }
+    }
+}
+
+/// A field location, released on `Drop`.
+struct Field<'h> {
+    buf: sys::TSMBuffer,
+    hdr: sys::TSMLoc,
+    loc: sys::TSMLoc,
+    _life: PhantomData<&'h ()>,
+}
+
+impl Drop for Field<'_> {
+    fn drop(&mut self) {
+        // SAFETY: loc was returned by a TSMimeHdrField* lookup on (buf, hdr); released once.
+        unsafe { sys::TSHandleMLocRelease(self.buf, self.hdr, self.loc) };
+    }
+}
+
+/// Builds a slice from a TS (pointer, length) string.
+///
+/// # Safety
+/// `p` must be null or point to `len` readable bytes valid for `'a`.
+pub(crate) unsafe fn ts_bytes<'a>(p: *const c_char, len: c_int) -> &'a [u8] {
+    match usize::try_from(len) {
+        Ok(n) if !p.is_null() && n > 0 => {
+            // SAFETY: per the caller's contract.
+            unsafe { std::slice::from_raw_parts(p.cast(), n) }
+        }
+        _ => &[],
+    }
+}
+
+fn c_len(s: &[u8]) -> c_int {
+    c_int::try_from(s.len()).unwrap_or(c_int::MAX)
+}
+
+impl<'a> Header<'a> {
+    /// # Safety
+    /// `get` must be a `TSHttpTxn*Get`-style call on a live transaction.
+    pub(crate) unsafe fn from_getter(
+        get: impl FnOnce(*mut sys::TSMBuffer, *mut sys::TSMLoc) -> sys::TSReturnCode,
+    ) -> Option<Header<'a>> {
+        let mut buf: sys::TSMBuffer = ptr::null_mut();
+        let mut loc: sys::TSMLoc = ptr::null_mut();
+        if get(&mut buf, &mut loc) != sys::TSReturnCode::TS_SUCCESS || buf.is_null() {
+            return None;
+        }
+        Some(Header { buf, loc, owned: true, _life: PhantomData })
+    }
+
+    /// # Safety
+    /// (buf, loc) must be a live header owned by someone else for `'a`.
+    pub(crate) unsafe fn borrowed(buf: sys::TSMBuffer, loc: sys::TSMLoc) -> Option<Header<'a>> {
+        (!buf.is_null()).then_some(Header { buf, loc, owned: false, _life: PhantomData })
+    }
+
+    fn find(&self, name: &str) -> Option<Field<'_>> {
+        // SAFETY: live header; name is passed with its length (no NUL needed).
+        let loc = unsafe {
+            sys::TSMimeHdrFieldFind(self.buf, self.loc, name.as_ptr().cast(), c_len(name.as_bytes()))
+        };
+        (!loc.is_null()).then_some(Field { buf: self.buf, hdr: self.loc, loc, _life: PhantomData })
+    }
+
+    fn next_dup(&self, f: &Field<'_>) -> Option<Field<'_>> {
+        // SAFETY: live header and field.
+        let loc = unsafe { sys::TSMimeHdrFieldNextDup(self.buf, self.loc, f.loc) };
+        (!loc.is_null()).then_some(Field { buf: self.buf, hdr: self.loc, loc, _life: PhantomData })
+    }
+
+    /// True if a field of that name exists.
+    pub fn contains(&self, name: &str) -> bool {
+        self.find(name).is_some()
+    }
+
+    /// The whole value of the first field called `name` (all its comma
+    /// separated values, as received).
+    pub fn get(&self, name: &str) -> Option<&[u8]> {
+        let f = self.find(name)?;
+        let mut len: c_int = 0;
+        // SAFETY: live field; idx -1 = the whole value; the string lives in the
+        // header heap, valid while `self` is borrowed immutably.
+        let p = unsafe { sys::TSMimeHdrFieldValueStringGet(self.buf, self.loc, f.loc, -1, &mut len) };
+        // SAFETY: ATS returned (p, len) for this header.
+        Some(unsafe { ts_bytes(p, len) })
+    }
+
+    /// Every comma-separated value of every field called `name`, in order.
+    pub fn values(&self, name: &str) -> Vec<&[u8]> {
+        let mut out = Vec::new();
+        let mut field = self.find(name);
+        while let Some(f) = field {
+            // SAFETY: live field.
+            let n = unsafe { sys::TSMimeHdrFieldValuesCount(self.buf, self.loc, f.loc) };
+            for i in 0..n {
+                let mut len: c_int = 0;
+                // SAFETY: live field, index in range.
+                let p = unsafe { sys::TSMimeHdrFieldValueStringGet(self.buf, self.loc, f.loc, i, &mut len) };
+                // SAFETY: ATS returned (p, len) for this header.
+                out.push(unsafe { ts_bytes(p, len) });
+            }
+            field = self.next_dup(&f);
+        }
+        out
+    }
+
+    /// Sets `name` to `value`, replacing every existing field of that name.
+    pub fn set(&mut self, name: &str, value: &str) -> bool {
+        self.remove(name);
+        self.append_field(name, value)
+    }
+
+    /// Adds `value` to the first field `name` (as a further comma-separated
+    /// value), or creates the field.
+    pub fn append(&mut self, name: &str, value: &str) -> bool {
+        let inserted = self.find(name).map(|f| {
+            // SAFETY: live field; -1 inserts after the last value.
+            let rc = unsafe {
+                sys::TSMimeHdrFieldValueStringInsert(
+                    self.buf,
+                    self.loc,
+                    f.loc,
+                    -1,
+                    value.as_ptr().cast(),
+                    c_len(value.as_bytes()),
+                )
+            };
+            rc == sys::TSReturnCode::TS_SUCCESS
+        });
+        match inserted {
+            Some(ok) => ok,
+            None => self.append_field(name, value),
+        }
+    }
+
+    /// Removes every field called `name`.
+    pub fn remove(&mut self, name: &str) {
+        while let Some(f) = self.find(name) {
+            // SAFETY: live field of this header; its loc is released by Field's Drop.
+            let rc = unsafe { sys::TSMimeHdrFieldDestroy(self.buf, self.loc, f.loc) };
+            if rc != sys::TSReturnCode::TS_SUCCESS {
+                break;
+            }
+        }
+    }
+
+    fn append_field(&mut self, name: &str, value: &str) -> bool {
+        let mut loc: sys::TSMLoc = ptr::null_mut();
+        // SAFETY: live header; out pointer valid; name passed with its length.
+        let rc = unsafe {
+            sys::TSMimeHdrFieldCreateNamed(self.buf, self.loc, name.as_ptr().cast(), c_len(name.as_bytes()), &mut loc)
+        };
+        if rc != sys::TSReturnCode::TS_SUCCESS || loc.is_null() {
+            return false;
+        }
+        let f = Field { buf: self.buf, hdr: self.loc, loc, _life: PhantomData };
+        // SAFETY: live field just created; value passed with its length.
+        let ok = unsafe {
+            sys::TSMimeHdrFieldValueStringSet(self.buf, self.loc, f.loc, -1, value.as_ptr().cast(), c_len(value.as_bytes()))
+                == sys::TSReturnCode::TS_SUCCESS
+                && sys::TSMimeHdrFieldAppend(self.buf, self.loc, f.loc) == sys::TSReturnCode::TS_SUCCESS
+        };
+        ok
+    }
+
+    /// The status code of a response header (0 for requests).
+    pub fn status(&self) -> u16 {
+        // SAFETY: live header.
+        let s = unsafe { sys::TSHttpHdrStatusGet(self.buf, self.loc) };
+        u16::try_from(s.0).unwrap_or(0)
+    }
+
+    /// The request URL's path (without the leading '/').
+    pub fn url_path(&self) -> Option<&[u8]> {
+        let mut url: sys::TSMLoc = ptr::null_mut();
+        // SAFETY: live header; out pointer valid.
+        if unsafe { sys::TSHttpHdrUrlGet(self.buf, self.loc, &mut url) } != sys::TSReturnCode::TS_SUCCESS {
+            return None;
+        }
+        let mut len: c_int = 0;
+        // SAFETY: live URL loc.
+        let p = unsafe { sys::TSUrlPathGet(self.buf, url, &mut len) };
+        // SAFETY: (p, len) live in the header heap, which outlives the URL loc release.
+        let path = unsafe { ts_bytes(p, len) };
+        // SAFETY: url loc came from TSHttpHdrUrlGet on (buf, loc).
+        unsafe { sys::TSHandleMLocRelease(self.buf, self.loc, url) };
+        Some(path)
+    }
+}

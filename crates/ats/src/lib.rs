@@ -1,0 +1,45 @@
+//! Safe layer over the Traffic Server plugin C API.
+//!
+//! This is the only crate of the workspace with `unsafe` code over TS
+//! pointers. Plugin crates build on it; pure logic crates never depend on it
+//! (a test binary that references a `TS*` symbol cannot link outside
+//! `traffic_server`).
+//!
+//! - [`remap_plugin!`] + [`remap::RemapPlugin`]: the four remap entry points,
+//!   each run under [`guard::catch`].
+//! - [`Txn`], [`Hook`], [`Parked`]: hooks must be resolved exactly once; an
+//!   unresolved hook fails safe on `Drop` (answer 500 / continue).
+//! - [`HookCont`]/[`HookHandler`]: hook continuations with one generic trampoline.
+//! - [`TxnSlot`]/[`SsnSlot`]: per-transaction/session state dropped at close.
+//! - [`sched`]: one-shot (cancellable) and periodic work on ATS threads.
+//! - [`stats`], [`textlog`], [`log`]: metrics, text logs, diagnostics
+//!   (always through a fixed `"%s"` format).
+
+pub use ats_sys as sys;
+
+mod cont;
+pub mod guard;
+mod hdr;
+pub mod log;
+mod net;
+pub mod remap;
+pub mod sched;
+mod slot;
+pub mod stats;
+pub mod textlog;
+mod txn;
+
+pub use cont::{HookCont, HookHandler};
+pub use hdr::Header;
+pub use remap::{RemapArgs, RemapPlugin, RemapRequest, RemapStatus};
+pub use slot::{SsnSlot, TxnSlot};
+pub use txn::{CacheLookup, Done, Hook, HookId, Parked, Ssn, SsnHook, Txn};
+
+/// The Traffic Server version the bindings were generated from.
+pub const TS_VERSION: &str = match std::ffi::CStr::from_bytes_with_nul(sys::TS_VERSION_STRING) {
+    Ok(c) => match c.to_str() {
+        Ok(s) => s,
+        Err(_) => "unknown",
+    },
+    Err(_) => "unknown",
+};

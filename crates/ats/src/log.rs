@@ -1,0 +1,131 @@
+//! Diagnostics: `TSError`/`TSWarning`/`TSNote`/`TSDebug` with a fixed `"%s"`
+//! format, and a [`log`] crate backend so plugin and logic code can use
+//! `log::warn!` and friends.
+//!
+//! Text is never passed as a C format string: a `%n` in a URL or an option
+//! must not become a write primitive inside `traffic_server`.
+
+use std::ffi::{c_char, CStr, CString};
+use std::sync::OnceLock;
+
+use crate::sys;
+
+const FMT: &CStr = c"%s";
+
+/// Builds a C string from arbitrary text; interior NULs become `\0` escapes
+/// rather than truncating (or failing) the message.
+pub(crate) fn to_cstring(text: &str) -> CString {
+    match CString::new(text) {
+        Ok(c) => c,
+        Err(_) => {
+            let escaped = text.replace('\0', "\\0");
+            // No NULs are left after the replacement.
+            CString::new(escaped).unwrap_or_default()
+        }
+    }
+}
+
+/// The plugin's name, used as the `[name]` prefix of every message and as
+/// its debug tag. Set once by the remap entry points.
+static PLUGIN: OnceLock<(&'static str, CString)> = OnceLock::new();
+
+pub(crate) fn set_plugin_name(name: &'static str) {
+    let _ = PLUGIN.set((name, to_cstring(name)));
+}
+
+/// The plugin's name as given to [`crate::remap_plugin!`], or `"plugin"` before init.
+pub fn plugin_name() -> &'static str {
+    PLUGIN.get().map(|p| p.0).unwrap_or("plugin")
+}
+
+fn prefixed(msg: &str) -> CString {
+    to_cstring(&format!("[{}] {msg}", plugin_name()))
+}
+
+/// Logs to diags.log (and error.log) at ERROR level.
+pub fn error(msg: &str) {
+    let c = prefixed(msg);
+    // SAFETY: fixed "%s" format with exactly one NUL-terminated string argument.
+    unsafe { sys::TSError(FMT.as_ptr(), c.as_ptr()) }
+}
+
+/// Logs to diags.log at WARNING level.
+pub fn warning(msg: &str) {
+    let c = prefixed(msg);
+    // SAFETY: fixed "%s" format with exactly one NUL-terminated string argument.
+    unsafe { sys::TSWarning(FMT.as_ptr(), c.as_ptr()) }
+}
+
+/// Logs to diags.log at NOTE level.
+pub fn note(msg: &str) {
+    let c = prefixed(msg);
+    // SAFETY: fixed "%s" format with exactly one NUL-terminated string argument.
+    unsafe { sys::TSNote(FMT.as_ptr(), c.as_ptr()) }
+}
+
+/// True if debug output for the plugin's tag is enabled
+/// (`proxy.config.diags.debug.tags`). Cheap: check it before formatting.
+pub fn debug_enabled() -> bool {
+    match PLUGIN.get() {
+        // SAFETY: the tag is a valid NUL-terminated string that lives for the program.
+        Some((_, tag)) => unsafe { sys::TSIsDebugTagSet(tag.as_ptr()) != 0 },
+        None => false,
+    }
+}
+
+/// Writes a debug line under the plugin's tag if that tag is enabled.
+pub fn debug(msg: &str) {
+    let Some((_, tag)) = PLUGIN.get() else { return };
+    let c = to_cstring(msg);
+    // SAFETY: valid tag; fixed "%s" format with one NUL-terminated argument.
+    unsafe { sys::TSDebug(tag.as_ptr(), FMT.as_ptr(), c.as_ptr()) }
+}
+
+/// `log` backend: error → TSError, warn → TSWarning, info → TSNote,
+/// debug/trace → TSDebug under the plugin's tag.
+struct AtsLogger;
+
+impl log::Log for AtsLogger {
+    fn enabled(&self, meta: &log::Metadata<'_>) -> bool {
+        meta.level() <= log::Level::Info || debug_enabled()
+    }
+
+    fn log(&self, record: &log::Record<'_>) {
+        if !self.enabled(record.metadata()) {
+            return;
+        }
+        let msg = record.args().to_string();
+        match record.level() {
+            log::Level::Error => error(&msg),
+            log::Level::Warn => warning(&msg),
+            log::Level::Info => note(&msg),
+            log::Level::Debug | log::Level::Trace => debug(&msg),
+        }
+    }
+
+    fn flush(&self) {}
+}
+
+static LOGGER: AtsLogger = AtsLogger;
+
+/// Installs the `log` backend. Each plugin .so has its own copy of the
+/// `log` crate, so this does not clash with other Rust plugins.
+pub(crate) fn install_logger() {
+    if log::set_logger(&LOGGER).is_ok() {
+        log::set_max_level(log::LevelFilter::Trace);
+    }
+}
+
+/// Borrowed view of a C string array element (argv from remap.config).
+///
+/// # Safety
+/// `p` must be null or point to a NUL-terminated string valid for `'a`.
+pub(crate) unsafe fn argv_str<'a>(p: *const c_char) -> Option<&'a CStr> {
+    if p.is_null() {
+        None
+    } else {
+        // SAFETY: non-null and NUL-terminated per the caller's contract; argv
+        // strings (unlike TS header strings) are C strings.
+        Some(unsafe { CStr::from_ptr(p) })
+    }
+}

@@ -1,0 +1,313 @@
+//! Remap plugins: a trait, and the generic `extern "C"` entry points that
+//! [`crate::remap_plugin!`] exports for it.
+//!
+//! Instances are `Arc`s: ATS holds one reference between
+//! `TSRemapNewInstance` and `TSRemapDeleteInstance`, and a transaction that
+//! needs its rule after that (a queued request, a held slot) clones another,
+//! so state outlives a config reload exactly as long as it is used.
+
+use std::ffi::{c_char, c_int, c_void};
+use std::mem::ManuallyDrop;
+use std::sync::{Arc, OnceLock};
+
+use crate::cont::{HookCont, HookHandler};
+use crate::hdr::Header;
+use crate::txn::{Done, Hook, HookId, Txn};
+use crate::{guard, log, sys};
+
+/// What `TSRemapDoRemap` tells ATS.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum RemapStatus {
+    /// The URL was not changed; continue with the next plugin in the chain.
+    NoRemap,
+    /// The URL was changed; continue with the next plugin.
+    DidRemap,
+    /// Not changed; stop the plugin chain.
+    NoRemapStop,
+    /// Changed; stop the plugin chain.
+    DidRemapStop,
+}
+
+impl RemapStatus {
+    fn sys(self) -> sys::TSRemapStatus {
+        match self {
+            RemapStatus::NoRemap => sys::TSRemapStatus::TSREMAP_NO_REMAP,
+            RemapStatus::DidRemap => sys::TSRemapStatus::TSREMAP_DID_REMAP,
+            RemapStatus::NoRemapStop => sys::TSRemapStatus::TSREMAP_NO_REMAP_STOP,
+            RemapStatus::DidRemapStop => sys::TSRemapStatus::TSREMAP_DID_REMAP_STOP,
+        }
+    }
+}
+
+/// The arguments of one remap rule's `@plugin=` entry.
+pub struct RemapArgs<'a> {
+    /// The rule's "from" URL (canonicalised by ATS).
+    pub from_url: &'a str,
+    /// The rule's "to" URL.
+    pub to_url: &'a str,
+    options: Vec<&'a str>,
+}
+
+impl<'a> RemapArgs<'a> {
+    /// The `@pparam` values, in order (argv[2..]).
+    pub fn options(&self) -> &[&'a str] {
+        &self.options
+    }
+}
+
+/// The per-request remap data (`TSRemapRequestInfo`).
+pub struct RemapRequest<'a> {
+    rri: &'a mut sys::TSRemapRequestInfo,
+}
+
+impl<'a> RemapRequest<'a> {
+    /// The client request header (the same object as `TSHttpTxnClientReqGet`).
+    pub fn request_header(&self) -> Option<Header<'_>> {
+        // SAFETY: ATS owns (requestBufp, requestHdrp) for the remap call; not released by us.
+        unsafe { Header::borrowed(self.rri.requestBufp, self.rri.requestHdrp) }
+    }
+}
+
+/// A remap plugin: one value per remap rule that names it.
+pub trait RemapPlugin: Sized + Send + Sync + 'static {
+    /// Name used as debug tag and log prefix (e.g. `"rate_limit"`).
+    const NAME: &'static str;
+
+    /// Called once when ATS loads the .so (create continuations, slots here).
+    fn init() -> Result<(), String> {
+        Ok(())
+    }
+
+    /// Builds the instance for one rule. An `Err` fails the rule: ATS logs the
+    /// message in diags.log and refuses the configuration.
+    fn new_instance(args: &RemapArgs<'_>) -> Result<Self, String>;
+
+    /// Handles one request on the rule.
+    fn do_remap(self: &Arc<Self>, txn: Txn<'_>, req: &mut RemapRequest<'_>) -> RemapStatus;
+}
+
+/// Answers a request whose DoRemap panicked: ATS cannot be told to fail from
+/// DoRemap itself, so a POST_REMAP hook answers 500.
+struct FailSafe;
+
+impl HookHandler for FailSafe {
+    fn on_txn(&self, hook: Hook<'_>) -> Done {
+        hook.error(500)
+    }
+}
+
+static FAILSAFE: OnceLock<HookCont> = OnceLock::new();
+
+/// Copies `msg` into ATS's error buffer, truncated at a char boundary and NUL-terminated.
+fn write_errbuf(errbuf: *mut c_char, size: c_int, msg: &str) {
+    let Ok(size) = usize::try_from(size) else { return };
+    if errbuf.is_null() || size == 0 {
+        return;
+    }
+    let mut n = msg.len().min(size - 1);
+    while !msg.is_char_boundary(n) {
+        n -= 1;
+    }
+    // SAFETY: errbuf has `size` writable bytes (remap.h contract); n < size.
+    unsafe {
+        std::ptr::copy_nonoverlapping(msg.as_ptr(), errbuf.cast::<u8>(), n);
+        *errbuf.add(n) = 0;
+    }
+}
+
+/// Implementation of the exported entry points; use [`crate::remap_plugin!`].
+#[doc(hidden)]
+pub mod entry {
+    use super::*;
+
+    /// # Safety
+    /// Called by ATS as `TSRemapInit`.
+    pub unsafe fn init<P: RemapPlugin>(api: *mut sys::TSRemapInterface, errbuf: *mut c_char, size: c_int) -> sys::TSReturnCode {
+        log::set_plugin_name(P::NAME);
+        guard::install_panic_hook();
+        log::install_logger();
+        let result = guard::catch(
+            "TSRemapInit",
+            || Err("internal error (panic) during init; see diags.log".to_owned()),
+            || {
+                // SAFETY: ATS passes a valid pointer or null.
+                let api = unsafe { api.as_ref() }.ok_or("missing TSRemapInterface")?;
+                let needed = std::mem::size_of::<sys::TSRemapInterface>() as u64;
+                if u64::from(api.size as u32) < needed || (api.tsremap_version as u64) < u64::from(sys::TSREMAP_VERSION) {
+                    return Err(format!(
+                        "incompatible remap API version {}.{} (need {}.{} or later)",
+                        api.tsremap_version >> 16,
+                        api.tsremap_version & 0xffff,
+                        sys::TSREMAP_VMAJOR,
+                        sys::TSREMAP_VMINOR
+                    ));
+                }
+                if FAILSAFE.get().is_none() {
+                    let _ = FAILSAFE.set(HookCont::new(FailSafe)?);
+                }
+                P::init()
+            },
+        );
+        match result {
+            Ok(()) => {
+                log::debug(&format!("{} remap plugin initialised", P::NAME));
+                sys::TSReturnCode::TS_SUCCESS
+            }
+            Err(msg) => {
+                write_errbuf(errbuf, size, &format!("[{}] {msg}", P::NAME));
+                sys::TSReturnCode::TS_ERROR
+            }
+        }
+    }
+
+    /// # Safety
+    /// Called by ATS as `TSRemapNewInstance`.
+    pub unsafe fn new_instance<P: RemapPlugin>(
+        argc: c_int,
+        argv: *mut *mut c_char,
+        ih: *mut *mut c_void,
+        errbuf: *mut c_char,
+        size: c_int,
+    ) -> sys::TSReturnCode {
+        let result = guard::catch(
+            "TSRemapNewInstance",
+            || Err("internal error (panic) while parsing options; see diags.log".to_owned()),
+            || {
+                let argc = usize::try_from(argc).unwrap_or(0);
+                let mut all = Vec::with_capacity(argc);
+                for i in 0..argc {
+                    // SAFETY: ATS passes argc valid C strings in argv.
+                    let arg = unsafe { log::argv_str(*argv.add(i)) }.ok_or("null argument")?;
+                    let arg = arg
+                        .to_str()
+                        .map_err(|_| format!("argument {} is not valid UTF-8: {}", i, arg.to_string_lossy()))?;
+                    all.push(arg);
+                }
+                if all.len() < 2 {
+                    return Err("remap rule passed fewer than 2 arguments (from/to URL)".to_owned());
+                }
+                let args = RemapArgs { from_url: all[0], to_url: all[1], options: all[2..].to_vec() };
+                P::new_instance(&args)
+            },
+        );
+        match result {
+            Ok(instance) => {
+                // SAFETY: ATS passes a valid out pointer; ownership of one Arc
+                // reference goes to ATS until TSRemapDeleteInstance.
+                unsafe { *ih = Arc::into_raw(Arc::new(instance)) as *mut c_void };
+                sys::TSReturnCode::TS_SUCCESS
+            }
+            Err(msg) => {
+                let msg = format!("[{}] {msg}", P::NAME);
+                log::error(&msg);
+                write_errbuf(errbuf, size, &msg);
+                sys::TSReturnCode::TS_ERROR
+            }
+        }
+    }
+
+    /// # Safety
+    /// Called by ATS as `TSRemapDeleteInstance` with a pointer from `new_instance`.
+    pub unsafe fn delete_instance<P: RemapPlugin>(ih: *mut c_void) {
+        if ih.is_null() {
+            return;
+        }
+        guard::catch("TSRemapDeleteInstance", || (), || {
+            // SAFETY: ih is the Arc reference handed to ATS in new_instance; ATS
+            // gives it back exactly once.
+            drop(unsafe { Arc::from_raw(ih as *const P) });
+        });
+    }
+
+    /// # Safety
+    /// Called by ATS as `TSRemapDoRemap` with a pointer from `new_instance`.
+    pub unsafe fn do_remap<P: RemapPlugin>(
+        ih: *mut c_void,
+        txn: sys::TSHttpTxn,
+        rri: *mut sys::TSRemapRequestInfo,
+    ) -> sys::TSRemapStatus {
+        // SAFETY: ATS passes the live transaction being remapped.
+        let (Some(txn), false, false) = (unsafe { Txn::from_raw(txn) }, ih.is_null(), rri.is_null()) else {
+            return sys::TSRemapStatus::TSREMAP_NO_REMAP;
+        };
+        guard::catch(
+            "TSRemapDoRemap",
+            || {
+                txn.set_status(500);
+                if let Some(cont) = FAILSAFE.get() {
+                    txn.hook(HookId::PostRemap, cont);
+                }
+                sys::TSRemapStatus::TSREMAP_NO_REMAP
+            },
+            || {
+                // SAFETY: ih is the Arc reference ATS holds; borrowing it without
+                // taking ownership (ManuallyDrop) keeps ATS's count intact.
+                let plugin = ManuallyDrop::new(unsafe { Arc::from_raw(ih as *const P) });
+                // SAFETY: rri is valid and exclusively ours for this call.
+                let mut req = RemapRequest { rri: unsafe { &mut *rri } };
+                plugin.do_remap(txn, &mut req).sys()
+            },
+        )
+    }
+}
+
+/// Exports the remap entry points (`TSRemapInit`, `TSRemapNewInstance`,
+/// `TSRemapDeleteInstance`, `TSRemapDoRemap`) for a [`RemapPlugin`] type.
+#[macro_export]
+macro_rules! remap_plugin {
+    ($plugin:ty) => {
+        /// ATS entry point; see `ts/remap.h`.
+        ///
+        /// # Safety
+        /// Only ATS calls this.
+        #[no_mangle]
+        pub unsafe extern "C" fn TSRemapInit(
+            api: *mut $crate::sys::TSRemapInterface,
+            errbuf: *mut ::std::ffi::c_char,
+            errbuf_size: ::std::ffi::c_int,
+        ) -> $crate::sys::TSReturnCode {
+            // SAFETY: forwarded unchanged from ATS.
+            unsafe { $crate::remap::entry::init::<$plugin>(api, errbuf, errbuf_size) }
+        }
+
+        /// ATS entry point; see `ts/remap.h`.
+        ///
+        /// # Safety
+        /// Only ATS calls this.
+        #[no_mangle]
+        pub unsafe extern "C" fn TSRemapNewInstance(
+            argc: ::std::ffi::c_int,
+            argv: *mut *mut ::std::ffi::c_char,
+            ih: *mut *mut ::std::ffi::c_void,
+            errbuf: *mut ::std::ffi::c_char,
+            errbuf_size: ::std::ffi::c_int,
+        ) -> $crate::sys::TSReturnCode {
+            // SAFETY: forwarded unchanged from ATS.
+            unsafe { $crate::remap::entry::new_instance::<$plugin>(argc, argv, ih, errbuf, errbuf_size) }
+        }
+
+        /// ATS entry point; see `ts/remap.h`.
+        ///
+        /// # Safety
+        /// Only ATS calls this.
+        #[no_mangle]
+        pub unsafe extern "C" fn TSRemapDeleteInstance(ih: *mut ::std::ffi::c_void) {
+            // SAFETY: forwarded unchanged from ATS.
+            unsafe { $crate::remap::entry::delete_instance::<$plugin>(ih) }
+        }
+
+        /// ATS entry point; see `ts/remap.h`.
+        ///
+        /// # Safety
+        /// Only ATS calls this.
+        #[no_mangle]
+        pub unsafe extern "C" fn TSRemapDoRemap(
+            ih: *mut ::std::ffi::c_void,
+            txn: $crate::sys::TSHttpTxn,
+            rri: *mut $crate::sys::TSRemapRequestInfo,
+        ) -> $crate::sys::TSRemapStatus {
+            // SAFETY: forwarded unchanged from ATS.
+            unsafe { $crate::remap::entry::do_remap::<$plugin>(ih, txn, rri) }
+        }
+    };
+}

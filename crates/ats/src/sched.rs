@@ -1,0 +1,266 @@
+//! One-shot and periodic work on ATS event threads.
+//!
+//! Facts from 9.2's InkAPI.cc that shape this module:
+//! - a scheduled continuation must have a mutex, which the continuation owns:
+//!   it is freed with the continuation, so it must not be touched afterwards;
+//! - `TSActionCancel` only flags the event; it is safe only while holding the
+//!   continuation's mutex and only if the event has not run yet (a run event
+//!   is freed and its memory reused);
+//! - `TSContDestroy` from inside a one-shot handler frees at once; from inside
+//!   a *periodic* handler it races ATS's own bookkeeping. So periodic work is
+//!   a one-shot that re-arms itself, and stopping it takes effect at the next tick.
+
+use std::cell::UnsafeCell;
+use std::ffi::{c_int, c_void};
+use std::sync::atomic::{AtomicBool, AtomicU8, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use crate::{guard, sys};
+
+/// ATS thread pool to run on.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Pool {
+    /// ET_NET: where transactions run; for short work that touches them.
+    Net,
+    /// ET_TASK: for slower housekeeping (logging, file I/O).
+    Task,
+}
+
+impl Pool {
+    fn sys(self) -> sys::TSThreadPool {
+        match self {
+            Pool::Net => sys::TSThreadPool::TS_THREAD_POOL_NET,
+            Pool::Task => sys::TSThreadPool::TS_THREAD_POOL_TASK,
+        }
+    }
+}
+
+fn millis(d: Duration) -> sys::TSHRTime {
+    sys::TSHRTime::try_from(d.as_millis()).unwrap_or(sys::TSHRTime::MAX)
+}
+
+/// True on a thread ATS created (event threads, the main thread).
+fn on_ats_thread() -> bool {
+    // SAFETY: no preconditions; returns null off ATS threads.
+    !unsafe { sys::TSThreadSelf() }.is_null()
+}
+
+const PENDING: u8 = 0;
+const FIRED: u8 = 1;
+const CANCELLING: u8 = 2;
+const FIRED_AFTER_CANCEL: u8 = 3;
+/// Cancelled from a non-ATS thread: the handler cleans up when it runs.
+const CANCELLED_LAZY: u8 = 4;
+
+struct TimerInner {
+    state: AtomicU8,
+    cont: sys::TSCont,
+    mutex: sys::TSMutex,
+    /// Written under the continuation's mutex before the handler can run.
+    action: UnsafeCell<sys::TSAction>,
+    task: UnsafeCell<Option<Box<dyn FnOnce() + Send>>>,
+}
+
+// SAFETY: `action` and `task` are only touched by the one party that won the
+// `state` CAS (or under the continuation mutex); the raw TS pointers are
+// usable from any ATS thread.
+unsafe impl Send for TimerInner {}
+// SAFETY: see Send.
+unsafe impl Sync for TimerInner {}
+
+/// A one-shot timer. Dropping the handle does not cancel it; [`Timer::cancel`] does.
+pub struct Timer {
+    inner: Arc<TimerInner>,
+}
+
+impl Timer {
+    /// Runs `task` once, `after` from now, on `pool`. Must be called on an ATS thread.
+    pub fn after(after: Duration, pool: Pool, task: impl FnOnce() + Send + 'static) -> Result<Timer, String> {
+        if !on_ats_thread() {
+            return Err("Timer::after called off an ATS thread".into());
+        }
+        // SAFETY: no preconditions.
+        let mutex = unsafe { sys::TSMutexCreate() };
+        // SAFETY: valid handler; the continuation takes ownership of the mutex.
+        let cont = unsafe { sys::TSContCreate(Some(timer_handler), mutex) };
+        if cont.is_null() {
+            return Err("TSContCreate failed".into());
+        }
+        let inner = Arc::new(TimerInner {
+            state: AtomicU8::new(PENDING),
+            cont,
+            mutex,
+            action: UnsafeCell::new(std::ptr::null_mut()),
+            task: UnsafeCell::new(Some(Box::new(task))),
+        });
+        // The continuation owns one reference, released when it fires or is cancelled.
+        let data = Arc::into_raw(inner.clone());
+        // SAFETY: live continuation and mutex; holding the (recursive) mutex while
+        // scheduling keeps the handler out until `action` is recorded.
+        unsafe {
+            sys::TSContDataSet(cont, data as *mut c_void);
+            sys::TSMutexLock(mutex);
+            *inner.action.get() = sys::TSContScheduleOnPool(cont, millis(after), pool.sys());
+            sys::TSMutexUnlock(mutex);
+        }
+        Ok(Timer { inner })
+    }
+
+    /// Cancels the timer if it has not started running. Returns true if the
+    /// task will not run. Off an ATS thread the task is dropped unrun but the
+    /// event lingers until its time.
+    pub fn cancel(&self) -> bool {
+        let inner = &*self.inner;
+        if !on_ats_thread() {
+            return inner.state.compare_exchange(PENDING, CANCELLED_LAZY, Ordering::AcqRel, Ordering::Acquire).is_ok();
+        }
+        if inner.state.compare_exchange(PENDING, CANCELLING, Ordering::AcqRel, Ordering::Acquire).is_err() {
+            return false;
+        }
+        // From here only we destroy the continuation, so its mutex is alive.
+        // SAFETY: live mutex (see above); we are on an ATS thread.
+        unsafe { sys::TSMutexLock(inner.mutex) };
+        if inner.state.load(Ordering::Acquire) == CANCELLING {
+            // The event has not run (it needs the mutex we hold): cancel it.
+            // SAFETY: un-run event of this continuation, cancelled under its mutex.
+            unsafe { sys::TSActionCancel(*inner.action.get()) };
+        }
+        // SAFETY: we hold the mutex; the continuation is alive.
+        unsafe { sys::TSMutexUnlock(inner.mutex) };
+        // SAFETY: the CAS gave us exclusive access to the task.
+        drop(unsafe { (*inner.task.get()).take() });
+        // SAFETY: the continuation will receive no more events; release it and
+        // the reference it held (set in `after`).
+        unsafe {
+            sys::TSContDestroy(inner.cont);
+            drop(Arc::from_raw(Arc::as_ptr(&self.inner)));
+        }
+        true
+    }
+}
+
+unsafe extern "C" fn timer_handler(cont: sys::TSCont, _ev: sys::TSEvent, _edata: *mut c_void) -> c_int {
+    // SAFETY: the data is the Arc<TimerInner> reference leaked in Timer::after.
+    let inner = unsafe { Arc::from_raw(sys::TSContDataGet(cont) as *const TimerInner) };
+    match inner.state.compare_exchange(PENDING, FIRED, Ordering::AcqRel, Ordering::Acquire) {
+        Ok(_) => {
+            // SAFETY: winning the CAS gives exclusive access to the task.
+            if let Some(task) = unsafe { (*inner.task.get()).take() } {
+                guard::catch("timer", || (), task);
+            }
+        }
+        Err(CANCELLING) => {
+            // The canceller is waiting for the mutex; it cleans up.
+            inner.state.store(FIRED_AFTER_CANCEL, Ordering::Release);
+            std::mem::forget(inner); // its reference is released by the canceller
+            return 0;
+        }
+        Err(_) => {
+            // CANCELLED_LAZY: drop the task unrun.
+            // SAFETY: the lazy canceller never touches the task after its CAS.
+            drop(unsafe { (*inner.task.get()).take() });
+        }
+    }
+    // SAFETY: one-shot handler: destroying here frees the continuation at once,
+    // and nothing touches it afterwards.
+    unsafe { sys::TSContDestroy(cont) };
+    drop(inner);
+    0
+}
+
+/// Work repeated every `every` until stopped. Dropping the handle stops it;
+/// the closure and what it captures are released at the next tick.
+pub struct Periodic {
+    stop: Arc<AtomicBool>,
+}
+
+struct PeriodicInner {
+    stop: Arc<AtomicBool>,
+    every: Duration,
+    pool: Pool,
+    /// Only touched by the handler, which ATS serialises with the mutex.
+    next: UnsafeCell<Instant>,
+    work: Box<dyn Fn() + Send + Sync>,
+}
+
+// SAFETY: `next` is only accessed by the handler under the continuation mutex.
+unsafe impl Sync for PeriodicInner {}
+
+impl Periodic {
+    /// Starts running `work` every `every` on `pool`. Must be called on an ATS thread.
+    pub fn start(every: Duration, pool: Pool, work: impl Fn() + Send + Sync + 'static) -> Result<Periodic, String> {
+        if !on_ats_thread() {
+            return Err("Periodic::start called off an ATS thread".into());
+        }
+        let every = every.max(Duration::from_millis(1));
+        let stop = Arc::new(AtomicBool::new(false));
+        let inner = Box::new(PeriodicInner {
+            stop: stop.clone(),
+            every,
+            pool,
+            next: UnsafeCell::new(Instant::now() + every),
+            work: Box::new(work),
+        });
+        // SAFETY: no preconditions.
+        let mutex = unsafe { sys::TSMutexCreate() };
+        // SAFETY: valid handler; the continuation owns the mutex.
+        let cont = unsafe { sys::TSContCreate(Some(periodic_handler), mutex) };
+        if cont.is_null() {
+            return Err("TSContCreate failed".into());
+        }
+        // SAFETY: live continuation; the box is reclaimed by the handler on stop.
+        unsafe {
+            sys::TSContDataSet(cont, Box::into_raw(inner) as *mut c_void);
+            sys::TSContScheduleOnPool(cont, millis(every), pool.sys());
+        }
+        Ok(Periodic { stop })
+    }
+
+    /// Stops the work; takes effect at the next tick.
+    pub fn stop(&self) {
+        self.stop.store(true, Ordering::Release);
+    }
+}
+
+impl Drop for Periodic {
+    fn drop(&mut self) {
+        self.stop();
+    }
+}
+
+unsafe extern "C" fn periodic_handler(cont: sys::TSCont, _ev: sys::TSEvent, _edata: *mut c_void) -> c_int {
+    let data = sys_data(cont);
+    // SAFETY: the data is the Box<PeriodicInner> leaked in Periodic::start,
+    // alive until this handler reclaims it below.
+    let inner = unsafe { &*data };
+    if !inner.stop.load(Ordering::Acquire) {
+        guard::catch("periodic task", || (), || (inner.work)());
+    }
+    if inner.stop.load(Ordering::Acquire) {
+        // SAFETY: reclaim the box, then destroy the one-shot continuation from
+        // its own handler (freed at once; nothing touches it afterwards).
+        unsafe {
+            drop(Box::from_raw(data));
+            sys::TSContDestroy(cont);
+        }
+        return 0;
+    }
+    // Re-arm on the original cadence; after a long stall, restart from now.
+    let now = Instant::now();
+    // SAFETY: `next` is only touched here, under the continuation's mutex.
+    let next = unsafe { &mut *inner.next.get() };
+    *next += inner.every;
+    if *next <= now {
+        *next = now + inner.every;
+    }
+    let delay = next.saturating_duration_since(now).max(Duration::from_millis(1));
+    // SAFETY: live continuation, on an ATS thread (we are in its handler).
+    unsafe { sys::TSContScheduleOnPool(cont, millis(delay), inner.pool.sys()) };
+    0
+}
+
+fn sys_data(cont: sys::TSCont) -> *mut PeriodicInner {
+    // SAFETY: live continuation (we are in its handler).
+    unsafe { sys::TSContDataGet(cont) as *mut PeriodicInner }
+}

@@ -1,0 +1,67 @@
+//! Plugin metrics (`TSStat*`), visible in `traffic_ctl metric match <prefix>`.
+//!
+//! ATS keeps per-thread sums for these, so increments are cheap and
+//! lock-free. A gauge (current value) is kept as a SUM of +1/-1 steps rather
+//! than with `TSStatIntSet`, whose value a later per-thread sync overwrites.
+
+use std::ffi::c_int;
+
+use crate::{log::to_cstring, sys};
+
+/// A registered integer metric.
+#[derive(Clone, Copy, Debug)]
+pub struct Stat(c_int);
+
+impl Stat {
+    /// Finds the metric `name` or creates it (non-persistent, summed over threads).
+    /// Several rules may share a name; they then share the metric.
+    pub fn find_or_create(name: &str) -> Result<Stat, String> {
+        let cname = to_cstring(name);
+        let mut id: c_int = -1;
+        // SAFETY: valid C string and out pointer.
+        if unsafe { sys::TSStatFindName(cname.as_ptr(), &mut id) } == sys::TSReturnCode::TS_SUCCESS && id >= 0 {
+            return Ok(Stat(id));
+        }
+        // SAFETY: valid C string; enum values from the headers.
+        let id = unsafe {
+            sys::TSStatCreate(
+                cname.as_ptr(),
+                sys::TSRecordDataType::TS_RECORDDATATYPE_INT,
+                sys::TSStatPersistence::TS_STAT_NON_PERSISTENT,
+                sys::TSStatSync::TS_STAT_SYNC_SUM,
+            )
+        };
+        if id < 0 {
+            Err(format!(
+                "cannot create metric {name}: the plugin metric table is full \
+                 (raise proxy.config.stat_api.max_stats_allowed)"
+            ))
+        } else {
+            Ok(Stat(id))
+        }
+    }
+
+    pub fn add(self, n: i64) {
+        // SAFETY: id from TSStatCreate/TSStatFindName.
+        unsafe { sys::TSStatIntIncrement(self.0, n) }
+    }
+
+    pub fn sub(self, n: i64) {
+        // SAFETY: id from TSStatCreate/TSStatFindName.
+        unsafe { sys::TSStatIntDecrement(self.0, n) }
+    }
+
+    pub fn inc(self) {
+        self.add(1)
+    }
+
+    pub fn dec(self) {
+        self.sub(1)
+    }
+
+    /// Current value (sum over threads as of the last sync).
+    pub fn get(self) -> i64 {
+        // SAFETY: id from TSStatCreate/TSStatFindName.
+        unsafe { sys::TSStatIntGet(self.0) }
+    }
+}

@@ -1,0 +1,467 @@
+//! Transactions, sessions and the hooks that run on them.
+//!
+//! ATS suspends a transaction at every hook until the plugin re-enables it.
+//! Forgetting to re-enable hangs the client; re-enabling twice corrupts the
+//! state machine. So re-enabling is not a free function here: a hook
+//! handler receives a [`Hook`] and must turn it into [`Done`] by calling
+//! exactly one of [`Hook::resume`], [`Hook::error`] or [`Hook::park`]. If
+//! the handler panics, the unresolved `Hook` is dropped during unwinding and
+//! its `Drop` re-enables the transaction the fail-safe way (an error answer
+//! before the response phase, continue after it).
+//!
+//! A parked transaction is a [`Parked`] token: it can be moved to another
+//! thread (a queue, a timer) and is resolved later; dropping it unresolved
+//! answers the client with a 500 instead of leaving it hanging.
+
+use std::cell::{Cell, RefCell};
+use std::collections::VecDeque;
+use std::ffi::c_void;
+use std::marker::PhantomData;
+use std::net::IpAddr;
+use std::ptr::NonNull;
+
+use crate::hdr::Header;
+use crate::sys;
+
+/// A transaction handle, valid for the callback that received it (`'a`).
+#[derive(Clone, Copy)]
+pub struct Txn<'a> {
+    ptr: NonNull<sys::tsapi_httptxn>,
+    _life: PhantomData<&'a ()>,
+}
+
+/// A client session handle, valid for the callback that received it.
+#[derive(Clone, Copy)]
+pub struct Ssn<'a> {
+    ptr: NonNull<sys::tsapi_httpssn>,
+    _life: PhantomData<&'a ()>,
+}
+
+/// Hooks a plugin can add to a transaction (or, for the session ones, to a session).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum HookId {
+    ReadRequestHdr,
+    PreRemap,
+    PostRemap,
+    OsDns,
+    CacheLookupComplete,
+    ReadCacheHdr,
+    SendRequestHdr,
+    ReadResponseHdr,
+    SendResponseHdr,
+    TxnClose,
+    SsnClose,
+}
+
+impl HookId {
+    fn to_sys(self) -> sys::TSHttpHookID {
+        use sys::TSHttpHookID as H;
+        match self {
+            HookId::ReadRequestHdr => H::TS_HTTP_READ_REQUEST_HDR_HOOK,
+            HookId::PreRemap => H::TS_HTTP_PRE_REMAP_HOOK,
+            HookId::PostRemap => H::TS_HTTP_POST_REMAP_HOOK,
+            HookId::OsDns => H::TS_HTTP_OS_DNS_HOOK,
+            HookId::CacheLookupComplete => H::TS_HTTP_CACHE_LOOKUP_COMPLETE_HOOK,
+            HookId::ReadCacheHdr => H::TS_HTTP_READ_CACHE_HDR_HOOK,
+            HookId::SendRequestHdr => H::TS_HTTP_SEND_REQUEST_HDR_HOOK,
+            HookId::ReadResponseHdr => H::TS_HTTP_READ_RESPONSE_HDR_HOOK,
+            HookId::SendResponseHdr => H::TS_HTTP_SEND_RESPONSE_HDR_HOOK,
+            HookId::TxnClose => H::TS_HTTP_TXN_CLOSE_HOOK,
+            HookId::SsnClose => H::TS_HTTP_SSN_CLOSE_HOOK,
+        }
+    }
+
+    /// The hook an event is delivered for, if it is a transaction/session hook event.
+    pub(crate) fn from_event(ev: sys::TSEvent) -> Option<HookId> {
+        use sys::TSEvent as E;
+        Some(match ev {
+            E::TS_EVENT_HTTP_READ_REQUEST_HDR => HookId::ReadRequestHdr,
+            E::TS_EVENT_HTTP_PRE_REMAP => HookId::PreRemap,
+            E::TS_EVENT_HTTP_POST_REMAP => HookId::PostRemap,
+            E::TS_EVENT_HTTP_OS_DNS => HookId::OsDns,
+            E::TS_EVENT_HTTP_CACHE_LOOKUP_COMPLETE => HookId::CacheLookupComplete,
+            E::TS_EVENT_HTTP_READ_CACHE_HDR => HookId::ReadCacheHdr,
+            E::TS_EVENT_HTTP_SEND_REQUEST_HDR => HookId::SendRequestHdr,
+            E::TS_EVENT_HTTP_READ_RESPONSE_HDR => HookId::ReadResponseHdr,
+            E::TS_EVENT_HTTP_SEND_RESPONSE_HDR => HookId::SendResponseHdr,
+            E::TS_EVENT_HTTP_TXN_CLOSE => HookId::TxnClose,
+            E::TS_EVENT_HTTP_SSN_CLOSE => HookId::SsnClose,
+            _ => return None,
+        })
+    }
+
+    /// True before ATS has started the response: an error answer is still possible.
+    fn can_answer(self) -> bool {
+        matches!(
+            self,
+            HookId::ReadRequestHdr
+                | HookId::PreRemap
+                | HookId::PostRemap
+                | HookId::OsDns
+                | HookId::CacheLookupComplete
+                | HookId::ReadCacheHdr
+                | HookId::SendRequestHdr
+        )
+    }
+}
+
+/// Result of the cache lookup, from `TS_HTTP_CACHE_LOOKUP_COMPLETE_HOOK` on.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum CacheLookup {
+    Miss,
+    HitStale,
+    HitFresh,
+    Skipped,
+}
+
+impl<'a> Txn<'a> {
+    /// # Safety
+    /// `ptr` must be a live transaction for `'a`.
+    pub(crate) unsafe fn from_raw(ptr: sys::TSHttpTxn) -> Option<Txn<'a>> {
+        NonNull::new(ptr).map(|ptr| Txn { ptr, _life: PhantomData })
+    }
+
+    pub(crate) fn as_ptr(self) -> sys::TSHttpTxn {
+        self.ptr.as_ptr()
+    }
+
+    /// Adds a transaction-local hook handled by `cont`.
+    pub fn hook(self, id: HookId, cont: &crate::HookCont) {
+        // SAFETY: live txn; the continuation lives for the whole .so lifetime.
+        unsafe { sys::TSHttpTxnHookAdd(self.as_ptr(), id.to_sys(), cont.as_ptr()) }
+    }
+
+    /// Sets the status ATS answers with when the transaction is re-enabled with an error.
+    pub fn set_status(self, status: u16) {
+        // SAFETY: live txn; any integer is accepted by ATS as a status.
+        unsafe { sys::TSHttpTxnStatusSet(self.as_ptr(), sys::TSHttpStatus(status.into())) }
+    }
+
+    /// The client session the transaction belongs to.
+    pub fn ssn(self) -> Option<Ssn<'a>> {
+        // SAFETY: live txn; the session outlives its transactions.
+        let p = unsafe { sys::TSHttpTxnSsnGet(self.as_ptr()) };
+        NonNull::new(p).map(|ptr| Ssn { ptr, _life: PhantomData })
+    }
+
+    /// True for requests ATS or a plugin made itself (e.g. background fetches).
+    pub fn is_internal(self) -> bool {
+        // SAFETY: live txn.
+        unsafe { sys::TSHttpTxnIsInternal(self.as_ptr()) != 0 }
+    }
+
+    /// True once ATS has noticed that the client went away.
+    pub fn client_aborted(self) -> bool {
+        // SAFETY: live txn.
+        unsafe { sys::TSHttpTxnAborted(self.as_ptr()) == sys::TSReturnCode::TS_SUCCESS }
+    }
+
+    /// ATS's numeric transaction id (unique within the process).
+    pub fn id(self) -> u64 {
+        // SAFETY: live txn.
+        unsafe { sys::TSHttpTxnIdGet(self.as_ptr()) }
+    }
+
+    /// The client's IP address.
+    pub fn client_ip(self) -> Option<IpAddr> {
+        // SAFETY: live txn; ATS returns a pointer to a sockaddr it owns (or null).
+        let sa = unsafe { sys::TSHttpTxnClientAddrGet(self.as_ptr()) };
+        // SAFETY: the sockaddr stays valid for the transaction.
+        unsafe { crate::net::ip_from_sockaddr(sa.cast()) }
+    }
+
+    /// Result of the cache lookup; `None` before the lookup completed.
+    pub fn cache_lookup(self) -> Option<CacheLookup> {
+        let mut status: std::ffi::c_int = -1;
+        // SAFETY: live txn; `status` is a valid out pointer.
+        let rc = unsafe { sys::TSHttpTxnCacheLookupStatusGet(self.as_ptr(), &mut status) };
+        if rc != sys::TSReturnCode::TS_SUCCESS {
+            return None;
+        }
+        use sys::TSCacheLookupResult as R;
+        match u32::try_from(status).ok().map(R) {
+            Some(R::TS_CACHE_LOOKUP_MISS) => Some(CacheLookup::Miss),
+            Some(R::TS_CACHE_LOOKUP_HIT_STALE) => Some(CacheLookup::HitStale),
+            Some(R::TS_CACHE_LOOKUP_HIT_FRESH) => Some(CacheLookup::HitFresh),
+            Some(R::TS_CACHE_LOOKUP_SKIPPED) => Some(CacheLookup::Skipped),
+            _ => None,
+        }
+    }
+
+    /// Overrides the cache lookup result (e.g. serve a stale hit as fresh).
+    pub fn set_cache_lookup(self, to: CacheLookup) -> bool {
+        use sys::TSCacheLookupResult as R;
+        let v = match to {
+            CacheLookup::Miss => R::TS_CACHE_LOOKUP_MISS,
+            CacheLookup::HitStale => R::TS_CACHE_LOOKUP_HIT_STALE,
+            CacheLookup::HitFresh => R::TS_CACHE_LOOKUP_HIT_FRESH,
+            CacheLookup::Skipped => R::TS_CACHE_LOOKUP_SKIPPED,
+        };
+        // SAFETY: live txn; only valid during/after CACHE_LOOKUP_COMPLETE, which ATS checks.
+        let rc = unsafe { sys::TSHttpTxnCacheLookupStatusSet(self.as_ptr(), v.0 as std::ffi::c_int) };
+        rc == sys::TSReturnCode::TS_SUCCESS
+    }
+
+    /// Marks the response as not cacheable by ATS.
+    pub fn set_response_uncacheable(self) {
+        // SAFETY: live txn; a plain flag setter.
+        unsafe {
+            sys::TSHttpTxnCntlSet(self.as_ptr(), sys::TSHttpCntlType::TS_HTTP_CNTL_RESPONSE_CACHEABLE, false);
+        }
+    }
+
+    /// The client request header (modifiable).
+    pub fn client_request(self) -> Option<Header<'a>> {
+        // SAFETY: live txn; the getter fills both outs or fails.
+        unsafe { Header::from_getter(|b, l| sys::TSHttpTxnClientReqGet(self.as_ptr(), b, l)) }
+    }
+
+    /// The response ATS is about to send to the client (from SEND_RESPONSE_HDR on).
+    pub fn client_response(self) -> Option<Header<'a>> {
+        // SAFETY: as above.
+        unsafe { Header::from_getter(|b, l| sys::TSHttpTxnClientRespGet(self.as_ptr(), b, l)) }
+    }
+
+    /// The cached response header (after a cache hit). Read-only in ATS's eyes.
+    pub fn cached_response(self) -> Option<Header<'a>> {
+        // SAFETY: as above.
+        unsafe { Header::from_getter(|b, l| sys::TSHttpTxnCachedRespGet(self.as_ptr(), b, l)) }
+    }
+}
+
+impl<'a> Ssn<'a> {
+    /// # Safety
+    /// `ptr` must be a live session for `'a`.
+    pub(crate) unsafe fn from_raw(ptr: sys::TSHttpSsn) -> Option<Ssn<'a>> {
+        NonNull::new(ptr).map(|ptr| Ssn { ptr, _life: PhantomData })
+    }
+
+    pub(crate) fn as_ptr(self) -> sys::TSHttpSsn {
+        self.ptr.as_ptr()
+    }
+
+    /// Adds a session hook (e.g. [`HookId::SsnClose`]) handled by `cont`.
+    pub fn hook(self, id: HookId, cont: &crate::HookCont) {
+        // SAFETY: live session; continuation lives for the .so lifetime.
+        unsafe { sys::TSHttpSsnHookAdd(self.as_ptr(), id.to_sys(), cont.as_ptr()) }
+    }
+
+    /// Number of transactions started on this session so far (1 for the first).
+    pub fn transaction_count(self) -> i32 {
+        // SAFETY: live session.
+        unsafe { sys::TSHttpSsnTransactionCount(self.as_ptr()) }
+    }
+
+    /// ATS's numeric session id.
+    pub fn id(self) -> i64 {
+        // SAFETY: live session.
+        unsafe { sys::TSHttpSsnIdGet(self.as_ptr()) }
+    }
+}
+
+/// Proof that a hook was resolved; the only way to get one is to resolve a [`Hook`].
+#[must_use = "a hook handler must return the Done of the hook it resolved"]
+pub struct Done(());
+
+/// A transaction suspended at a hook, to be resolved exactly once.
+pub struct Hook<'a> {
+    txn: Txn<'a>,
+    id: HookId,
+    resolved: bool,
+}
+
+impl<'a> Hook<'a> {
+    pub(crate) fn new(txn: Txn<'a>, id: HookId) -> Self {
+        Hook { txn, id, resolved: false }
+    }
+
+    pub fn txn(&self) -> Txn<'a> {
+        self.txn
+    }
+
+    pub fn id(&self) -> HookId {
+        self.id
+    }
+
+    /// Lets the transaction go on.
+    pub fn resume(mut self) -> Done {
+        self.resolved = true;
+        reenable_now(self.txn.as_ptr(), sys::TSEvent::TS_EVENT_HTTP_CONTINUE);
+        Done(())
+    }
+
+    /// Answers the client with ATS's error page for `status` (the body factory
+    /// template) and skips the origin. Only meaningful before the response phase.
+    pub fn error(mut self, status: u16) -> Done {
+        self.resolved = true;
+        self.txn.set_status(status);
+        reenable_now(self.txn.as_ptr(), sys::TSEvent::TS_EVENT_HTTP_ERROR);
+        Done(())
+    }
+
+    /// Leaves the transaction suspended; `keep` receives the token that
+    /// resolves it later (typically by storing it in a queue).
+    pub fn park(mut self, keep: impl FnOnce(Parked)) -> Done {
+        self.resolved = true;
+        keep(Parked { txn: self.txn.ptr, can_answer: self.id.can_answer(), resolved: false });
+        Done(())
+    }
+}
+
+impl Drop for Hook<'_> {
+    fn drop(&mut self) {
+        if self.resolved {
+            return;
+        }
+        // Only reachable by unwinding out of a handler (or mem::forget-like misuse).
+        fail_safe(self.txn.ptr, self.id.can_answer(), "hook handler did not complete");
+    }
+}
+
+/// A session suspended at a session hook (e.g. SSN_CLOSE).
+pub struct SsnHook<'a> {
+    ssn: Ssn<'a>,
+    id: HookId,
+    resolved: bool,
+}
+
+impl<'a> SsnHook<'a> {
+    pub(crate) fn new(ssn: Ssn<'a>, id: HookId) -> Self {
+        SsnHook { ssn, id, resolved: false }
+    }
+
+    pub fn ssn(&self) -> Ssn<'a> {
+        self.ssn
+    }
+
+    pub fn id(&self) -> HookId {
+        self.id
+    }
+
+    pub fn resume(mut self) -> Done {
+        self.resolved = true;
+        // SAFETY: live session suspended at this hook.
+        unsafe { sys::TSHttpSsnReenable(self.ssn.as_ptr(), sys::TSEvent::TS_EVENT_HTTP_CONTINUE) };
+        Done(())
+    }
+}
+
+impl Drop for SsnHook<'_> {
+    fn drop(&mut self) {
+        if !self.resolved {
+            // SAFETY: live session suspended at this hook; continuing is always safe.
+            unsafe { sys::TSHttpSsnReenable(self.ssn.as_ptr(), sys::TSEvent::TS_EVENT_HTTP_CONTINUE) };
+        }
+    }
+}
+
+/// A transaction left suspended at a hook. `Send`: it may be resolved from
+/// any thread (`TSHttpTxnReenable` reschedules onto the transaction's thread).
+pub struct Parked {
+    txn: NonNull<sys::tsapi_httptxn>,
+    can_answer: bool,
+    resolved: bool,
+}
+
+// SAFETY: a parked transaction cannot close (ATS waits for our re-enable), so
+// the pointer stays valid wherever the token goes; TSHttpTxnReenable is
+// documented and implemented (9.2 InkAPI.cc) to work from any thread.
+unsafe impl Send for Parked {}
+
+impl Parked {
+    /// The suspended transaction. Valid until the token is resolved.
+    pub fn txn(&self) -> Txn<'_> {
+        Txn { ptr: self.txn, _life: PhantomData }
+    }
+
+    /// Resumes the transaction.
+    pub fn resume(mut self) {
+        self.resolved = true;
+        reenable_deferred(self.txn.as_ptr(), sys::TSEvent::TS_EVENT_HTTP_CONTINUE);
+    }
+
+    /// Answers with ATS's error page for `status`.
+    pub fn fail(mut self, status: u16) {
+        self.resolved = true;
+        self.txn().set_status(status);
+        reenable_deferred(self.txn.as_ptr(), sys::TSEvent::TS_EVENT_HTTP_ERROR);
+    }
+}
+
+impl Drop for Parked {
+    fn drop(&mut self) {
+        if !self.resolved {
+            fail_safe(self.txn, self.can_answer, "parked transaction dropped unresolved");
+        }
+    }
+}
+
+fn fail_safe(txn: NonNull<sys::tsapi_httptxn>, can_answer: bool, why: &str) {
+    if can_answer {
+        crate::log::error(&format!("{why}: answering 500"));
+        // SAFETY: the transaction is suspended at a hook, so it is alive.
+        unsafe { sys::TSHttpTxnStatusSet(txn.as_ptr(), sys::TSHttpStatus(500)) };
+        reenable_deferred(txn.as_ptr(), sys::TSEvent::TS_EVENT_HTTP_ERROR);
+    } else {
+        crate::log::error(&format!("{why}: continuing"));
+        reenable_deferred(txn.as_ptr(), sys::TSEvent::TS_EVENT_HTTP_CONTINUE);
+    }
+}
+
+fn reenable_now(txn: sys::TSHttpTxn, ev: sys::TSEvent) {
+    // SAFETY: callers pass a transaction suspended at a hook and resolve it once.
+    unsafe { sys::TSHttpTxnReenable(txn, ev) }
+}
+
+thread_local! {
+    static RESUMING: Cell<bool> = const { Cell::new(false) };
+    static PENDING: RefCell<VecDeque<(usize, sys::TSEvent)>> = const { RefCell::new(VecDeque::new()) };
+}
+
+/// Re-enables a transaction that is *not* the one whose hook we are in.
+///
+/// On the transaction's own thread `TSHttpTxnReenable` runs the state machine
+/// synchronously, which can close that transaction and, through a slot
+/// release, resume the next one, and so on: recursion as deep as a queue.
+/// Nested calls on one thread are turned into a loop instead.
+fn reenable_deferred(txn: sys::TSHttpTxn, ev: sys::TSEvent) {
+    let queued = PENDING
+        .try_with(|p| p.try_borrow_mut().map(|mut p| p.push_back((txn as usize, ev))).is_ok())
+        .unwrap_or(false);
+    if !queued {
+        reenable_now(txn, ev);
+        return;
+    }
+    if RESUMING.with(|r| r.replace(true)) {
+        return; // an outer frame on this thread drains the list
+    }
+    loop {
+        let next = PENDING.with(|p| p.borrow_mut().pop_front());
+        match next {
+            Some((t, e)) => reenable_now(t as sys::TSHttpTxn, e),
+            None => break,
+        }
+    }
+    RESUMING.with(|r| r.set(false));
+}
+
+/// Decodes the `edata` of a hook event.
+pub(crate) enum HookTarget<'a> {
+    Txn(Hook<'a>),
+    Ssn(SsnHook<'a>),
+}
+
+impl HookTarget<'_> {
+    /// # Safety
+    /// `edata` must be the event data ATS passed with `ev` to a hook continuation.
+    pub(crate) unsafe fn from_event<'a>(ev: sys::TSEvent, edata: *mut c_void) -> Option<HookTarget<'a>> {
+        let id = HookId::from_event(ev)?;
+        if id == HookId::SsnClose {
+            // SAFETY: session hook events carry the session.
+            unsafe { Ssn::from_raw(edata.cast()) }.map(|s| HookTarget::Ssn(SsnHook::new(s, id)))
+        } else {
+            // SAFETY: transaction hook events carry the transaction.
+            unsafe { Txn::from_raw(edata.cast()) }.map(|t| HookTarget::Txn(Hook::new(t, id)))
+        }
+    }
+}
