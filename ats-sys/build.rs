@@ -9,7 +9,11 @@ use std::env;
 use std::path::{Path, PathBuf};
 
 const INCLUDE_ENV: &str = "ATS_INCLUDE_DIR";
-const PREFIXES: &[&str] = &["/usr/include", "/usr/local/include", "/opt/trafficserver/include"];
+const PREFIXES: &[&str] = &[
+    "/usr/include",
+    "/usr/local/include",
+    "/opt/trafficserver/include",
+];
 
 /// Entry points the plugins define themselves; the headers declare them too.
 const OWN_ENTRY_POINTS: &[&str] = &[

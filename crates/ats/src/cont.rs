@@ -51,7 +51,11 @@ impl HookCont {
     }
 }
 
-unsafe extern "C" fn trampoline<H: HookHandler>(cont: sys::TSCont, ev: sys::TSEvent, edata: *mut c_void) -> c_int {
+unsafe extern "C" fn trampoline<H: HookHandler>(
+    cont: sys::TSCont,
+    ev: sys::TSEvent,
+    edata: *mut c_void,
+) -> c_int {
     // Decode outside the guard: if the handler panics, the Hook it owns is
     // dropped while unwinding and re-enables the transaction fail-safe.
     // SAFETY: ATS passes the event data that belongs to `ev`.

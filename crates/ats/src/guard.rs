@@ -37,7 +37,11 @@ pub fn install_panic_hook() {
             };
             // A panic outside `catch` (e.g. a plugin-owned thread) is still reported.
             let reported = LAST_PANIC
-                .try_with(|slot| slot.try_borrow_mut().map(|mut s| *s = Some(text.clone())).is_ok())
+                .try_with(|slot| {
+                    slot.try_borrow_mut()
+                        .map(|mut s| *s = Some(text.clone()))
+                        .is_ok()
+                })
                 .unwrap_or(false);
             if !reported {
                 crate::log::error(&format!("panic: {text}"));

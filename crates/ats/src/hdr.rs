@@ -74,27 +74,52 @@ impl<'a> Header<'a> {
         if get(&mut buf, &mut loc) != sys::TSReturnCode::TS_SUCCESS || buf.is_null() {
             return None;
         }
-        Some(Header { buf, loc, owned: true, _life: PhantomData })
+        Some(Header {
+            buf,
+            loc,
+            owned: true,
+            _life: PhantomData,
+        })
     }
 
     /// # Safety
     /// (buf, loc) must be a live header owned by someone else for `'a`.
     pub(crate) unsafe fn borrowed(buf: sys::TSMBuffer, loc: sys::TSMLoc) -> Option<Header<'a>> {
-        (!buf.is_null()).then_some(Header { buf, loc, owned: false, _life: PhantomData })
+        (!buf.is_null()).then_some(Header {
+            buf,
+            loc,
+            owned: false,
+            _life: PhantomData,
+        })
     }
 
     fn find(&self, name: &str) -> Option<Field<'_>> {
         // SAFETY: live header; name is passed with its length (no NUL needed).
         let loc = unsafe {
-            sys::TSMimeHdrFieldFind(self.buf, self.loc, name.as_ptr().cast(), c_len(name.as_bytes()))
+            sys::TSMimeHdrFieldFind(
+                self.buf,
+                self.loc,
+                name.as_ptr().cast(),
+                c_len(name.as_bytes()),
+            )
         };
-        (!loc.is_null()).then_some(Field { buf: self.buf, hdr: self.loc, loc, _life: PhantomData })
+        (!loc.is_null()).then_some(Field {
+            buf: self.buf,
+            hdr: self.loc,
+            loc,
+            _life: PhantomData,
+        })
     }
 
     fn next_dup(&self, f: &Field<'_>) -> Option<Field<'_>> {
         // SAFETY: live header and field.
         let loc = unsafe { sys::TSMimeHdrFieldNextDup(self.buf, self.loc, f.loc) };
-        (!loc.is_null()).then_some(Field { buf: self.buf, hdr: self.loc, loc, _life: PhantomData })
+        (!loc.is_null()).then_some(Field {
+            buf: self.buf,
+            hdr: self.loc,
+            loc,
+            _life: PhantomData,
+        })
     }
 
     /// True if a field of that name exists.
@@ -109,7 +134,8 @@ impl<'a> Header<'a> {
         let mut len: c_int = 0;
         // SAFETY: live field; idx -1 = the whole value; the string lives in the
         // header heap, valid while `self` is borrowed immutably.
-        let p = unsafe { sys::TSMimeHdrFieldValueStringGet(self.buf, self.loc, f.loc, -1, &mut len) };
+        let p =
+            unsafe { sys::TSMimeHdrFieldValueStringGet(self.buf, self.loc, f.loc, -1, &mut len) };
         // SAFETY: ATS returned (p, len) for this header.
         Some(unsafe { ts_bytes(p, len) })
     }
@@ -124,7 +150,9 @@ impl<'a> Header<'a> {
             for i in 0..n {
                 let mut len: c_int = 0;
                 // SAFETY: live field, index in range.
-                let p = unsafe { sys::TSMimeHdrFieldValueStringGet(self.buf, self.loc, f.loc, i, &mut len) };
+                let p = unsafe {
+                    sys::TSMimeHdrFieldValueStringGet(self.buf, self.loc, f.loc, i, &mut len)
+                };
                 // SAFETY: ATS returned (p, len) for this header.
                 out.push(unsafe { ts_bytes(p, len) });
             }
@@ -177,17 +205,35 @@ impl<'a> Header<'a> {
         let mut loc: sys::TSMLoc = ptr::null_mut();
         // SAFETY: live header; out pointer valid; name passed with its length.
         let rc = unsafe {
-            sys::TSMimeHdrFieldCreateNamed(self.buf, self.loc, name.as_ptr().cast(), c_len(name.as_bytes()), &mut loc)
+            sys::TSMimeHdrFieldCreateNamed(
+                self.buf,
+                self.loc,
+                name.as_ptr().cast(),
+                c_len(name.as_bytes()),
+                &mut loc,
+            )
         };
         if rc != sys::TSReturnCode::TS_SUCCESS || loc.is_null() {
             return false;
         }
-        let f = Field { buf: self.buf, hdr: self.loc, loc, _life: PhantomData };
+        let f = Field {
+            buf: self.buf,
+            hdr: self.loc,
+            loc,
+            _life: PhantomData,
+        };
         // SAFETY: live field just created; value passed with its length.
         let ok = unsafe {
-            sys::TSMimeHdrFieldValueStringSet(self.buf, self.loc, f.loc, -1, value.as_ptr().cast(), c_len(value.as_bytes()))
-                == sys::TSReturnCode::TS_SUCCESS
-                && sys::TSMimeHdrFieldAppend(self.buf, self.loc, f.loc) == sys::TSReturnCode::TS_SUCCESS
+            sys::TSMimeHdrFieldValueStringSet(
+                self.buf,
+                self.loc,
+                f.loc,
+                -1,
+                value.as_ptr().cast(),
+                c_len(value.as_bytes()),
+            ) == sys::TSReturnCode::TS_SUCCESS
+                && sys::TSMimeHdrFieldAppend(self.buf, self.loc, f.loc)
+                    == sys::TSReturnCode::TS_SUCCESS
         };
         ok
     }
@@ -203,7 +249,9 @@ impl<'a> Header<'a> {
     pub fn url_path(&self) -> Option<&[u8]> {
         let mut url: sys::TSMLoc = ptr::null_mut();
         // SAFETY: live header; out pointer valid.
-        if unsafe { sys::TSHttpHdrUrlGet(self.buf, self.loc, &mut url) } != sys::TSReturnCode::TS_SUCCESS {
+        if unsafe { sys::TSHttpHdrUrlGet(self.buf, self.loc, &mut url) }
+            != sys::TSReturnCode::TS_SUCCESS
+        {
             return None;
         }
         let mut len: c_int = 0;

@@ -13,7 +13,9 @@ pub(crate) unsafe fn ip_from_sockaddr(sa: *const libc::sockaddr) -> Option<IpAdd
         libc::AF_INET => {
             // SAFETY: the family says this is a sockaddr_in.
             let sin = unsafe { &*sa.cast::<libc::sockaddr_in>() };
-            Some(IpAddr::V4(Ipv4Addr::from(u32::from_be(sin.sin_addr.s_addr))))
+            Some(IpAddr::V4(Ipv4Addr::from(u32::from_be(
+                sin.sin_addr.s_addr,
+            ))))
         }
         libc::AF_INET6 => {
             // SAFETY: the family says this is a sockaddr_in6.

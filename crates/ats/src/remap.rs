@@ -100,7 +100,9 @@ static FAILSAFE: OnceLock<HookCont> = OnceLock::new();
 
 /// Copies `msg` into ATS's error buffer, truncated at a char boundary and NUL-terminated.
 fn write_errbuf(errbuf: *mut c_char, size: c_int, msg: &str) {
-    let Ok(size) = usize::try_from(size) else { return };
+    let Ok(size) = usize::try_from(size) else {
+        return;
+    };
     if errbuf.is_null() || size == 0 {
         return;
     }
@@ -122,7 +124,11 @@ pub mod entry {
 
     /// # Safety
     /// Called by ATS as `TSRemapInit`.
-    pub unsafe fn init<P: RemapPlugin>(api: *mut sys::TSRemapInterface, errbuf: *mut c_char, size: c_int) -> sys::TSReturnCode {
+    pub unsafe fn init<P: RemapPlugin>(
+        api: *mut sys::TSRemapInterface,
+        errbuf: *mut c_char,
+        size: c_int,
+    ) -> sys::TSReturnCode {
         log::set_plugin_name(P::NAME);
         guard::install_panic_hook();
         log::install_logger();
@@ -133,7 +139,9 @@ pub mod entry {
                 // SAFETY: ATS passes a valid pointer or null.
                 let api = unsafe { api.as_ref() }.ok_or("missing TSRemapInterface")?;
                 let needed = std::mem::size_of::<sys::TSRemapInterface>() as u64;
-                if u64::from(api.size as u32) < needed || (api.tsremap_version as u64) < u64::from(sys::TSREMAP_VERSION) {
+                if u64::from(api.size as u32) < needed
+                    || (api.tsremap_version as u64) < u64::from(sys::TSREMAP_VERSION)
+                {
                     return Err(format!(
                         "incompatible remap API version {}.{} (need {}.{} or later)",
                         api.tsremap_version >> 16,
@@ -178,15 +186,23 @@ pub mod entry {
                 for i in 0..argc {
                     // SAFETY: ATS passes argc valid C strings in argv.
                     let arg = unsafe { log::argv_str(*argv.add(i)) }.ok_or("null argument")?;
-                    let arg = arg
-                        .to_str()
-                        .map_err(|_| format!("argument {} is not valid UTF-8: {}", i, arg.to_string_lossy()))?;
+                    let arg = arg.to_str().map_err(|_| {
+                        format!(
+                            "argument {} is not valid UTF-8: {}",
+                            i,
+                            arg.to_string_lossy()
+                        )
+                    })?;
                     all.push(arg);
                 }
                 if all.len() < 2 {
                     return Err("remap rule passed fewer than 2 arguments (from/to URL)".to_owned());
                 }
-                let args = RemapArgs { from_url: all[0], to_url: all[1], options: all[2..].to_vec() };
+                let args = RemapArgs {
+                    from_url: all[0],
+                    to_url: all[1],
+                    options: all[2..].to_vec(),
+                };
                 P::new_instance(&args)
             },
         );
@@ -198,9 +214,8 @@ pub mod entry {
                 sys::TSReturnCode::TS_SUCCESS
             }
             Err(msg) => {
-                let msg = format!("[{}] {msg}", P::NAME);
-                log::error(&msg);
-                write_errbuf(errbuf, size, &msg);
+                // ATS logs the errbuf itself, with the remap.config file and line.
+                write_errbuf(errbuf, size, &format!("[{}] {msg}", P::NAME));
                 sys::TSReturnCode::TS_ERROR
             }
         }
@@ -212,11 +227,15 @@ pub mod entry {
         if ih.is_null() {
             return;
         }
-        guard::catch("TSRemapDeleteInstance", || (), || {
-            // SAFETY: ih is the Arc reference handed to ATS in new_instance; ATS
-            // gives it back exactly once.
-            drop(unsafe { Arc::from_raw(ih as *const P) });
-        });
+        guard::catch(
+            "TSRemapDeleteInstance",
+            || (),
+            || {
+                // SAFETY: ih is the Arc reference handed to ATS in new_instance; ATS
+                // gives it back exactly once.
+                drop(unsafe { Arc::from_raw(ih as *const P) });
+            },
+        );
     }
 
     /// # Safety
@@ -227,7 +246,9 @@ pub mod entry {
         rri: *mut sys::TSRemapRequestInfo,
     ) -> sys::TSRemapStatus {
         // SAFETY: ATS passes the live transaction being remapped.
-        let (Some(txn), false, false) = (unsafe { Txn::from_raw(txn) }, ih.is_null(), rri.is_null()) else {
+        let (Some(txn), false, false) =
+            (unsafe { Txn::from_raw(txn) }, ih.is_null(), rri.is_null())
+        else {
             return sys::TSRemapStatus::TSREMAP_NO_REMAP;
         };
         guard::catch(
@@ -244,7 +265,9 @@ pub mod entry {
                 // taking ownership (ManuallyDrop) keeps ATS's count intact.
                 let plugin = ManuallyDrop::new(unsafe { Arc::from_raw(ih as *const P) });
                 // SAFETY: rri is valid and exclusively ours for this call.
-                let mut req = RemapRequest { rri: unsafe { &mut *rri } };
+                let mut req = RemapRequest {
+                    rri: unsafe { &mut *rri },
+                };
                 plugin.do_remap(txn, &mut req).sys()
             },
         )
@@ -283,7 +306,9 @@ macro_rules! remap_plugin {
             errbuf_size: ::std::ffi::c_int,
         ) -> $crate::sys::TSReturnCode {
             // SAFETY: forwarded unchanged from ATS.
-            unsafe { $crate::remap::entry::new_instance::<$plugin>(argc, argv, ih, errbuf, errbuf_size) }
+            unsafe {
+                $crate::remap::entry::new_instance::<$plugin>(argc, argv, ih, errbuf, errbuf_size)
+            }
         }
 
         /// ATS entry point; see `ts/remap.h`.

@@ -76,7 +76,11 @@ pub struct Timer {
 
 impl Timer {
     /// Runs `task` once, `after` from now, on `pool`. Must be called on an ATS thread.
-    pub fn after(after: Duration, pool: Pool, task: impl FnOnce() + Send + 'static) -> Result<Timer, String> {
+    pub fn after(
+        after: Duration,
+        pool: Pool,
+        task: impl FnOnce() + Send + 'static,
+    ) -> Result<Timer, String> {
         if !on_ats_thread() {
             return Err("Timer::after called off an ATS thread".into());
         }
@@ -113,9 +117,16 @@ impl Timer {
     pub fn cancel(&self) -> bool {
         let inner = &*self.inner;
         if !on_ats_thread() {
-            return inner.state.compare_exchange(PENDING, CANCELLED_LAZY, Ordering::AcqRel, Ordering::Acquire).is_ok();
+            return inner
+                .state
+                .compare_exchange(PENDING, CANCELLED_LAZY, Ordering::AcqRel, Ordering::Acquire)
+                .is_ok();
         }
-        if inner.state.compare_exchange(PENDING, CANCELLING, Ordering::AcqRel, Ordering::Acquire).is_err() {
+        if inner
+            .state
+            .compare_exchange(PENDING, CANCELLING, Ordering::AcqRel, Ordering::Acquire)
+            .is_err()
+        {
             return false;
         }
         // From here only we destroy the continuation, so its mutex is alive.
@@ -140,10 +151,17 @@ impl Timer {
     }
 }
 
-unsafe extern "C" fn timer_handler(cont: sys::TSCont, _ev: sys::TSEvent, _edata: *mut c_void) -> c_int {
+unsafe extern "C" fn timer_handler(
+    cont: sys::TSCont,
+    _ev: sys::TSEvent,
+    _edata: *mut c_void,
+) -> c_int {
     // SAFETY: the data is the Arc<TimerInner> reference leaked in Timer::after.
     let inner = unsafe { Arc::from_raw(sys::TSContDataGet(cont) as *const TimerInner) };
-    match inner.state.compare_exchange(PENDING, FIRED, Ordering::AcqRel, Ordering::Acquire) {
+    match inner
+        .state
+        .compare_exchange(PENDING, FIRED, Ordering::AcqRel, Ordering::Acquire)
+    {
         Ok(_) => {
             // SAFETY: winning the CAS gives exclusive access to the task.
             if let Some(task) = unsafe { (*inner.task.get()).take() } {
@@ -189,7 +207,11 @@ unsafe impl Sync for PeriodicInner {}
 
 impl Periodic {
     /// Starts running `work` every `every` on `pool`. Must be called on an ATS thread.
-    pub fn start(every: Duration, pool: Pool, work: impl Fn() + Send + Sync + 'static) -> Result<Periodic, String> {
+    pub fn start(
+        every: Duration,
+        pool: Pool,
+        work: impl Fn() + Send + Sync + 'static,
+    ) -> Result<Periodic, String> {
         if !on_ats_thread() {
             return Err("Periodic::start called off an ATS thread".into());
         }
@@ -229,7 +251,11 @@ impl Drop for Periodic {
     }
 }
 
-unsafe extern "C" fn periodic_handler(cont: sys::TSCont, _ev: sys::TSEvent, _edata: *mut c_void) -> c_int {
+unsafe extern "C" fn periodic_handler(
+    cont: sys::TSCont,
+    _ev: sys::TSEvent,
+    _edata: *mut c_void,
+) -> c_int {
     let data = sys_data(cont);
     // SAFETY: the data is the Box<PeriodicInner> leaked in Periodic::start,
     // alive until this handler reclaims it below.
@@ -254,7 +280,9 @@ unsafe extern "C" fn periodic_handler(cont: sys::TSCont, _ev: sys::TSEvent, _eda
     if *next <= now {
         *next = now + inner.every;
     }
-    let delay = next.saturating_duration_since(now).max(Duration::from_millis(1));
+    let delay = next
+        .saturating_duration_since(now)
+        .max(Duration::from_millis(1));
     // SAFETY: live continuation, on an ATS thread (we are in its handler).
     unsafe { sys::TSContScheduleOnPool(cont, millis(delay), inner.pool.sys()) };
     0

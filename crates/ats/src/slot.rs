@@ -45,11 +45,15 @@ fn reserve(scope: Scope, name: &str) -> Result<c_int, String> {
         return Ok(idx);
     }
     // SAFETY: valid C strings and out pointer.
-    let rc = unsafe { sys::TSUserArgIndexReserve(scope.sys(), cname.as_ptr(), cname.as_ptr(), &mut idx) };
+    let rc = unsafe {
+        sys::TSUserArgIndexReserve(scope.sys(), cname.as_ptr(), cname.as_ptr(), &mut idx)
+    };
     if rc == sys::TSReturnCode::TS_SUCCESS && idx >= 0 {
         Ok(idx)
     } else {
-        Err(format!("TSUserArgIndexReserve({name}) failed: no free user argument slots"))
+        Err(format!(
+            "TSUserArgIndexReserve({name}) failed: no free user argument slots"
+        ))
     }
 }
 
@@ -98,8 +102,15 @@ impl<T: Send + Sync + 'static> TxnSlot<T> {
     /// Reserves the slot; `name` should be unique to the plugin (e.g. "rate_limit").
     pub fn new(name: &str) -> Result<Self, String> {
         let idx = reserve(Scope::Txn, name)?;
-        let reaper = HookCont::new(Reaper::<T> { idx, _t: PhantomData })?;
-        Ok(TxnSlot { idx, reaper, _t: PhantomData })
+        let reaper = HookCont::new(Reaper::<T> {
+            idx,
+            _t: PhantomData,
+        })?;
+        Ok(TxnSlot {
+            idx,
+            reaper,
+            _t: PhantomData,
+        })
     }
 
     /// Stores `value` for the transaction; it is dropped at TXN_CLOSE. If the slot is occupied (the plugin twice in one remap
@@ -137,8 +148,15 @@ pub struct SsnSlot<T> {
 impl<T: Send + Sync + 'static> SsnSlot<T> {
     pub fn new(name: &str) -> Result<Self, String> {
         let idx = reserve(Scope::Ssn, name)?;
-        let reaper = HookCont::new(Reaper::<T> { idx, _t: PhantomData })?;
-        Ok(SsnSlot { idx, reaper, _t: PhantomData })
+        let reaper = HookCont::new(Reaper::<T> {
+            idx,
+            _t: PhantomData,
+        })?;
+        Ok(SsnSlot {
+            idx,
+            reaper,
+            _t: PhantomData,
+        })
     }
 
     /// Stores `value` for the session; dropped at SSN_CLOSE. Hands the value

@@ -19,7 +19,9 @@ impl Stat {
         let cname = to_cstring(name);
         let mut id: c_int = -1;
         // SAFETY: valid C string and out pointer.
-        if unsafe { sys::TSStatFindName(cname.as_ptr(), &mut id) } == sys::TSReturnCode::TS_SUCCESS && id >= 0 {
+        if unsafe { sys::TSStatFindName(cname.as_ptr(), &mut id) } == sys::TSReturnCode::TS_SUCCESS
+            && id >= 0
+        {
             return Ok(Stat(id));
         }
         // SAFETY: valid C string; enum values from the headers.

@@ -22,7 +22,11 @@ impl TextLog {
     /// each line with its own timestamp.
     pub fn create(name: &str, timestamp: bool) -> Result<TextLog, String> {
         let cname = to_cstring(name);
-        let mode = if timestamp { sys::TS_LOG_MODE_ADD_TIMESTAMP.0 as std::ffi::c_int } else { 0 };
+        let mode = if timestamp {
+            sys::TS_LOG_MODE_ADD_TIMESTAMP.0 as std::ffi::c_int
+        } else {
+            0
+        };
         let mut obj: sys::TSTextLogObject = std::ptr::null_mut();
         // SAFETY: valid C string and out pointer.
         let rc = unsafe { sys::TSTextLogObjectCreate(cname.as_ptr(), mode, &mut obj) };

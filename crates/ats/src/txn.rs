@@ -118,7 +118,10 @@ impl<'a> Txn<'a> {
     /// # Safety
     /// `ptr` must be a live transaction for `'a`.
     pub(crate) unsafe fn from_raw(ptr: sys::TSHttpTxn) -> Option<Txn<'a>> {
-        NonNull::new(ptr).map(|ptr| Txn { ptr, _life: PhantomData })
+        NonNull::new(ptr).map(|ptr| Txn {
+            ptr,
+            _life: PhantomData,
+        })
     }
 
     pub(crate) fn as_ptr(self) -> sys::TSHttpTxn {
@@ -141,7 +144,10 @@ impl<'a> Txn<'a> {
     pub fn ssn(self) -> Option<Ssn<'a>> {
         // SAFETY: live txn; the session outlives its transactions.
         let p = unsafe { sys::TSHttpTxnSsnGet(self.as_ptr()) };
-        NonNull::new(p).map(|ptr| Ssn { ptr, _life: PhantomData })
+        NonNull::new(p).map(|ptr| Ssn {
+            ptr,
+            _life: PhantomData,
+        })
     }
 
     /// True for requests ATS or a plugin made itself (e.g. background fetches).
@@ -198,7 +204,8 @@ impl<'a> Txn<'a> {
             CacheLookup::Skipped => R::TS_CACHE_LOOKUP_SKIPPED,
         };
         // SAFETY: live txn; only valid during/after CACHE_LOOKUP_COMPLETE, which ATS checks.
-        let rc = unsafe { sys::TSHttpTxnCacheLookupStatusSet(self.as_ptr(), v.0 as std::ffi::c_int) };
+        let rc =
+            unsafe { sys::TSHttpTxnCacheLookupStatusSet(self.as_ptr(), v.0 as std::ffi::c_int) };
         rc == sys::TSReturnCode::TS_SUCCESS
     }
 
@@ -206,7 +213,11 @@ impl<'a> Txn<'a> {
     pub fn set_response_uncacheable(self) {
         // SAFETY: live txn; a plain flag setter.
         unsafe {
-            sys::TSHttpTxnCntlSet(self.as_ptr(), sys::TSHttpCntlType::TS_HTTP_CNTL_RESPONSE_CACHEABLE, false);
+            sys::TSHttpTxnCntlSet(
+                self.as_ptr(),
+                sys::TSHttpCntlType::TS_HTTP_CNTL_RESPONSE_CACHEABLE,
+                false,
+            );
         }
     }
 
@@ -233,7 +244,10 @@ impl<'a> Ssn<'a> {
     /// # Safety
     /// `ptr` must be a live session for `'a`.
     pub(crate) unsafe fn from_raw(ptr: sys::TSHttpSsn) -> Option<Ssn<'a>> {
-        NonNull::new(ptr).map(|ptr| Ssn { ptr, _life: PhantomData })
+        NonNull::new(ptr).map(|ptr| Ssn {
+            ptr,
+            _life: PhantomData,
+        })
     }
 
     pub(crate) fn as_ptr(self) -> sys::TSHttpSsn {
@@ -272,7 +286,11 @@ pub struct Hook<'a> {
 
 impl<'a> Hook<'a> {
     pub(crate) fn new(txn: Txn<'a>, id: HookId) -> Self {
-        Hook { txn, id, resolved: false }
+        Hook {
+            txn,
+            id,
+            resolved: false,
+        }
     }
 
     pub fn txn(&self) -> Txn<'a> {
@@ -303,7 +321,11 @@ impl<'a> Hook<'a> {
     /// resolves it later (typically by storing it in a queue).
     pub fn park(mut self, keep: impl FnOnce(Parked)) -> Done {
         self.resolved = true;
-        keep(Parked { txn: self.txn.ptr, can_answer: self.id.can_answer(), resolved: false });
+        keep(Parked {
+            txn: self.txn.ptr,
+            can_answer: self.id.can_answer(),
+            resolved: false,
+        });
         Done(())
     }
 }
@@ -314,7 +336,11 @@ impl Drop for Hook<'_> {
             return;
         }
         // Only reachable by unwinding out of a handler (or mem::forget-like misuse).
-        fail_safe(self.txn.ptr, self.id.can_answer(), "hook handler did not complete");
+        fail_safe(
+            self.txn.ptr,
+            self.id.can_answer(),
+            "hook handler did not complete",
+        );
     }
 }
 
@@ -327,7 +353,11 @@ pub struct SsnHook<'a> {
 
 impl<'a> SsnHook<'a> {
     pub(crate) fn new(ssn: Ssn<'a>, id: HookId) -> Self {
-        SsnHook { ssn, id, resolved: false }
+        SsnHook {
+            ssn,
+            id,
+            resolved: false,
+        }
     }
 
     pub fn ssn(&self) -> Ssn<'a> {
@@ -350,7 +380,9 @@ impl Drop for SsnHook<'_> {
     fn drop(&mut self) {
         if !self.resolved {
             // SAFETY: live session suspended at this hook; continuing is always safe.
-            unsafe { sys::TSHttpSsnReenable(self.ssn.as_ptr(), sys::TSEvent::TS_EVENT_HTTP_CONTINUE) };
+            unsafe {
+                sys::TSHttpSsnReenable(self.ssn.as_ptr(), sys::TSEvent::TS_EVENT_HTTP_CONTINUE)
+            };
         }
     }
 }
@@ -371,7 +403,10 @@ unsafe impl Send for Parked {}
 impl Parked {
     /// The suspended transaction. Valid until the token is resolved.
     pub fn txn(&self) -> Txn<'_> {
-        Txn { ptr: self.txn, _life: PhantomData }
+        Txn {
+            ptr: self.txn,
+            _life: PhantomData,
+        }
     }
 
     /// Resumes the transaction.
@@ -391,7 +426,11 @@ impl Parked {
 impl Drop for Parked {
     fn drop(&mut self) {
         if !self.resolved {
-            fail_safe(self.txn, self.can_answer, "parked transaction dropped unresolved");
+            fail_safe(
+                self.txn,
+                self.can_answer,
+                "parked transaction dropped unresolved",
+            );
         }
     }
 }
@@ -426,7 +465,11 @@ thread_local! {
 /// Nested calls on one thread are turned into a loop instead.
 fn reenable_deferred(txn: sys::TSHttpTxn, ev: sys::TSEvent) {
     let queued = PENDING
-        .try_with(|p| p.try_borrow_mut().map(|mut p| p.push_back((txn as usize, ev))).is_ok())
+        .try_with(|p| {
+            p.try_borrow_mut()
+                .map(|mut p| p.push_back((txn as usize, ev)))
+                .is_ok()
+        })
         .unwrap_or(false);
     if !queued {
         reenable_now(txn, ev);
@@ -454,7 +497,10 @@ pub(crate) enum HookTarget<'a> {
 impl HookTarget<'_> {
     /// # Safety
     /// `edata` must be the event data ATS passed with `ev` to a hook continuation.
-    pub(crate) unsafe fn from_event<'a>(ev: sys::TSEvent, edata: *mut c_void) -> Option<HookTarget<'a>> {
+    pub(crate) unsafe fn from_event<'a>(
+        ev: sys::TSEvent,
+        edata: *mut c_void,
+    ) -> Option<HookTarget<'a>> {
         let id = HookId::from_event(ev)?;
         if id == HookId::SsnClose {
             // SAFETY: session hook events carry the session.

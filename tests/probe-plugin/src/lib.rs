@@ -22,7 +22,10 @@ use std::time::Duration;
 use ats::sched::{Pool, Timer};
 use ats::stats::Stat;
 use ats::textlog::TextLog;
-use ats::{Done, Hook, HookCont, HookHandler, HookId, RemapArgs, RemapPlugin, RemapRequest, RemapStatus, Txn, TxnSlot};
+use ats::{
+    Done, Hook, HookCont, HookHandler, HookId, RemapArgs, RemapPlugin, RemapRequest, RemapStatus,
+    Txn, TxnSlot,
+};
 
 struct Probe {
     tag: String,
@@ -57,7 +60,9 @@ static GLOBALS: OnceLock<Globals> = OnceLock::new();
 static SEQ: AtomicU64 = AtomicU64::new(0);
 
 fn globals() -> &'static Globals {
-    GLOBALS.get().expect("TSRemapInit ran before any instance exists")
+    GLOBALS
+        .get()
+        .expect("TSRemapInit ran before any instance exists")
 }
 
 impl RemapPlugin for Probe {
@@ -76,17 +81,27 @@ impl RemapPlugin for Probe {
     }
 
     fn new_instance(args: &RemapArgs<'_>) -> Result<Self, String> {
-        let mut probe = Probe { tag: String::new(), log: false };
+        let mut probe = Probe {
+            tag: String::new(),
+            log: false,
+        };
         for opt in args.options() {
             if let Some(tag) = opt.strip_prefix("--tag=") {
                 probe.tag = tag.to_owned();
             } else if *opt == "--log" {
                 probe.log = true;
             } else {
-                return Err(format!("unknown option '{opt}' (allowed: --tag=<text>, --log)"));
+                return Err(format!(
+                    "unknown option '{opt}' (allowed: --tag=<text>, --log)"
+                ));
             }
         }
-        log::info!("probe rule {} -> {} tag={:?}", args.from_url, args.to_url, probe.tag);
+        log::info!(
+            "probe rule {} -> {} tag={:?}",
+            args.from_url,
+            args.to_url,
+            probe.tag
+        );
         Ok(probe)
     }
 
@@ -95,7 +110,10 @@ impl RemapPlugin for Probe {
         g.requests.inc();
         let path = req
             .request_header()
-            .and_then(|h| h.url_path().map(|p| String::from_utf8_lossy(p).into_owned()))
+            .and_then(|h| {
+                h.url_path()
+                    .map(|p| String::from_utf8_lossy(p).into_owned())
+            })
             .unwrap_or_default();
         if self.log {
             g.log.write(&format!("probe path=/{path}"));
@@ -113,7 +131,11 @@ impl RemapPlugin for Probe {
         if action == Action::PanicClose {
             txn.hook(HookId::TxnClose, &g.cont);
         }
-        let state = State { action, tag: self.tag.clone(), seq: SEQ.fetch_add(1, Ordering::Relaxed) };
+        let state = State {
+            action,
+            tag: self.tag.clone(),
+            seq: SEQ.fetch_add(1, Ordering::Relaxed),
+        };
         if g.state.set(txn, Box::new(state)).is_err() {
             log::warn!("probe state already set on this transaction");
         }
@@ -129,18 +151,24 @@ impl HookHandler for Hooks {
     fn on_txn(&self, hook: Hook<'_>) -> Done {
         let g = globals();
         let txn = hook.txn();
-        let Some(state) = g.state.get(txn) else { return hook.resume() };
+        let Some(state) = g.state.get(txn) else {
+            return hook.resume();
+        };
         match (hook.id(), state.action) {
             (HookId::PostRemap, Action::PanicHook) => panic!("probe: deliberate panic in a hook"),
             (HookId::PostRemap, Action::Park(ms)) => hook.park(|parked| {
-                let armed = Timer::after(Duration::from_millis(ms), Pool::Net, move || parked.resume());
+                let armed = Timer::after(Duration::from_millis(ms), Pool::Net, move || {
+                    parked.resume()
+                });
                 if let Err(e) = armed {
                     log::error!("cannot arm timer: {e}");
                 }
             }),
             (HookId::PostRemap, Action::Cancel(ms)) => {
                 let cancelled_ran = g.cancelled_ran;
-                match Timer::after(Duration::from_millis(ms), Pool::Net, move || cancelled_ran.inc()) {
+                match Timer::after(Duration::from_millis(ms), Pool::Net, move || {
+                    cancelled_ran.inc()
+                }) {
                     Ok(timer) if timer.cancel() => hook.resume(),
                     Ok(_) => hook.error(502),
                     Err(e) => {
@@ -158,7 +186,9 @@ impl HookHandler for Hooks {
                 }
                 hook.resume()
             }
-            (HookId::TxnClose, Action::PanicClose) => panic!("probe: deliberate panic at TXN_CLOSE"),
+            (HookId::TxnClose, Action::PanicClose) => {
+                panic!("probe: deliberate panic at TXN_CLOSE")
+            }
             _ => hook.resume(),
         }
     }

@@ -1,0 +1,267 @@
+//! A small HTTP/1.1 client for tests: exact control over connections
+//! (keep-alive, aborts) and timing, which general-purpose clients hide.
+
+use std::io::{self, BufRead, BufReader, Write};
+use std::net::{Shutdown, TcpStream};
+use std::sync::{Arc, Barrier};
+use std::thread;
+use std::time::{Duration, Instant};
+
+/// A response as received.
+#[derive(Debug, Clone)]
+pub struct Response {
+    pub status: u16,
+    pub headers: Vec<(String, String)>,
+    pub body: Vec<u8>,
+    /// When the request was sent.
+    pub sent_at: Instant,
+    /// Time from sending to the complete response.
+    pub elapsed: Duration,
+}
+
+impl Response {
+    /// First header value of that name (case-insensitive).
+    pub fn header(&self, name: &str) -> Option<&str> {
+        self.headers
+            .iter()
+            .find(|(k, _)| k.eq_ignore_ascii_case(name))
+            .map(|(_, v)| v.as_str())
+    }
+
+    pub fn body_text(&self) -> String {
+        String::from_utf8_lossy(&self.body).into_owned()
+    }
+}
+
+const TIMEOUT: Duration = Duration::from_secs(30);
+
+/// A keep-alive client connection to the proxy.
+pub struct Conn {
+    reader: BufReader<TcpStream>,
+    port: u16,
+}
+
+impl Conn {
+    pub fn open(port: u16) -> io::Result<Conn> {
+        let s = TcpStream::connect(("127.0.0.1", port))?;
+        s.set_read_timeout(Some(TIMEOUT))?;
+        s.set_nodelay(true)?;
+        Ok(Conn {
+            reader: BufReader::new(s),
+            port,
+        })
+    }
+
+    pub fn port(&self) -> u16 {
+        self.port
+    }
+
+    /// Sends a GET and reads the response; the connection stays open.
+    pub fn get(
+        &mut self,
+        host: &str,
+        path: &str,
+        headers: &[(&str, &str)],
+    ) -> io::Result<Response> {
+        let sent_at = self.send(host, path, headers, true)?;
+        read_response(&mut self.reader, sent_at)
+    }
+
+    fn send(
+        &mut self,
+        host: &str,
+        path: &str,
+        headers: &[(&str, &str)],
+        keep_alive: bool,
+    ) -> io::Result<Instant> {
+        let mut req = format!("GET {path} HTTP/1.1\r\nHost: {host}\r\n");
+        for (k, v) in headers {
+            req.push_str(&format!("{k}: {v}\r\n"));
+        }
+        if !keep_alive {
+            req.push_str("Connection: close\r\n");
+        }
+        req.push_str("\r\n");
+        let sent_at = Instant::now();
+        self.reader.get_mut().write_all(req.as_bytes())?;
+        Ok(sent_at)
+    }
+
+    /// Sends a GET and closes the connection after `after` without reading
+    /// the response: a client that gives up.
+    pub fn abort_after(
+        mut self,
+        host: &str,
+        path: &str,
+        headers: &[(&str, &str)],
+        after: Duration,
+    ) -> io::Result<()> {
+        self.send(host, path, headers, true)?;
+        thread::sleep(after);
+        let s = self.reader.get_mut();
+        // RST rather than FIN, like a killed client.
+        let _ = reset_on_close(s);
+        s.shutdown(Shutdown::Both)
+    }
+}
+
+/// SO_LINGER with a zero timeout: close() sends RST instead of FIN.
+fn reset_on_close(s: &TcpStream) -> io::Result<()> {
+    use std::os::fd::AsRawFd;
+    let l = libc::linger {
+        l_onoff: 1,
+        l_linger: 0,
+    };
+    // SAFETY: valid socket fd and a correctly sized linger struct.
+    let rc = unsafe {
+        libc::setsockopt(
+            s.as_raw_fd(),
+            libc::SOL_SOCKET,
+            libc::SO_LINGER,
+            (&l as *const libc::linger).cast(),
+            std::mem::size_of::<libc::linger>() as libc::socklen_t,
+        )
+    };
+    if rc == 0 {
+        Ok(())
+    } else {
+        Err(io::Error::last_os_error())
+    }
+}
+
+/// One GET on a fresh connection (`Connection: close`).
+pub fn get(port: u16, host: &str, path: &str, headers: &[(&str, &str)]) -> io::Result<Response> {
+    let mut c = Conn::open(port)?;
+    let sent_at = c.send(host, path, headers, false)?;
+    read_response(&mut c.reader, sent_at)
+}
+
+/// Runs `n` requests at once (one thread and connection each, released
+/// together by a barrier); result `i` belongs to request `i`.
+pub fn burst<F>(n: usize, f: F) -> Vec<io::Result<Response>>
+where
+    F: Fn(usize) -> io::Result<Response> + Send + Sync + 'static,
+{
+    let f = Arc::new(f);
+    let barrier = Arc::new(Barrier::new(n));
+    let handles: Vec<_> = (0..n)
+        .map(|i| {
+            let (f, barrier) = (f.clone(), barrier.clone());
+            thread::spawn(move || {
+                barrier.wait();
+                f(i)
+            })
+        })
+        .collect();
+    handles
+        .into_iter()
+        .map(|h| {
+            h.join()
+                .unwrap_or_else(|_| Err(io::Error::other("request thread panicked")))
+        })
+        .collect()
+}
+
+/// Counts responses per status code (errors count as status 0).
+pub fn status_counts(results: &[io::Result<Response>]) -> std::collections::BTreeMap<u16, usize> {
+    let mut m = std::collections::BTreeMap::new();
+    for r in results {
+        *m.entry(r.as_ref().map(|r| r.status).unwrap_or(0))
+            .or_insert(0) += 1;
+    }
+    m
+}
+
+pub(crate) fn read_head<R: BufRead>(r: &mut R) -> io::Result<(String, Vec<(String, String)>)> {
+    let mut first = String::new();
+    if r.read_line(&mut first)? == 0 {
+        return Err(io::Error::new(
+            io::ErrorKind::UnexpectedEof,
+            "connection closed before a response",
+        ));
+    }
+    let mut headers = Vec::new();
+    loop {
+        let mut line = String::new();
+        if r.read_line(&mut line)? == 0 {
+            return Err(io::Error::new(
+                io::ErrorKind::UnexpectedEof,
+                "connection closed in headers",
+            ));
+        }
+        let line = line.trim_end();
+        if line.is_empty() {
+            break;
+        }
+        if let Some((k, v)) = line.split_once(':') {
+            headers.push((k.trim().to_owned(), v.trim().to_owned()));
+        }
+    }
+    Ok((first.trim_end().to_owned(), headers))
+}
+
+pub(crate) fn read_body<R: BufRead>(
+    r: &mut R,
+    headers: &[(String, String)],
+    until_eof: bool,
+) -> io::Result<Vec<u8>> {
+    let get = |n: &str| {
+        headers
+            .iter()
+            .find(|(k, _)| k.eq_ignore_ascii_case(n))
+            .map(|(_, v)| v.as_str())
+    };
+    if get("Transfer-Encoding").is_some_and(|v| v.eq_ignore_ascii_case("chunked")) {
+        let mut body = Vec::new();
+        loop {
+            let mut size = String::new();
+            r.read_line(&mut size)?;
+            let n = usize::from_str_radix(size.trim().split(';').next().unwrap_or(""), 16)
+                .map_err(|_| io::Error::new(io::ErrorKind::InvalidData, "bad chunk size"))?;
+            let mut chunk = vec![0; n + 2];
+            r.read_exact(&mut chunk)?;
+            if n == 0 {
+                return Ok(body);
+            }
+            body.extend_from_slice(&chunk[..n]);
+        }
+    }
+    match get("Content-Length").and_then(|v| v.parse::<usize>().ok()) {
+        Some(n) => {
+            let mut body = vec![0; n];
+            r.read_exact(&mut body)?;
+            Ok(body)
+        }
+        None if until_eof => {
+            let mut body = Vec::new();
+            r.read_to_end(&mut body)?;
+            Ok(body)
+        }
+        None => Ok(Vec::new()),
+    }
+}
+
+fn read_response<R: BufRead>(r: &mut R, sent_at: Instant) -> io::Result<Response> {
+    let (status_line, headers) = read_head(r)?;
+    let status = status_line
+        .split_whitespace()
+        .nth(1)
+        .and_then(|s| s.parse().ok())
+        .ok_or_else(|| {
+            io::Error::new(
+                io::ErrorKind::InvalidData,
+                format!("bad status line {status_line:?}"),
+            )
+        })?;
+    let close = headers
+        .iter()
+        .any(|(k, v)| k.eq_ignore_ascii_case("Connection") && v.eq_ignore_ascii_case("close"));
+    let body = read_body(r, &headers, close)?;
+    Ok(Response {
+        status,
+        headers,
+        body,
+        sent_at,
+        elapsed: sent_at.elapsed(),
+    })
+}

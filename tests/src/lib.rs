@@ -1,0 +1,36 @@
+//! Integration test harness: runs a real `traffic_server` with our plugins.
+//!
+//! - [`TrafficServer`]: a throwaway instance in its own runroot and ports,
+//!   started directly or under `traffic_manager` (for `traffic_ctl`), whose
+//!   logs are printed when the test fails.
+//! - [`Origin`]: a loopback origin whose responses the test controls per
+//!   request (delay, status, Cache-Control, body size) and which records
+//!   every request it receives.
+//! - [`client`]: a small HTTP/1.1 client (single requests, keep-alive
+//!   connections, concurrent bursts, aborts) with timings.
+//! - [`plugin`]: paths of the freshly built plugin `.so` files.
+
+pub mod client;
+mod origin;
+mod plugins;
+mod server;
+
+pub use origin::{Origin, Received};
+pub use plugins::plugin;
+pub use server::{StartError, TrafficServer, TsBuilder};
+
+use std::time::{Duration, Instant};
+
+/// Polls `cond` every 10 ms until it holds or `timeout` passes.
+pub fn wait_until(timeout: Duration, mut cond: impl FnMut() -> bool) -> bool {
+    let end = Instant::now() + timeout;
+    loop {
+        if cond() {
+            return true;
+        }
+        if Instant::now() >= end {
+            return false;
+        }
+        std::thread::sleep(Duration::from_millis(10));
+    }
+}

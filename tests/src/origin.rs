@@ -1,0 +1,253 @@
+//! A loopback origin whose responses the test controls per request, through
+//! request headers that ATS forwards:
+//!
+//! | header            | effect                                   | default      |
+//! |-------------------|------------------------------------------|--------------|
+//! | `X-Origin-Delay`  | milliseconds to wait before answering    | 0            |
+//! | `X-Origin-Status` | response status                          | 200          |
+//! | `X-Origin-CC`     | `Cache-Control` of the response          | `no-store`   |
+//! | `X-Origin-Body`   | body size in bytes                       | 3 (`ok\n`)   |
+//!
+//! Defaults can be changed with [`Origin::set_default`]. Every request is
+//! recorded ([`Received`]) with arrival/finish times, and the origin tracks
+//! how many requests it is serving at once (and the maximum).
+
+use std::collections::HashMap;
+use std::io::{self, BufReader, Write};
+use std::net::{TcpListener, TcpStream};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+use std::thread;
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+use crate::client::{read_body, read_head};
+
+/// A request the origin received.
+#[derive(Debug, Clone)]
+pub struct Received {
+    pub seq: usize,
+    pub path: String,
+    pub headers: Vec<(String, String)>,
+    pub arrived: Instant,
+    /// When the response was written (None while still being served).
+    pub finished: Option<Instant>,
+}
+
+impl Received {
+    pub fn header(&self, name: &str) -> Option<&str> {
+        self.headers
+            .iter()
+            .find(|(k, _)| k.eq_ignore_ascii_case(name))
+            .map(|(_, v)| v.as_str())
+    }
+}
+
+#[derive(Default)]
+struct Shared {
+    log: Mutex<Vec<Received>>,
+    defaults: Mutex<HashMap<String, String>>,
+    in_flight: AtomicUsize,
+    max_in_flight: AtomicUsize,
+    stop: AtomicBool,
+}
+
+/// The origin server; stops accepting when dropped.
+pub struct Origin {
+    port: u16,
+    shared: Arc<Shared>,
+}
+
+impl Origin {
+    pub fn start() -> Origin {
+        let listener = TcpListener::bind("127.0.0.1:0").expect("origin bind");
+        let port = listener.local_addr().expect("origin addr").port();
+        let shared = Arc::new(Shared::default());
+        let s = shared.clone();
+        thread::spawn(move || {
+            for conn in listener.incoming() {
+                if s.stop.load(Ordering::Relaxed) {
+                    break;
+                }
+                if let Ok(conn) = conn {
+                    let s = s.clone();
+                    thread::spawn(move || {
+                        let _ = serve(conn, &s);
+                    });
+                }
+            }
+        });
+        Origin { port, shared }
+    }
+
+    pub fn port(&self) -> u16 {
+        self.port
+    }
+
+    /// `http://127.0.0.1:<port>`, for the "to" side of a remap rule.
+    pub fn url(&self) -> String {
+        format!("http://127.0.0.1:{}", self.port)
+    }
+
+    /// Sets a default for one of the control headers (e.g. `X-Origin-CC`).
+    pub fn set_default(&self, header: &str, value: &str) {
+        lock(&self.shared.defaults).insert(header.to_ascii_lowercase(), value.to_owned());
+    }
+
+    /// Number of requests received so far.
+    pub fn count(&self) -> usize {
+        lock(&self.shared.log).len()
+    }
+
+    /// Every request received so far, in arrival order.
+    pub fn requests(&self) -> Vec<Received> {
+        lock(&self.shared.log).clone()
+    }
+
+    pub fn in_flight(&self) -> usize {
+        self.shared.in_flight.load(Ordering::SeqCst)
+    }
+
+    /// Most requests served at once since start (or the last reset).
+    pub fn max_in_flight(&self) -> usize {
+        self.shared.max_in_flight.load(Ordering::SeqCst)
+    }
+
+    pub fn reset_max_in_flight(&self) {
+        self.shared
+            .max_in_flight
+            .store(self.in_flight(), Ordering::SeqCst);
+    }
+}
+
+impl Drop for Origin {
+    fn drop(&mut self) {
+        self.shared.stop.store(true, Ordering::Relaxed);
+        // Wake the accept loop so it sees the flag.
+        let _ = TcpStream::connect(("127.0.0.1", self.port));
+    }
+}
+
+fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+fn serve(conn: TcpStream, s: &Shared) -> io::Result<()> {
+    conn.set_nodelay(true)?;
+    let mut writer = conn.try_clone()?;
+    let mut reader = BufReader::new(conn);
+    loop {
+        let (line, headers) = match read_head(&mut reader) {
+            Ok(h) => h,
+            Err(_) => return Ok(()), // peer closed the keep-alive connection
+        };
+        read_body(&mut reader, &headers, false)?;
+        let arrived = Instant::now();
+        let path = line.split_whitespace().nth(1).unwrap_or("/").to_owned();
+        let control = |name: &str| -> Option<String> {
+            headers
+                .iter()
+                .find(|(k, _)| k.eq_ignore_ascii_case(name))
+                .map(|(_, v)| v.clone())
+                .or_else(|| lock(&s.defaults).get(&name.to_ascii_lowercase()).cloned())
+        };
+        let seq = {
+            let mut log = lock(&s.log);
+            let seq = log.len();
+            log.push(Received {
+                seq,
+                path,
+                headers: headers.clone(),
+                arrived,
+                finished: None,
+            });
+            seq
+        };
+        let now = s.in_flight.fetch_add(1, Ordering::SeqCst) + 1;
+        s.max_in_flight.fetch_max(now, Ordering::SeqCst);
+
+        let delay: u64 = control("X-Origin-Delay")
+            .and_then(|v| v.parse().ok())
+            .unwrap_or(0);
+        let status: u16 = control("X-Origin-Status")
+            .and_then(|v| v.parse().ok())
+            .unwrap_or(200);
+        let cc = control("X-Origin-CC").unwrap_or_else(|| "no-store".into());
+        let size: usize = control("X-Origin-Body")
+            .and_then(|v| v.parse().ok())
+            .unwrap_or(3);
+        if delay > 0 {
+            thread::sleep(Duration::from_millis(delay));
+        }
+        let body: Vec<u8> = if size == 3 {
+            b"ok\n".to_vec()
+        } else {
+            vec![b'x'; size]
+        };
+        let head = format!(
+            "HTTP/1.1 {status} Origin\r\nDate: {}\r\nCache-Control: {cc}\r\nContent-Length: {}\r\n\
+             X-Origin-Seq: {seq}\r\nConnection: keep-alive\r\n\r\n",
+            http_date(SystemTime::now()),
+            body.len()
+        );
+        let result = writer
+            .write_all(head.as_bytes())
+            .and_then(|_| writer.write_all(&body));
+        s.in_flight.fetch_sub(1, Ordering::SeqCst);
+        if let Some(r) = lock(&s.log).get_mut(seq) {
+            r.finished = Some(Instant::now());
+        }
+        result?;
+    }
+}
+
+/// IMF-fixdate, e.g. `Sun, 06 Nov 1994 08:49:37 GMT`.
+pub fn http_date(t: SystemTime) -> String {
+    let secs = t
+        .duration_since(UNIX_EPOCH)
+        .map(|d| d.as_secs())
+        .unwrap_or(0);
+    let days = (secs / 86_400) as i64;
+    let rem = secs % 86_400;
+    // Civil-from-days (Howard Hinnant's algorithm).
+    let z = days + 719_468;
+    let era = z.div_euclid(146_097);
+    let doe = z.rem_euclid(146_097);
+    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
+    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    let mp = (5 * doy + 2) / 153;
+    let day = doy - (153 * mp + 2) / 5 + 1;
+    let month = if mp < 10 { mp + 3 } else { mp - 9 };
+    let year = yoe + era * 400 + i64::from(month <= 2);
+    const WD: [&str; 7] = ["Thu", "Fri", "Sat", "Sun", "Mon", "Tue", "Wed"];
+    const MON: [&str; 12] = [
+        "Jan", "Feb", "Mar", "Apr", "May", "Jun", "Jul", "Aug", "Sep", "Oct", "Nov", "Dec",
+    ];
+    format!(
+        "{}, {:02} {} {} {:02}:{:02}:{:02} GMT",
+        WD[days.rem_euclid(7) as usize],
+        day,
+        MON[(month - 1) as usize],
+        year,
+        rem / 3600,
+        rem / 60 % 60,
+        rem % 60
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn http_date_known_values() {
+        assert_eq!(http_date(UNIX_EPOCH), "Thu, 01 Jan 1970 00:00:00 GMT");
+        assert_eq!(
+            http_date(UNIX_EPOCH + Duration::from_secs(784_111_777)),
+            "Sun, 06 Nov 1994 08:49:37 GMT"
+        );
+        assert_eq!(
+            http_date(UNIX_EPOCH + Duration::from_secs(951_782_400)),
+            "Tue, 29 Feb 2000 00:00:00 GMT"
+        );
+    }
+}

@@ -1,0 +1,74 @@
+//! Locates the plugin `.so` files under test, building them first.
+//!
+//! `cargo test` does not build cdylib members as artifacts of an integration
+//! test, so the harness runs `cargo build` for the same profile once per test
+//! process (a no-op when up to date) and copies `lib<name>.so` to
+//! `target/<profile>/plugins/<name>.so`, the names an operator uses.
+//! `ATS_PLUGIN_DIR` overrides all of this.
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::sync::OnceLock;
+
+const PLUGINS: &[(&str, &str)] = &[
+    ("throttle", "throttle"),
+    ("rate_limit", "rate_limit"),
+    ("ats-probe", "probe"),
+];
+
+static DIR: OnceLock<Result<PathBuf, String>> = OnceLock::new();
+
+/// Absolute path of `<name>.so` (`throttle`, `rate_limit` or `probe`).
+pub fn plugin(name: &str) -> String {
+    let dir = match DIR.get_or_init(build) {
+        Ok(d) => d,
+        Err(e) => panic!("cannot build the plugins: {e}"),
+    };
+    let p = dir.join(format!("{name}.so"));
+    assert!(p.is_file(), "{} does not exist", p.display());
+    p.display().to_string()
+}
+
+fn build() -> Result<PathBuf, String> {
+    if let Some(dir) = std::env::var_os("ATS_PLUGIN_DIR") {
+        return Ok(PathBuf::from(dir));
+    }
+    // target/<profile>/deps/<test-binary>
+    let exe = std::env::current_exe().map_err(|e| e.to_string())?;
+    let profile_dir = exe
+        .parent()
+        .and_then(Path::parent)
+        .ok_or("cannot locate the target directory from the test binary")?
+        .to_path_buf();
+    let profile = match profile_dir.file_name().and_then(|n| n.to_str()) {
+        Some("debug") => "dev".to_owned(),
+        Some(p) => p.to_owned(),
+        None => return Err("unexpected target layout".into()),
+    };
+    let target_dir = profile_dir.parent().ok_or("no target dir")?;
+    let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
+    let workspace = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .parent()
+        .ok_or("no workspace")?;
+    let mut cmd = Command::new(cargo);
+    cmd.current_dir(workspace)
+        .args(["build", "--quiet", "--profile", &profile, "--target-dir"])
+        .arg(target_dir);
+    for (pkg, _) in PLUGINS {
+        cmd.args(["-p", pkg]);
+    }
+    let status = cmd.status().map_err(|e| format!("running cargo: {e}"))?;
+    if !status.success() {
+        return Err(format!("cargo build failed: {status}"));
+    }
+    let out = profile_dir.join("plugins");
+    std::fs::create_dir_all(&out).map_err(|e| e.to_string())?;
+    for (_, lib) in PLUGINS {
+        let src = profile_dir.join(format!("lib{lib}.so"));
+        // Copy then rename: a concurrently starting traffic_server never sees a half-written file.
+        let tmp = out.join(format!(".{lib}.so.{}", std::process::id()));
+        std::fs::copy(&src, &tmp).map_err(|e| format!("copy {}: {e}", src.display()))?;
+        std::fs::rename(&tmp, out.join(format!("{lib}.so"))).map_err(|e| e.to_string())?;
+    }
+    Ok(out)
+}

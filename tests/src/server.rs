@@ -1,0 +1,448 @@
+//! A throwaway Traffic Server: own runroot, own loopback ports, own logs.
+
+use std::collections::BTreeMap;
+use std::fmt;
+use std::fs;
+use std::io;
+use std::net::TcpListener;
+use std::os::unix::process::CommandExt;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Output, Stdio};
+use std::time::{Duration, Instant};
+
+use crate::client::{self, Response};
+use crate::wait_until;
+
+const READY: &str = "Traffic Server is fully initialized";
+const START_TIMEOUT: Duration = Duration::from_secs(30);
+
+/// Configuration of an instance; see [`TrafficServer::builder`].
+pub struct TsBuilder {
+    remap: String,
+    records: BTreeMap<String, String>,
+    plugin_config: String,
+    files: Vec<(String, String)>,
+    manager: bool,
+    debug_tags: String,
+}
+
+/// Startup failed: ATS exited or never became ready. Carries diags.log.
+pub struct StartError {
+    pub reason: String,
+    pub diags: String,
+}
+
+impl fmt::Debug for StartError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}\n--- diags.log ---\n{}", self.reason, self.diags)
+    }
+}
+
+/// A running instance. Killed (and its logs printed if the test is failing) on drop.
+pub struct TrafficServer {
+    dir: tempfile::TempDir,
+    port: u16,
+    child: Option<Child>,
+    manager: bool,
+}
+
+fn free_port() -> u16 {
+    TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .map(|a| a.port())
+        .expect("no free loopback port")
+}
+
+impl TsBuilder {
+    /// remap.config contents. Use `{origin}` style formatting in the caller.
+    pub fn remap(mut self, remap: impl Into<String>) -> Self {
+        self.remap = remap.into();
+        self
+    }
+
+    /// Overrides a records.config setting: `record("proxy.config.x", "INT 1")`.
+    pub fn record(mut self, name: &str, typed_value: &str) -> Self {
+        self.records.insert(name.to_owned(), typed_value.to_owned());
+        self
+    }
+
+    /// plugin.config contents (global plugins).
+    pub fn plugin_config(mut self, text: impl Into<String>) -> Self {
+        self.plugin_config = text.into();
+        self
+    }
+
+    /// An extra file in the config directory (e.g. a plugin's config file).
+    pub fn config_file(mut self, name: &str, contents: &str) -> Self {
+        self.files.push((name.to_owned(), contents.to_owned()));
+        self
+    }
+
+    /// Start under `traffic_manager`, so `traffic_ctl` works (9.2).
+    pub fn with_manager(mut self) -> Self {
+        self.manager = true;
+        self
+    }
+
+    /// Debug tags to enable (default: our plugins' tags).
+    pub fn debug_tags(mut self, tags: &str) -> Self {
+        self.debug_tags = tags.to_owned();
+        self
+    }
+
+    /// Starts the instance and waits until it serves. Panics on harness
+    /// errors; returns `Err` when ATS itself refuses to start (bad config).
+    pub fn start(self) -> Result<TrafficServer, StartError> {
+        let mut last = None;
+        // A port picked free can be taken before ATS binds it: retry on that only.
+        for _ in 0..3 {
+            match self.try_start() {
+                Ok(ts) => return Ok(ts),
+                Err(e) if e.diags.contains("Address already in use") => last = Some(e),
+                Err(e) => return Err(e),
+            }
+        }
+        Err(last.expect("at least one attempt"))
+    }
+
+    fn try_start(&self) -> Result<TrafficServer, StartError> {
+        let dir = tempfile::Builder::new()
+            .prefix("ats-test-")
+            .tempdir()
+            .expect("temp dir");
+        let root = dir.path();
+        let port = free_port();
+        self.write_runroot(root, port).expect("writing the runroot");
+        let runroot = root.join("runroot.yaml");
+        let bin = if self.manager {
+            "traffic_manager"
+        } else {
+            "traffic_server"
+        };
+        let mut cmd = Command::new(bin);
+        cmd.env("TS_RUNROOT", &runroot)
+            .current_dir(root)
+            .stdin(Stdio::null())
+            .stdout(fs::File::create(root.join("stdout.txt")).expect("stdout file"))
+            .stderr(fs::File::create(root.join("stderr.txt")).expect("stderr file"))
+            // Own process group: the whole tree (manager + server) is killed together.
+            .process_group(0);
+        let child = cmd
+            .spawn()
+            .unwrap_or_else(|e| panic!("cannot run {bin}: {e} (is trafficserver installed?)"));
+        let mut ts = TrafficServer {
+            dir,
+            port,
+            child: Some(child),
+            manager: self.manager,
+        };
+        let diags = ts.log_path("diags.log");
+        let start = Instant::now();
+        loop {
+            let text = fs::read_to_string(&diags).unwrap_or_default();
+            if text.contains(READY) && (!ts.manager || ts.runtime_path("mgmtapi.sock").exists()) {
+                return Ok(ts);
+            }
+            let exited = match ts.child.as_mut().map(|c| c.try_wait()) {
+                Some(Ok(Some(status))) => Some(status.to_string()),
+                _ => None,
+            };
+            let fatal = text
+                .lines()
+                .find(|l| l.contains("FATAL") || l.contains("EMERGENCY"));
+            if exited.is_some() || fatal.is_some() || start.elapsed() > START_TIMEOUT {
+                let reason = match (exited, fatal) {
+                    (_, Some(line)) => format!("traffic_server failed: {line}"),
+                    (Some(status), None) => format!("{bin} exited: {status}"),
+                    (None, None) => format!("not ready after {START_TIMEOUT:?}"),
+                };
+                ts.kill();
+                return Err(StartError {
+                    reason,
+                    diags: ts.all_logs(),
+                });
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+
+    fn write_runroot(&self, root: &Path, port: u16) -> io::Result<()> {
+        let etc = root.join("etc");
+        for d in ["etc", "log", "run", "cache", "var"] {
+            fs::create_dir_all(root.join(d))?;
+        }
+        let r = root.display();
+        fs::write(
+            root.join("runroot.yaml"),
+            format!(
+                "prefix: {r}\nexec_prefix: {r}\nbindir: /usr/bin\nsbindir: /usr/bin\nsysconfdir: {r}/etc\n\
+                 datadir: {r}/var\nincludedir: /usr/include\nlibdir: /usr/lib/trafficserver\n\
+                 libexecdir: /usr/lib/trafficserver/modules\nlocalstatedir: {r}/var\nruntimedir: {r}/run\n\
+                 logdir: {r}/log\ncachedir: {r}/cache\n"
+            ),
+        )?;
+        let mut records: BTreeMap<String, String> = [
+            (
+                "proxy.config.http.server_ports",
+                format!("STRING {port}:ip-in=127.0.0.1"),
+            ),
+            ("proxy.config.admin.user_id", "STRING #-1".into()),
+            ("proxy.config.crash_log_helper", "STRING NULL".into()),
+            ("proxy.config.diags.output.diag", "STRING L".into()),
+            ("proxy.config.diags.output.debug", "STRING L".into()),
+            ("proxy.config.diags.debug.enabled", "INT 1".into()),
+            (
+                "proxy.config.diags.debug.tags",
+                format!("STRING {}", self.debug_tags),
+            ),
+            ("proxy.config.url_remap.remap_required", "INT 1".into()),
+            ("proxy.config.reverse_proxy.enabled", "INT 1".into()),
+            ("proxy.config.exec_thread.autoconfig", "INT 0".into()),
+            ("proxy.config.exec_thread.limit", "INT 2".into()),
+            ("proxy.config.task_threads", "INT 2".into()),
+            ("proxy.config.cache.ram_cache.size", "INT 8388608".into()),
+            // Without this, requests in the first moments see no cache at all.
+            ("proxy.config.http.wait_for_cache", "INT 1".into()),
+            ("proxy.config.http.insert_response_via_str", "INT 0".into()),
+            ("proxy.config.log.logging_enabled", "INT 3".into()),
+            ("proxy.config.log.max_secs_per_buffer", "INT 1".into()),
+            (
+                "proxy.config.process_manager.mgmt_port",
+                format!("INT {}", free_port()),
+            ),
+            (
+                "proxy.config.admin.synthetic_port",
+                format!("INT {}", free_port()),
+            ),
+            (
+                "proxy.config.http.connect_attempts_max_retries",
+                "INT 0".into(),
+            ),
+            ("proxy.config.http.connect_attempts_timeout", "INT 5".into()),
+        ]
+        .into_iter()
+        .map(|(k, v)| (k.to_owned(), v))
+        .collect();
+        records.extend(self.records.clone());
+        let text: String = records
+            .iter()
+            .map(|(k, v)| format!("CONFIG {k} {v}\n"))
+            .collect();
+        fs::write(etc.join("records.config"), text)?;
+        fs::write(etc.join("remap.config"), &self.remap)?;
+        fs::write(etc.join("plugin.config"), &self.plugin_config)?;
+        fs::write(etc.join("storage.config"), format!("{}/cache 64M\n", r))?;
+        fs::write(
+            etc.join("logging.yaml"),
+            "logging:\n  formats:\n    - name: test\n      format: '%<cqtq> %<ttms> %<chi> %<crc>/%<pssc> %<cqhm> %<cquc> %<phr>/%<shn>'\n  logs:\n    - filename: access\n      format: test\n      mode: ascii\n",
+        )?;
+        fs::copy(
+            "/etc/trafficserver/ip_allow.yaml",
+            etc.join("ip_allow.yaml"),
+        )?;
+        copy_dir(
+            Path::new("/etc/trafficserver/body_factory"),
+            &etc.join("body_factory"),
+        )?;
+        for (name, contents) in &self.files {
+            fs::write(etc.join(name), contents)?;
+        }
+        Ok(())
+    }
+}
+
+fn copy_dir(from: &Path, to: &Path) -> io::Result<()> {
+    fs::create_dir_all(to)?;
+    for entry in fs::read_dir(from)? {
+        let entry = entry?;
+        let dest = to.join(entry.file_name());
+        if entry.file_type()?.is_dir() {
+            copy_dir(&entry.path(), &dest)?;
+        } else {
+            fs::copy(entry.path(), dest)?;
+        }
+    }
+    Ok(())
+}
+
+impl TrafficServer {
+    pub fn builder() -> TsBuilder {
+        TsBuilder {
+            remap: String::new(),
+            records: BTreeMap::new(),
+            plugin_config: String::new(),
+            files: Vec::new(),
+            manager: false,
+            debug_tags: "throttle|rate_limit|probe".into(),
+        }
+    }
+
+    /// The proxy port on 127.0.0.1.
+    pub fn port(&self) -> u16 {
+        self.port
+    }
+
+    pub fn root(&self) -> &Path {
+        self.dir.path()
+    }
+
+    pub fn config_dir(&self) -> PathBuf {
+        self.dir.path().join("etc")
+    }
+
+    pub fn log_path(&self, name: &str) -> PathBuf {
+        self.dir.path().join("log").join(name)
+    }
+
+    fn runtime_path(&self, name: &str) -> PathBuf {
+        self.dir.path().join("run").join(name)
+    }
+
+    /// Contents of a file in the log directory ("" if absent).
+    pub fn log(&self, name: &str) -> String {
+        fs::read_to_string(self.log_path(name)).unwrap_or_default()
+    }
+
+    pub fn diags(&self) -> String {
+        self.log("diags.log")
+    }
+
+    /// Waits until `pred` holds for the contents of log `name`.
+    pub fn wait_for_log(&self, name: &str, timeout: Duration, pred: impl Fn(&str) -> bool) -> bool {
+        wait_until(timeout, || pred(&self.log(name)))
+    }
+
+    /// GET `path` with `Host: host` through the proxy.
+    pub fn get(&self, host: &str, path: &str, headers: &[(&str, &str)]) -> io::Result<Response> {
+        client::get(self.port, host, path, headers)
+    }
+
+    /// Runs `traffic_ctl` against this instance (needs [`TsBuilder::with_manager`]).
+    pub fn traffic_ctl(&self, args: &[&str]) -> Output {
+        assert!(
+            self.manager,
+            "traffic_ctl needs the instance started with_manager()"
+        );
+        Command::new("traffic_ctl")
+            .args(args)
+            .env("TS_RUNROOT", self.dir.path().join("runroot.yaml"))
+            .output()
+            .expect("cannot run traffic_ctl")
+    }
+
+    /// Current value of a metric, through `traffic_ctl metric get`.
+    pub fn metric(&self, name: &str) -> Option<i64> {
+        let out = self.traffic_ctl(&["metric", "get", name]);
+        let text = String::from_utf8_lossy(&out.stdout);
+        text.lines()
+            .find_map(|l| l.strip_prefix(name).map(str::trim))
+            .and_then(|v| v.parse().ok())
+    }
+
+    /// Waits until metric `name` reads `expected`. In 9.2 a plugin metric
+    /// reaches `traffic_ctl` through two 5 s sync cycles (raw stats, then the
+    /// manager), so values lag up to ~10 s. Returns the last value read.
+    pub fn wait_metric(&self, name: &str, expected: i64) -> Result<i64, Option<i64>> {
+        let mut last = None;
+        if wait_until(Duration::from_secs(25), || {
+            last = self.metric(name);
+            last == Some(expected)
+        }) {
+            Ok(expected)
+        } else {
+            Err(last)
+        }
+    }
+
+    /// Writes a new remap.config and reloads it with `traffic_ctl config
+    /// reload`. `Ok` once ATS logged it loaded the new file; `Err` with the
+    /// diags.log lines of the attempt if ATS refused it (the old rules stay).
+    pub fn reload_remap(&self, remap: &str) -> Result<(), String> {
+        const DONE: &str = "remap.config finished loading";
+        const FAILED: &str = "remap.config failed to load";
+        let before = self.diags().len();
+        fs::write(self.config_dir().join("remap.config"), remap).map_err(|e| e.to_string())?;
+        let out = self.traffic_ctl(&["config", "reload"]);
+        if !out.status.success() {
+            return Err(format!(
+                "traffic_ctl config reload: {}",
+                String::from_utf8_lossy(&out.stderr)
+            ));
+        }
+        let mut outcome = None;
+        wait_until(Duration::from_secs(15), || {
+            let text = self.diags();
+            let new = text.get(before..).unwrap_or_default();
+            if new.contains(FAILED) {
+                outcome = Some(Err(new.to_owned()));
+            } else if new.contains(DONE) {
+                outcome = Some(Ok(()));
+            }
+            outcome.is_some()
+        });
+        outcome.unwrap_or_else(|| Err("remap.config was not reloaded within 15 s".into()))
+    }
+
+    /// PID of the traffic_server process (not the manager).
+    pub fn server_pid(&self) -> Option<u32> {
+        if !self.manager {
+            return self.child.as_ref().map(|c| c.id());
+        }
+        let lock = fs::read_to_string(self.runtime_path("server.lock")).ok()?;
+        lock.trim().parse().ok()
+    }
+
+    /// True while traffic_server is running (and, under the manager, has not been restarted).
+    pub fn is_running(&mut self) -> bool {
+        match self.child.as_mut().map(|c| c.try_wait()) {
+            Some(Ok(None)) => true,
+            _ => false,
+        }
+    }
+
+    fn kill(&mut self) {
+        if let Some(mut child) = self.child.take() {
+            let pgid = child.id() as libc::pid_t;
+            // SAFETY: plain syscall; the group is ours (process_group(0) at spawn).
+            unsafe { libc::kill(-pgid, libc::SIGKILL) };
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+    }
+
+    /// Every log in the log directory plus stdout/stderr, for failure reports.
+    pub fn all_logs(&self) -> String {
+        let mut out = String::new();
+        let mut names: Vec<PathBuf> = fs::read_dir(self.dir.path().join("log"))
+            .map(|rd| rd.filter_map(|e| e.ok().map(|e| e.path())).collect())
+            .unwrap_or_default();
+        names.push(self.dir.path().join("stdout.txt"));
+        names.push(self.dir.path().join("stderr.txt"));
+        names.sort();
+        for p in names {
+            let text = fs::read_to_string(&p).unwrap_or_default();
+            let lines: Vec<&str> = text.lines().collect();
+            let tail = &lines[lines.len().saturating_sub(200)..];
+            out.push_str(&format!(
+                "--- {} (last {} lines) ---\n{}\n",
+                p.display(),
+                tail.len(),
+                tail.join("\n")
+            ));
+        }
+        out
+    }
+}
+
+impl Drop for TrafficServer {
+    fn drop(&mut self) {
+        self.kill();
+        if std::thread::panicking() {
+            eprintln!(
+                "=== traffic_server logs ({}) ===\n{}",
+                self.dir.path().display(),
+                self.all_logs()
+            );
+        }
+    }
+}

@@ -1,0 +1,261 @@
+//! The foundation's guarantees, against a real traffic_server: our plugins
+//! load, a panic anywhere fails safe without taking the proxy down, a bad
+//! option refuses the rule with a message naming it, and the safe layer's
+//! parking, timers, per-transaction state, metrics, text logs and reloads work.
+
+use std::time::{Duration, Instant};
+
+use ats_tests::{client, plugin, Origin, TrafficServer};
+
+fn probe_rule(origin: &Origin, params: &str) -> String {
+    format!(
+        "map http://probe.test/ {} @plugin={} {params}\n",
+        origin.url(),
+        plugin("probe")
+    )
+}
+
+#[test]
+fn each_plugin_loads_with_pparams_and_proxies() {
+    let origin = Origin::start();
+    let remap = format!(
+        "map http://t.test/ {o} @plugin={t} @pparam=max:100 @pparam=id:t1\n\
+         map http://r.test/ {o} @plugin={r} @pparam=--limit=100 @pparam=--queue=10\n",
+        o = origin.url(),
+        t = plugin("throttle"),
+        r = plugin("rate_limit"),
+    );
+    let ts = TrafficServer::builder()
+        .remap(remap)
+        .start()
+        .expect("start");
+    for host in ["t.test", "r.test"] {
+        let r = ts.get(host, "/hello", &[]).expect("request");
+        assert_eq!(r.status, 200, "{host}: {:?}", r);
+        assert_eq!(r.body_text(), "ok\n");
+    }
+    assert_eq!(origin.count(), 2);
+    let paths: Vec<String> = origin.requests().iter().map(|r| r.path.clone()).collect();
+    assert_eq!(paths, ["/hello", "/hello"]);
+}
+
+#[test]
+fn panics_fail_safe_and_traffic_server_survives() {
+    let origin = Origin::start();
+    let mut ts = TrafficServer::builder()
+        .remap(probe_rule(&origin, ""))
+        .start()
+        .expect("start");
+
+    let ok = ts.get("probe.test", "/", &[]).expect("request");
+    assert_eq!(ok.status, 200);
+
+    // Panic in TSRemapDoRemap: the request is answered with a 500 and never reaches the origin.
+    let before = origin.count();
+    let r = ts.get("probe.test", "/panic/remap", &[]).expect("request");
+    assert_eq!(r.status, 500);
+    assert_eq!(
+        origin.count(),
+        before,
+        "a panicking remap must not reach the origin"
+    );
+    assert_eq!(ts.get("probe.test", "/", &[]).expect("request").status, 200);
+
+    // Panic in a hook handler (POST_REMAP).
+    let r = ts.get("probe.test", "/panic/hook", &[]).expect("request");
+    assert_eq!(r.status, 500);
+    assert_eq!(ts.get("probe.test", "/", &[]).expect("request").status, 200);
+
+    // Panic at TXN_CLOSE, after the response went out: the client got its answer,
+    // and the transaction still closes (its state is reaped, the proxy goes on).
+    let r = ts.get("probe.test", "/panic/close", &[]).expect("request");
+    assert_eq!(r.status, 200);
+
+    // Many panics in a row do not accumulate damage.
+    for _ in 0..50 {
+        assert_eq!(
+            ts.get("probe.test", "/panic/hook", &[])
+                .expect("request")
+                .status,
+            500
+        );
+    }
+    assert_eq!(ts.get("probe.test", "/", &[]).expect("request").status, 200);
+    assert!(ts.is_running(), "traffic_server exited");
+
+    assert!(ts.wait_for_log("diags.log", Duration::from_secs(5), |d| d
+        .contains("panic in TSRemapDoRemap: 'probe: deliberate panic in DoRemap' at tests/probe-plugin/src/lib.rs")
+        && d.contains("panic in hook handler: 'probe: deliberate panic in a hook'")
+        && d.contains("panic in hook handler: 'probe: deliberate panic at TXN_CLOSE'")));
+}
+
+#[test]
+fn bad_option_refuses_the_rule_naming_the_option() {
+    let origin = Origin::start();
+    let err = TrafficServer::builder()
+        .remap(probe_rule(&origin, "@pparam=--bogus=1"))
+        .start()
+        .err()
+        .expect("traffic_server must refuse a rule with an unknown option");
+    assert!(
+        err.diags
+            .contains("unknown option '--bogus=1' (allowed: --tag=<text>, --log)"),
+        "{err:?}"
+    );
+}
+
+#[test]
+fn parked_transactions_resume_from_timers_and_cancelled_timers_never_run() {
+    let origin = Origin::start();
+    let ts = TrafficServer::builder()
+        .remap(probe_rule(&origin, ""))
+        .with_manager()
+        .start()
+        .expect("start");
+
+    // Parked at POST_REMAP, resumed by a timer on another thread after 300 ms.
+    let r = ts.get("probe.test", "/park/300", &[]).expect("request");
+    assert_eq!(r.status, 200);
+    assert!(
+        r.elapsed >= Duration::from_millis(300),
+        "resumed too early: {:?}",
+        r.elapsed
+    );
+    assert!(
+        r.elapsed < Duration::from_millis(2000),
+        "resumed too late: {:?}",
+        r.elapsed
+    );
+
+    // Many parked at once, all resumed.
+    let port = ts.port();
+    let results = client::burst(40, move |i| {
+        client::get(port, "probe.test", &format!("/park/{}", 50 + i * 5), &[])
+    });
+    assert_eq!(
+        client::status_counts(&results).get(&200),
+        Some(&40),
+        "{:?}",
+        client::status_counts(&results)
+    );
+
+    // Armed then cancelled: the transaction goes on at once and the task never runs.
+    for _ in 0..20 {
+        let r = ts.get("probe.test", "/cancel/100", &[]).expect("request");
+        assert_eq!(
+            r.status, 200,
+            "cancel() must succeed before the timer fires"
+        );
+    }
+    // 1 + 40 + 20 requests went through DoRemap, counted by a TSStat metric
+    // (read through traffic_ctl, so this also proves metrics reach it).
+    assert_eq!(ts.wait_metric("plugin.probe.requests", 61), Ok(61));
+    assert_eq!(ts.metric("plugin.probe.cancelled_timer_ran"), Some(0));
+}
+
+#[test]
+fn per_transaction_state_is_per_transaction() {
+    let origin = Origin::start();
+    let ts = TrafficServer::builder()
+        .remap(probe_rule(&origin, "@pparam=--tag=t1"))
+        .start()
+        .expect("start");
+    let port = ts.port();
+    let results = client::burst(30, move |_| client::get(port, "probe.test", "/", &[]));
+    let mut seqs: Vec<u64> = results
+        .iter()
+        .map(|r| {
+            let r = r.as_ref().expect("request");
+            assert_eq!(r.header("X-Probe-Tag"), Some("t1"));
+            r.header("X-Probe-Txn-State")
+                .and_then(|v| v.parse().ok())
+                .expect("state header")
+        })
+        .collect();
+    seqs.sort_unstable();
+    seqs.dedup();
+    assert_eq!(seqs.len(), 30, "each transaction must see its own state");
+}
+
+#[test]
+fn text_log_lines_reach_the_log_directory() {
+    let origin = Origin::start();
+    let ts = TrafficServer::builder()
+        .remap(probe_rule(&origin, "@pparam=--log"))
+        .start()
+        .expect("start");
+    for i in 0..3 {
+        assert_eq!(
+            ts.get("probe.test", &format!("/line{i}"), &[])
+                .expect("request")
+                .status,
+            200
+        );
+    }
+    assert!(
+        ts.wait_for_log("probe.log", Duration::from_secs(10), |l| l
+            .contains("probe path=/line2")),
+        "probe.log: {}",
+        ts.log("probe.log")
+    );
+    // ATS adds its own timestamp before our text.
+    let line = ts
+        .log("probe.log")
+        .lines()
+        .find(|l| l.ends_with("path=/line0"))
+        .map(str::to_owned);
+    let line = line.expect("line0");
+    assert!(
+        line.len() > "probe path=/line0".len() + 10,
+        "no timestamp in {line:?}"
+    );
+}
+
+#[test]
+fn config_reload_swaps_instances_without_disturbing_traffic() {
+    let origin = Origin::start();
+    let ts = TrafficServer::builder()
+        .remap(probe_rule(&origin, "@pparam=--tag=old"))
+        .with_manager()
+        .start()
+        .expect("start");
+    assert_eq!(
+        ts.get("probe.test", "/", &[])
+            .expect("request")
+            .header("X-Probe-Tag"),
+        Some("old")
+    );
+
+    // A request parked across the reload finishes normally on the old instance.
+    let port = ts.port();
+    let parked = std::thread::spawn(move || client::get(port, "probe.test", "/park/1500", &[]));
+    std::thread::sleep(Duration::from_millis(200));
+    ts.reload_remap(&probe_rule(&origin, "@pparam=--tag=new"))
+        .expect("reload");
+    let start = Instant::now();
+    let ok = ats_tests::wait_until(Duration::from_secs(10), || {
+        ts.get("probe.test", "/", &[])
+            .map(|r| r.header("X-Probe-Tag") == Some("new"))
+            .unwrap_or(false)
+    });
+    assert!(
+        ok,
+        "new instance not serving {:?} after reload",
+        start.elapsed()
+    );
+    let r = parked.join().expect("thread").expect("parked request");
+    assert_eq!(r.status, 200);
+    assert_eq!(r.header("X-Probe-Tag"), Some("old"));
+
+    // A reload with a bad option is refused and the old rule keeps serving.
+    let refused = ts
+        .reload_remap(&probe_rule(&origin, "@pparam=--nope"))
+        .expect_err("bad reload must be refused");
+    assert!(refused.contains("unknown option '--nope'"), "{refused}");
+    assert_eq!(
+        ts.get("probe.test", "/", &[])
+            .expect("request")
+            .header("X-Probe-Tag"),
+        Some("new")
+    );
+}
