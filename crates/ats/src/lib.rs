@@ -17,6 +17,8 @@
 
 pub use ats_sys as sys;
 
+use std::os::unix::ffi::OsStrExt;
+
 mod cont;
 pub mod guard;
 mod hdr;
@@ -43,3 +45,17 @@ pub const TS_VERSION: &str = match std::ffi::CStr::from_bytes_with_nul(sys::TS_V
     },
     Err(_) => "unknown",
 };
+
+/// ATS's configuration directory (`TSConfigDirGet`), where relative plugin
+/// configuration file names are resolved.
+pub fn config_dir() -> std::path::PathBuf {
+    // SAFETY: no preconditions; ATS returns a NUL-terminated string it owns
+    // for the life of the process, or null.
+    let p = unsafe { sys::TSConfigDirGet() };
+    if p.is_null() {
+        return std::path::PathBuf::new();
+    }
+    // SAFETY: non-null, NUL-terminated and never freed (see above).
+    let c = unsafe { std::ffi::CStr::from_ptr(p) };
+    std::path::PathBuf::from(std::ffi::OsStr::from_bytes(c.to_bytes()))
+}

@@ -1,23 +1,328 @@
-//! throttle.so (skeleton: loads and logs its options).
+//! throttle.so: cache-aware overload protection for a remap rule.
+//!
+//! One transaction, top to bottom:
+//! 1. DoRemap: keep the rule in per-transaction state; hook CACHE_LOOKUP_COMPLETE.
+//! 2. CACHE_LOOKUP_COMPLETE: a fresh hit is served and not counted. Anything
+//!    else takes one of the rule's `max` places, held until TXN_CLOSE. With no
+//!    place left, a stale hit within its allowance is served from cache as if
+//!    fresh; everything else is answered 503.
+//! 3. SEND_REQUEST_HDR (stale only): ATS can still decide to contact the
+//!    origin for a hit forced fresh (e.g. authentication); that request
+//!    holds no place, so it is answered 503 instead.
+//! 4. SEND_RESPONSE_HDR: `Warning: 110` on stale responses, `no-store` on 503s.
+//! 5. TXN_CLOSE: dropping the state gives the place back, aborts included.
+//!
+//! Every `statfreq` ms a timer writes the rule's interval figures to
+//! `throttle.log`; the same events feed `plugin.throttle.<id>.*` metrics.
 #![forbid(unsafe_code)]
 
-use std::sync::Arc;
+use std::sync::atomic::{AtomicU8, Ordering};
+use std::sync::{Arc, OnceLock};
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
-use ats::{RemapArgs, RemapPlugin, RemapRequest, RemapStatus, Txn};
+use ats::sched::{Periodic, Pool};
+use ats::stats::Stat;
+use ats::textlog::TextLog;
+use ats::{
+    CacheLookup, Done, Hook, HookCont, HookHandler, HookId, RemapArgs, RemapPlugin, RemapRequest,
+    RemapStatus, Txn, TxnSlot,
+};
+use throttle_core::params::{self, FsSource};
+use throttle_core::stale::{self, Cached, Verdict};
+use throttle_core::{log_line, Entry, Gate, Ticket};
 
-struct Throttle;
+const STALE_WARNING: &str = "110 - \"Response is stale\"";
+
+/// One remap rule: what ATS holds between NewInstance and DeleteInstance.
+/// Dropping it stops the statistics timer; the [`Rule`] itself lives on
+/// while the timer's last tick or a transaction still holds it.
+struct Throttle {
+    rule: Arc<Rule>,
+    _stats: Option<Periodic>,
+}
+
+struct Rule {
+    id: String,
+    stale: u64,
+    gate: Gate,
+    metrics: Metrics,
+}
+
+impl AsRef<Gate> for Rule {
+    fn as_ref(&self) -> &Gate {
+        &self.gate
+    }
+}
+
+/// `plugin.throttle.<id>.*`, cumulative (ATS sums them over threads).
+struct Metrics {
+    /// Gauge kept as +1/-1: uncached requests holding a place now.
+    inflight: Stat,
+    /// Uncached requests given a place.
+    admitted: Stat,
+    /// Fresh cache hits, passed through without counting.
+    fresh: Stat,
+    /// Responses served stale because the rule was full.
+    stale: Stat,
+    /// 503s because the rule was full.
+    unavailable: Stat,
+}
+
+impl Metrics {
+    fn new(id: &str) -> Result<Metrics, String> {
+        let stat = |name: &str| Stat::find_or_create(&format!("plugin.throttle.{id}.{name}"));
+        Ok(Metrics {
+            inflight: stat("inflight")?,
+            admitted: stat("admitted")?,
+            fresh: stat("fresh")?,
+            stale: stat("stale")?,
+            unavailable: stat("unavailable")?,
+        })
+    }
+}
+
+const PASS: u8 = 0;
+const STALE: u8 = 1;
+const UNAVAILABLE: u8 = 2;
+
+/// Per-transaction state, dropped at TXN_CLOSE.
+struct TxnState {
+    ticket: Ticket<Arc<Rule>>,
+    outcome: AtomicU8,
+}
+
+impl TxnState {
+    fn rule(&self) -> &Rule {
+        self.ticket.gate()
+    }
+
+    /// Gives the place back (once), keeping the gauge in step.
+    fn release(&self) {
+        if self.ticket.leave() {
+            self.rule().metrics.inflight.dec();
+        }
+    }
+}
+
+impl Drop for TxnState {
+    fn drop(&mut self) {
+        self.release();
+    }
+}
+
+struct Globals {
+    hooks: HookCont,
+    state: TxnSlot<TxnState>,
+}
+
+static GLOBALS: OnceLock<Globals> = OnceLock::new();
+
+/// One text log per .so: a second `throttle` object would write `throttle_1.log`.
+static LOG: OnceLock<Result<TextLog, String>> = OnceLock::new();
+
+fn text_log() -> Result<&'static TextLog, String> {
+    LOG.get_or_init(|| TextLog::create("throttle", true))
+        .as_ref()
+        .map_err(Clone::clone)
+}
 
 impl RemapPlugin for Throttle {
     const NAME: &'static str = "throttle";
 
-    fn new_instance(args: &RemapArgs<'_>) -> Result<Self, String> {
-        log::info!("rule {} options {:?}", args.from_url, args.options());
-        Ok(Throttle)
+    fn init() -> Result<(), String> {
+        if GLOBALS.get().is_none() {
+            let g = Globals {
+                hooks: HookCont::new(Hooks)?,
+                state: TxnSlot::new("throttle")?,
+            };
+            let _ = GLOBALS.set(g);
+        }
+        Ok(())
     }
 
-    fn do_remap(self: &Arc<Self>, _txn: Txn<'_>, _req: &mut RemapRequest<'_>) -> RemapStatus {
+    fn new_instance(args: &RemapArgs<'_>) -> Result<Self, String> {
+        let p = params::parse(args.options(), &ats::config_dir(), &FsSource)?;
+        let id =
+            p.id.clone()
+                .unwrap_or_else(|| params::default_id(args.from_url));
+        let rule = Arc::new(Rule {
+            metrics: Metrics::new(&id)?,
+            id,
+            stale: u64::from(p.stale),
+            gate: Gate::new(p.max),
+        });
+        let stats = if p.statfreq_ms > 0 {
+            let log = text_log()?;
+            let r = rule.clone();
+            let every = Duration::from_millis(u64::from(p.statfreq_ms));
+            Some(Periodic::start(every, Pool::Task, move || {
+                log.write(&log_line(&r.id, &r.gate.take_interval()));
+            })?)
+        } else {
+            None
+        };
+        log::info!(
+            "rule {} id={} max={} stale={}s statfreq={}ms",
+            args.from_url,
+            rule.id,
+            p.max,
+            p.stale,
+            p.statfreq_ms
+        );
+        Ok(Throttle {
+            rule,
+            _stats: stats,
+        })
+    }
+
+    fn do_remap(self: &Arc<Self>, txn: Txn<'_>, _req: &mut RemapRequest<'_>) -> RemapStatus {
+        let Some(g) = GLOBALS.get() else {
+            return RemapStatus::NoRemap;
+        };
+        let state = TxnState {
+            ticket: Ticket::new(self.rule.clone()),
+            outcome: AtomicU8::new(PASS),
+        };
+        if g.state.set(txn, Box::new(state)).is_err() {
+            // Throttled twice in one remap chain: the first rule governs.
+            log::debug!("txn {}: already throttled by another rule", txn.id());
+            return RemapStatus::NoRemap;
+        }
+        txn.hook(HookId::CacheLookupComplete, &g.hooks);
         RemapStatus::NoRemap
     }
+}
+
+impl Drop for Throttle {
+    fn drop(&mut self) {
+        log::debug!("rule {} deleted", self.rule.id);
+    }
+}
+
+impl Drop for Rule {
+    fn drop(&mut self) {
+        log::debug!("rule {} released", self.id);
+    }
+}
+
+struct Hooks;
+
+impl HookHandler for Hooks {
+    fn on_txn(&self, hook: Hook<'_>) -> Done {
+        let Some(g) = GLOBALS.get() else {
+            return hook.resume();
+        };
+        let Some(state) = g.state.get(hook.txn()) else {
+            return hook.resume();
+        };
+        match hook.id() {
+            HookId::CacheLookupComplete => admit(g, state, hook),
+            HookId::SendRequestHdr => {
+                if state.outcome.load(Ordering::Acquire) == STALE {
+                    // ATS is going to the origin after all: it has no place.
+                    log::debug!("txn {}: stale hit went to origin; 503", hook.txn().id());
+                    refuse(g, state, hook.txn());
+                    return hook.error(503);
+                }
+                hook.resume()
+            }
+            HookId::SendResponseHdr => {
+                decorate(state, hook.txn());
+                hook.resume()
+            }
+            _ => hook.resume(),
+        }
+    }
+}
+
+fn admit(g: &Globals, state: &TxnState, hook: Hook<'_>) -> Done {
+    let txn = hook.txn();
+    let rule = state.rule();
+    let lookup = txn.cache_lookup();
+    if lookup == Some(CacheLookup::HitFresh) {
+        // Served from cache, not counted. The lookup runs again after a cache
+        // write-lock retry, and may then find what another request stored.
+        state.release();
+        rule.metrics.fresh.inc();
+        return hook.resume();
+    }
+    match state.ticket.enter() {
+        Entry::Entered => {
+            rule.metrics.inflight.inc();
+            rule.metrics.admitted.inc();
+            return hook.resume();
+        }
+        Entry::AlreadyIn => return hook.resume(),
+        Entry::Refused => {}
+    }
+    if lookup == Some(CacheLookup::HitStale) {
+        let verdict = stale_verdict(txn, rule);
+        if verdict.serve() && txn.set_cache_lookup(CacheLookup::HitFresh) {
+            state.outcome.store(STALE, Ordering::Release);
+            txn.hook(HookId::SendRequestHdr, &g.hooks);
+            txn.hook(HookId::SendResponseHdr, &g.hooks);
+            return hook.resume();
+        }
+        if log::log_enabled!(log::Level::Debug) {
+            log::debug!(
+                "txn {}: rule {} full, stale hit not served: {verdict:?}",
+                txn.id(),
+                rule.id
+            );
+        }
+    }
+    refuse(g, state, txn);
+    hook.error(503)
+}
+
+fn refuse(g: &Globals, state: &TxnState, txn: Txn<'_>) {
+    let rule = state.rule();
+    let first = state.outcome.swap(UNAVAILABLE, Ordering::AcqRel) != UNAVAILABLE;
+    if first {
+        rule.gate.note_unavailable();
+        rule.metrics.unavailable.inc();
+    }
+    txn.hook(HookId::SendResponseHdr, &g.hooks);
+}
+
+/// Counts a stale response when it is actually sent, and marks it.
+fn decorate(state: &TxnState, txn: Txn<'_>) {
+    let outcome = state.outcome.load(Ordering::Acquire);
+    if outcome == STALE {
+        let rule = state.rule();
+        rule.gate.note_stale();
+        rule.metrics.stale.inc();
+    }
+    let Some(mut resp) = txn.client_response() else {
+        return;
+    };
+    match outcome {
+        STALE => {
+            resp.append("Warning", STALE_WARNING);
+        }
+        UNAVAILABLE => {
+            resp.set("Cache-Control", "no-store");
+        }
+        _ => {}
+    }
+}
+
+fn stale_verdict(txn: Txn<'_>, rule: &Rule) -> Verdict {
+    let Some(resp) = txn.cached_response() else {
+        return Verdict::Undated;
+    };
+    let cc = resp.values("Cache-Control");
+    let cached = Cached::from_headers(
+        resp.get("Date"),
+        resp.get("Age"),
+        resp.get("Expires"),
+        cc.iter().copied(),
+    );
+    let now = SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map(|d| i64::try_from(d.as_secs()).unwrap_or(i64::MAX))
+        .unwrap_or(0);
+    stale::decide(&cached, now, rule.stale)
 }
 
 ats::remap_plugin!(Throttle);
