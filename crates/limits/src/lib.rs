@@ -1,0 +1,19 @@
+//! Admission primitives for Traffic Server plugins, in pure Rust.
+//!
+//! Nothing here touches the TS API: time is injected ([`clock`]), and work
+//! that must happen when a slot frees is a callback ([`slots::Waiter`]).
+//! Plugins wire these to hooks; tests drive them with a manual clock.
+//!
+//! - [`gcra::Gcra`]: a rate bucket in one `AtomicU64`.
+//! - [`slots::Slots`]: a concurrency limit with FIFO hand-off to waiters.
+//! - [`budget::Budget`]: a bounded counter whose tokens give back on drop.
+
+pub mod budget;
+pub mod clock;
+pub mod gcra;
+pub mod slots;
+
+pub use budget::{Budget, BudgetToken};
+pub use clock::{Clock, ManualClock, MonotonicClock, Nanos, NANOS_PER_MS, NANOS_PER_SEC};
+pub use gcra::{Gcra, Quota, Reservation};
+pub use slots::{Permit, Slots, Ticket, Waiter};

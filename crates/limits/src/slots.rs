@@ -1,0 +1,499 @@
+//! A concurrency limit with a FIFO wait queue that hands a freed slot to the
+//! oldest waiter at the moment it is freed.
+//!
+//! - Admission is one CAS on `active` (`try_acquire`), never above `limit`.
+//!   While anyone waits, newcomers do not take the fast path: FIFO holds.
+//! - A [`Permit`] releases its slot exactly once, on `Drop`.
+//! - Releasing runs `dispatch`, which pops the queue head and calls its
+//!   [`Waiter::admit`] with a new permit. No lock is held during `admit`,
+//!   so it may resume work that re-enters the limiter.
+//! - A waiter can leave the queue (timeout, client gone) through its
+//!   [`Ticket`]; whoever wins the entry's CAS (grant or cancel) owns it.
+//!
+//! The queue is a mutex-protected deque, touched only when the limit is
+//! reached; the fast paths (acquire and release with nobody waiting) are
+//! lock-free. Cancelled entries are skipped when popped and compacted away
+//! once they outnumber live ones, so memory follows the live queue.
+
+use std::cell::RefCell;
+use std::collections::VecDeque;
+use std::sync::atomic::{AtomicU32, AtomicU8, Ordering};
+use std::sync::Arc;
+
+use parking_lot::Mutex;
+
+/// Something queued for a slot.
+pub trait Waiter: Send + Sized + 'static {
+    /// The waiter reached the head and a slot is free. Keep the permit for as
+    /// long as the work runs; return it (`Err`) to decline (e.g. the client is
+    /// gone) and the slot goes to the next waiter.
+    fn admit(self, permit: Permit<Self>) -> Result<(), Permit<Self>>;
+}
+
+thread_local! {
+    /// Limiters this thread is dispatching for (a short list: usually 0 or 1).
+    static DISPATCHING: RefCell<Vec<usize>> = const { RefCell::new(Vec::new()) };
+}
+
+const WAITING: u8 = 0;
+const TAKEN: u8 = 1;
+
+struct Entry<W> {
+    state: AtomicU8,
+    payload: Mutex<Option<W>>,
+}
+
+impl<W> Entry<W> {
+    /// The single transition out of the queue; the winner gets the payload.
+    fn take(&self) -> Option<W> {
+        self.state
+            .compare_exchange(WAITING, TAKEN, Ordering::AcqRel, Ordering::Acquire)
+            .ok()
+            .and_then(|_| self.payload.lock().take())
+    }
+}
+
+struct Queue<W> {
+    entries: VecDeque<Arc<Entry<W>>>,
+    /// Taken-by-cancel entries still in `entries`.
+    dead: usize,
+}
+
+pub struct Slots<W: Waiter> {
+    limit: u32,
+    active: AtomicU32,
+    /// Live (not yet taken) entries in the queue.
+    waiting: AtomicU32,
+    queue: Mutex<Queue<W>>,
+}
+
+/// A held slot; dropping it frees the slot (and may admit the next waiter).
+#[must_use = "dropping a permit releases the slot at once"]
+pub struct Permit<W: Waiter> {
+    slots: Arc<Slots<W>>,
+}
+
+/// Handle on a queued waiter, to take it out of the queue early.
+pub struct Ticket<W: Waiter> {
+    entry: Arc<Entry<W>>,
+    slots: Arc<Slots<W>>,
+}
+
+impl<W: Waiter> Slots<W> {
+    /// `limit` simultaneous holders; `u32::MAX` means unlimited (still counted).
+    pub fn new(limit: u32) -> Arc<Self> {
+        Arc::new(Slots {
+            limit,
+            active: AtomicU32::new(0),
+            waiting: AtomicU32::new(0),
+            queue: Mutex::new(Queue {
+                entries: VecDeque::new(),
+                dead: 0,
+            }),
+        })
+    }
+
+    pub fn limit(&self) -> u32 {
+        self.limit
+    }
+
+    /// Slots held right now.
+    pub fn active(&self) -> u32 {
+        self.active.load(Ordering::Acquire)
+    }
+
+    /// Live waiters in the queue right now.
+    pub fn waiting(&self) -> u32 {
+        self.waiting.load(Ordering::Acquire)
+    }
+
+    fn try_inc(&self) -> bool {
+        let mut cur = self.active.load(Ordering::Acquire);
+        loop {
+            if cur >= self.limit {
+                return false;
+            }
+            match self.active.compare_exchange_weak(
+                cur,
+                cur + 1,
+                Ordering::AcqRel,
+                Ordering::Acquire,
+            ) {
+                Ok(_) => return true,
+                Err(actual) => cur = actual,
+            }
+        }
+    }
+
+    /// Takes a slot if one is free and nobody is waiting for one.
+    pub fn try_acquire(self: &Arc<Self>) -> Option<Permit<W>> {
+        if self.waiting.load(Ordering::SeqCst) > 0 || !self.try_inc() {
+            return None;
+        }
+        Some(Permit {
+            slots: self.clone(),
+        })
+    }
+
+    /// Queues `waiter`. If a slot is free it is admitted before this returns
+    /// (inside this call, on this thread).
+    pub fn enqueue(self: &Arc<Self>, waiter: W) -> Ticket<W> {
+        let entry = Arc::new(Entry {
+            state: AtomicU8::new(WAITING),
+            payload: Mutex::new(Some(waiter)),
+        });
+        // Push before counting: `waiting > 0` then always means an entry is
+        // findable, which `dispatch` relies on to avoid lost wake-ups.
+        self.queue.lock().entries.push_back(entry.clone());
+        self.waiting.fetch_add(1, Ordering::SeqCst);
+        self.dispatch();
+        Ticket {
+            entry,
+            slots: self.clone(),
+        }
+    }
+
+    /// Pops the oldest live waiter.
+    fn pop_live(&self) -> Option<W> {
+        let mut q = self.queue.lock();
+        while let Some(e) = q.entries.pop_front() {
+            if let Some(w) = e.take() {
+                self.waiting.fetch_sub(1, Ordering::SeqCst);
+                return Some(w);
+            }
+            q.dead = q.dead.saturating_sub(1);
+        }
+        None
+    }
+
+    /// Gives free slots to waiters, oldest first, until either runs out.
+    ///
+    /// An `admit` that releases a permit of this limiter on the spot would
+    /// re-enter here once per waiter; instead the nested release only frees
+    /// the slot and this loop, still running below it, hands it on.
+    fn dispatch(self: &Arc<Self>) {
+        let me = Arc::as_ptr(self) as *const () as usize;
+        let nested = DISPATCHING
+            .try_with(|d| {
+                let mut d = d.borrow_mut();
+                let nested = d.contains(&me);
+                if !nested {
+                    d.push(me);
+                }
+                nested
+            })
+            .unwrap_or(false);
+        if nested {
+            return;
+        }
+        self.dispatch_loop();
+        let _ = DISPATCHING.try_with(|d| d.borrow_mut().retain(|&x| x != me));
+    }
+
+    fn dispatch_loop(self: &Arc<Self>) {
+        while self.waiting.load(Ordering::SeqCst) > 0 && self.try_inc() {
+            // We hold a slot: offer it down the queue until someone keeps it.
+            loop {
+                match self.pop_live() {
+                    Some(w) => match w.admit(Permit {
+                        slots: self.clone(),
+                    }) {
+                        Ok(()) => break,
+                        Err(permit) => std::mem::forget(permit), // declined: reuse the slot
+                    },
+                    None => {
+                        // Nobody findable (the waiter we counted left): undo and
+                        // re-check, in case an enqueue raced with us.
+                        self.active.fetch_sub(1, Ordering::SeqCst);
+                        break;
+                    }
+                }
+            }
+        }
+    }
+
+    fn release(self: &Arc<Self>) {
+        let prev = self.active.fetch_sub(1, Ordering::SeqCst);
+        debug_assert!(prev > 0, "slot released twice");
+        self.dispatch();
+    }
+}
+
+impl<W: Waiter> Drop for Permit<W> {
+    fn drop(&mut self) {
+        self.slots.release();
+    }
+}
+
+impl<W: Waiter> Permit<W> {
+    /// The limiter this permit belongs to.
+    pub fn slots(&self) -> &Arc<Slots<W>> {
+        &self.slots
+    }
+}
+
+impl<W: Waiter> Ticket<W> {
+    /// Takes the waiter out of the queue if it is still waiting, returning
+    /// it; `None` if it was already admitted (or cancelled).
+    pub fn cancel(&self) -> Option<W> {
+        let w = self.entry.take()?;
+        self.slots.waiting.fetch_sub(1, Ordering::SeqCst);
+        let mut q = self.slots.queue.lock();
+        q.dead += 1;
+        if q.dead > 32 && q.dead * 2 > q.entries.len() {
+            q.entries
+                .retain(|e| e.state.load(Ordering::Acquire) == WAITING);
+            q.dead = 0;
+        }
+        drop(q);
+        Some(w)
+    }
+
+    /// True while the waiter is still queued.
+    pub fn is_waiting(&self) -> bool {
+        self.entry.state.load(Ordering::Acquire) == WAITING
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::sync::atomic::AtomicUsize;
+
+    /// Records admissions; keeps permits in a shared list so tests release them.
+    struct Rec {
+        id: usize,
+        log: Arc<Mutex<Vec<usize>>>,
+        held: Arc<Mutex<Vec<Permit<Rec>>>>,
+        decline: bool,
+    }
+
+    impl Waiter for Rec {
+        fn admit(self, permit: Permit<Self>) -> Result<(), Permit<Self>> {
+            if self.decline {
+                return Err(permit);
+            }
+            self.log.lock().push(self.id);
+            self.held.lock().push(permit);
+            Ok(())
+        }
+    }
+
+    fn rec(id: usize, log: &Arc<Mutex<Vec<usize>>>, held: &Arc<Mutex<Vec<Permit<Rec>>>>) -> Rec {
+        Rec {
+            id,
+            log: log.clone(),
+            held: held.clone(),
+            decline: false,
+        }
+    }
+
+    #[test]
+    fn fifo_hand_off_on_release() {
+        let s: Arc<Slots<Rec>> = Slots::new(2);
+        let (log, held) = (Arc::default(), Arc::default());
+        let p1 = s.try_acquire().unwrap();
+        let p2 = s.try_acquire().unwrap();
+        assert!(s.try_acquire().is_none());
+        let _t: Vec<_> = (0..3).map(|i| s.enqueue(rec(i, &log, &held))).collect();
+        assert_eq!(s.waiting(), 3);
+        drop(p1);
+        assert_eq!(*log.lock(), [0]);
+        drop(p2);
+        assert_eq!(*log.lock(), [0, 1]);
+        assert_eq!(s.active(), 2);
+        // Newcomers do not overtake the waiter.
+        assert!(s.try_acquire().is_none());
+        // Release outside the lock: admit() takes it (see Waiter::admit).
+        let first = held.lock().remove(0);
+        drop(first);
+        assert_eq!(*log.lock(), [0, 1, 2]);
+        let rest = std::mem::take(&mut *held.lock());
+        drop(rest);
+        assert_eq!((s.active(), s.waiting()), (0, 0));
+    }
+
+    #[test]
+    fn enqueue_with_free_slot_admits_at_once() {
+        let s: Arc<Slots<Rec>> = Slots::new(1);
+        let (log, held) = (Arc::default(), Arc::default());
+        let t = s.enqueue(rec(7, &log, &held));
+        assert_eq!(*log.lock(), [7]);
+        assert!(!t.is_waiting());
+        assert!(t.cancel().is_none());
+        assert_eq!(s.active(), 1);
+    }
+
+    #[test]
+    fn cancelled_waiters_are_skipped_and_declines_pass_the_slot_on() {
+        let s: Arc<Slots<Rec>> = Slots::new(1);
+        let (log, held) = (Arc::<Mutex<Vec<usize>>>::default(), Arc::default());
+        let p = s.try_acquire().unwrap();
+        let t0 = s.enqueue(rec(0, &log, &held));
+        let _t1 = s.enqueue(Rec {
+            decline: true,
+            ..rec(1, &log, &held)
+        });
+        let _t2 = s.enqueue(rec(2, &log, &held));
+        assert_eq!(t0.cancel().map(|w| w.id), Some(0));
+        assert_eq!(s.waiting(), 2);
+        drop(p);
+        assert_eq!(*log.lock(), [2]);
+        assert_eq!((s.active(), s.waiting()), (1, 0));
+    }
+
+    #[test]
+    fn compaction_bounds_dead_entries() {
+        let s: Arc<Slots<Rec>> = Slots::new(0);
+        let (log, held) = (Arc::default(), Arc::default());
+        for i in 0..10_000 {
+            let t = s.enqueue(rec(i, &log, &held));
+            assert!(t.cancel().is_some());
+        }
+        assert!(
+            s.queue.lock().entries.len() <= 64,
+            "{}",
+            s.queue.lock().entries.len()
+        );
+        assert_eq!(s.waiting(), 0);
+    }
+
+    /// Threads acquiring, queueing, cancelling and releasing concurrently:
+    /// the limit is never exceeded, every waiter is admitted or cancelled
+    /// exactly once, and everything drains to zero.
+    #[test]
+    fn concurrent_stress_keeps_invariants() {
+        struct W {
+            admitted: Arc<AtomicUsize>,
+            max_seen: Arc<AtomicU32>,
+        }
+        impl Waiter for W {
+            fn admit(self, permit: Permit<Self>) -> Result<(), Permit<Self>> {
+                self.max_seen
+                    .fetch_max(permit.slots().active(), Ordering::SeqCst);
+                self.admitted.fetch_add(1, Ordering::SeqCst);
+                drop(permit);
+                Ok(())
+            }
+        }
+        let s: Arc<Slots<W>> = Slots::new(3);
+        let admitted = Arc::new(AtomicUsize::new(0));
+        let cancelled = Arc::new(AtomicUsize::new(0));
+        let max_seen = Arc::new(AtomicU32::new(0));
+        let threads: Vec<_> = (0..4)
+            .map(|t| {
+                let (s, admitted, cancelled, max_seen) = (
+                    s.clone(),
+                    admitted.clone(),
+                    cancelled.clone(),
+                    max_seen.clone(),
+                );
+                std::thread::spawn(move || {
+                    for i in 0..5_000 {
+                        if let Some(p) = s.try_acquire() {
+                            max_seen.fetch_max(s.active(), Ordering::SeqCst);
+                            drop(p);
+                            continue;
+                        }
+                        let ticket = s.enqueue(W {
+                            admitted: admitted.clone(),
+                            max_seen: max_seen.clone(),
+                        });
+                        if (i + t) % 3 == 0 && ticket.cancel().is_some() {
+                            cancelled.fetch_add(1, Ordering::SeqCst);
+                        }
+                    }
+                })
+            })
+            .collect();
+        for t in threads {
+            t.join().unwrap();
+        }
+        assert!(max_seen.load(Ordering::SeqCst) <= 3);
+        assert_eq!((s.active(), s.waiting()), (0, 0), "queue must drain");
+    }
+
+    mod model {
+        use super::*;
+        use proptest::prelude::*;
+        use std::collections::VecDeque as Model;
+
+        #[derive(Debug, Clone)]
+        enum Op {
+            Acquire,
+            Enqueue,
+            Cancel(usize),
+            Release(usize),
+        }
+
+        fn op() -> impl Strategy<Value = Op> {
+            prop_oneof![
+                Just(Op::Acquire),
+                Just(Op::Enqueue),
+                any::<usize>().prop_map(Op::Cancel),
+                any::<usize>().prop_map(Op::Release)
+            ]
+        }
+
+        proptest! {
+            /// Against a sequential model: same admissions in the same (FIFO)
+            /// order, never more than `limit` held, counts always agree.
+            #[test]
+            fn matches_sequential_model(limit in 0u32..4, ops in proptest::collection::vec(op(), 1..200)) {
+                let s: Arc<Slots<Rec>> = Slots::new(limit);
+                let log: Arc<Mutex<Vec<usize>>> = Arc::default();
+                let held: Arc<Mutex<Vec<Permit<Rec>>>> = Arc::default();
+                let mut tickets: Vec<Ticket<Rec>> = Vec::new();
+                let (mut m_active, mut m_queue, mut m_log) = (0u32, Model::<usize>::new(), Vec::<usize>::new());
+                let mut next_id = 0usize;
+                for op in ops {
+                    match op {
+                        Op::Acquire => {
+                            let got = s.try_acquire();
+                            let expect = m_queue.is_empty() && m_active < limit;
+                            prop_assert_eq!(got.is_some(), expect);
+                            if let Some(p) = got {
+                                m_active += 1;
+                                held.lock().push(p);
+                            }
+                        }
+                        Op::Enqueue => {
+                            let id = next_id;
+                            next_id += 1;
+                            m_queue.push_back(id);
+                            tickets.push(s.enqueue(rec(id, &log, &held)));
+                            while m_active < limit {
+                                match m_queue.pop_front() {
+                                    Some(w) => { m_active += 1; m_log.push(w); }
+                                    None => break,
+                                }
+                            }
+                        }
+                        Op::Cancel(i) if !tickets.is_empty() => {
+                            let t = &tickets[i % tickets.len()];
+                            let id = t.cancel().map(|w| w.id);
+                            let pos = id.and_then(|id| m_queue.iter().position(|&x| x == id));
+                            prop_assert_eq!(id.is_some(), pos.is_some());
+                            if let Some(pos) = pos {
+                                m_queue.remove(pos);
+                            }
+                        }
+                        Op::Release(i) if !held.lock().is_empty() => {
+                            let p = { let mut h = held.lock(); let n = h.len(); h.remove(i % n) };
+                            drop(p);
+                            match m_queue.pop_front() {
+                                Some(w) => m_log.push(w),
+                                None => m_active -= 1,
+                            }
+                        }
+                        _ => {}
+                    }
+                    prop_assert!(s.active() <= limit);
+                    prop_assert_eq!(s.active(), m_active);
+                    prop_assert_eq!(s.waiting() as usize, m_queue.len());
+                    prop_assert_eq!(&*log.lock(), &m_log);
+                }
+            }
+        }
+    }
+}
