@@ -210,6 +210,13 @@ fn stale_content_is_served_when_allowed() {
         503,
         "must-revalidate forbids stale"
     );
+    // With credentials ATS revalidates even a hit forced fresh; that request
+    // holds no place, so it is stopped before it reaches the origin.
+    let r = ts
+        .get("s60.test", "/a", &[("Authorization", "Basic eA==")])
+        .expect("request");
+    assert_eq!((r.status, r.header("Warning")), (503, None));
+    assert!(ts.diags().contains("stale hit went to origin; 503"));
     assert_eq!(
         origin.count(),
         filled,
