@@ -75,22 +75,22 @@ impl Source for FsSource {
 
 /// Where an item came from, for error messages.
 #[derive(Clone, Debug)]
-enum Origin {
+enum Location {
     Pparam(String),
     File {
         path: PathBuf,
         line: usize,
-        parent: Box<Origin>,
+        parent: Box<Location>,
     },
 }
 
-impl fmt::Display for Origin {
+impl fmt::Display for Location {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
-            Origin::Pparam(raw) => write!(f, "@pparam={raw}"),
-            Origin::File { path, line, parent } => {
+            Location::Pparam(raw) => write!(f, "@pparam={raw}"),
+            Location::File { path, line, parent } => {
                 write!(f, "{}:{line}", path.display())?;
-                if let Origin::File { .. } = **parent {
+                if let Location::File { .. } = **parent {
                     write!(f, " (included from {parent})")
                 } else {
                     write!(f, " (from {parent})")
@@ -114,7 +114,7 @@ pub fn parse(options: &[&str], config_dir: &Path, source: &dyn Source) -> Result
         id: None,
     };
     for raw in options {
-        p.item(raw, &Origin::Pparam((*raw).to_owned()))?;
+        p.item(raw, &Location::Pparam((*raw).to_owned()))?;
     }
     let max = p.max.ok_or_else(|| {
         "missing required parameter 'max' (the most uncached requests in flight at once, \
@@ -142,7 +142,7 @@ struct Parser<'a> {
 }
 
 impl Parser<'_> {
-    fn item(&mut self, text: &str, at: &Origin) -> Result<(), String> {
+    fn item(&mut self, text: &str, at: &Location) -> Result<(), String> {
         let text = unquote(text.trim());
         let Some(sep) = text.find([':', '=']) else {
             return Err(format!(
@@ -155,10 +155,10 @@ impl Parser<'_> {
             return Err(format!("parameter '{name}' at {at} has an empty value"));
         }
         match name {
-            "max" => self.max = Some(number(name, value, at, "")?),
-            "stale" => self.stale = number(name, value, at, " seconds")?,
+            "max" => self.max = Some(number(name, value, at, "a whole number")?),
+            "stale" => self.stale = number(name, value, at, "a number of seconds")?,
             "statfreq" => {
-                let ms = number(name, value, at, " milliseconds")?;
+                let ms = number(name, value, at, "a number of milliseconds")?;
                 if ms != 0 && ms < MIN_STATFREQ_MS {
                     return Err(format!(
                         "invalid value '{value}' for 'statfreq' at {at}: expected 0 (no \
@@ -182,7 +182,7 @@ impl Parser<'_> {
         Ok(())
     }
 
-    fn file(&mut self, value: &str, at: &Origin) -> Result<(), String> {
+    fn file(&mut self, value: &str, at: &Location) -> Result<(), String> {
         let bad = |why: String| format!("invalid value '{value}' for 'file' at {at}: {why}");
         let name = unescape_path(value).map_err(bad)?;
         if self.stack.len() >= MAX_INCLUDE_DEPTH {
@@ -216,7 +216,7 @@ impl Parser<'_> {
             if line.is_empty() || line.starts_with('#') {
                 continue;
             }
-            let here = Origin::File {
+            let here = Location::File {
                 path: path.clone(),
                 line: i + 1,
                 parent: Box::new(at.clone()),
@@ -238,7 +238,7 @@ fn unquote(s: &str) -> &str {
     s
 }
 
-fn number(name: &str, value: &str, at: &Origin, unit: &str) -> Result<u32, String> {
+fn number(name: &str, value: &str, at: &Location, what: &str) -> Result<u32, String> {
     let why = if value.starts_with('-') {
         "negative values are not allowed"
     } else if !value.bytes().all(|b| b.is_ascii_digit()) {
@@ -250,8 +250,7 @@ fn number(name: &str, value: &str, at: &Origin, unit: &str) -> Result<u32, Strin
         }
     };
     Err(format!(
-        "invalid value '{value}' for '{name}' at {at}: {why}; expected a whole number{unit} \
-         from 0 to {}",
+        "invalid value '{value}' for '{name}' at {at}: {why}; expected {what} from 0 to {}",
         u32::MAX
     ))
 }
@@ -528,7 +527,7 @@ mod tests {
             e,
             "invalid value 'soon' for 'stale' at /etc/ts/a.config:3 (included from \
              /etc/ts/outer.config:2 (from @pparam=file:outer.config)): not a whole number; \
-             expected a whole number seconds from 0 to 4294967295"
+             expected a number of seconds from 0 to 4294967295"
         );
         let mem = Mem::default().with("/etc/ts/u.config", "max:1\nbogus:2\n");
         let e = err(&["file:u.config"], &mem);
@@ -681,7 +680,7 @@ mod tests {
             }
 
             #[test]
-            fn non_numbers_are_refused_naming_the_value(v in "[^0-9]{1,8}|[0-9]{0,3}[^0-9 \"']+[0-9]{0,3}") {
+            fn non_numbers_are_refused_naming_the_value(v in "[^0-9]{1,8}|[0-9]{0,3}[^0-9\\s\"']+[0-9]{0,3}") {
                 let opt = format!("max:{v}");
                 let e = run(&[&opt], &Mem::default()).expect_err("invalid");
                 let v = unquote(v.trim());

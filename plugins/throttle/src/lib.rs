@@ -263,13 +263,11 @@ fn admit(g: &Globals, state: &TxnState, hook: Hook<'_>) -> Done {
             txn.hook(HookId::SendResponseHdr, &g.hooks);
             return hook.resume();
         }
-        if log::log_enabled!(log::Level::Debug) {
-            log::debug!(
-                "txn {}: rule {} full, stale hit not served: {verdict:?}",
-                txn.id(),
-                rule.id
-            );
-        }
+        log::debug!(
+            "txn {}: rule {} full, stale hit not served: {verdict:?}",
+            txn.id(),
+            rule.id
+        );
     }
     refuse(g, state, txn);
     hook.error(503)
