@@ -64,6 +64,8 @@ fn main() {
         .header("wrapper.h")
         .clang_arg(format!("-I{}", include_dir.display()))
         .allowlist_function("TS.*")
+        // TSmalloc/TSstrdup are macros over these; memory handed to ATS must come from them.
+        .allowlist_function("_TS(malloc|strdup|free)")
         .allowlist_type("TS.*")
         .allowlist_type("_tsremap_api_info|_tm_remap_request_info")
         .allowlist_var("TS_.*|TSREMAP_.*")

@@ -105,6 +105,23 @@ impl Conn {
     }
 }
 
+impl Conn {
+    /// Sends a GET and closes the connection normally (FIN) after `after`
+    /// without reading the response: a client that times out.
+    pub fn close_after(
+        mut self,
+        host: &str,
+        path: &str,
+        headers: &[(&str, &str)],
+        after: Duration,
+    ) -> io::Result<()> {
+        self.send(host, path, headers, true)?;
+        thread::sleep(after);
+        drop(self);
+        Ok(())
+    }
+}
+
 /// SO_LINGER with a zero timeout: close() sends RST instead of FIN.
 fn reset_on_close(s: &TcpStream) -> io::Result<()> {
     use std::os::fd::AsRawFd;

@@ -162,6 +162,65 @@ impl<'a> Txn<'a> {
         unsafe { sys::TSHttpTxnAborted(self.as_ptr()) == sys::TSReturnCode::TS_SUCCESS }
     }
 
+    /// True if the client is gone: ATS flagged an abort, or (plain HTTP/1.1,
+    /// where ATS only half-closes on a client FIN while the transaction waits
+    /// in a hook) the client socket has reached end-of-file or failed.
+    ///
+    /// For a transaction parked in a hook ATS does not watch the client, so
+    /// a queueing plugin asks this before giving the transaction a slot.
+    /// A client that half-closes on purpose after sending its request is
+    /// indistinguishable from one that left, and counts as gone.
+    pub fn client_gone(self) -> bool {
+        if self.client_aborted() {
+            return true;
+        }
+        let mut fd: std::ffi::c_int = -1;
+        // SAFETY: live txn; valid out pointer.
+        if unsafe { sys::TSHttpTxnClientFdGet(self.as_ptr(), &mut fd) }
+            != sys::TSReturnCode::TS_SUCCESS
+            || fd < 0
+        {
+            return false;
+        }
+        let mut byte = 0u8;
+        // SAFETY: fd is the client socket ATS still holds (the transaction has not
+        // been aborted, so it is open); MSG_PEEK leaves any data in place.
+        let n = unsafe {
+            libc::recv(
+                fd,
+                (&mut byte as *mut u8).cast(),
+                1,
+                libc::MSG_PEEK | libc::MSG_DONTWAIT,
+            )
+        };
+        match n {
+            0 => true,
+            n if n > 0 => false,
+            _ => !matches!(
+                std::io::Error::last_os_error().raw_os_error(),
+                Some(libc::EAGAIN) | Some(libc::EINTR)
+            ),
+        }
+    }
+
+    /// Sets the body (and its content type) of the error response ATS sends
+    /// when this transaction is re-enabled with an error from a hook (that
+    /// path has no body-factory page).
+    pub fn set_error_body(self, body: &str, mime: &str) {
+        let path = c"rate_limit";
+        // SAFETY: ATS takes ownership of both buffers and frees them with
+        // ats_free, so they are allocated with its allocator.
+        unsafe {
+            let buf = sys::_TSmalloc(body.len().max(1), path.as_ptr()).cast::<u8>();
+            let mime_c = sys::_TSstrdup(mime.as_ptr().cast(), mime.len() as i64, path.as_ptr());
+            if buf.is_null() || mime_c.is_null() {
+                return;
+            }
+            std::ptr::copy_nonoverlapping(body.as_ptr(), buf, body.len());
+            sys::TSHttpTxnErrorBodySet(self.as_ptr(), buf.cast(), body.len(), mime_c);
+        }
+    }
+
     /// ATS's numeric transaction id (unique within the process).
     pub fn id(self) -> u64 {
         // SAFETY: live txn.

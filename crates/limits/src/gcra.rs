@@ -102,6 +102,23 @@ impl Gcra {
         }
     }
 
+    /// Gives back one token taken for a request that was then not served
+    /// (refused for another reason, expired, abandoned). Never fills the
+    /// bucket beyond full.
+    pub fn refund(&self, now: Nanos) {
+        let mut tat = self.tat.load(Ordering::Acquire);
+        while tat > now {
+            let back = tat.saturating_sub(self.interval).max(now);
+            match self
+                .tat
+                .compare_exchange_weak(tat, back, Ordering::AcqRel, Ordering::Acquire)
+            {
+                Ok(_) => return,
+                Err(actual) => tat = actual,
+            }
+        }
+    }
+
     /// What is left at `now`, without taking anything.
     pub fn quota(&self, now: Nanos) -> Quota {
         let debt = self.tat.load(Ordering::Acquire).saturating_sub(now);
@@ -166,6 +183,21 @@ mod tests {
         // Too long a wait is denied and reserves nothing.
         assert_eq!(g.reserve(t, Some(S / 4)), Reservation::Denied(3 * S / 10));
         assert_eq!(g.reserve(t, Some(S)), Reservation::After(3 * S / 10));
+    }
+
+    #[test]
+    fn refund_gives_back_one_token_but_never_overfills() {
+        let g = Gcra::per_second(1.0, 2);
+        let t = 20 * S;
+        g.try_acquire(t).unwrap();
+        g.try_acquire(t).unwrap();
+        assert!(g.try_acquire(t).is_err());
+        g.refund(t);
+        assert_eq!(g.try_acquire(t), Ok(()));
+        g.refund(t);
+        g.refund(t);
+        g.refund(t);
+        assert_eq!(g.quota(t).remaining, 2);
     }
 
     #[test]

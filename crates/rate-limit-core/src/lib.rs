@@ -1,0 +1,19 @@
+//! The pure logic of rate_limit.so, testable without Traffic Server: option
+//! parsing, metric names, and RateLimit header values. Admission itself uses
+//! the `limits` primitives (GCRA bucket, FIFO slots, queue budget).
+
+pub mod headers;
+pub mod options;
+pub mod tag;
+
+pub use options::{OptionError, Options};
+
+/// The metrics of one rule, as upstream names them plus ours.
+pub const METRICS: &[&str] = &[
+    "queued", "rejected", "expired", "resumed", "admitted", "active", "waiting",
+];
+
+/// `<prefix>.remap.<tag>.<metric>`, upstream's naming for remap rules.
+pub fn metric_name(prefix: &str, tag: &str, metric: &str) -> String {
+    format!("{prefix}.remap.{tag}.{metric}")
+}

@@ -1,0 +1,433 @@
+//! `@pparam` options of rate_limit.so.
+//!
+//! Syntax is upstream's (getopt_long): `--name=value`, or `--name` and the
+//! value as the next `@pparam`. Unlike upstream (which ignores unknown
+//! options and turns "abc" into 0), every option is validated: a mistake
+//! fails the rule with a message naming the option, the value and what is
+//! allowed.
+
+use std::fmt;
+
+/// Concurrency limit when neither `--limit` nor `--rate` is given (upstream 9.2).
+pub const DEFAULT_LIMIT: u32 = 100;
+pub const DEFAULT_ERROR: u16 = 429;
+pub const DEFAULT_PREFIX: &str = "plugin.rate_limiter";
+/// `--rate` accepts up to this many requests per second.
+pub const MAX_RATE: f64 = 1_000_000.0;
+
+#[derive(Clone, Debug, PartialEq)]
+pub struct Options {
+    /// Max active transactions (or connections with `conntrack`); `None` = no limit.
+    pub limit: Option<u32>,
+    /// Max waiting transactions; 0 = reject at once.
+    pub queue: u32,
+    pub error: u16,
+    /// Seconds for `Retry-After` on rejections; 0 = no header.
+    pub retry: u32,
+    /// Client request header that receives the queue delay in ms.
+    pub header: Option<String>,
+    /// Max time in queue, ms; 0 = no expiry.
+    pub maxage_ms: u64,
+    pub prefix: String,
+    pub tag: String,
+    pub conntrack: bool,
+    /// Requests per second.
+    pub rate: Option<f64>,
+    /// Requests allowed at once from a full rate bucket.
+    pub burst: u32,
+    pub ratelimit_headers: bool,
+    /// Accepted but probably unintended combinations, for the log.
+    pub warnings: Vec<String>,
+}
+
+/// A rejected option: names it, the value, and what is allowed.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct OptionError(pub String);
+
+impl fmt::Display for OptionError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+impl std::error::Error for OptionError {}
+
+fn invalid(name: &str, value: &str, allowed: &str) -> OptionError {
+    OptionError(format!(
+        "invalid value '{value}' for --{name}: allowed {allowed}"
+    ))
+}
+
+const OPTIONS: &[(&str, bool)] = &[
+    ("limit", true),
+    ("queue", true),
+    ("error", true),
+    ("retry", true),
+    ("header", true),
+    ("maxage", true),
+    ("prefix", true),
+    ("tag", true),
+    ("conntrack", false),
+    ("rate", true),
+    ("burst", true),
+    ("ratelimit-headers", false),
+];
+
+fn allowed_names() -> String {
+    OPTIONS
+        .iter()
+        .map(|(n, _)| format!("--{n}"))
+        .collect::<Vec<_>>()
+        .join(", ")
+}
+
+/// Parses an unsigned decimal strictly: digits only (no sign, space or suffix).
+fn parse_uint(name: &str, value: &str, min: u64, max: u64) -> Result<u64, OptionError> {
+    let allowed = || format!("an integer from {min} to {max}");
+    if value.is_empty() || !value.bytes().all(|b| b.is_ascii_digit()) {
+        return Err(invalid(name, value, &allowed()));
+    }
+    match value.parse::<u64>() {
+        Ok(v) if (min..=max).contains(&v) => Ok(v),
+        _ => Err(invalid(name, value, &allowed())),
+    }
+}
+
+fn is_tchar(b: u8) -> bool {
+    b.is_ascii_alphanumeric() || b"!#$%&'*+-.^_`|~".contains(&b)
+}
+
+impl Options {
+    /// Parses the options of the rule mapping `from_url`.
+    pub fn parse(from_url: &str, args: &[&str]) -> Result<Options, OptionError> {
+        let mut seen: Vec<&'static str> = Vec::new();
+        let mut limit = None;
+        let mut queue = None;
+        let mut o = Options {
+            limit: None,
+            queue: u32::MAX,
+            error: DEFAULT_ERROR,
+            retry: 0,
+            header: None,
+            maxage_ms: 0,
+            prefix: DEFAULT_PREFIX.to_owned(),
+            tag: String::new(),
+            conntrack: false,
+            rate: None,
+            burst: 0,
+            ratelimit_headers: false,
+            warnings: Vec::new(),
+        };
+        let mut burst = None;
+        let mut tag = None;
+        let mut i = 0;
+        while i < args.len() {
+            let arg = args[i];
+            i += 1;
+            let Some(body) = arg.strip_prefix("--") else {
+                return Err(OptionError(format!(
+                    "unexpected argument '{arg}': options are --name=value; known options: {}",
+                    allowed_names()
+                )));
+            };
+            let (name, inline) = match body.split_once('=') {
+                Some((n, v)) => (n, Some(v)),
+                None => (body, None),
+            };
+            let Some(&(name, takes_value)) = OPTIONS.iter().find(|(n, _)| *n == name) else {
+                return Err(OptionError(format!(
+                    "unknown option '{arg}'; known options: {}",
+                    allowed_names()
+                )));
+            };
+            if seen.contains(&name) {
+                return Err(OptionError(format!("--{name} given more than once")));
+            }
+            seen.push(name);
+            let value = match (takes_value, inline) {
+                (false, None) => "",
+                (false, Some(v)) => {
+                    return Err(OptionError(format!("--{name} takes no value (got '{v}')")));
+                }
+                (true, Some(v)) => v,
+                (true, None) => match args.get(i) {
+                    Some(v) => {
+                        i += 1;
+                        v
+                    }
+                    None => {
+                        return Err(OptionError(format!(
+                            "--{name} needs a value (--{name}=VALUE)"
+                        )))
+                    }
+                },
+            };
+            match name {
+                "limit" => {
+                    if value == "0" {
+                        return Err(OptionError(
+                            "invalid value '0' for --limit: allowed an integer from 1 to 4294967295; \
+                             upstream 9.2 treats 0 as 'reject everything' and 10.1 as 'unlimited': \
+                             omit --limit for no concurrency limit with --rate, or set --queue=0 and a small limit"
+                                .to_owned(),
+                        ));
+                    }
+                    limit = Some(parse_uint(name, value, 1, u64::from(u32::MAX))? as u32);
+                }
+                "queue" => queue = Some(parse_uint(name, value, 0, u64::from(u32::MAX))? as u32),
+                "error" => o.error = parse_uint(name, value, 400, 599)? as u16,
+                "retry" => o.retry = parse_uint(name, value, 0, u64::from(u32::MAX))? as u32,
+                "maxage" => o.maxage_ms = parse_uint(name, value, 0, u64::from(u32::MAX))?,
+                "burst" => burst = Some(parse_uint(name, value, 1, u64::from(u32::MAX))? as u32),
+                "header" => {
+                    let name_part = value.strip_prefix('@').unwrap_or(value);
+                    if name_part.is_empty() || !name_part.bytes().all(is_tchar) {
+                        return Err(invalid(
+                            name,
+                            value,
+                            "an HTTP header name (optionally starting with '@')",
+                        ));
+                    }
+                    o.header = Some(value.to_owned());
+                }
+                "prefix" | "tag" => {
+                    if value.is_empty()
+                        || !value
+                            .bytes()
+                            .all(|b| b.is_ascii_graphic() && b != b'"' && b != b'\'')
+                    {
+                        return Err(invalid(
+                            name,
+                            value,
+                            "a non-empty metric name part without spaces or quotes",
+                        ));
+                    }
+                    if name == "prefix" {
+                        o.prefix = value.to_owned();
+                    } else {
+                        tag = Some(value.to_owned());
+                    }
+                }
+                "rate" => {
+                    let allowed = "a number of requests per second greater than 0 and at most 1000000 (e.g. 50 or 0.5)";
+                    let well_formed = !value.is_empty()
+                        && value.bytes().all(|b| b.is_ascii_digit() || b == b'.')
+                        && value.bytes().filter(|&b| b == b'.').count() <= 1
+                        && value.bytes().any(|b| b.is_ascii_digit());
+                    match value.parse::<f64>() {
+                        Ok(r) if well_formed && r > 0.0 && r <= MAX_RATE => o.rate = Some(r),
+                        _ => return Err(invalid(name, value, allowed)),
+                    }
+                }
+                "conntrack" => o.conntrack = true,
+                "ratelimit-headers" => o.ratelimit_headers = true,
+                _ => unreachable!("every name in OPTIONS is handled"),
+            }
+        }
+        // --rate alone limits only the rate; otherwise upstream 9.2's default limit applies.
+        o.limit = match (limit, o.rate) {
+            (Some(l), _) => Some(l),
+            (None, Some(_)) => None,
+            (None, None) => Some(DEFAULT_LIMIT),
+        };
+        if let Some(q) = queue {
+            o.queue = q;
+        }
+        o.burst = match (burst, o.rate) {
+            (Some(_), None) => {
+                return Err(OptionError(
+                    "--burst needs --rate (it sizes the rate bucket)".to_owned(),
+                ));
+            }
+            (Some(b), Some(_)) => b,
+            // Default: one second's worth, at least 1.
+            (None, Some(r)) => (r.ceil() as u32).max(1),
+            (None, None) => 0,
+        };
+        o.tag = match tag {
+            Some(t) => t,
+            None => crate::tag::from_url(from_url).ok_or_else(|| {
+                OptionError(format!(
+                    "cannot derive a metric tag from '{from_url}'; set --tag"
+                ))
+            })?,
+        };
+        if o.queue == 0 {
+            if o.maxage_ms > 0 {
+                o.warnings
+                    .push("--maxage has no effect with --queue=0".to_owned());
+            }
+            if o.header.is_some() {
+                o.warnings
+                    .push("--header has no effect with --queue=0".to_owned());
+            }
+        }
+        Ok(o)
+    }
+
+    /// Max queue wait in nanoseconds, if bounded.
+    pub fn maxage_nanos(&self) -> Option<u64> {
+        (self.maxage_ms > 0).then(|| self.maxage_ms.saturating_mul(limits::NANOS_PER_MS))
+    }
+
+    /// A one-line summary for the log.
+    pub fn describe(&self) -> String {
+        let limit = self.limit.map_or("none".to_owned(), |l| l.to_string());
+        let rate = self
+            .rate
+            .map_or("none".to_owned(), |r| format!("{r}/s burst {}", self.burst));
+        let queue = if self.queue == u32::MAX {
+            "unlimited".to_owned()
+        } else {
+            self.queue.to_string()
+        };
+        format!(
+            "limit={limit} rate={rate} queue={queue} maxage={}ms error={} retry={} conntrack={} metrics={}.remap.{}",
+            self.maxage_ms, self.error, self.retry, self.conntrack, self.prefix, self.tag
+        )
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const URL: &str = "http://cdn.example.com/";
+
+    fn parse(args: &[&str]) -> Result<Options, OptionError> {
+        Options::parse(URL, args)
+    }
+
+    fn err(args: &[&str]) -> String {
+        parse(args).expect_err("must be rejected").0
+    }
+
+    #[test]
+    fn defaults_match_upstream_9_2() {
+        let o = parse(&[]).unwrap();
+        assert_eq!(o.limit, Some(100));
+        assert_eq!(o.queue, u32::MAX);
+        assert_eq!(o.error, 429);
+        assert_eq!((o.retry, o.maxage_ms, o.header.as_deref()), (0, 0, None));
+        assert_eq!(
+            (o.prefix.as_str(), o.tag.as_str()),
+            ("plugin.rate_limiter", "http.cdn.example.com")
+        );
+        assert!(!o.conntrack && o.rate.is_none() && !o.ratelimit_headers);
+    }
+
+    #[test]
+    fn both_value_syntaxes_and_every_option() {
+        let o = parse(&[
+            "--limit=5",
+            "--queue",
+            "7",
+            "--error=503",
+            "--retry=3",
+            "--header=@RateLimit-Delay",
+            "--maxage",
+            "250",
+            "--prefix=my.rl",
+            "--tag=edge",
+            "--conntrack",
+            "--rate=12.5",
+            "--burst=20",
+            "--ratelimit-headers",
+        ])
+        .unwrap();
+        assert_eq!(o.limit, Some(5));
+        assert_eq!(o.queue, 7);
+        assert_eq!(o.error, 503);
+        assert_eq!(o.retry, 3);
+        assert_eq!(o.header.as_deref(), Some("@RateLimit-Delay"));
+        assert_eq!(o.maxage_ms, 250);
+        assert_eq!((o.prefix.as_str(), o.tag.as_str()), ("my.rl", "edge"));
+        assert!(o.conntrack && o.ratelimit_headers);
+        assert_eq!((o.rate, o.burst), (Some(12.5), 20));
+    }
+
+    #[test]
+    fn rate_alone_has_no_concurrency_limit_and_a_one_second_burst() {
+        let o = parse(&["--rate=10"]).unwrap();
+        assert_eq!((o.limit, o.rate, o.burst), (None, Some(10.0), 10));
+        assert_eq!(parse(&["--rate=0.5"]).unwrap().burst, 1);
+        assert_eq!(parse(&["--rate=10", "--limit=3"]).unwrap().limit, Some(3));
+    }
+
+    #[test]
+    fn errors_name_option_value_and_allowed() {
+        assert_eq!(
+            err(&["--limit=abc"]),
+            "invalid value 'abc' for --limit: allowed an integer from 1 to 4294967295"
+        );
+        assert_eq!(
+            err(&["--queue=-1"]),
+            "invalid value '-1' for --queue: allowed an integer from 0 to 4294967295"
+        );
+        assert_eq!(
+            err(&["--error=200"]),
+            "invalid value '200' for --error: allowed an integer from 400 to 599"
+        );
+        assert_eq!(
+            err(&["--limit=4294967296"]),
+            "invalid value '4294967296' for --limit: allowed an integer from 1 to 4294967295"
+        );
+        assert!(err(&["--limit=0"]).starts_with("invalid value '0' for --limit"));
+        assert!(err(&["--rate=0"]).starts_with("invalid value '0' for --rate: allowed a number"));
+        assert!(err(&["--rate=1e3"]).starts_with("invalid value '1e3' for --rate"));
+        assert!(
+            err(&["--header=Bad Header"]).starts_with("invalid value 'Bad Header' for --header")
+        );
+        assert!(err(&["--tag=a b"]).starts_with("invalid value 'a b' for --tag"));
+        assert!(err(&["--limits=5"])
+            .starts_with("unknown option '--limits=5'; known options: --limit, --queue"));
+        assert!(err(&["limit=5"]).starts_with("unexpected argument 'limit=5'"));
+        assert_eq!(err(&["--limit"]), "--limit needs a value (--limit=VALUE)");
+        assert_eq!(
+            err(&["--limit=1", "--limit=2"]),
+            "--limit given more than once"
+        );
+        assert_eq!(
+            err(&["--conntrack=yes"]),
+            "--conntrack takes no value (got 'yes')"
+        );
+        assert_eq!(
+            err(&["--burst=5"]),
+            "--burst needs --rate (it sizes the rate bucket)"
+        );
+        assert_eq!(
+            err(&["--limit= 5"]),
+            "invalid value ' 5' for --limit: allowed an integer from 1 to 4294967295"
+        );
+    }
+
+    #[test]
+    fn warns_about_options_without_effect() {
+        let o = parse(&["--queue=0", "--maxage=100", "--header=X-Delay"]).unwrap();
+        assert_eq!(o.warnings.len(), 2);
+    }
+
+    proptest::proptest! {
+        /// Any input either parses or yields an error naming an option or argument; never panics.
+        #[test]
+        fn never_panics(args in proptest::collection::vec("(--)?[a-z-]{0,12}(=[ -~]{0,12})?", 0..6)) {
+            let refs: Vec<&str> = args.iter().map(String::as_str).collect();
+            match Options::parse(URL, &refs) {
+                Ok(o) => {
+                    proptest::prop_assert!(o.limit.is_some() || o.rate.is_some());
+                    proptest::prop_assert!(o.error >= 400 && o.error <= 599);
+                }
+                Err(e) => proptest::prop_assert!(e.0.contains("--") || e.0.contains("argument")),
+            }
+        }
+
+        /// Every valid integer round-trips.
+        #[test]
+        fn integers_round_trip(limit in 1u32.., queue: u32, maxage: u32) {
+            let a = [format!("--limit={limit}"), format!("--queue={queue}"), format!("--maxage={maxage}")];
+            let refs: Vec<&str> = a.iter().map(String::as_str).collect();
+            let o = Options::parse(URL, &refs).unwrap();
+            proptest::prop_assert_eq!((o.limit, o.queue, o.maxage_ms), (Some(limit), queue, u64::from(maxage)));
+        }
+    }
+}

@@ -1,0 +1,519 @@
+//! rate_limit.so against a real traffic_server: every option, FIFO hand-off,
+//! expiry, aborts, conntrack, rate, RateLimit headers, reload, and a
+//! side-by-side comparison with upstream's rate_limit.so.
+
+use std::collections::BTreeMap;
+use std::thread;
+use std::time::{Duration, Instant};
+
+use ats_tests::client::{self, Conn, Response};
+use ats_tests::{plugin, Origin, TrafficServer};
+
+const UPSTREAM: &str = "/usr/lib/trafficserver/modules/rate_limit.so";
+
+fn rule(host: &str, origin: &Origin, params: &str) -> String {
+    let pp: String = params
+        .split_whitespace()
+        .map(|p| format!(" @pparam={p}"))
+        .collect();
+    format!(
+        "map http://{host}/ {} @plugin={}{pp}\n",
+        origin.url(),
+        plugin("rate_limit")
+    )
+}
+
+fn start(remap: String) -> TrafficServer {
+    TrafficServer::builder()
+        .remap(remap)
+        .start()
+        .expect("traffic_server start")
+}
+
+fn counts(results: &[std::io::Result<Response>]) -> BTreeMap<u16, usize> {
+    client::status_counts(results)
+}
+
+/// `n` requests at once to `host` with the given origin delay; `X-Req` = index.
+fn storm(
+    ts: &TrafficServer,
+    host: &'static str,
+    n: usize,
+    delay_ms: u64,
+) -> Vec<std::io::Result<Response>> {
+    let port = ts.port();
+    client::burst(n, move |i| {
+        client::get(
+            port,
+            host,
+            &format!("/s{i}"),
+            &[
+                ("X-Origin-Delay", &delay_ms.to_string()),
+                ("X-Req", &i.to_string()),
+            ],
+        )
+    })
+}
+
+#[test]
+fn limit_without_queue_rejects_the_excess_with_the_error_page() {
+    let origin = Origin::start();
+    let ts = start(rule("a.test", &origin, "--limit=2 --queue=0 --retry=7"));
+    let results = storm(&ts, "a.test", 6, 600);
+    assert_eq!(counts(&results), BTreeMap::from([(200, 2), (429, 4)]));
+    assert!(origin.max_in_flight() <= 2);
+    let rejected: Vec<&Response> = results
+        .iter()
+        .flatten()
+        .filter(|r| r.status == 429)
+        .collect();
+    for r in &rejected {
+        assert_eq!(r.header("Retry-After"), Some("7"));
+        assert_eq!(r.header("Cache-Control"), Some("no-store"));
+        assert!(
+            r.body_text().contains("<HTML>"),
+            "body-factory page expected: {:?}",
+            r.body_text()
+        );
+        assert!(
+            r.elapsed < Duration::from_millis(400),
+            "rejection must be immediate: {:?}",
+            r.elapsed
+        );
+    }
+    assert_eq!(
+        origin.count(),
+        2,
+        "rejected requests must not reach the origin"
+    );
+}
+
+#[test]
+fn custom_error_status_and_no_retry_after_by_default() {
+    let origin = Origin::start();
+    let ts = start(rule("a.test", &origin, "--limit=1 --queue=0 --error=503"));
+    let results = storm(&ts, "a.test", 3, 500);
+    assert_eq!(counts(&results), BTreeMap::from([(200, 1), (503, 2)]));
+    for r in results.iter().flatten().filter(|r| r.status == 503) {
+        assert_eq!(r.header("Retry-After"), None);
+    }
+}
+
+#[test]
+fn queued_transactions_resume_in_fifo_order_as_slots_free() {
+    let origin = Origin::start();
+    let ts = start(rule("a.test", &origin, "--limit=1 --header=X-Queue-Delay"));
+    let port = ts.port();
+    // The slot holder, then 5 more arriving 40 ms apart: a known arrival order.
+    let mut handles = Vec::new();
+    for i in 0..6u64 {
+        let delay = if i == 0 { "300" } else { "30" };
+        handles.push(thread::spawn(move || {
+            client::get(
+                port,
+                "a.test",
+                &format!("/f{i}"),
+                &[("X-Origin-Delay", delay), ("X-Req", &i.to_string())],
+            )
+        }));
+        thread::sleep(Duration::from_millis(40));
+    }
+    for h in handles {
+        assert_eq!(h.join().expect("thread").expect("request").status, 200);
+    }
+    let seen: Vec<String> = origin
+        .requests()
+        .iter()
+        .map(|r| r.header("X-Req").unwrap_or("?").to_owned())
+        .collect();
+    assert_eq!(seen, ["0", "1", "2", "3", "4", "5"], "FIFO order");
+    assert_eq!(origin.max_in_flight(), 1);
+    // The delay header: absent on the first, a plausible number of ms on the queued ones.
+    let reqs = origin.requests();
+    assert_eq!(reqs[0].header("X-Queue-Delay"), None);
+    let waited: Vec<u64> = reqs[1..]
+        .iter()
+        .map(|r| {
+            r.header("X-Queue-Delay")
+                .and_then(|v| v.parse().ok())
+                .expect("delay header")
+        })
+        .collect();
+    // Request 1 arrived ~40 ms after the holder, which needs 300 ms.
+    assert!((150..=600).contains(&waited[0]), "{waited:?}");
+    assert!(waited.windows(2).all(|w| w[1] + 100 >= w[0]), "{waited:?}");
+}
+
+#[test]
+fn a_freed_slot_goes_to_the_queue_head_at_once() {
+    let origin = Origin::start();
+    let ts = start(rule("a.test", &origin, "--limit=1"));
+    let port = ts.port();
+    let holder =
+        thread::spawn(move || client::get(port, "a.test", "/h", &[("X-Origin-Delay", "200")]));
+    thread::sleep(Duration::from_millis(50));
+    let queued = client::get(port, "a.test", "/q", &[]).expect("queued request");
+    holder.join().expect("thread").expect("holder");
+    assert_eq!(queued.status, 200);
+    let reqs = origin.requests();
+    let (h, q) = (&reqs[0], &reqs[1]);
+    // From the holder's response leaving the origin to the queued request
+    // arriving there: the slot hand-off plus one proxy hop. Upstream sweeps every 200-300 ms.
+    let gap = q
+        .arrived
+        .duration_since(h.finished.expect("holder finished"));
+    assert!(gap < Duration::from_millis(50), "resume took {gap:?}");
+}
+
+#[test]
+fn maxage_expires_waiters_on_time_even_when_no_slot_frees() {
+    let origin = Origin::start();
+    let ts = start(rule(
+        "a.test",
+        &origin,
+        "--limit=1 --maxage=300 --retry=2 --header=X-Queue-Delay",
+    ));
+    let port = ts.port();
+    let holder =
+        thread::spawn(move || client::get(port, "a.test", "/h", &[("X-Origin-Delay", "2500")]));
+    thread::sleep(Duration::from_millis(100));
+    let results = client::burst(3, move |i| {
+        client::get(port, "a.test", &format!("/w{i}"), &[])
+    });
+    for r in &results {
+        let r = r.as_ref().expect("request");
+        assert_eq!(r.status, 429);
+        assert!(
+            r.elapsed >= Duration::from_millis(290),
+            "expired too early: {:?}",
+            r.elapsed
+        );
+        assert!(
+            r.elapsed < Duration::from_millis(1200),
+            "expired too late: {:?}",
+            r.elapsed
+        );
+        assert_eq!(r.header("Retry-After"), Some("2"));
+        assert_eq!(r.header("Cache-Control"), Some("no-store"));
+    }
+    assert_eq!(holder.join().expect("thread").expect("holder").status, 200);
+    assert_eq!(origin.count(), 1);
+}
+
+#[test]
+fn maxage_with_traffic_serves_who_fits_and_expires_the_rest() {
+    let origin = Origin::start();
+    let ts = start(rule("a.test", &origin, "--limit=1 --maxage=500"));
+    // Each request holds the slot 200 ms: within 500 ms the head gets served, the tail expires.
+    let results = storm(&ts, "a.test", 6, 200);
+    let c = counts(&results);
+    let served = c.get(&200).copied().unwrap_or(0);
+    assert!((2..=4).contains(&served), "{c:?}");
+    assert_eq!(served + c.get(&429).copied().unwrap_or(0), 6, "{c:?}");
+    assert_eq!(origin.max_in_flight(), 1);
+}
+
+#[test]
+fn queue_bound_rejects_beyond_the_queue() {
+    let origin = Origin::start();
+    let ts = start(rule("a.test", &origin, "--limit=2 --queue=2"));
+    let results = storm(&ts, "a.test", 7, 400);
+    assert_eq!(counts(&results), BTreeMap::from([(200, 4), (429, 3)]));
+}
+
+#[test]
+fn slots_come_back_after_client_aborts_while_active_and_while_queued() {
+    let origin = Origin::start();
+    let ts = TrafficServer::builder()
+        .remap(rule("a.test", &origin, "--limit=2 --prefix=t --tag=abort"))
+        .with_manager()
+        .start()
+        .expect("start");
+    let port = ts.port();
+    // 2 active clients and 4 queued ones all give up: some with RST, some with FIN.
+    let aborters: Vec<_> = (0..6)
+        .map(|i| {
+            thread::spawn(move || {
+                let conn = Conn::open(port).expect("connect");
+                let path = format!("/ab{i}");
+                if i % 2 == 0 {
+                    conn.abort_after(
+                        "a.test",
+                        &path,
+                        &[("X-Origin-Delay", "800")],
+                        Duration::from_millis(150),
+                    )
+                } else {
+                    conn.close_after(
+                        "a.test",
+                        &path,
+                        &[("X-Origin-Delay", "800")],
+                        Duration::from_millis(150),
+                    )
+                }
+            })
+        })
+        .collect();
+    for a in aborters {
+        a.join().expect("thread").expect("abort");
+    }
+    // The two that reached the origin finish there (ATS may keep filling); then
+    // the queued ones must not take slots: new requests get through promptly.
+    thread::sleep(Duration::from_millis(1000));
+    let start = Instant::now();
+    let results = client::burst(2, move |i| {
+        client::get(port, "a.test", &format!("/after{i}"), &[])
+    });
+    assert_eq!(counts(&results), BTreeMap::from([(200, 2)]));
+    assert!(
+        start.elapsed() < Duration::from_secs(2),
+        "{:?}",
+        start.elapsed()
+    );
+    // Only the two active ones ever reached the origin (plus the two after).
+    let reached: Vec<String> = origin.requests().iter().map(|r| r.path.clone()).collect();
+    assert_eq!(
+        reached.iter().filter(|p| p.starts_with("/ab")).count(),
+        2,
+        "{reached:?}"
+    );
+    assert_eq!(ts.wait_metric("t.remap.abort.active", 0), Ok(0));
+    assert_eq!(ts.wait_metric("t.remap.abort.waiting", 0), Ok(0));
+    assert_eq!(ts.wait_metric("t.remap.abort.abandoned", 4), Ok(4));
+}
+
+#[test]
+fn conntrack_limits_connections_not_transactions() {
+    let origin = Origin::start();
+    let ts = start(rule("a.test", &origin, "--limit=1 --queue=0 --conntrack"));
+    let port = ts.port();
+    let mut a = Conn::open(port).expect("connect");
+    for i in 0..5 {
+        assert_eq!(
+            a.get("a.test", &format!("/ka{i}"), &[])
+                .expect("keep-alive request")
+                .status,
+            200
+        );
+    }
+    // A second connection is refused while the first holds the slot...
+    let mut b = Conn::open(port).expect("connect");
+    assert_eq!(b.get("a.test", "/kb0", &[]).expect("request").status, 429);
+    // ...and, unlike upstream, a refused connection is not let through on its next request.
+    assert_eq!(b.get("a.test", "/kb1", &[]).expect("request").status, 429);
+    // Closing the first connection frees the slot.
+    drop(a);
+    let ok = ats_tests::wait_until(Duration::from_secs(5), || {
+        client::get(port, "a.test", "/kc", &[])
+            .map(|r| r.status == 200)
+            .unwrap_or(false)
+    });
+    assert!(ok, "slot not released at session close");
+}
+
+#[test]
+fn rate_limits_admissions_to_rate_times_t_plus_burst() {
+    let origin = Origin::start();
+    let ts = start(rule("a.test", &origin, "--rate=10 --burst=5 --queue=0"));
+    let port = ts.port();
+    let start = Instant::now();
+    let mut ok = 0u64;
+    let mut refused = 0u64;
+    let mut conn = Conn::open(port).expect("connect");
+    while start.elapsed() < Duration::from_millis(2500) {
+        match conn.get("a.test", "/r", &[]).expect("request").status {
+            200 => ok += 1,
+            429 => refused += 1,
+            s => panic!("unexpected status {s}"),
+        }
+        thread::sleep(Duration::from_millis(5));
+    }
+    let t = start.elapsed().as_secs_f64();
+    let expected = 5.0 + 10.0 * t;
+    assert!(
+        (ok as f64 - expected).abs() <= 1.5,
+        "admitted {ok} in {t:.2}s, expected {expected:.1}±1"
+    );
+    assert!(refused > 0);
+}
+
+#[test]
+fn slow_rates_work_and_the_bucket_starts_full() {
+    let origin = Origin::start();
+    // Upstream's refill is zero below 40/s and its bucket starts empty.
+    let ts = start(rule("a.test", &origin, "--rate=2 --burst=2 --queue=0"));
+    assert_eq!(ts.get("a.test", "/1", &[]).expect("request").status, 200);
+    assert_eq!(ts.get("a.test", "/2", &[]).expect("request").status, 200);
+    assert_eq!(ts.get("a.test", "/3", &[]).expect("request").status, 429);
+    thread::sleep(Duration::from_millis(550));
+    assert_eq!(ts.get("a.test", "/4", &[]).expect("request").status, 200);
+}
+
+#[test]
+fn over_rate_requests_wait_in_the_queue_when_allowed() {
+    let origin = Origin::start();
+    let ts = start(rule("a.test", &origin, "--rate=5 --burst=1 --maxage=2000"));
+    let port = ts.port();
+    let results = client::burst(5, move |i| {
+        client::get(port, "a.test", &format!("/d{i}"), &[])
+    });
+    let mut times: Vec<Duration> = results
+        .iter()
+        .map(|r| r.as_ref().expect("request"))
+        .map(|r| {
+            assert_eq!(r.status, 200);
+            r.elapsed
+        })
+        .collect();
+    times.sort();
+    // Spaced by the rate (200 ms apart), none refused.
+    assert!(times[4] >= Duration::from_millis(750), "{times:?}");
+    assert!(times[4] < Duration::from_millis(1500), "{times:?}");
+    let arrivals: Vec<Instant> = origin.requests().iter().map(|r| r.arrived).collect();
+    for w in arrivals.windows(2) {
+        assert!(
+            w[1].duration_since(w[0]) >= Duration::from_millis(150),
+            "too close: {:?}",
+            w[1].duration_since(w[0])
+        );
+    }
+}
+
+#[test]
+fn ratelimit_headers_describe_the_policy_and_what_is_left() {
+    let origin = Origin::start();
+    let ts = start(rule(
+        "a.test",
+        &origin,
+        "--limit=3 --rate=10 --ratelimit-headers --queue=0",
+    ));
+    let r = ts.get("a.test", "/h", &[]).expect("request");
+    assert_eq!(r.status, 200);
+    assert_eq!(
+        r.header("RateLimit-Policy"),
+        Some("\"concurrency\";q=3;qu=\"concurrent-requests\", \"rate\";q=10;w=1")
+    );
+    // While the response is being sent this request still holds its slot.
+    assert_eq!(
+        r.header("RateLimit"),
+        Some("\"concurrency\";r=2, \"rate\";r=9;t=1")
+    );
+    let results = storm(&ts, "a.test", 5, 400);
+    let refused: Vec<&Response> = results
+        .iter()
+        .flatten()
+        .filter(|r| r.status == 429)
+        .collect();
+    assert_eq!(refused.len(), 2);
+    for r in refused {
+        assert!(
+            r.header("RateLimit")
+                .is_some_and(|v| v.starts_with("\"concurrency\";r=0")),
+            "{:?}",
+            r.header("RateLimit")
+        );
+    }
+}
+
+#[test]
+fn bad_options_refuse_the_rule_naming_option_value_and_allowed() {
+    let origin = Origin::start();
+    for (params, expect) in [
+        (
+            "--limit=abc",
+            "invalid value 'abc' for --limit: allowed an integer from 1 to 4294967295",
+        ),
+        (
+            "--error=302",
+            "invalid value '302' for --error: allowed an integer from 400 to 599",
+        ),
+        (
+            "--bogus=1",
+            "unknown option '--bogus=1'; known options: --limit",
+        ),
+        ("--burst=3", "--burst needs --rate"),
+    ] {
+        let err = TrafficServer::builder()
+            .remap(rule("a.test", &origin, params))
+            .start()
+            .err()
+            .unwrap_or_else(|| panic!("{params} must fail the rule"));
+        assert!(err.diags.contains(expect), "{params}: {err:?}");
+    }
+}
+
+#[test]
+fn reload_under_load_lets_old_transactions_finish() {
+    let origin = Origin::start();
+    let ts = TrafficServer::builder()
+        .remap(rule(
+            "a.test",
+            &origin,
+            "--limit=2 --prefix=rl --tag=reload",
+        ))
+        .with_manager()
+        .start()
+        .expect("start");
+    let port = ts.port();
+    // 2 active + 4 queued on the old instance when the reload happens.
+    let load = thread::spawn(move || {
+        client::burst(6, move |i| {
+            client::get(
+                port,
+                "a.test",
+                &format!("/l{i}"),
+                &[("X-Origin-Delay", "400")],
+            )
+        })
+    });
+    thread::sleep(Duration::from_millis(150));
+    ts.reload_remap(&rule(
+        "a.test",
+        &origin,
+        "--limit=5 --prefix=rl --tag=reload",
+    ))
+    .expect("reload");
+    let results = load.join().expect("thread");
+    assert_eq!(counts(&results), BTreeMap::from([(200, 6)]));
+    assert!(origin.max_in_flight() <= 2 + 5);
+    // The new instance serves with its own limit.
+    let after = storm(&ts, "a.test", 5, 300);
+    assert_eq!(counts(&after), BTreeMap::from([(200, 5)]));
+    assert_eq!(ts.wait_metric("rl.remap.reload.active", 0), Ok(0));
+    assert_eq!(ts.wait_metric("rl.remap.reload.waiting", 0), Ok(0));
+    assert!(!ts.diags().contains("FATAL"));
+}
+
+/// The same scenarios through upstream's rate_limit.so and ours, side by side
+/// in one traffic_server: the status counts must match where semantics do.
+#[test]
+fn same_status_counts_as_upstream_rate_limit() {
+    assert!(
+        std::path::Path::new(UPSTREAM).is_file(),
+        "{UPSTREAM} missing: install trafficserver-experimental-plugins"
+    );
+    let origin = Origin::start();
+    let scenarios = [
+        ("--limit=2 --queue=0", 6, 400),
+        ("--limit=2 --queue=2", 7, 400),
+        ("--limit=3 --queue=0 --error=503", 5, 400),
+    ];
+    for (params, n, delay) in scenarios {
+        let pp: String = params
+            .split_whitespace()
+            .map(|p| format!(" @pparam={p}"))
+            .collect();
+        let remap = format!(
+            "{}map http://upstream.test/ {} @plugin={UPSTREAM}{pp}\n",
+            rule("ours.test", &origin, params),
+            origin.url()
+        );
+        let ts = start(remap);
+        let ours = counts(&storm(&ts, "ours.test", n, delay));
+        let theirs = counts(&storm(&ts, "upstream.test", n, delay));
+        assert_eq!(
+            ours, theirs,
+            "{params}: ours {ours:?} vs upstream {theirs:?}"
+        );
+    }
+}
