@@ -35,7 +35,10 @@ fn build() -> Result<PathBuf, String> {
     }
     // target/<profile>/deps/<test-binary>, or target/<profile>/<binary>
     let exe = std::env::current_exe().map_err(|e| e.to_string())?;
-    let mut profile_dir = exe.parent().ok_or("cannot locate the target directory from the binary")?.to_path_buf();
+    let mut profile_dir = exe
+        .parent()
+        .ok_or("cannot locate the target directory from the binary")?
+        .to_path_buf();
     if profile_dir.file_name().is_some_and(|n| n == "deps") {
         profile_dir.pop();
     }

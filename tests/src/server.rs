@@ -394,10 +394,7 @@ impl TrafficServer {
 
     /// True while traffic_server is running (and, under the manager, has not been restarted).
     pub fn is_running(&mut self) -> bool {
-        match self.child.as_mut().map(|c| c.try_wait()) {
-            Some(Ok(None)) => true,
-            _ => false,
-        }
+        matches!(self.child.as_mut().map(|c| c.try_wait()), Some(Ok(None)))
     }
 
     fn kill(&mut self) {

@@ -138,9 +138,10 @@ pub mod entry {
             || {
                 // SAFETY: ATS passes a valid pointer or null.
                 let api = unsafe { api.as_ref() }.ok_or("missing TSRemapInterface")?;
-                let needed = std::mem::size_of::<sys::TSRemapInterface>() as u64;
-                if u64::from(api.size as u32) < needed
-                    || (api.tsremap_version as u64) < u64::from(sys::TSREMAP_VERSION)
+                let needed = std::mem::size_of::<sys::TSRemapInterface>();
+                let version = std::ffi::c_ulong::from(sys::TSREMAP_VERSION);
+                if usize::try_from(api.size).map_or(true, |s| s < needed)
+                    || api.tsremap_version < version
                 {
                     return Err(format!(
                         "incompatible remap API version {}.{} (need {}.{} or later)",
@@ -265,9 +266,8 @@ pub mod entry {
                 // taking ownership (ManuallyDrop) keeps ATS's count intact.
                 let plugin = ManuallyDrop::new(unsafe { Arc::from_raw(ih as *const P) });
                 // SAFETY: rri is valid and exclusively ours for this call.
-                let mut req = RemapRequest {
-                    rri: unsafe { &mut *rri },
-                };
+                let rri = unsafe { &mut *rri };
+                let mut req = RemapRequest { rri };
                 plugin.do_remap(txn, &mut req).sys()
             },
         )
