@@ -124,26 +124,7 @@ impl Conn {
 
 /// SO_LINGER with a zero timeout: close() sends RST instead of FIN.
 fn reset_on_close(s: &TcpStream) -> io::Result<()> {
-    use std::os::fd::AsRawFd;
-    let l = libc::linger {
-        l_onoff: 1,
-        l_linger: 0,
-    };
-    // SAFETY: valid socket fd and a correctly sized linger struct.
-    let rc = unsafe {
-        libc::setsockopt(
-            s.as_raw_fd(),
-            libc::SOL_SOCKET,
-            libc::SO_LINGER,
-            (&l as *const libc::linger).cast(),
-            std::mem::size_of::<libc::linger>() as libc::socklen_t,
-        )
-    };
-    if rc == 0 {
-        Ok(())
-    } else {
-        Err(io::Error::last_os_error())
-    }
+    socket2::SockRef::from(s).set_linger(Some(Duration::ZERO))
 }
 
 /// One GET on a fresh connection (`Connection: close`).

@@ -24,6 +24,8 @@ pub struct TsBuilder {
     files: Vec<(String, String)>,
     manager: bool,
     debug_tags: String,
+    root: Option<PathBuf>,
+    port: Option<u16>,
 }
 
 /// Startup failed: ATS exited or never became ready. Carries diags.log.
@@ -38,9 +40,24 @@ impl fmt::Debug for StartError {
     }
 }
 
+/// Where an instance lives: a temp dir (tests) or a fixed one (the demo).
+enum Root {
+    Temp(tempfile::TempDir),
+    Fixed(PathBuf),
+}
+
+impl Root {
+    fn path(&self) -> &Path {
+        match self {
+            Root::Temp(t) => t.path(),
+            Root::Fixed(p) => p,
+        }
+    }
+}
+
 /// A running instance. Killed (and its logs printed if the test is failing) on drop.
 pub struct TrafficServer {
-    dir: tempfile::TempDir,
+    dir: Root,
     port: u16,
     child: Option<Child>,
     manager: bool,
@@ -84,6 +101,18 @@ impl TsBuilder {
         self
     }
 
+    /// Run in this directory (emptied first) instead of a temp dir.
+    pub fn root(mut self, dir: impl Into<PathBuf>) -> Self {
+        self.root = Some(dir.into());
+        self
+    }
+
+    /// Listen on this port instead of a free one.
+    pub fn port(mut self, port: u16) -> Self {
+        self.port = Some(port);
+        self
+    }
+
     /// Debug tags to enable (default: our plugins' tags).
     pub fn debug_tags(mut self, tags: &str) -> Self {
         self.debug_tags = tags.to_owned();
@@ -98,7 +127,7 @@ impl TsBuilder {
         for _ in 0..3 {
             match self.try_start() {
                 Ok(ts) => return Ok(ts),
-                Err(e) if e.diags.contains("Address already in use") => last = Some(e),
+                Err(e) if self.port.is_none() && e.diags.contains("Address already in use") => last = Some(e),
                 Err(e) => return Err(e),
             }
         }
@@ -106,12 +135,17 @@ impl TsBuilder {
     }
 
     fn try_start(&self) -> Result<TrafficServer, StartError> {
-        let dir = tempfile::Builder::new()
-            .prefix("ats-test-")
-            .tempdir()
-            .expect("temp dir");
-        let root = dir.path();
-        let port = free_port();
+        let dir = match &self.root {
+            Some(p) => {
+                let _ = fs::remove_dir_all(p);
+                fs::create_dir_all(p).expect("creating the root directory");
+                Root::Fixed(p.canonicalize().expect("root path"))
+            }
+            None => Root::Temp(tempfile::Builder::new().prefix("ats-test-").tempdir().expect("temp dir")),
+        };
+        let root = dir.path().to_path_buf();
+        let root = root.as_path();
+        let port = self.port.unwrap_or_else(free_port);
         self.write_runroot(root, port).expect("writing the runroot");
         let runroot = root.join("runroot.yaml");
         let bin = if self.manager {
@@ -274,6 +308,8 @@ impl TrafficServer {
             files: Vec::new(),
             manager: false,
             debug_tags: "throttle|rate_limit|probe".into(),
+            root: None,
+            port: None,
         }
     }
 
@@ -399,9 +435,8 @@ impl TrafficServer {
 
     fn kill(&mut self) {
         if let Some(mut child) = self.child.take() {
-            let pgid = child.id() as libc::pid_t;
-            // SAFETY: plain syscall; the group is ours (process_group(0) at spawn).
-            unsafe { libc::kill(-pgid, libc::SIGKILL) };
+            // The whole process group (manager + server); kill(1) avoids unsafe here.
+            let _ = Command::new("kill").args(["-KILL", "--", &format!("-{}", child.id())]).status();
             let _ = child.kill();
             let _ = child.wait();
         }

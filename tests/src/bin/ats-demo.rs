@@ -1,0 +1,87 @@
+//! `ci/demo.sh`: runs traffic_server on 127.0.0.1 with both plugins on
+//! example rules in front of a demo origin, and prints what to try.
+//!
+//! Usage: ats-demo [--port N] [--dir DIR]   (plugins from $ATS_PLUGIN_DIR)
+
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use ats_tests::{plugin, Origin, TrafficServer};
+
+fn main() {
+    let mut port: u16 = 8080;
+    let mut dir = String::from("target/demo");
+    let mut args = std::env::args().skip(1);
+    while let Some(a) = args.next() {
+        match (a.as_str(), args.next()) {
+            ("--port", Some(v)) => port = v.parse().unwrap_or_else(|_| die(&format!("bad --port {v}"))),
+            ("--dir", Some(v)) => dir = v,
+            _ => die("usage: ats-demo [--port N] [--dir DIR]"),
+        }
+    }
+    let origin = Origin::start();
+    let rate = plugin("rate_limit");
+    let throttle = plugin("throttle");
+    let o = origin.url();
+    let remap = format!(
+        "# Two slots, four queue places (3 s max), 429 with Retry-After beyond that.\n\
+         map http://rate.demo/ {o} @plugin={rate} @pparam=--limit=2 @pparam=--queue=4 @pparam=--maxage=3000 \
+         @pparam=--retry=1 @pparam=--header=X-Queue-Delay @pparam=--ratelimit-headers @pparam=--tag=demo\n\
+         # 5 requests per second, bursts of 5; over that: 429 at once.\n\
+         map http://rps.demo/ {o} @plugin={rate} @pparam=--rate=5 @pparam=--queue=0 @pparam=--tag=rps\n\
+         # Two uncached requests at a time; over that, stale copies up to 60 s old, else 503.\n\
+         map http://throttle.demo/ {o} @plugin={throttle} @pparam=id:demo @pparam=max:2 @pparam=stale:60 @pparam=statfreq:5000\n"
+    );
+    let ts = TrafficServer::builder()
+        .root(&dir)
+        .port(port)
+        .remap(remap)
+        .with_manager()
+        .start()
+        .unwrap_or_else(|e| die(&format!("traffic_server did not start: {e:?}")));
+    let root = ts.root().display().to_string();
+    let u = format!("http://127.0.0.1:{port}");
+    println!(
+        r#"
+Traffic Server is running on {u} (runroot {root}), origin {o}.
+Rules (remap.config: {root}/etc/remap.config):
+  rate.demo      rate_limit.so --limit=2 --queue=4 --maxage=3000 --retry=1 --header=X-Queue-Delay --ratelimit-headers
+  rps.demo       rate_limit.so --rate=5 --queue=0
+  throttle.demo  throttle.so id:demo max:2 stale:60 statfreq:5000
+The demo origin obeys request headers: X-Origin-Delay: <ms>, X-Origin-Status, X-Origin-CC: <Cache-Control>.
+
+Try:
+  curl -si -H 'Host: rate.demo' {u}/
+  # 8 slow requests at once: 2 run, 4 queue (see X-Queue-Delay at the origin), 2 get 429
+  for i in $(seq 8); do curl -s -o /dev/null -w '%{{http_code}} %{{time_total}}s\n' -H 'Host: rate.demo' -H 'X-Origin-Delay: 1000' {u}/$i & done; wait
+  # 10 quick requests against 5/s: 5 pass, the rest get 429
+  for i in $(seq 10); do curl -s -o /dev/null -w '%{{http_code}}\n' -H 'Host: rps.demo' {u}/; done
+  # Cache a page that is stale at once, then overload the rule: the stale copy is served with a Warning
+  curl -s -o /dev/null -H 'Host: throttle.demo' -H 'X-Origin-CC: max-age=0' {u}/page
+  for i in 1 2; do curl -s -o /dev/null -H 'Host: throttle.demo' -H 'X-Origin-Delay: 3000' {u}/slow$i & done; sleep 0.3
+  curl -si -H 'Host: throttle.demo' {u}/page | grep -E 'HTTP|Warning'
+  curl -si -H 'Host: throttle.demo' {u}/other | head -1    # 503: full and nothing stale
+
+Logs:    {root}/log/throttle.log (a line every 5 s), {root}/log/diags.log
+Metrics: TS_RUNROOT={root}/runroot.yaml traffic_ctl metric match 'rate_limiter|throttle'
+         (values reach traffic_ctl up to ~10 s late in ATS 9.2)
+Press Ctrl-C to stop."#
+    );
+    let stop = Arc::new(AtomicBool::new(false));
+    let s = stop.clone();
+    ctrlc::set_handler(move || s.store(true, Ordering::SeqCst)).unwrap_or_else(|e| die(&format!("signal handler: {e}")));
+    let mut ts = ts;
+    while !stop.load(Ordering::SeqCst) {
+        if !ts.is_running() {
+            die(&format!("traffic_server stopped; see {root}/log/diags.log"));
+        }
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    println!("stopping");
+}
+
+fn die(msg: &str) -> ! {
+    eprintln!("ats-demo: {msg}");
+    std::process::exit(1);
+}
