@@ -157,9 +157,20 @@ impl<'a> Txn<'a> {
     }
 
     /// True once ATS has noticed that the client went away.
+    #[cfg(ats_9)]
     pub fn client_aborted(self) -> bool {
         // SAFETY: live txn.
         unsafe { sys::TSHttpTxnAborted(self.as_ptr()) == sys::TSReturnCode::TS_SUCCESS }
+    }
+
+    /// True once ATS has noticed that the client went away (10.x also
+    /// reports server aborts through the same call; only the client's count).
+    #[cfg(ats_10)]
+    pub fn client_aborted(self) -> bool {
+        let mut client = false;
+        // SAFETY: live txn; valid out pointer.
+        let rc = unsafe { sys::TSHttpTxnAborted(self.as_ptr(), &mut client) };
+        rc == sys::TSReturnCode::TS_SUCCESS && client
     }
 
     /// True if the client is gone: ATS flagged an abort, or (plain HTTP/1.1,

@@ -219,6 +219,35 @@ impl<W: Waiter> Slots<W> {
     }
 }
 
+impl<W: Waiter> Slots<W> {
+    /// Takes out of the queue every waiter for which `gone` is true and
+    /// returns them, oldest first. `gone` runs without the queue lock (on a
+    /// snapshot), so it may be slow (a syscall); a waiter admitted meanwhile
+    /// is simply not returned.
+    pub fn remove_waiting(&self, mut gone: impl FnMut(&W) -> bool) -> Vec<W> {
+        let snapshot: Vec<Arc<Entry<W>>> = self.queue.lock().entries.iter().cloned().collect();
+        let mut removed = Vec::new();
+        for e in snapshot {
+            let is_gone = e.payload.lock().as_ref().is_some_and(&mut gone);
+            if !is_gone {
+                continue;
+            }
+            if let Some(w) = e.take() {
+                self.waiting.fetch_sub(1, Ordering::SeqCst);
+                self.queue.lock().dead += 1;
+                removed.push(w);
+            }
+        }
+        if !removed.is_empty() {
+            let mut q = self.queue.lock();
+            q.entries
+                .retain(|e| e.state.load(Ordering::Acquire) == WAITING);
+            q.dead = 0;
+        }
+        removed
+    }
+}
+
 impl<W: Waiter> Drop for Permit<W> {
     fn drop(&mut self) {
         self.slots.release();
@@ -340,6 +369,28 @@ mod tests {
         drop(p);
         assert_eq!(*log.lock(), [2]);
         assert_eq!((s.active(), s.waiting()), (1, 0));
+    }
+
+    #[test]
+    fn remove_waiting_takes_out_only_matching_waiters() {
+        let s: Arc<Slots<Rec>> = Slots::new(1);
+        let (log, held) = (Arc::<Mutex<Vec<usize>>>::default(), Arc::default());
+        let p = s.try_acquire().unwrap();
+        let tickets: Vec<_> = (0..5).map(|i| s.enqueue(rec(i, &log, &held))).collect();
+        let gone: Vec<usize> = s
+            .remove_waiting(|w| w.id % 2 == 1)
+            .into_iter()
+            .map(|w| w.id)
+            .collect();
+        assert_eq!(gone, [1, 3]);
+        assert_eq!(s.waiting(), 3);
+        assert!(
+            tickets[1].cancel().is_none(),
+            "removed waiters are no longer cancellable"
+        );
+        drop(p);
+        assert_eq!(*log.lock(), [0]);
+        assert_eq!(s.queue.lock().entries.len(), 2);
     }
 
     #[test]

@@ -35,6 +35,9 @@ use rate_limit_core::{headers, metric_name, Options};
 
 static CLOCK: MonotonicClock = MonotonicClock;
 
+/// How often a rule with waiters looks for waiters whose client left.
+const WATCH_EVERY: Duration = Duration::from_secs(1);
+
 /// Process-wide objects, created once in `init`.
 struct Globals {
     hooks: HookCont,
@@ -204,6 +207,8 @@ pub struct Rule {
     metrics: Metrics,
     policy_header: Option<String>,
     warned_chained: AtomicBool,
+    /// A check for departed waiters is armed (only while anyone waits).
+    watching: AtomicBool,
 }
 
 static NEXT_ID: AtomicUsize = AtomicUsize::new(1);
@@ -238,6 +243,7 @@ impl Rule {
             policy_header,
             opts,
             warned_chained: AtomicBool::new(false),
+            watching: AtomicBool::new(false),
         })
     }
 
@@ -317,10 +323,11 @@ impl Rule {
         }
         let expiry = q.expiry.clone();
         let ticket = Arc::new(slots.enqueue(q));
-        let Some(deadline) = deadline else { return };
         if !ticket.is_waiting() {
             return;
         }
+        self.watch_queue();
+        let Some(deadline) = deadline else { return };
         let t = ticket.clone();
         let timer = Timer::after(Duration::from_nanos(deadline - now), Pool::Net, move || {
             if let Some(q) = t.cancel() {
@@ -336,6 +343,31 @@ impl Rule {
                 }
             }
             Err(e) => log::error!("cannot arm the --maxage timer: {e}"),
+        }
+    }
+
+    /// While anyone waits, looks every second for waiters whose client left,
+    /// so they give their queue place back before their turn comes. Armed on
+    /// demand: a rule with an empty queue has no timer.
+    fn watch_queue(self: &Arc<Self>) {
+        if self.watching.swap(true, Ordering::AcqRel) {
+            return;
+        }
+        let rule = self.clone();
+        if let Err(e) = Timer::after(WATCH_EVERY, Pool::Net, move || rule.drop_departed()) {
+            self.watching.store(false, Ordering::Release);
+            log::error!("cannot arm the queue watch: {e}");
+        }
+    }
+
+    fn drop_departed(self: &Arc<Self>) {
+        let Some(slots) = &self.slots else { return };
+        for q in slots.remove_waiting(|q| q.parked.txn().client_gone()) {
+            q.abandon();
+        }
+        self.watching.store(false, Ordering::Release);
+        if slots.waiting() > 0 {
+            self.watch_queue();
         }
     }
 
@@ -450,6 +482,9 @@ impl Queued {
     }
 
     fn refuse(self) {
+        if let Some(t) = self.expiry.get() {
+            t.cancel();
+        }
         self.note_delay();
         if self.rate_taken {
             self.rule.refund_rate();
