@@ -3,6 +3,11 @@
 //! ATS keeps per-thread sums for these, so increments are cheap and
 //! lock-free. A gauge (current value) is kept as a SUM of +1/-1 steps rather
 //! than with `TSStatIntSet`, whose value a later per-thread sync overwrites.
+//!
+//! Update metrics only on ATS threads (hooks, timers, `Periodic`): in 9.2 an
+//! increment writes to the calling EThread's slot and crashes on a thread
+//! ATS did not create. A plugin-owned thread (a UDP listener, say) hands
+//! its counts to a `Periodic` instead.
 
 use std::ffi::c_int;
 
