@@ -1,0 +1,366 @@
+//! ats-bench: what our plugins cost per request on a real traffic_server,
+//! side by side with no plugin and with upstream's C++ rate_limit.so, the
+//! queue-resume latency of both rate limiters, and the micro-benchmark
+//! table from criterion's results. Writes the markdown sections of
+//! BENCHMARKS.md. Not a test: it asserts no timing, only that the setup
+//! does what the measurement needs (hits are hits, misses reach the origin).
+//!
+//! Usually run through `ci/bench.sh`, which installs wrk and nginx, runs
+//! the criterion benches and then this.
+
+mod load;
+mod micro;
+mod nginx;
+mod queue;
+mod report;
+mod stats;
+mod sys;
+mod wrk;
+
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
+use std::time::Duration;
+
+use ats_tests::{Origin, TrafficServer};
+
+use crate::load::Variant;
+use crate::queue::{Plan, QueueVariant};
+use crate::report::Context;
+
+/// Upstream's plugin, from Debian's trafficserver-experimental-plugins.
+const UPSTREAM: &str = "/usr/lib/trafficserver/modules/rate_limit.so";
+
+/// Options both rate_limit.so get in the load bench: a limit that is never
+/// reached and a queue, so both run their normal admission path (a slot
+/// taken in remap, released at TXN_CLOSE) with queueing configured as a
+/// deployment would have it. With a queue, upstream 9.2 also runs its
+/// 200 ms sweeper; that is part of what it costs.
+const RL_LOAD_OPTIONS: &[&str] = &["--limit=1000000", "--queue=1000"];
+/// throttle.so with a `max` that is never reached.
+const THROTTLE_LOAD_OPTIONS: &[&str] = &["max:1000000"];
+/// Both rate_limit.so in the queue-resume measurement.
+const RL_QUEUE_OPTIONS: &[&str] = &["--limit=1", "--queue=100", "--header=X-Queue-Delay"];
+
+const USAGE: &str = "\
+usage: ats-bench [--smoke] [--out FILE] [options]
+
+  --smoke              a few seconds per part, every configuration once; numbers
+                       are meaningless and FILE is not written
+  --out FILE           update the generated sections of FILE (e.g. BENCHMARKS.md);
+                       the markdown is printed to stdout in any case
+  --rounds N           measured rounds (default 20: with 5 configurations each runs
+                       in each position of the rotating order 4 times; smoke 1)
+  --duration SECS      seconds per wrk run (default 3: many short rounds cancel the
+                       drift of a shared machine better than a few long ones; smoke 1)
+  --warmup SECS        seconds per run of the warm-up round, 0 = none (default 3; smoke 0)
+  --connections N      wrk connections (default 32)
+  --queue-trials N     queue-resume trials per plugin (default 100; smoke 2)
+  --criterion DIR      criterion results to tabulate (default <workspace>/target/criterion)
+  --no-load, --no-queue, --no-micro
+                       skip a part (its section in FILE is left as it is)
+";
+
+#[derive(Clone, Debug)]
+struct Args {
+    smoke: bool,
+    out: Option<PathBuf>,
+    rounds: usize,
+    duration: u64,
+    warmup: u64,
+    connections: u32,
+    queue_trials: usize,
+    criterion: PathBuf,
+    load: bool,
+    queue: bool,
+    micro: bool,
+}
+
+fn parse_args(argv: &[String]) -> Result<Args, String> {
+    let smoke = argv.iter().any(|a| a == "--smoke");
+    let mut a = Args {
+        smoke,
+        out: None,
+        rounds: if smoke { 1 } else { 20 },
+        duration: if smoke { 1 } else { 3 },
+        warmup: if smoke { 0 } else { 3 },
+        connections: 32,
+        queue_trials: if smoke { 2 } else { 100 },
+        criterion: Path::new(env!("CARGO_MANIFEST_DIR")).join("../target/criterion"),
+        load: true,
+        queue: true,
+        micro: true,
+    };
+    let mut it = argv.iter();
+    while let Some(arg) = it.next() {
+        let mut value = |name: &str| {
+            it.next()
+                .cloned()
+                .ok_or_else(|| format!("{name} needs a value"))
+        };
+        fn num<T: std::str::FromStr>(name: &str, v: String) -> Result<T, String> {
+            v.parse()
+                .map_err(|_| format!("{name}: '{v}' is not a valid number"))
+        }
+        match arg.as_str() {
+            "--smoke" => {}
+            "--out" => a.out = Some(PathBuf::from(value(arg)?)),
+            "--rounds" => a.rounds = num(arg, value(arg)?)?,
+            "--duration" => a.duration = num(arg, value(arg)?)?,
+            "--warmup" => a.warmup = num(arg, value(arg)?)?,
+            "--connections" => a.connections = num(arg, value(arg)?)?,
+            "--queue-trials" => a.queue_trials = num(arg, value(arg)?)?,
+            "--criterion" => a.criterion = PathBuf::from(value(arg)?),
+            "--no-load" => a.load = false,
+            "--no-queue" => a.queue = false,
+            "--no-micro" => a.micro = false,
+            "-h" | "--help" => return Err(String::new()),
+            other => return Err(format!("unknown argument '{other}'")),
+        }
+    }
+    if a.smoke && a.out.is_some() {
+        return Err("--smoke numbers are meaningless: not writing them to --out".into());
+    }
+    if a.rounds == 0 || a.duration == 0 || a.connections == 0 || a.queue_trials == 0 {
+        return Err("--rounds, --duration, --connections and --queue-trials must be > 0".into());
+    }
+    Ok(a)
+}
+
+fn pparams(options: &[&str]) -> String {
+    options.iter().map(|o| format!(" @pparam={o}")).collect()
+}
+
+fn load_variants(ours_rl: &str, ours_throttle: &str) -> Vec<Variant> {
+    vec![
+        Variant {
+            key: "none",
+            label: "no plugin",
+            host: "none.bench",
+            plugin: String::new(),
+        },
+        Variant {
+            key: "upstream",
+            label: "upstream rate_limit.so (C++)",
+            host: "upstream.bench",
+            plugin: format!("@plugin={UPSTREAM}{}", pparams(RL_LOAD_OPTIONS)),
+        },
+        Variant {
+            key: "ours",
+            label: "our rate_limit.so",
+            host: "ours.bench",
+            plugin: format!("@plugin={ours_rl}{}", pparams(RL_LOAD_OPTIONS)),
+        },
+        Variant {
+            key: "throttle",
+            label: "our throttle.so",
+            host: "throttle.bench",
+            plugin: format!("@plugin={ours_throttle}{}", pparams(THROTTLE_LOAD_OPTIONS)),
+        },
+        // A/A control: the same as "none" under another name. How far it
+        // lands from "none" is the noise floor of the comparison.
+        Variant {
+            key: "control",
+            label: "no plugin, again (A/A control)",
+            host: "control.bench",
+            plugin: String::new(),
+        },
+    ]
+}
+
+const QUEUE_VARIANTS: [QueueVariant; 2] = [
+    QueueVariant {
+        label: "upstream rate_limit.so (C++)",
+        host: "q-upstream.bench",
+    },
+    QueueVariant {
+        label: "our rate_limit.so",
+        host: "q-ours.bench",
+    },
+];
+
+/// records.config overrides for the bench, and how the report describes them.
+const ATS_RECORDS: &[(&str, &str)] = &[
+    ("proxy.config.diags.debug.enabled", "INT 0"),
+    ("proxy.config.log.logging_enabled", "INT 0"),
+    // The proxied workload's URL has a query string: no cache lookup at all.
+    (
+        "proxy.config.http.cache.cache_urls_that_look_dynamic",
+        "INT 0",
+    ),
+];
+const ATS_SETTINGS: &str = "2 exec threads, debug output and logging off, 8 MB RAM cache, \
+                            `cache_urls_that_look_dynamic 0`";
+
+fn run(args: &Args) -> Result<(), String> {
+    let machine = sys::Machine::probe();
+    let argv: Vec<String> = std::env::args().collect();
+    let command = match std::env::var("ATS_BENCH_COMMAND") {
+        Ok(c) if !c.is_empty() => format!("{c}` (ran `{}", argv.join(" ")) + ")",
+        _ => argv.join(" "),
+    };
+    let ctx = Context {
+        machine: &machine,
+        command,
+    };
+    let mut sections: Vec<(&str, String)> = Vec::new();
+
+    if args.load || args.queue {
+        if !Path::new(UPSTREAM).is_file() {
+            return Err(format!(
+                "{UPSTREAM} is missing: install trafficserver-experimental-plugins (ci/bench.sh does)"
+            ));
+        }
+        // Builds the plugins for this binary's profile first (release under ci/bench.sh).
+        let ours_rl = ats_tests::plugin("rate_limit");
+        let ours_throttle = ats_tests::plugin("throttle");
+        let variants = load_variants(&ours_rl, &ours_throttle);
+        let nginx = if args.load {
+            Some(nginx::Nginx::start()?)
+        } else {
+            None
+        };
+        let origin = args.queue.then(Origin::start);
+        let mut remap = String::new();
+        if let Some(n) = &nginx {
+            for v in &variants {
+                remap += &v.remap_line(&n.url());
+            }
+            remap += &format!(
+                "map http://{}/ {}/ @plugin={ours_throttle} @pparam=max:0\n",
+                load::THROTTLE_CHECK_HOST,
+                n.url()
+            );
+        }
+        if let Some(o) = &origin {
+            for (q, plugin) in QUEUE_VARIANTS.iter().zip([UPSTREAM, ours_rl.as_str()]) {
+                remap += &format!(
+                    "map http://{}/ {}/ @plugin={plugin}{}\n",
+                    q.host,
+                    o.url(),
+                    pparams(RL_QUEUE_OPTIONS)
+                );
+            }
+        }
+        let mut builder = TrafficServer::builder().remap(remap.clone());
+        for (k, v) in ATS_RECORDS {
+            builder = builder.record(k, v);
+        }
+        let ts = builder
+            .start()
+            .map_err(|e| format!("traffic_server did not start: {e:?}"))?;
+        let pid = ts.server_pid().ok_or("cannot find traffic_server's pid")?;
+        eprintln!(
+            "traffic_server pid {pid}, port {}; remap.config:\n{remap}",
+            ts.port()
+        );
+
+        if let Some(n) = &nginx {
+            load::verify(ts.port(), n, &variants)?;
+            eprintln!(
+                "verified: /hit is served from cache, /miss?v=1 reaches nginx once per \
+                 request, throttle.so counts /miss?v=1"
+            );
+            let load = wrk::Load {
+                threads: 1,
+                connections: args.connections,
+                duration: Duration::from_secs(args.duration),
+            };
+            let origin_alone = load::origin_capacity(n, &load)?;
+            let mut res = load::run(
+                ts.port(),
+                pid,
+                n,
+                &variants,
+                load,
+                Duration::from_secs(args.warmup),
+                args.rounds,
+            )?;
+            res.origin = origin_alone;
+            sections.push((
+                "load",
+                report::load_section(&ctx, &variants, &res, ATS_SETTINGS),
+            ));
+        }
+        if let Some(o) = &origin {
+            let plan = Plan {
+                trials: args.queue_trials,
+                clients: 4,
+                origin_delay_ms: 50,
+            };
+            let results = queue::run(ts.port(), o, &QUEUE_VARIANTS, plan);
+            sections.push((
+                "queue",
+                report::queue_section(&ctx, &plan, &RL_QUEUE_OPTIONS.join(" "), &results),
+            ));
+        }
+    }
+
+    if args.micro {
+        match micro::read(&args.criterion) {
+            Ok(est) if !est.is_empty() => sections.push((
+                "micro",
+                report::micro_section(&ctx, Path::new("target/criterion"), &est),
+            )),
+            Ok(_) => eprintln!(
+                "no criterion results under {}: micro-benchmark section skipped \
+                 (run the benches first, or use ci/bench.sh)",
+                args.criterion.display()
+            ),
+            Err(e) => return Err(format!("reading criterion results: {e}")),
+        }
+    }
+
+    for (_, body) in &sections {
+        println!("{body}");
+    }
+    if let Some(out) = &args.out {
+        report::update(out, &sections)?;
+        eprintln!("updated {}", out.display());
+    }
+    Ok(())
+}
+
+fn main() -> ExitCode {
+    let argv: Vec<String> = std::env::args().skip(1).collect();
+    let args = match parse_args(&argv) {
+        Ok(a) => a,
+        Err(e) if e.is_empty() => {
+            print!("{USAGE}");
+            return ExitCode::SUCCESS;
+        }
+        Err(e) => {
+            eprintln!("ats-bench: {e}\n\n{USAGE}");
+            return ExitCode::from(2);
+        }
+    };
+    match run(&args) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("ats-bench: {e}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn args(s: &str) -> Result<Args, String> {
+        parse_args(&s.split_whitespace().map(String::from).collect::<Vec<_>>())
+    }
+
+    #[test]
+    fn defaults_and_overrides() {
+        let full = args("").expect("no arguments is the full run");
+        assert_eq!((full.rounds, full.duration, full.warmup), (20, 3, 3));
+        let smoke = args("--smoke --rounds 2").expect("valid");
+        assert!(smoke.smoke);
+        assert_eq!((smoke.rounds, smoke.duration, smoke.warmup), (2, 1, 0));
+        assert!(args("--smoke --out BENCHMARKS.md").is_err());
+        assert!(args("--rounds x").is_err());
+        assert!(args("--rounds").is_err());
+        assert!(args("--bogus").is_err());
+        assert!(!args("--no-micro").expect("valid").micro);
+    }
+}

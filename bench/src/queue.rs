@@ -1,0 +1,177 @@
+//! Queue-resume latency: with `--limit=1` and a queue, how long after the
+//! slot holder finished does the next queued transaction reach the origin?
+//!
+//! Each trial sends one request (the holder, which the origin delays) and,
+//! while it is being served, `clients - 1` more that must queue. With one
+//! slot the origin sees them strictly one after another; for every request
+//! that carries the plugin's queue-delay header (it was queued and resumed),
+//! the wait is its origin arrival minus the origin finish of the request
+//! before it. Both instants come from the in-process origin, so they are on
+//! one clock. The figure includes ATS forwarding the previous response and
+//! sending the next request, which a perfect hand-off would still pay.
+//!
+//! Trials alternate between the plugins, with a random pause, so upstream's
+//! periodic sweep is sampled at every phase.
+
+use std::thread;
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+use ats_tests::{client, Origin, Received};
+
+/// Client request header both plugins set (`--header`) on resumed transactions.
+pub const DELAY_HEADER: &str = "X-Queue-Delay";
+
+/// A plugin under test: its rule's host.
+#[derive(Clone, Debug)]
+pub struct QueueVariant {
+    pub label: &'static str,
+    pub host: &'static str,
+}
+
+#[derive(Clone, Debug, Default)]
+pub struct QueueResult {
+    pub label: &'static str,
+    /// Wait beyond the previous holder's finish, microseconds, per resumed request.
+    pub waits_us: Vec<f64>,
+    pub trials: usize,
+    /// Requests answered with something other than 200.
+    pub failed: usize,
+    /// Requests after the first of a trial that reached the origin without
+    /// having been queued (would mean overtaking).
+    pub unqueued: usize,
+    /// Requests that reached the origin before the previous one finished
+    /// (would mean the limit of 1 was exceeded).
+    pub overlaps: usize,
+}
+
+/// Parameters of the measurement.
+#[derive(Clone, Copy, Debug)]
+pub struct Plan {
+    pub trials: usize,
+    pub clients: usize,
+    pub origin_delay_ms: u64,
+}
+
+/// xorshift64: pause lengths only need to be spread, not secure.
+struct Rng(u64);
+
+impl Rng {
+    fn new() -> Rng {
+        let seed = SystemTime::now()
+            .duration_since(UNIX_EPOCH)
+            .map_or(0x9E37_79B9_7F4A_7C15, |d| d.as_nanos() as u64);
+        Rng(seed | 1)
+    }
+
+    fn below(&mut self, n: u64) -> u64 {
+        self.0 ^= self.0 << 13;
+        self.0 ^= self.0 >> 7;
+        self.0 ^= self.0 << 17;
+        self.0 % n.max(1)
+    }
+}
+
+/// Sends the trial's requests: the holder at once, the others 10 ms later
+/// (2 ms apart, so their queue order is their index). Returns how many
+/// were not answered 200.
+fn trial(port: u16, host: &'static str, id: usize, plan: &Plan) -> usize {
+    let start = Instant::now();
+    let handles: Vec<_> = (0..plan.clients)
+        .map(|k| {
+            let delay = plan.origin_delay_ms.to_string();
+            thread::spawn(move || {
+                let at = if k == 0 { 0 } else { 10 + 2 * (k as u64 - 1) };
+                if let Some(wait) =
+                    (start + Duration::from_millis(at)).checked_duration_since(Instant::now())
+                {
+                    thread::sleep(wait);
+                }
+                client::get(
+                    port,
+                    host,
+                    &format!("/q?t={id}&c={k}"),
+                    &[("X-Origin-Delay", &delay)],
+                )
+            })
+        })
+        .collect();
+    handles
+        .into_iter()
+        .map(|h| h.join().ok().and_then(|r| r.ok()).map(|r| r.status))
+        .filter(|s| *s != Some(200))
+        .count()
+}
+
+/// The trial's origin records, once all are finished, in arrival order.
+fn records(origin: &Origin, id: usize, n: usize) -> Vec<Received> {
+    let prefix = format!("/q?t={id}&");
+    let mut mine = Vec::new();
+    // The origin marks a request finished just after writing the response,
+    // which the client may have read already: wait for the bookkeeping.
+    ats_tests::wait_until(Duration::from_secs(2), || {
+        mine = origin
+            .requests()
+            .into_iter()
+            .filter(|r| r.path.starts_with(&prefix))
+            .collect();
+        mine.len() >= n && mine.iter().all(|r| r.finished.is_some())
+    });
+    mine.sort_by_key(|r| r.arrived);
+    mine
+}
+
+fn account(result: &mut QueueResult, recs: &[Received]) {
+    for pair in recs.windows(2) {
+        let (prev, next) = (&pair[0], &pair[1]);
+        if next.header(DELAY_HEADER).is_none() {
+            result.unqueued += 1;
+            continue;
+        }
+        let Some(finished) = prev.finished else {
+            continue;
+        };
+        match next.arrived.checked_duration_since(finished) {
+            Some(wait) => result.waits_us.push(wait.as_secs_f64() * 1e6),
+            None => result.overlaps += 1,
+        }
+    }
+}
+
+pub fn run(
+    ts_port: u16,
+    origin: &Origin,
+    variants: &[QueueVariant],
+    plan: Plan,
+) -> Vec<QueueResult> {
+    let mut results: Vec<QueueResult> = variants
+        .iter()
+        .map(|v| QueueResult {
+            label: v.label,
+            ..Default::default()
+        })
+        .collect();
+    let mut rng = Rng::new();
+    let mut id = 0;
+    for t in 0..plan.trials {
+        // Alternate which plugin goes first, so neither always follows the other.
+        let order: Vec<usize> = if t % 2 == 0 {
+            (0..variants.len()).collect()
+        } else {
+            (0..variants.len()).rev().collect()
+        };
+        for i in order {
+            id += 1;
+            let failed = trial(ts_port, variants[i].host, id, &plan);
+            let recs = records(origin, id, plan.clients);
+            let r = &mut results[i];
+            r.trials += 1;
+            r.failed += failed + plan.clients.saturating_sub(recs.len());
+            account(r, &recs);
+            thread::sleep(Duration::from_millis(rng.below(50)));
+        }
+        if (t + 1) % 10 == 0 || t + 1 == plan.trials {
+            eprintln!("queue-resume: {}/{} trials", t + 1, plan.trials);
+        }
+    }
+    results
+}

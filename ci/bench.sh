@@ -1,0 +1,39 @@
+#!/usr/bin/env bash
+# Benchmarks (issue 5), reproducible with this one command on a Debian/Ubuntu
+# machine: installs what is missing (Traffic Server, upstream's plugins, wrk,
+# nginx), builds release, then
+#
+#   ci/bench.sh            full run (~15 min on 2 cores): criterion
+#                          micro-benchmarks, then the load bench (no plugin /
+#                          upstream rate_limit.so / ours / throttle.so, cache
+#                          hits and proxied) and the queue-resume comparison on
+#                          a real traffic_server; updates BENCHMARKS.md.
+#   ci/bench.sh --smoke    for CI: every configuration once for a second and
+#                          the criterion benches once each in test mode (no
+#                          timing); asserts nothing about numbers, writes
+#                          nothing. Catches rot; under a minute once built.
+#
+# Extra arguments go to ats-bench (see `cargo run -p ats-bench -- --help`),
+# e.g. `ci/bench.sh --rounds 9 --duration 15`.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+ci/install-deps.sh wrk nginx-light
+
+TARGET="${CARGO_TARGET_DIR:-target}"
+MICRO=(-p limits -p rate-limit-core -p throttle-core --bench admission --bench options --bench gate)
+# Recorded in BENCHMARKS.md as the command that produced it.
+export ATS_BENCH_COMMAND="ci/bench.sh${*:+ $*}"
+
+cargo build --release --locked -p ats-bench -p rate_limit -p throttle
+
+if [ "${1:-}" = "--smoke" ]; then
+    shift
+    # `--test` runs each criterion benchmark once: it must work, timing is not taken.
+    cargo bench --locked "${MICRO[@]}" -- --test
+    exec cargo run --release --locked -p ats-bench -- --smoke --no-micro "$@"
+fi
+
+# Only this run's criterion results go into the table.
+rm -rf "$TARGET/criterion"
+cargo bench --locked "${MICRO[@]}"
+exec cargo run --release --locked -p ats-bench -- --out BENCHMARKS.md --criterion "$TARGET/criterion" "$@"
