@@ -14,6 +14,8 @@ use std::sync::Once;
 thread_local! {
     /// Where the last panic on this thread happened, filled in by the hook.
     static LAST_PANIC: RefCell<Option<String>> = const { RefCell::new(None) };
+    /// How many `catch` frames are active on this thread.
+    static CATCH_DEPTH: std::cell::Cell<u32> = const { std::cell::Cell::new(0) };
 }
 
 static HOOK: Once = Once::new();
@@ -35,16 +37,20 @@ pub fn install_panic_hook() {
                 std::backtrace::BacktraceStatus::Captured => format!("'{msg}' at {loc}\n{bt}"),
                 _ => format!("'{msg}' at {loc}"),
             };
-            // A panic outside `catch` (e.g. a plugin-owned thread) is still reported.
-            let reported = LAST_PANIC
-                .try_with(|slot| {
-                    slot.try_borrow_mut()
-                        .map(|mut s| *s = Some(text.clone()))
-                        .is_ok()
-                })
-                .unwrap_or(false);
-            if !reported {
-                crate::log::error(&format!("panic: {text}"));
+            // Inside `catch` the message is reported with the entry point's
+            // name; outside (a plugin-owned thread, a panic during unwinding
+            // that aborts) it is logged here or never.
+            let caught = CATCH_DEPTH.try_with(|d| d.get() > 0).unwrap_or(false);
+            let stored = caught
+                && LAST_PANIC
+                    .try_with(|slot| {
+                        slot.try_borrow_mut()
+                            .map(|mut s| *s = Some(text.clone()))
+                            .is_ok()
+                    })
+                    .unwrap_or(false);
+            if !stored {
+                crate::log::error(&format!("panic outside any entry point: {text}"));
             }
         }));
     });
@@ -66,7 +72,17 @@ fn payload_message(payload: &(dyn Any + Send)) -> String {
 /// `site` names the entry point (e.g. `"TSRemapDoRemap"`), so the log line
 /// says which path failed safe.
 pub fn catch<R>(site: &str, fallback: impl FnOnce() -> R, f: impl FnOnce() -> R) -> R {
-    match panic::catch_unwind(AssertUnwindSafe(f)) {
+    struct Depth;
+    impl Drop for Depth {
+        fn drop(&mut self) {
+            let _ = CATCH_DEPTH.try_with(|d| d.set(d.get().saturating_sub(1)));
+        }
+    }
+    let _ = CATCH_DEPTH.try_with(|d| d.set(d.get() + 1));
+    let depth = Depth;
+    let result = panic::catch_unwind(AssertUnwindSafe(f));
+    drop(depth);
+    match result {
         Ok(r) => r,
         Err(payload) => {
             let detail = LAST_PANIC

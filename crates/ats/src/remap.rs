@@ -8,11 +8,10 @@
 
 use std::ffi::{c_char, c_int, c_void};
 use std::mem::ManuallyDrop;
-use std::sync::{Arc, OnceLock};
+use std::sync::Arc;
 
-use crate::cont::{HookCont, HookHandler};
 use crate::hdr::Header;
-use crate::txn::{Done, Hook, HookId, Txn};
+use crate::txn::Txn;
 use crate::{guard, log, sys};
 
 /// What `TSRemapDoRemap` tells ATS.
@@ -86,18 +85,6 @@ pub trait RemapPlugin: Sized + Send + Sync + 'static {
     fn do_remap(self: &Arc<Self>, txn: Txn<'_>, req: &mut RemapRequest<'_>) -> RemapStatus;
 }
 
-/// Answers a request whose DoRemap panicked: ATS cannot be told to fail from
-/// DoRemap itself, so a POST_REMAP hook answers 500.
-struct FailSafe;
-
-impl HookHandler for FailSafe {
-    fn on_txn(&self, hook: Hook<'_>) -> Done {
-        hook.error(500)
-    }
-}
-
-static FAILSAFE: OnceLock<HookCont> = OnceLock::new();
-
 /// Copies `msg` into ATS's error buffer, truncated at a char boundary and NUL-terminated.
 fn write_errbuf(errbuf: *mut c_char, size: c_int, msg: &str) {
     let Ok(size) = usize::try_from(size) else {
@@ -150,9 +137,6 @@ pub mod entry {
                         sys::TSREMAP_VMAJOR,
                         sys::TSREMAP_VMINOR
                     ));
-                }
-                if FAILSAFE.get().is_none() {
-                    let _ = FAILSAFE.set(HookCont::new(FailSafe)?);
                 }
                 P::init()
             },
@@ -255,10 +239,9 @@ pub mod entry {
         guard::catch(
             "TSRemapDoRemap",
             || {
+                // A status set in remap makes ATS answer with its error page
+                // at once (POST_REMAP and the origin are skipped).
                 txn.set_status(500);
-                if let Some(cont) = FAILSAFE.get() {
-                    txn.hook(HookId::PostRemap, cont);
-                }
                 sys::TSRemapStatus::TSREMAP_NO_REMAP
             },
             || {

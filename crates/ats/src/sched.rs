@@ -175,9 +175,11 @@ unsafe extern "C" fn timer_handler(
             return 0;
         }
         Err(_) => {
-            // CANCELLED_LAZY: drop the task unrun.
+            // CANCELLED_LAZY: drop the task unrun (its captures may run plugin
+            // code on drop, so inside the guard).
             // SAFETY: the lazy canceller never touches the task after its CAS.
-            drop(unsafe { (*inner.task.get()).take() });
+            let task = unsafe { (*inner.task.get()).take() };
+            guard::catch("timer (cancelled)", || (), move || drop(task));
         }
     }
     // SAFETY: one-shot handler: destroying here frees the continuation at once,
@@ -264,12 +266,14 @@ unsafe extern "C" fn periodic_handler(
         guard::catch("periodic task", || (), || (inner.work)());
     }
     if inner.stop.load(Ordering::Acquire) {
-        // SAFETY: reclaim the box, then destroy the one-shot continuation from
-        // its own handler (freed at once; nothing touches it afterwards).
-        unsafe {
-            drop(Box::from_raw(data));
-            sys::TSContDestroy(cont);
-        }
+        // SAFETY: reclaim the box (it is not used below), then destroy the
+        // one-shot continuation from its own handler (freed at once; nothing
+        // touches it afterwards).
+        let inner = unsafe { Box::from_raw(data) };
+        // The closure's captures may run plugin code on drop.
+        guard::catch("periodic task (stopped)", || (), move || drop(inner));
+        // SAFETY: see above.
+        unsafe { sys::TSContDestroy(cont) };
         return 0;
     }
     // Re-arm on the original cadence; after a long stall, restart from now.

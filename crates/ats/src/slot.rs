@@ -1,7 +1,7 @@
 //! Per-transaction and per-session state, dropped when ATS closes the
 //! transaction (TXN_CLOSE) or session (SSN_CLOSE).
 //!
-//! The state is a `Box<T>` stored in a TS user argument. Putting a resource
+//! The state is boxed (with a tag, see [`copy_tag`]) into a TS user argument. Putting a resource
 //! guard in it (a concurrency permit, an in-flight counter) makes "release
 //! exactly once, whatever the outcome" a property of `Drop`: TXN_CLOSE fires
 //! for aborted, failed and errored transactions alike. There is no `take`:
@@ -15,6 +15,40 @@ use std::marker::PhantomData;
 use crate::cont::{HookCont, HookHandler};
 use crate::txn::{Done, Hook, HookId, Ssn, SsnHook, Txn};
 use crate::{log::to_cstring, sys};
+
+/// Identifies this loaded copy of the plugin. With ATS's dynamic reload a
+/// replaced .so is loaded again beside the old one; both reserve the same
+/// user-argument index by name, and a session can meet both copies. A value
+/// is only ever read or dropped by the copy that stored it.
+static COPY_MARK: u8 = 0;
+
+fn copy_tag() -> usize {
+    &COPY_MARK as *const u8 as usize
+}
+
+/// A stored value: the tag first (same offset in every copy), then the value.
+#[repr(C)]
+struct Tagged<T> {
+    tag: usize,
+    value: T,
+}
+
+/// The value in slot `idx` of `obj` if this copy stored it.
+///
+/// # Safety
+/// `obj` must be a live txn/ssn whose slot `idx` holds null or a
+/// `Box<Tagged<_>>` (of this or another copy of the plugin).
+unsafe fn ours<'a, T>(obj: *mut c_void, idx: c_int) -> Option<&'a Tagged<T>> {
+    // SAFETY: per the contract.
+    let p = unsafe { sys::TSUserArgGet(obj, idx) };
+    if p.is_null() {
+        return None;
+    }
+    // SAFETY: every copy stores a repr(C) Tagged whose first field is the tag.
+    let tag = unsafe { *p.cast::<usize>() };
+    // SAFETY: the tag says this copy stored a Tagged<T> there.
+    (tag == copy_tag()).then(|| unsafe { &*p.cast::<Tagged<T>>() })
+}
 
 /// Where a slot's values live.
 #[derive(Clone, Copy)]
@@ -65,30 +99,37 @@ struct Reaper<T> {
 
 impl<T: Send + Sync + 'static> HookHandler for Reaper<T> {
     fn on_txn(&self, hook: Hook<'_>) -> Done {
-        // SAFETY: the slot at idx only ever holds a Box<T> set by TxnSlot::<T>::set.
+        // SAFETY: this copy only stores Tagged<T> at idx (TxnSlot::<T>::set).
         drop(unsafe { take_raw::<T>(hook.txn().as_ptr().cast(), self.idx) });
         hook.resume()
     }
 
     fn on_ssn(&self, hook: SsnHook<'_>) -> Done {
-        // SAFETY: as above, for SsnSlot::<T>.
+        // SAFETY: as above, for SsnSlot::<T>::set.
         drop(unsafe { take_raw::<T>(hook.ssn().as_ptr().cast(), self.idx) });
         hook.resume()
     }
 }
 
+/// Takes this copy's value out of the slot (another copy's is left alone).
+///
 /// # Safety
-/// `obj` must be a live txn/ssn and slot `idx` on it must hold null or a `Box<T>`.
-unsafe fn take_raw<T>(obj: *mut c_void, idx: c_int) -> Option<Box<T>> {
+/// As for [`ours`], with `T` the type this copy stores at `idx`.
+unsafe fn take_raw<T>(obj: *mut c_void, idx: c_int) -> Option<Box<Tagged<T>>> {
     // SAFETY: per the contract.
-    let p = unsafe { sys::TSUserArgGet(obj, idx) };
-    if p.is_null() {
-        return None;
-    }
-    // SAFETY: per the contract; clearing first makes the take happen once.
+    let p: *const Tagged<T> = unsafe { ours::<T>(obj, idx) }?;
+    // SAFETY: clearing first makes the take happen once.
     unsafe { sys::TSUserArgSet(obj, idx, std::ptr::null_mut()) };
-    // SAFETY: p came from Box::<T>::into_raw in set().
-    Some(unsafe { Box::from_raw(p.cast::<T>()) })
+    // SAFETY: p came from Box::<Tagged<T>>::into_raw in set().
+    Some(unsafe { Box::from_raw(p.cast_mut()) })
+}
+
+fn tagged<T>(value: T) -> *mut c_void {
+    Box::into_raw(Box::new(Tagged {
+        tag: copy_tag(),
+        value,
+    }))
+    .cast()
 }
 
 /// A typed per-transaction slot. Create one per state type at plugin init.
@@ -115,7 +156,7 @@ impl<T: Send + Sync + 'static> TxnSlot<T> {
 
     /// Stores `value` for the transaction; it is dropped at TXN_CLOSE. If the slot is occupied (the plugin twice in one remap
     /// chain), the value is handed back.
-    pub fn set(&self, txn: Txn<'_>, value: Box<T>) -> Result<(), Box<T>> {
+    pub fn set(&self, txn: Txn<'_>, value: T) -> Result<(), T> {
         let obj: *mut c_void = txn.as_ptr().cast();
         // SAFETY: live txn, reserved index.
         if !unsafe { sys::TSUserArgGet(obj, self.idx) }.is_null() {
@@ -123,18 +164,16 @@ impl<T: Send + Sync + 'static> TxnSlot<T> {
         }
         // SAFETY: live txn, reserved index; ownership moves into the slot until
         // the reaper reclaims it.
-        unsafe { sys::TSUserArgSet(obj, self.idx, Box::into_raw(value).cast()) };
+        unsafe { sys::TSUserArgSet(obj, self.idx, tagged(value)) };
         txn.hook(HookId::TxnClose, &self.reaper);
         Ok(())
     }
 
     /// The state stored for the transaction, if any.
     pub fn get<'t>(&self, txn: Txn<'t>) -> Option<&'t T> {
-        // SAFETY: live txn; the slot holds null or a Box<T> owned until TXN_CLOSE,
-        // which cannot happen while a callback holding `txn` runs.
-        let p = unsafe { sys::TSUserArgGet(txn.as_ptr().cast(), self.idx) };
-        // SAFETY: see above.
-        (!p.is_null()).then(|| unsafe { &*p.cast::<T>() })
+        // SAFETY: live txn; the slot holds null or a tagged box owned until
+        // TXN_CLOSE, which cannot happen while a callback holding `txn` runs.
+        unsafe { ours::<T>(txn.as_ptr().cast(), self.idx) }.map(|t| &t.value)
     }
 }
 
@@ -160,23 +199,22 @@ impl<T: Send + Sync + 'static> SsnSlot<T> {
     }
 
     /// Stores `value` for the session; dropped at SSN_CLOSE. Hands the value
-    /// back if the slot is occupied.
-    pub fn set(&self, ssn: Ssn<'_>, value: Box<T>) -> Result<(), Box<T>> {
+    /// back if the slot is occupied (also by another copy of the plugin).
+    pub fn set(&self, ssn: Ssn<'_>, value: T) -> Result<(), T> {
         let obj: *mut c_void = ssn.as_ptr().cast();
         // SAFETY: live session, reserved index.
         if !unsafe { sys::TSUserArgGet(obj, self.idx) }.is_null() {
             return Err(value);
         }
         // SAFETY: as in TxnSlot::set.
-        unsafe { sys::TSUserArgSet(obj, self.idx, Box::into_raw(value).cast()) };
+        unsafe { sys::TSUserArgSet(obj, self.idx, tagged(value)) };
         ssn.hook(HookId::SsnClose, &self.reaper);
         Ok(())
     }
 
+    /// This copy's value for the session, if any.
     pub fn get<'s>(&self, ssn: Ssn<'s>) -> Option<&'s T> {
-        // SAFETY: live session; the slot holds null or a Box<T> owned until SSN_CLOSE.
-        let p = unsafe { sys::TSUserArgGet(ssn.as_ptr().cast(), self.idx) };
-        // SAFETY: see above.
-        (!p.is_null()).then(|| unsafe { &*p.cast::<T>() })
+        // SAFETY: live session; the slot holds null or a tagged box owned until SSN_CLOSE.
+        unsafe { ours::<T>(ssn.as_ptr().cast(), self.idx) }.map(|t| &t.value)
     }
 }

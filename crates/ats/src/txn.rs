@@ -173,52 +173,20 @@ impl<'a> Txn<'a> {
         rc == sys::TSReturnCode::TS_SUCCESS && client
     }
 
-    /// True if the client is gone: ATS flagged an abort, or (plain HTTP/1.1,
-    /// where ATS only half-closes on a client FIN while the transaction waits
-    /// in a hook) the client socket has reached end-of-file or failed.
-    ///
-    /// For a transaction parked in a hook ATS does not watch the client, so
-    /// a queueing plugin asks this before giving the transaction a slot.
-    /// A client that half-closes on purpose after sending its request is
-    /// indistinguishable from one that left, and counts as gone.
-    pub fn client_gone(self) -> bool {
-        if self.client_aborted() {
-            return true;
-        }
+    /// The client socket's file descriptor. Only on the transaction's own
+    /// thread: ATS reaches it through session objects that thread may free.
+    fn client_fd(self) -> Option<std::ffi::c_int> {
         let mut fd: std::ffi::c_int = -1;
-        // SAFETY: live txn; valid out pointer.
-        if unsafe { sys::TSHttpTxnClientFdGet(self.as_ptr(), &mut fd) }
-            != sys::TSReturnCode::TS_SUCCESS
-            || fd < 0
-        {
-            return false;
-        }
-        let mut byte = 0u8;
-        // SAFETY: fd is the client socket ATS still holds (the transaction has not
-        // been aborted, so it is open); MSG_PEEK leaves any data in place.
-        let n = unsafe {
-            libc::recv(
-                fd,
-                (&mut byte as *mut u8).cast(),
-                1,
-                libc::MSG_PEEK | libc::MSG_DONTWAIT,
-            )
-        };
-        match n {
-            0 => true,
-            n if n > 0 => false,
-            _ => !matches!(
-                std::io::Error::last_os_error().raw_os_error(),
-                Some(libc::EAGAIN) | Some(libc::EINTR)
-            ),
-        }
+        // SAFETY: live txn on its own thread (callers: hook handlers); valid out pointer.
+        let rc = unsafe { sys::TSHttpTxnClientFdGet(self.as_ptr(), &mut fd) };
+        (rc == sys::TSReturnCode::TS_SUCCESS && fd >= 0).then_some(fd)
     }
 
     /// Sets the body (and its content type) of the error response ATS sends
     /// when this transaction is re-enabled with an error from a hook (that
     /// path has no body-factory page).
     pub fn set_error_body(self, body: &str, mime: &str) {
-        let path = c"rate_limit";
+        let path = c"ats-plugin";
         // SAFETY: ATS takes ownership of both buffers and frees them with
         // ats_free, so they are allocated with its allocator.
         unsafe {
@@ -363,7 +331,10 @@ impl<'a> Hook<'a> {
         }
     }
 
-    pub fn txn(&self) -> Txn<'a> {
+    /// The transaction, borrowed from the hook: nothing obtained through it
+    /// outlives `resume`, which may run the rest of the transaction (up to
+    /// TXN_CLOSE and the release of its state) before returning.
+    pub fn txn(&self) -> Txn<'_> {
         self.txn
     }
 
@@ -393,6 +364,8 @@ impl<'a> Hook<'a> {
         self.resolved = true;
         keep(Parked {
             txn: self.txn.ptr,
+            // Read here, on the transaction's own thread (see `client_fd`).
+            client_fd: self.txn.client_fd(),
             can_answer: self.id.can_answer(),
             resolved: false,
         });
@@ -461,6 +434,7 @@ impl Drop for SsnHook<'_> {
 /// any thread (`TSHttpTxnReenable` reschedules onto the transaction's thread).
 pub struct Parked {
     txn: NonNull<sys::tsapi_httptxn>,
+    client_fd: Option<std::ffi::c_int>,
     can_answer: bool,
     resolved: bool,
 }
@@ -471,7 +445,45 @@ pub struct Parked {
 unsafe impl Send for Parked {}
 
 impl Parked {
-    /// The suspended transaction. Valid until the token is resolved.
+    /// True if the client is gone: ATS flagged an abort, or the client socket
+    /// reached end-of-file or failed. While a transaction waits in a hook ATS
+    /// does not watch plain HTTP/1.1 clients (it only half-closes on a FIN),
+    /// so a queueing plugin asks this before giving it a slot. Callable from
+    /// any ATS thread. A client that half-closes on purpose after sending its
+    /// request is indistinguishable from one that left, and counts as gone.
+    pub fn client_gone(&self) -> bool {
+        if self.txn().client_aborted() {
+            return true;
+        }
+        let Some(fd) = self.client_fd else {
+            return false;
+        };
+        let mut byte = 0u8;
+        // SAFETY: recv on a plain int with a valid 1-byte buffer. If ATS has
+        // closed the socket and the number was reused, the transaction is
+        // already dead; MSG_PEEK neither consumes data nor blocks, so the only
+        // cost is a wrong answer about a transaction that is ending anyway.
+        let n = unsafe {
+            libc::recv(
+                fd,
+                (&mut byte as *mut u8).cast(),
+                1,
+                libc::MSG_PEEK | libc::MSG_DONTWAIT,
+            )
+        };
+        match n {
+            0 => true,
+            n if n > 0 => false,
+            _ => !matches!(
+                std::io::Error::last_os_error().raw_os_error(),
+                Some(libc::EAGAIN) | Some(libc::EINTR)
+            ),
+        }
+    }
+
+    /// The suspended transaction. Valid until the token is resolved. Call TS
+    /// APIs through it only on ATS threads (hooks, timers): header edits
+    /// allocate from per-thread pools.
     pub fn txn(&self) -> Txn<'_> {
         Txn {
             ptr: self.txn,
@@ -548,6 +560,14 @@ fn reenable_deferred(txn: sys::TSHttpTxn, ev: sys::TSEvent) {
     if RESUMING.with(|r| r.replace(true)) {
         return; // an outer frame on this thread drains the list
     }
+    // Cleared however this frame ends, so later resumes on this thread work.
+    struct Draining;
+    impl Drop for Draining {
+        fn drop(&mut self) {
+            let _ = RESUMING.try_with(|r| r.set(false));
+        }
+    }
+    let _draining = Draining;
     loop {
         let next = PENDING.with(|p| p.borrow_mut().pop_front());
         match next {
@@ -555,7 +575,6 @@ fn reenable_deferred(txn: sys::TSHttpTxn, ev: sys::TSEvent) {
             None => break,
         }
     }
-    RESUMING.with(|r| r.set(false));
 }
 
 /// Decodes the `edata` of a hook event.

@@ -108,7 +108,9 @@ impl<W: Waiter> Slots<W> {
     }
 
     fn try_inc(&self) -> bool {
-        let mut cur = self.active.load(Ordering::Acquire);
+        // SeqCst throughout: this load pairs with the SeqCst `waiting` updates
+        // of enqueue/release so neither side can miss the other's change.
+        let mut cur = self.active.load(Ordering::SeqCst);
         loop {
             if cur >= self.limit {
                 return false;
@@ -116,8 +118,8 @@ impl<W: Waiter> Slots<W> {
             match self.active.compare_exchange_weak(
                 cur,
                 cur + 1,
-                Ordering::AcqRel,
-                Ordering::Acquire,
+                Ordering::SeqCst,
+                Ordering::SeqCst,
             ) {
                 Ok(_) => return true,
                 Err(actual) => cur = actual,
@@ -142,10 +144,14 @@ impl<W: Waiter> Slots<W> {
             state: AtomicU8::new(WAITING),
             payload: Mutex::new(Some(waiter)),
         });
-        // Push before counting: `waiting > 0` then always means an entry is
-        // findable, which `dispatch` relies on to avoid lost wake-ups.
-        self.queue.lock().entries.push_back(entry.clone());
-        self.waiting.fetch_add(1, Ordering::SeqCst);
+        // Push and count under the queue lock: `waiting > 0` then always means
+        // an entry is findable (no lost wake-ups), and a dispatcher popping
+        // this entry never decrements before the increment (no wrap).
+        {
+            let mut q = self.queue.lock();
+            q.entries.push_back(entry.clone());
+            self.waiting.fetch_add(1, Ordering::SeqCst);
+        }
         self.dispatch();
         Ticket {
             entry,
@@ -186,21 +192,46 @@ impl<W: Waiter> Slots<W> {
         if nested {
             return;
         }
-        self.dispatch_loop();
-        let _ = DISPATCHING.try_with(|d| d.borrow_mut().retain(|&x| x != me));
+        // Unregisters even when an `admit` panics, or this limiter would look
+        // "nested" on this thread forever and never hand a slot on again.
+        struct Unregister(usize);
+        impl Drop for Unregister {
+            fn drop(&mut self) {
+                let _ = DISPATCHING.try_with(|d| d.borrow_mut().retain(|&x| x != self.0));
+            }
+        }
+        let unregister = Unregister(me);
+        let panicked = self.dispatch_loop();
+        drop(unregister);
+        if let Some(payload) = panicked {
+            // Every free slot has been handed on; now let the caller's guard see it.
+            std::panic::resume_unwind(payload);
+        }
     }
 
-    fn dispatch_loop(self: &Arc<Self>) {
+    /// Returns the payload of the first `admit` that panicked (its permit was
+    /// dropped while unwinding; the loop carried on handing slots out).
+    fn dispatch_loop(self: &Arc<Self>) -> Option<Box<dyn std::any::Any + Send>> {
+        let mut panicked = None;
         while self.waiting.load(Ordering::SeqCst) > 0 && self.try_inc() {
             // We hold a slot: offer it down the queue until someone keeps it.
             loop {
                 match self.pop_live() {
-                    Some(w) => match w.admit(Permit {
-                        slots: self.clone(),
-                    }) {
-                        Ok(()) => break,
-                        Err(permit) => std::mem::forget(permit), // declined: reuse the slot
-                    },
+                    Some(w) => {
+                        let permit = Permit {
+                            slots: self.clone(),
+                        };
+                        match std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+                            w.admit(permit)
+                        })) {
+                            Ok(Ok(())) => break,
+                            Ok(Err(permit)) => std::mem::forget(permit), // declined: reuse the slot
+                            Err(payload) => {
+                                panicked.get_or_insert(payload);
+                                break;
+                            }
+                        }
+                    }
                     None => {
                         // Nobody findable (the waiter we counted left): undo and
                         // re-check, in case an enqueue raced with us.
@@ -210,6 +241,7 @@ impl<W: Waiter> Slots<W> {
                 }
             }
         }
+        panicked
     }
 
     fn release(self: &Arc<Self>) {
@@ -369,6 +401,35 @@ mod tests {
         drop(p);
         assert_eq!(*log.lock(), [2]);
         assert_eq!((s.active(), s.waiting()), (1, 0));
+    }
+
+    #[test]
+    fn a_panicking_admit_does_not_stall_the_queue() {
+        struct Boom(bool, Arc<Mutex<Vec<Permit<Boom>>>>);
+        impl Waiter for Boom {
+            fn admit(self, permit: Permit<Self>) -> Result<(), Permit<Self>> {
+                if self.0 {
+                    panic!("admit failed");
+                }
+                self.1.lock().push(permit);
+                Ok(())
+            }
+        }
+        let s: Arc<Slots<Boom>> = Slots::new(1);
+        let held = Arc::new(Mutex::new(Vec::new()));
+        let p = s.try_acquire().unwrap();
+        let _a = s.enqueue(Boom(true, held.clone()));
+        let _b = s.enqueue(Boom(false, held.clone()));
+        let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| drop(p)));
+        assert!(r.is_err(), "the panic reaches the caller");
+        // ...but only after the slot went on to the next waiter.
+        assert_eq!(held.lock().len(), 1);
+        assert_eq!((s.active(), s.waiting()), (1, 0));
+        // And this thread can still dispatch for this limiter.
+        let p2 = held.lock().pop().unwrap();
+        let _c = s.enqueue(Boom(false, held.clone()));
+        drop(p2);
+        assert_eq!((s.active(), s.waiting(), held.lock().len()), (1, 0, 1));
     }
 
     #[test]

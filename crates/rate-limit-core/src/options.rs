@@ -14,6 +14,8 @@ pub const DEFAULT_ERROR: u16 = 429;
 pub const DEFAULT_PREFIX: &str = "plugin.rate_limiter";
 /// `--rate` accepts up to this many requests per second.
 pub const MAX_RATE: f64 = 1_000_000.0;
+/// `--burst / --rate` above this (a year) would overflow the bucket's clock.
+pub const MAX_BURST_SECONDS: f64 = 365.0 * 86_400.0;
 
 #[derive(Clone, Debug, PartialEq)]
 pub struct Options {
@@ -244,6 +246,15 @@ impl Options {
             (None, Some(r)) => (r.ceil() as u32).max(1),
             (None, None) => 0,
         };
+        if let Some(r) = o.rate {
+            // The bucket holds burst/rate seconds of debt in nanoseconds.
+            if f64::from(o.burst) / r > MAX_BURST_SECONDS {
+                return Err(OptionError(format!(
+                    "--burst={} is too large for --rate={r}: a full bucket may hold at most {MAX_BURST_SECONDS} s of requests",
+                    o.burst
+                )));
+            }
+        }
         o.tag = match tag {
             Some(t) => t,
             None => crate::tag::from_url(from_url).ok_or_else(|| {

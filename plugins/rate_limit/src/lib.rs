@@ -35,8 +35,10 @@ use rate_limit_core::{headers, metric_name, Options};
 
 static CLOCK: MonotonicClock = MonotonicClock;
 
-/// How often a rule with waiters looks for waiters whose client left.
+/// How often a rule with waiters looks for waiters whose client left, and
+/// how many (oldest first) one look checks: a syscall each.
 const WATCH_EVERY: Duration = Duration::from_secs(1);
+const WATCH_MAX: usize = 10_000;
 
 /// Process-wide objects, created once in `init`.
 struct Globals {
@@ -139,6 +141,16 @@ struct TxnState {
     held: Mutex<Option<Held>>,
     /// Set in DoRemap when the transaction must wait; taken at POST_REMAP.
     wait: Mutex<Option<Wait>>,
+}
+
+impl Drop for TxnState {
+    fn drop(&mut self) {
+        // The transaction never reached POST_REMAP (another plugin ended it):
+        // give back the rate token its wait had reserved.
+        if self.wait.get_mut().as_ref().is_some_and(|w| w.rate_taken) {
+            self.rule.refund_rate();
+        }
+    }
 }
 
 impl TxnState {
@@ -354,7 +366,8 @@ impl Rule {
             return;
         }
         let rule = self.clone();
-        if let Err(e) = Timer::after(WATCH_EVERY, Pool::Net, move || rule.drop_departed()) {
+        // On a task thread: the look is a syscall per waiter.
+        if let Err(e) = Timer::after(WATCH_EVERY, Pool::Task, move || rule.drop_departed()) {
             self.watching.store(false, Ordering::Release);
             log::error!("cannot arm the queue watch: {e}");
         }
@@ -362,7 +375,12 @@ impl Rule {
 
     fn drop_departed(self: &Arc<Self>) {
         let Some(slots) = &self.slots else { return };
-        for q in slots.remove_waiting(|q| q.parked.txn().client_gone()) {
+        let mut checked = 0;
+        let departed = slots.remove_waiting(|q| {
+            checked += 1;
+            checked <= WATCH_MAX && q.parked.client_gone()
+        });
+        for q in departed {
             q.abandon();
         }
         self.watching.store(false, Ordering::Release);
@@ -388,7 +406,7 @@ impl Rule {
             held: Mutex::new(held),
             wait: Mutex::new(wait),
         };
-        if g.txn.set(txn, Box::new(state)).is_err() {
+        if g.txn.set(txn, state).is_err() {
             if !self.warned_chained.swap(true, Ordering::Relaxed) {
                 log::error!(
                     "rate_limit.so is listed twice on one remap rule: only the first instance limits it; \
@@ -417,7 +435,7 @@ struct Queued {
 
 impl Waiter for Queued {
     fn admit(self, permit: Permit<Self>) -> Result<(), Permit<Self>> {
-        if self.parked.txn().client_gone() {
+        if self.parked.client_gone() {
             self.abandon();
             return Err(permit);
         }
@@ -541,19 +559,23 @@ impl RemapPlugin for Rule {
         let mut home = Home::Txn;
         if self.opts.conntrack {
             if let Some(ssn) = txn.ssn() {
+                // The session's slot list; None if another copy of the plugin
+                // (after an upgrade) owns the session's state: then this
+                // transaction holds its slot itself.
                 let slots = match g.ssn.get(ssn) {
-                    Some(s) => s.clone(),
+                    Some(s) => Some(s.clone()),
                     None => {
                         let s = Arc::new(SessionSlots::default());
-                        let _ = g.ssn.set(ssn, Box::new(s.clone()));
-                        s
+                        g.ssn.set(ssn, s.clone()).ok().map(|()| s)
                     }
                 };
-                // A connection already admitted by this rule passes.
-                if slots.admitted(self.id) {
-                    return RemapStatus::NoRemap;
+                if let Some(slots) = slots {
+                    // A connection already admitted by this rule passes.
+                    if slots.admitted(self.id) {
+                        return RemapStatus::NoRemap;
+                    }
+                    home = Home::Session(slots);
                 }
-                home = Home::Session(slots);
             }
         }
         match self.admit_now(CLOCK.now()) {
@@ -660,7 +682,7 @@ fn park(rule: Arc<Rule>, parked: Parked, wait: Wait) {
             let Some(q) = in_timer.lock().take() else {
                 return;
             };
-            if q.parked.txn().client_gone() {
+            if q.parked.client_gone() {
                 q.abandon();
             } else {
                 r.wait_for_slot(q);

@@ -183,7 +183,7 @@ impl RemapPlugin for Throttle {
             ticket: Ticket::new(self.rule.clone()),
             outcome: AtomicU8::new(PASS),
         };
-        if g.state.set(txn, Box::new(state)).is_err() {
+        if g.state.set(txn, state).is_err() {
             // Throttled twice in one remap chain: the first rule governs.
             log::debug!("txn {}: already throttled by another rule", txn.id());
             return RemapStatus::NoRemap;
@@ -216,7 +216,10 @@ impl HookHandler for Hooks {
             return hook.resume();
         };
         match hook.id() {
-            HookId::CacheLookupComplete => admit(g, state, hook),
+            HookId::CacheLookupComplete => match admit(g, state, hook.txn()) {
+                Decision::Continue => hook.resume(),
+                Decision::Unavailable => hook.error(503),
+            },
             HookId::SendRequestHdr => {
                 if state.outcome.load(Ordering::Acquire) == STALE {
                     // ATS is going to the origin after all: it has no place.
@@ -235,8 +238,13 @@ impl HookHandler for Hooks {
     }
 }
 
-fn admit(g: &Globals, state: &TxnState, hook: Hook<'_>) -> Done {
-    let txn = hook.txn();
+/// What CACHE_LOOKUP_COMPLETE does with the transaction.
+enum Decision {
+    Continue,
+    Unavailable,
+}
+
+fn admit(g: &Globals, state: &TxnState, txn: Txn<'_>) -> Decision {
     let rule = state.rule();
     let lookup = txn.cache_lookup();
     if lookup == Some(CacheLookup::HitFresh) {
@@ -244,15 +252,15 @@ fn admit(g: &Globals, state: &TxnState, hook: Hook<'_>) -> Done {
         // write-lock retry, and may then find what another request stored.
         state.release();
         rule.metrics.fresh.inc();
-        return hook.resume();
+        return Decision::Continue;
     }
     match state.ticket.enter() {
         Entry::Entered => {
             rule.metrics.inflight.inc();
             rule.metrics.admitted.inc();
-            return hook.resume();
+            return Decision::Continue;
         }
-        Entry::AlreadyIn => return hook.resume(),
+        Entry::AlreadyIn => return Decision::Continue,
         Entry::Refused => {}
     }
     if lookup == Some(CacheLookup::HitStale) {
@@ -261,7 +269,7 @@ fn admit(g: &Globals, state: &TxnState, hook: Hook<'_>) -> Done {
             state.outcome.store(STALE, Ordering::Release);
             txn.hook(HookId::SendRequestHdr, &g.hooks);
             txn.hook(HookId::SendResponseHdr, &g.hooks);
-            return hook.resume();
+            return Decision::Continue;
         }
         log::debug!(
             "txn {}: rule {} full, stale hit not served: {verdict:?}",
@@ -270,7 +278,7 @@ fn admit(g: &Globals, state: &TxnState, hook: Hook<'_>) -> Done {
         );
     }
     refuse(g, state, txn);
-    hook.error(503)
+    Decision::Unavailable
 }
 
 fn refuse(g: &Globals, state: &TxnState, txn: Txn<'_>) {

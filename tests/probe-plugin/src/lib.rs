@@ -136,7 +136,7 @@ impl RemapPlugin for Probe {
             tag: self.tag.clone(),
             seq: SEQ.fetch_add(1, Ordering::Relaxed),
         };
-        if g.state.set(txn, Box::new(state)).is_err() {
+        if g.state.set(txn, state).is_err() {
             log::warn!("probe state already set on this transaction");
         }
         txn.hook(HookId::PostRemap, &g.cont);
