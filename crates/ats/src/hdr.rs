@@ -1,8 +1,10 @@
 //! HTTP headers (MIME header + status/URL) with every `TSMLoc` released on `Drop`.
 //!
 //! TS strings are `(pointer, length)` pairs into the header's heap, not
-//! NUL-terminated: they are exposed as `&[u8]` borrowed from the header, so
-//! they cannot outlive it or be read across a modification.
+//! NUL-terminated. Reads return owned bytes: the same message can be reached
+//! through two `Header` values (the transaction handle is `Copy`), and a
+//! write through one may compact the heap under a slice borrowed from the
+//! other.
 
 use std::ffi::{c_char, c_int};
 use std::marker::PhantomData;
@@ -129,7 +131,7 @@ impl<'a> Header<'a> {
 
     /// The whole value of the first field called `name` (all its comma
     /// separated values, as received).
-    pub fn get(&self, name: &str) -> Option<&[u8]> {
+    pub fn get(&self, name: &str) -> Option<Vec<u8>> {
         let f = self.find(name)?;
         let mut len: c_int = 0;
         // SAFETY: live field; idx -1 = the whole value; the string lives in the
@@ -137,11 +139,11 @@ impl<'a> Header<'a> {
         let p =
             unsafe { sys::TSMimeHdrFieldValueStringGet(self.buf, self.loc, f.loc, -1, &mut len) };
         // SAFETY: ATS returned (p, len) for this header.
-        Some(unsafe { ts_bytes(p, len) })
+        Some(unsafe { ts_bytes(p, len) }.to_vec())
     }
 
     /// Every comma-separated value of every field called `name`, in order.
-    pub fn values(&self, name: &str) -> Vec<&[u8]> {
+    pub fn values(&self, name: &str) -> Vec<Vec<u8>> {
         let mut out = Vec::new();
         let mut field = self.find(name);
         while let Some(f) = field {
@@ -154,7 +156,7 @@ impl<'a> Header<'a> {
                     sys::TSMimeHdrFieldValueStringGet(self.buf, self.loc, f.loc, i, &mut len)
                 };
                 // SAFETY: ATS returned (p, len) for this header.
-                out.push(unsafe { ts_bytes(p, len) });
+                out.push(unsafe { ts_bytes(p, len) }.to_vec());
             }
             field = self.next_dup(&f);
         }
@@ -246,7 +248,7 @@ impl<'a> Header<'a> {
     }
 
     /// The request URL's path (without the leading '/').
-    pub fn url_path(&self) -> Option<&[u8]> {
+    pub fn url_path(&self) -> Option<Vec<u8>> {
         let mut url: sys::TSMLoc = ptr::null_mut();
         // SAFETY: live header; out pointer valid.
         if unsafe { sys::TSHttpHdrUrlGet(self.buf, self.loc, &mut url) }
@@ -258,7 +260,7 @@ impl<'a> Header<'a> {
         // SAFETY: live URL loc.
         let p = unsafe { sys::TSUrlPathGet(self.buf, url, &mut len) };
         // SAFETY: (p, len) live in the header heap, which outlives the URL loc release.
-        let path = unsafe { ts_bytes(p, len) };
+        let path = unsafe { ts_bytes(p, len) }.to_vec();
         // SAFETY: url loc came from TSHttpHdrUrlGet on (buf, loc).
         unsafe { sys::TSHandleMLocRelease(self.buf, self.loc, url) };
         Some(path)

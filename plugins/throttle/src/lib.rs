@@ -318,11 +318,12 @@ fn stale_verdict(txn: Txn<'_>, rule: &Rule) -> Verdict {
         return Verdict::Undated;
     };
     let cc = resp.values("Cache-Control");
+    let (date, age, expires) = (resp.get("Date"), resp.get("Age"), resp.get("Expires"));
     let cached = Cached::from_headers(
-        resp.get("Date"),
-        resp.get("Age"),
-        resp.get("Expires"),
-        cc.iter().copied(),
+        date.as_deref(),
+        age.as_deref(),
+        expires.as_deref(),
+        cc.iter().map(Vec::as_slice),
     );
     let now = SystemTime::now()
         .duration_since(UNIX_EPOCH)

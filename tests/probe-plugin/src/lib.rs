@@ -112,7 +112,7 @@ impl RemapPlugin for Probe {
             .request_header()
             .and_then(|h| {
                 h.url_path()
-                    .map(|p| String::from_utf8_lossy(p).into_owned())
+                    .map(|p| String::from_utf8_lossy(&p).into_owned())
             })
             .unwrap_or_default();
         if self.log {
