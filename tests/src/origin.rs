@@ -18,7 +18,7 @@ use std::net::{TcpListener, TcpStream};
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::thread;
-use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+use std::time::{Duration, Instant, SystemTime};
 
 use crate::client::{read_body, read_head};
 
@@ -186,7 +186,7 @@ fn serve(conn: TcpStream, s: &Shared) -> io::Result<()> {
         let head = format!(
             "HTTP/1.1 {status} Origin\r\nDate: {}\r\nCache-Control: {cc}\r\nContent-Length: {}\r\n\
              X-Origin-Seq: {seq}\r\nConnection: keep-alive\r\n\r\n",
-            http_date(SystemTime::now()),
+            httpdate::fmt_http_date(SystemTime::now()),
             body.len()
         );
         let result = writer
@@ -197,57 +197,5 @@ fn serve(conn: TcpStream, s: &Shared) -> io::Result<()> {
             r.finished = Some(Instant::now());
         }
         result?;
-    }
-}
-
-/// IMF-fixdate, e.g. `Sun, 06 Nov 1994 08:49:37 GMT`.
-pub fn http_date(t: SystemTime) -> String {
-    let secs = t
-        .duration_since(UNIX_EPOCH)
-        .map(|d| d.as_secs())
-        .unwrap_or(0);
-    let days = (secs / 86_400) as i64;
-    let rem = secs % 86_400;
-    // Civil-from-days (Howard Hinnant's algorithm).
-    let z = days + 719_468;
-    let era = z.div_euclid(146_097);
-    let doe = z.rem_euclid(146_097);
-    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
-    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
-    let mp = (5 * doy + 2) / 153;
-    let day = doy - (153 * mp + 2) / 5 + 1;
-    let month = if mp < 10 { mp + 3 } else { mp - 9 };
-    let year = yoe + era * 400 + i64::from(month <= 2);
-    const WD: [&str; 7] = ["Thu", "Fri", "Sat", "Sun", "Mon", "Tue", "Wed"];
-    const MON: [&str; 12] = [
-        "Jan", "Feb", "Mar", "Apr", "May", "Jun", "Jul", "Aug", "Sep", "Oct", "Nov", "Dec",
-    ];
-    format!(
-        "{}, {:02} {} {} {:02}:{:02}:{:02} GMT",
-        WD[days.rem_euclid(7) as usize],
-        day,
-        MON[(month - 1) as usize],
-        year,
-        rem / 3600,
-        rem / 60 % 60,
-        rem % 60
-    )
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn http_date_known_values() {
-        assert_eq!(http_date(UNIX_EPOCH), "Thu, 01 Jan 1970 00:00:00 GMT");
-        assert_eq!(
-            http_date(UNIX_EPOCH + Duration::from_secs(784_111_777)),
-            "Sun, 06 Nov 1994 08:49:37 GMT"
-        );
-        assert_eq!(
-            http_date(UNIX_EPOCH + Duration::from_secs(951_782_400)),
-            "Tue, 29 Feb 2000 00:00:00 GMT"
-        );
     }
 }

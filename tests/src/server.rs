@@ -127,7 +127,9 @@ impl TsBuilder {
         for _ in 0..3 {
             match self.try_start() {
                 Ok(ts) => return Ok(ts),
-                Err(e) if self.port.is_none() && e.diags.contains("Address already in use") => last = Some(e),
+                Err(e) if self.port.is_none() && e.diags.contains("Address already in use") => {
+                    last = Some(e)
+                }
                 Err(e) => return Err(e),
             }
         }
@@ -141,7 +143,12 @@ impl TsBuilder {
                 fs::create_dir_all(p).expect("creating the root directory");
                 Root::Fixed(p.canonicalize().expect("root path"))
             }
-            None => Root::Temp(tempfile::Builder::new().prefix("ats-test-").tempdir().expect("temp dir")),
+            None => Root::Temp(
+                tempfile::Builder::new()
+                    .prefix("ats-test-")
+                    .tempdir()
+                    .expect("temp dir"),
+            ),
         };
         let root = dir.path().to_path_buf();
         let root = root.as_path();
@@ -436,7 +443,9 @@ impl TrafficServer {
     fn kill(&mut self) {
         if let Some(mut child) = self.child.take() {
             // The whole process group (manager + server); kill(1) avoids unsafe here.
-            let _ = Command::new("kill").args(["-KILL", "--", &format!("-{}", child.id())]).status();
+            let _ = Command::new("kill")
+                .args(["-KILL", "--", &format!("-{}", child.id())])
+                .status();
             let _ = child.kill();
             let _ = child.wait();
         }

@@ -18,7 +18,7 @@
 
 use std::sync::atomic::{AtomicU8, Ordering};
 use std::sync::{Arc, OnceLock};
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::time::Duration;
 
 use ats::sched::{Periodic, Pool};
 use ats::stats::Stat;
@@ -325,11 +325,7 @@ fn stale_verdict(txn: Txn<'_>, rule: &Rule) -> Verdict {
         expires.as_deref(),
         cc.iter().map(Vec::as_slice),
     );
-    let now = SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map(|d| i64::try_from(d.as_secs()).unwrap_or(i64::MAX))
-        .unwrap_or(0);
-    stale::decide(&cached, now, rule.stale)
+    stale::decide(&cached, throttle_core::httpdate::now(), rule.stale)
 }
 
 ats::remap_plugin!(Throttle);

@@ -15,7 +15,11 @@ fn main() {
     let mut args = std::env::args().skip(1);
     while let Some(a) = args.next() {
         match (a.as_str(), args.next()) {
-            ("--port", Some(v)) => port = v.parse().unwrap_or_else(|_| die(&format!("bad --port {v}"))),
+            ("--port", Some(v)) => {
+                port = v
+                    .parse()
+                    .unwrap_or_else(|_| die(&format!("bad --port {v}")))
+            }
             ("--dir", Some(v)) => dir = v,
             _ => die("usage: ats-demo [--port N] [--dir DIR]"),
         }
@@ -70,7 +74,8 @@ Press Ctrl-C to stop."#
     );
     let stop = Arc::new(AtomicBool::new(false));
     let s = stop.clone();
-    ctrlc::set_handler(move || s.store(true, Ordering::SeqCst)).unwrap_or_else(|e| die(&format!("signal handler: {e}")));
+    ctrlc::set_handler(move || s.store(true, Ordering::SeqCst))
+        .unwrap_or_else(|e| die(&format!("signal handler: {e}")));
     let mut ts = ts;
     while !stop.load(Ordering::SeqCst) {
         if !ts.is_running() {
