@@ -48,14 +48,16 @@ usage: ats-bench [--smoke] [--out FILE] [options]
                        are meaningless and FILE is not written
   --out FILE           update the generated sections of FILE (e.g. BENCHMARKS.md);
                        the markdown is printed to stdout in any case
-  --rounds N           measured rounds (default 20: with 5 configurations each runs
-                       in each position of the rotating order 4 times; smoke 1)
+  --rounds N           measured rounds per workload (default 30: with 5 configurations
+                       each runs in each position of the rotating order 6 times; smoke 1)
   --duration SECS      seconds per wrk run (default 3: many short rounds cancel the
                        drift of a shared machine better than a few long ones; smoke 1)
   --warmup SECS        seconds per run of the warm-up round, 0 = none (default 3; smoke 0)
   --connections N      wrk connections (default 32)
   --queue-trials N     queue-resume trials per plugin (default 100; smoke 2)
   --criterion DIR      criterion results to tabulate (default <workspace>/target/criterion)
+  --pin                pin traffic_server to CPU 0, wrk and nginx to CPU 1 (off by
+                       default: on 2 CPUs it halves what ATS gets and did not reduce noise)
   --no-load, --no-queue, --no-micro
                        skip a part (its section in FILE is left as it is)
 ";
@@ -73,6 +75,7 @@ struct Args {
     load: bool,
     queue: bool,
     micro: bool,
+    pin: bool,
 }
 
 fn parse_args(argv: &[String]) -> Result<Args, String> {
@@ -80,7 +83,7 @@ fn parse_args(argv: &[String]) -> Result<Args, String> {
     let mut a = Args {
         smoke,
         out: None,
-        rounds: if smoke { 1 } else { 20 },
+        rounds: if smoke { 1 } else { 30 },
         duration: if smoke { 1 } else { 3 },
         warmup: if smoke { 0 } else { 3 },
         connections: 32,
@@ -89,6 +92,7 @@ fn parse_args(argv: &[String]) -> Result<Args, String> {
         load: true,
         queue: true,
         micro: true,
+        pin: false,
     };
     let mut it = argv.iter();
     while let Some(arg) = it.next() {
@@ -113,6 +117,7 @@ fn parse_args(argv: &[String]) -> Result<Args, String> {
             "--no-load" => a.load = false,
             "--no-queue" => a.queue = false,
             "--no-micro" => a.micro = false,
+            "--pin" => a.pin = true,
             "-h" | "--help" => return Err(String::new()),
             other => return Err(format!("unknown argument '{other}'")),
         }
@@ -260,10 +265,15 @@ fn run(args: &Args) -> Result<(), String> {
                 "verified: /hit is served from cache, /miss?v=1 reaches nginx once per \
                  request, throttle.so counts /miss?v=1"
             );
+            if args.pin {
+                sys::pin(pid, "0")?;
+                sys::pin(n.pid(), "1")?;
+            }
             let load = wrk::Load {
                 threads: 1,
                 connections: args.connections,
                 duration: Duration::from_secs(args.duration),
+                cpu: args.pin.then_some(1),
             };
             let origin_alone = load::origin_capacity(n, &load)?;
             let mut res = load::run(
@@ -353,7 +363,7 @@ mod tests {
     #[test]
     fn defaults_and_overrides() {
         let full = args("").expect("no arguments is the full run");
-        assert_eq!((full.rounds, full.duration, full.warmup), (20, 3, 3));
+        assert_eq!((full.rounds, full.duration, full.warmup), (30, 3, 3));
         let smoke = args("--smoke --rounds 2").expect("valid");
         assert!(smoke.smoke);
         assert_eq!((smoke.rounds, smoke.duration, smoke.warmup), (2, 1, 0));

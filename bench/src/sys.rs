@@ -63,6 +63,22 @@ fn parse_stat_ticks(stat: &str) -> Option<u64> {
     parse_stat_fields(stat, 2)
 }
 
+/// Restricts every thread of `pid` to `cpus` (a taskset list, e.g. "0").
+pub fn pin(pid: u32, cpus: &str) -> Result<(), String> {
+    let out = Command::new("taskset")
+        .args(["-a", "-p", "-c", cpus, &pid.to_string()])
+        .output()
+        .map_err(|e| format!("cannot run taskset (util-linux): {e}"))?;
+    if out.status.success() {
+        Ok(())
+    } else {
+        Err(format!(
+            "taskset -a -p -c {cpus} {pid}: {}",
+            String::from_utf8_lossy(&out.stderr).trim()
+        ))
+    }
+}
+
 /// `getconf CLK_TCK`, read once; 100 (the Linux value) if getconf fails.
 pub fn clock_ticks_per_second() -> u64 {
     static TCK: OnceLock<u64> = OnceLock::new();

@@ -26,6 +26,8 @@ pub struct Load {
     pub threads: u32,
     pub connections: u32,
     pub duration: Duration,
+    /// Run wrk on this CPU only (`taskset -c`), away from traffic_server.
+    pub cpu: Option<usize>,
 }
 
 impl Load {
@@ -44,7 +46,14 @@ impl Load {
 /// `wrk <load> [-H 'Host: host'] url`. Fails if wrk cannot run or its
 /// report cannot be read; errors *in* the run are returned in the result.
 pub fn run(load: &Load, host: Option<&str>, url: &str) -> Result<WrkResult, String> {
-    let mut cmd = Command::new("wrk");
+    let mut cmd = match load.cpu {
+        Some(cpu) => {
+            let mut c = Command::new("taskset");
+            c.args(["-c", &cpu.to_string(), "wrk"]);
+            c
+        }
+        None => Command::new("wrk"),
+    };
     cmd.args(load.args());
     if let Some(h) = host {
         cmd.arg("-H").arg(format!("Host: {h}"));
