@@ -172,14 +172,21 @@ fn load_variants(ours_rl: &str, ours_throttle: &str) -> Vec<Variant> {
     ]
 }
 
-const QUEUE_VARIANTS: [QueueVariant; 2] = [
+const QUEUE_VARIANTS: [QueueVariant; 3] = [
     QueueVariant {
         label: "upstream rate_limit.so (C++)",
         host: "q-upstream.bench",
+        sequential: false,
     },
     QueueVariant {
         label: "our rate_limit.so",
         host: "q-ours.bench",
+        sequential: false,
+    },
+    QueueVariant {
+        label: "reference: no plugin, client sends each next request on the previous response",
+        host: "q-none.bench",
+        sequential: true,
     },
 ];
 
@@ -237,13 +244,14 @@ fn run(args: &Args) -> Result<(), String> {
             );
         }
         if let Some(o) = &origin {
-            for (q, plugin) in QUEUE_VARIANTS.iter().zip([UPSTREAM, ours_rl.as_str()]) {
-                remap += &format!(
-                    "map http://{}/ {}/ @plugin={plugin}{}\n",
-                    q.host,
-                    o.url(),
-                    pparams(RL_QUEUE_OPTIONS)
-                );
+            for (q, plugin) in QUEUE_VARIANTS
+                .iter()
+                .zip([Some(UPSTREAM), Some(&ours_rl), None])
+            {
+                let plugin = plugin.map_or(String::new(), |p| {
+                    format!("@plugin={p}{}", pparams(RL_QUEUE_OPTIONS))
+                });
+                remap += &format!("map http://{}/ {}/ {plugin}\n", q.host, o.url());
             }
         }
         let mut builder = TrafficServer::builder().remap(remap.clone());

@@ -11,7 +11,9 @@
 //! sending the next request, which a perfect hand-off would still pay.
 //!
 //! Trials alternate between the plugins, with a random pause, so upstream's
-//! periodic sweep is sampled at every phase.
+//! periodic sweep is sampled at every phase. A reference without a plugin
+//! (see [`QueueVariant::sequential`]) shows the part of the wait that is
+//! ATS's own.
 
 use std::thread;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
@@ -21,11 +23,17 @@ use ats_tests::{client, Origin, Received};
 /// Client request header both plugins set (`--header`) on resumed transactions.
 pub const DELAY_HEADER: &str = "X-Queue-Delay";
 
-/// A plugin under test: its rule's host.
+/// A rule under test: its host, and how its trials send their requests.
 #[derive(Clone, Debug)]
 pub struct QueueVariant {
     pub label: &'static str,
     pub host: &'static str,
+    /// The reference: no plugin, and the client itself sends each next
+    /// request on one keep-alive connection the moment it has the previous
+    /// response. Its wait is what ATS needs between finishing one
+    /// transaction and reaching the origin with the next, without any
+    /// queue; a plugin's hand-off cannot do better than that.
+    pub sequential: bool,
 }
 
 #[derive(Clone, Debug, Default)]
@@ -71,14 +79,31 @@ impl Rng {
     }
 }
 
+fn path(id: usize, k: usize) -> String {
+    format!("/q?t={id}&c={k}")
+}
+
 /// Sends the trial's requests: the holder at once, the others 10 ms later
-/// (2 ms apart, so their queue order is their index). Returns how many
-/// were not answered 200.
-fn trial(port: u16, host: &'static str, id: usize, plan: &Plan) -> usize {
+/// (2 ms apart, so their queue order is their index); or, for the
+/// sequential reference, one after another on one connection. Returns how
+/// many were not answered 200.
+fn trial(port: u16, v: &QueueVariant, id: usize, plan: &Plan) -> usize {
+    let delay = plan.origin_delay_ms.to_string();
+    let headers = [("X-Origin-Delay", delay.as_str())];
+    if v.sequential {
+        let Ok(mut conn) = client::Conn::open(port) else {
+            return plan.clients;
+        };
+        return (0..plan.clients)
+            .map(|k| conn.get(v.host, &path(id, k), &headers))
+            .filter(|r| !matches!(r, Ok(r) if r.status == 200))
+            .count();
+    }
     let start = Instant::now();
+    let host = v.host;
     let handles: Vec<_> = (0..plan.clients)
         .map(|k| {
-            let delay = plan.origin_delay_ms.to_string();
+            let delay = delay.clone();
             thread::spawn(move || {
                 let at = if k == 0 { 0 } else { 10 + 2 * (k as u64 - 1) };
                 if let Some(wait) =
@@ -86,12 +111,7 @@ fn trial(port: u16, host: &'static str, id: usize, plan: &Plan) -> usize {
                 {
                     thread::sleep(wait);
                 }
-                client::get(
-                    port,
-                    host,
-                    &format!("/q?t={id}&c={k}"),
-                    &[("X-Origin-Delay", &delay)],
-                )
+                client::get(port, host, &path(id, k), &[("X-Origin-Delay", &delay)])
             })
         })
         .collect();
@@ -120,10 +140,10 @@ fn records(origin: &Origin, id: usize, n: usize) -> Vec<Received> {
     mine
 }
 
-fn account(result: &mut QueueResult, recs: &[Received]) {
+fn account(result: &mut QueueResult, recs: &[Received], queued: bool) {
     for pair in recs.windows(2) {
         let (prev, next) = (&pair[0], &pair[1]);
-        if next.header(DELAY_HEADER).is_none() {
+        if queued && next.header(DELAY_HEADER).is_none() {
             result.unqueued += 1;
             continue;
         }
@@ -161,12 +181,12 @@ pub fn run(
         };
         for i in order {
             id += 1;
-            let failed = trial(ts_port, variants[i].host, id, &plan);
+            let failed = trial(ts_port, &variants[i], id, &plan);
             let recs = records(origin, id, plan.clients);
             let r = &mut results[i];
             r.trials += 1;
             r.failed += failed + plan.clients.saturating_sub(recs.len());
-            account(r, &recs);
+            account(r, &recs, !variants[i].sequential);
             thread::sleep(Duration::from_millis(rng.below(50)));
         }
         if (t + 1) % 10 == 0 || t + 1 == plan.trials {

@@ -120,6 +120,48 @@ pub struct Machine {
     pub ats_package: String,
     pub wrk: String,
     pub nginx: String,
+    /// The commit the plugins were built from, and any uncommitted changes
+    /// to their sources (the harness builds them from the working tree).
+    pub source: String,
+}
+
+/// "commit abc1234" plus the files under the plugins' source directories
+/// that differ from it.
+fn source_provenance() -> String {
+    let root = concat!(env!("CARGO_MANIFEST_DIR"), "/..");
+    let git = |args: &[&str]| {
+        Command::new("git")
+            .arg("-C")
+            .arg(root)
+            .args(args)
+            .output()
+            .ok()
+            .filter(|o| o.status.success())
+            // Not trimmed at the start: porcelain lines begin with a status column.
+            .map(|o| String::from_utf8_lossy(&o.stdout).trim_end().to_owned())
+    };
+    let Some(commit) = git(&["rev-parse", "--short", "HEAD"]) else {
+        return "unknown (not a git checkout)".into();
+    };
+    let dirty = git(&[
+        "status",
+        "--porcelain",
+        "--",
+        "ats-sys",
+        "crates",
+        "plugins",
+        "Cargo.lock",
+    ])
+    .unwrap_or_default();
+    let files: Vec<&str> = dirty.lines().filter_map(|l| l.get(3..)).collect();
+    if files.is_empty() {
+        format!("commit {commit}")
+    } else {
+        format!(
+            "commit {commit} with uncommitted changes to {}",
+            files.join(", ")
+        )
+    }
 }
 
 impl Machine {
@@ -154,6 +196,7 @@ impl Machine {
             nginx: first_line(command_output("nginx", &["-v"]))
                 .trim_start_matches("nginx version: ")
                 .to_owned(),
+            source: source_provenance(),
         }
     }
 
