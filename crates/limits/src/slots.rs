@@ -247,7 +247,11 @@ impl<W: Waiter> Slots<W> {
     fn release(self: &Arc<Self>) {
         let prev = self.active.fetch_sub(1, Ordering::SeqCst);
         debug_assert!(prev > 0, "slot released twice");
-        self.dispatch();
+        // Nobody waiting: nothing to hand on (a waiter counted after this load
+        // dispatches for itself once pushed), so skip the dispatcher's bookkeeping.
+        if self.waiting.load(Ordering::SeqCst) > 0 {
+            self.dispatch();
+        }
     }
 }
 

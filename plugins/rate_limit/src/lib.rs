@@ -274,9 +274,10 @@ impl Rule {
         }
     }
 
-    fn admit_now(&self, now: Nanos) -> Admission {
+    fn admit_now(&self) -> Admission {
         let mut place = None;
         if let Some(bucket) = &self.bucket {
+            let now = CLOCK.now();
             if let Reservation::Denied(wait) = bucket.reserve(now, None) {
                 // Over the rate: wait if a queue place is free and --maxage allows the wait.
                 let max_wait = self.opts.maxage_nanos().unwrap_or(Nanos::MAX);
@@ -578,7 +579,7 @@ impl RemapPlugin for Rule {
                 }
             }
         }
-        match self.admit_now(CLOCK.now()) {
+        match self.admit_now() {
             Admission::Go(held) => {
                 bump(self.metrics.admitted, 1);
                 match home {
