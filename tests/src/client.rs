@@ -2,7 +2,7 @@
 //! (keep-alive, aborts) and timing, which general-purpose clients hide.
 
 use std::io::{self, BufRead, BufReader, Write};
-use std::net::{Shutdown, TcpStream};
+use std::net::TcpStream;
 use std::sync::{Arc, Barrier};
 use std::thread;
 use std::time::{Duration, Instant};
@@ -87,39 +87,33 @@ impl Conn {
         Ok(sent_at)
     }
 
-    /// Sends a GET and closes the connection after `after` without reading
-    /// the response: a client that gives up.
-    pub fn abort_after(
+    /// Sends a GET, waits `after` without reading the response, then closes
+    /// the connection: a client that gives up.
+    pub fn give_up_after(
         mut self,
         host: &str,
         path: &str,
         headers: &[(&str, &str)],
         after: Duration,
+        how: GiveUp,
     ) -> io::Result<()> {
         self.send(host, path, headers, true)?;
         thread::sleep(after);
-        let s = self.reader.get_mut();
-        // RST rather than FIN, like a killed client.
-        let _ = reset_on_close(s);
-        s.shutdown(Shutdown::Both)
-    }
-}
-
-impl Conn {
-    /// Sends a GET and closes the connection normally (FIN) after `after`
-    /// without reading the response: a client that times out.
-    pub fn close_after(
-        mut self,
-        host: &str,
-        path: &str,
-        headers: &[(&str, &str)],
-        after: Duration,
-    ) -> io::Result<()> {
-        self.send(host, path, headers, true)?;
-        thread::sleep(after);
+        if how == GiveUp::Reset {
+            reset_on_close(self.reader.get_ref())?;
+        }
         drop(self);
         Ok(())
     }
+}
+
+/// How a client that gives up closes its connection.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum GiveUp {
+    /// RST, like a killed client.
+    Reset,
+    /// FIN, like a client that timed out and closed normally.
+    Fin,
 }
 
 /// SO_LINGER with a zero timeout: close() sends RST instead of FIN.

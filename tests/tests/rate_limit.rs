@@ -6,7 +6,7 @@ use std::collections::BTreeMap;
 use std::thread;
 use std::time::{Duration, Instant};
 
-use ats_tests::client::{self, Conn, Response};
+use ats_tests::client::{self, Conn, GiveUp, Response};
 use ats_tests::{plugin, Origin, TrafficServer};
 
 const UPSTREAM: &str = "/usr/lib/trafficserver/modules/rate_limit.so";
@@ -234,23 +234,18 @@ fn slots_come_back_after_client_aborts_while_active_and_while_queued() {
     let aborters: Vec<_> = (0..6)
         .map(|i| {
             thread::spawn(move || {
-                let conn = Conn::open(port).expect("connect");
-                let path = format!("/ab{i}");
-                if i % 2 == 0 {
-                    conn.abort_after(
-                        "a.test",
-                        &path,
-                        &[("X-Origin-Delay", "800")],
-                        Duration::from_millis(150),
-                    )
+                let how = if i % 2 == 0 {
+                    GiveUp::Reset
                 } else {
-                    conn.close_after(
-                        "a.test",
-                        &path,
-                        &[("X-Origin-Delay", "800")],
-                        Duration::from_millis(150),
-                    )
-                }
+                    GiveUp::Fin
+                };
+                Conn::open(port).expect("connect").give_up_after(
+                    "a.test",
+                    &format!("/ab{i}"),
+                    &[("X-Origin-Delay", "800")],
+                    Duration::from_millis(150),
+                    how,
+                )
             })
         })
         .collect();
@@ -519,11 +514,12 @@ fn a_departed_waiter_frees_its_queue_place_before_its_turn() {
     for i in 0..2 {
         Conn::open(port)
             .expect("connect")
-            .close_after(
+            .give_up_after(
                 "a.test",
                 &format!("/gone{i}"),
                 &[],
                 Duration::from_millis(100),
+                GiveUp::Fin,
             )
             .expect("close");
     }

@@ -138,11 +138,12 @@ fn concurrency_above_max_gets_503_and_places_come_back() {
     // Clients that give up still give their place back when the transaction closes.
     for i in 0..3 {
         let conn = client::Conn::open(port).expect("connect");
-        conn.abort_after(
+        conn.give_up_after(
             "c.test",
             &format!("/abandoned/{i}"),
             &[("X-Origin-Delay", "1000")],
             Duration::from_millis(200),
+            client::GiveUp::Reset,
         )
         .expect("abort");
     }
