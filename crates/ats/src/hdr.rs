@@ -95,6 +95,16 @@ impl<'a> Header<'a> {
         })
     }
 
+    /// Wraps a field loc of this header (None for a null loc) so it is released on drop.
+    fn field(&self, loc: sys::TSMLoc) -> Option<Field<'_>> {
+        (!loc.is_null()).then_some(Field {
+            buf: self.buf,
+            hdr: self.loc,
+            loc,
+            _life: PhantomData,
+        })
+    }
+
     fn find(&self, name: &str) -> Option<Field<'_>> {
         // SAFETY: live header; name is passed with its length (no NUL needed).
         let loc = unsafe {
@@ -105,23 +115,13 @@ impl<'a> Header<'a> {
                 c_len(name.as_bytes()),
             )
         };
-        (!loc.is_null()).then_some(Field {
-            buf: self.buf,
-            hdr: self.loc,
-            loc,
-            _life: PhantomData,
-        })
+        self.field(loc)
     }
 
     fn next_dup(&self, f: &Field<'_>) -> Option<Field<'_>> {
         // SAFETY: live header and field.
         let loc = unsafe { sys::TSMimeHdrFieldNextDup(self.buf, self.loc, f.loc) };
-        (!loc.is_null()).then_some(Field {
-            buf: self.buf,
-            hdr: self.loc,
-            loc,
-            _life: PhantomData,
-        })
+        self.field(loc)
     }
 
     /// True if a field of that name exists.
@@ -215,14 +215,11 @@ impl<'a> Header<'a> {
                 &mut loc,
             )
         };
-        if rc != sys::TSReturnCode::TS_SUCCESS || loc.is_null() {
+        let Some(f) = self
+            .field(loc)
+            .filter(|_| rc == sys::TSReturnCode::TS_SUCCESS)
+        else {
             return false;
-        }
-        let f = Field {
-            buf: self.buf,
-            hdr: self.loc,
-            loc,
-            _life: PhantomData,
         };
         // SAFETY: live field just created; value passed with its length.
         let ok = unsafe {
