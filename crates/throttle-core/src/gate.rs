@@ -53,11 +53,7 @@ impl Gate {
     /// Enters if fewer than `max` are in flight.
     pub fn try_enter(&self) -> bool {
         let max = self.max;
-        match self
-            .in_flight
-            .fetch_update(Ordering::AcqRel, Ordering::Acquire, |n| {
-                (n < max).then_some(n + 1)
-            }) {
+        match cas_update(&self.in_flight, |n| (n < max).then_some(n + 1)) {
             Ok(prev) => {
                 self.high.fetch_max(prev + 1, Ordering::AcqRel);
                 true
@@ -68,9 +64,7 @@ impl Gate {
 
     /// Leaves; never goes below zero (a stray leave is a bug, not a wrap-around).
     pub fn leave(&self) {
-        let _ = self
-            .in_flight
-            .fetch_update(Ordering::AcqRel, Ordering::Acquire, |n| n.checked_sub(1));
+        let _ = cas_update(&self.in_flight, |n| n.checked_sub(1));
     }
 
     pub fn in_flight(&self) -> u64 {
@@ -96,6 +90,21 @@ impl Gate {
             high_water,
             unavailable: self.unavailable.swap(0, Ordering::Relaxed),
             stale: self.stale.swap(0, Ordering::Relaxed),
+        }
+    }
+}
+
+/// `f` applied with a compare-and-swap: `Ok(previous)` once stored,
+/// `Err(current)` when `f` declines. What `AtomicU64::fetch_update` does; it
+/// is deprecated from 1.99 and its successor `try_update` needs 1.95 (MSRV
+/// is 1.85). Lock-free: a retry means another thread's swap succeeded.
+fn cas_update(a: &AtomicU64, mut f: impl FnMut(u64) -> Option<u64>) -> Result<u64, u64> {
+    let mut cur = a.load(Ordering::Acquire);
+    loop {
+        let new = f(cur).ok_or(cur)?;
+        match a.compare_exchange_weak(cur, new, Ordering::AcqRel, Ordering::Acquire) {
+            Ok(prev) => return Ok(prev),
+            Err(actual) => cur = actual,
         }
     }
 }
