@@ -323,7 +323,7 @@ impl<W: Waiter> Ticket<W> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use std::sync::atomic::AtomicUsize;
+    use std::sync::atomic::{AtomicBool, AtomicUsize};
 
     /// Records admissions; keeps permits in a shared list so tests release them.
     struct Rec {
@@ -479,45 +479,89 @@ mod tests {
     /// exactly once, and everything drains to zero.
     #[test]
     fn concurrent_stress_keeps_invariants() {
+        const LIMIT: u32 = 3;
+        const THREADS: usize = 4;
+        const ROUNDS: usize = 5_000;
+        /// What happened to waiter `id` (one per thread and round).
+        #[derive(Default)]
+        struct Fate {
+            queued: AtomicBool,
+            admitted: AtomicUsize,
+            cancelled: AtomicUsize,
+        }
+        /// Permits held by anyone (acquired or admitted), released by whichever
+        /// thread pops them: slots stay busy, so waiters really queue.
+        type Pool = Arc<Mutex<Vec<Permit<W>>>>;
         struct W {
-            admitted: Arc<AtomicUsize>,
+            id: usize,
+            fates: Arc<Vec<Fate>>,
+            pool: Pool,
             max_seen: Arc<AtomicU32>,
         }
         impl Waiter for W {
             fn admit(self, permit: Permit<Self>) -> Result<(), Permit<Self>> {
                 self.max_seen
                     .fetch_max(permit.slots().active(), Ordering::SeqCst);
-                self.admitted.fetch_add(1, Ordering::SeqCst);
-                drop(permit);
+                self.fates[self.id].admitted.fetch_add(1, Ordering::SeqCst);
+                self.pool.lock().push(permit);
                 Ok(())
             }
         }
-        let s: Arc<Slots<W>> = Slots::new(3);
-        let admitted = Arc::new(AtomicUsize::new(0));
-        let cancelled = Arc::new(AtomicUsize::new(0));
+        /// Releases a permit if more than `keep` are held. Popped under the
+        /// lock, dropped outside it: the release may admit a waiter, which
+        /// pushes to the pool.
+        fn release_one(pool: &Pool, keep: usize) -> bool {
+            let p = {
+                let mut held = pool.lock();
+                if held.len() > keep {
+                    held.pop()
+                } else {
+                    None
+                }
+            };
+            p.is_some()
+        }
+        let s: Arc<Slots<W>> = Slots::new(LIMIT);
+        let fates: Arc<Vec<Fate>> =
+            Arc::new((0..THREADS * ROUNDS).map(|_| Fate::default()).collect());
+        let pool: Pool = Arc::default();
         let max_seen = Arc::new(AtomicU32::new(0));
-        let threads: Vec<_> = (0..4)
+        let start = Arc::new(std::sync::Barrier::new(THREADS));
+        let threads: Vec<_> = (0..THREADS)
             .map(|t| {
-                let (s, admitted, cancelled, max_seen) = (
+                let (s, fates, pool, max_seen, start) = (
                     s.clone(),
-                    admitted.clone(),
-                    cancelled.clone(),
+                    fates.clone(),
+                    pool.clone(),
                     max_seen.clone(),
+                    start.clone(),
                 );
                 std::thread::spawn(move || {
-                    for i in 0..5_000 {
+                    start.wait();
+                    for i in 0..ROUNDS {
                         if let Some(p) = s.try_acquire() {
                             max_seen.fetch_max(s.active(), Ordering::SeqCst);
-                            drop(p);
-                            continue;
+                            pool.lock().push(p);
+                        } else {
+                            let id = t * ROUNDS + i;
+                            fates[id].queued.store(true, Ordering::SeqCst);
+                            let ticket = s.enqueue(W {
+                                id,
+                                fates: fates.clone(),
+                                pool: pool.clone(),
+                                max_seen: max_seen.clone(),
+                            });
+                            if (i + t) % 3 == 0 {
+                                if let Some(w) = ticket.cancel() {
+                                    assert_eq!(w.id, id, "cancel returned another waiter");
+                                    fates[id].cancelled.fetch_add(1, Ordering::SeqCst);
+                                }
+                            }
                         }
-                        let ticket = s.enqueue(W {
-                            admitted: admitted.clone(),
-                            max_seen: max_seen.clone(),
-                        });
-                        if (i + t) % 3 == 0 && ticket.cancel().is_some() {
-                            cancelled.fetch_add(1, Ordering::SeqCst);
-                        }
+                        // Only once all slots are held: newcomers then queue,
+                        // and each release hands a slot to a waiter (racing
+                        // with its cancellation on another thread).
+                        release_one(&pool, LIMIT as usize - 1);
                     }
                 })
             })
@@ -525,8 +569,44 @@ mod tests {
         for t in threads {
             t.join().unwrap();
         }
-        assert!(max_seen.load(Ordering::SeqCst) <= 3);
+        // Whoever still waits is admitted as the last permits go: at most
+        // one release per permit held now plus one per waiter.
+        for _ in 0..LIMIT as usize + THREADS * ROUNDS {
+            if !release_one(&pool, 0) {
+                break;
+            }
+        }
+        assert!(max_seen.load(Ordering::SeqCst) <= LIMIT);
         assert_eq!((s.active(), s.waiting()), (0, 0), "queue must drain");
+        // Exactly once: each queued waiter admitted or cancelled, never both,
+        // never twice, never lost; nothing happens to one never queued.
+        let (mut queued, mut admitted, mut cancelled) = (0, 0, 0);
+        let mut wrong = Vec::new();
+        for (id, f) in fates.iter().enumerate() {
+            let (q, a, c) = (
+                f.queued.load(Ordering::SeqCst),
+                f.admitted.load(Ordering::SeqCst),
+                f.cancelled.load(Ordering::SeqCst),
+            );
+            queued += usize::from(q);
+            admitted += a;
+            cancelled += c;
+            if a + c != usize::from(q) {
+                wrong.push((id, q, a, c));
+            }
+        }
+        assert!(
+            wrong.is_empty(),
+            "{} waiters not resolved exactly once (id, queued, admitted, cancelled), first: {:?}",
+            wrong.len(),
+            &wrong[..wrong.len().min(5)]
+        );
+        assert_eq!(admitted + cancelled, queued);
+        // Both outcomes must have happened, or the run proved nothing.
+        assert!(
+            admitted > 1000 && cancelled > 100,
+            "admitted {admitted}, cancelled {cancelled} of {queued} queued"
+        );
     }
 
     mod model {
