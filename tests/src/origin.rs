@@ -10,7 +10,8 @@
 //!
 //! Defaults can be changed with [`Origin::set_default`]. Every request is
 //! recorded ([`Received`]) with arrival/finish times, and the origin tracks
-//! how many requests it is serving at once (and the maximum).
+//! how many requests it is serving at once (and the maximum): a request is
+//! in flight from its arrival until just before its response's last byte.
 
 use std::collections::HashMap;
 use std::io::{self, BufReader, Write};
@@ -29,7 +30,9 @@ pub struct Received {
     pub path: String,
     pub headers: Vec<(String, String)>,
     pub arrived: Instant,
-    /// When the response was written (None while still being served).
+    /// When the response was all but written: taken just before its last
+    /// byte is sent, so no later request can have been caused by it first
+    /// (None while still being served).
     pub finished: Option<Instant>,
 }
 
@@ -183,19 +186,25 @@ fn serve(conn: TcpStream, s: &Shared) -> io::Result<()> {
         } else {
             vec![b'x'; size]
         };
-        let head = format!(
+        let mut response = format!(
             "HTTP/1.1 {status} Origin\r\nDate: {}\r\nCache-Control: {cc}\r\nContent-Length: {}\r\n\
              X-Origin-Seq: {seq}\r\nConnection: keep-alive\r\n\r\n",
             httpdate::fmt_http_date(SystemTime::now()),
             body.len()
-        );
-        let result = writer
-            .write_all(head.as_bytes())
-            .and_then(|_| writer.write_all(&body));
+        )
+        .into_bytes();
+        response.extend_from_slice(&body);
+        // The request stops counting just before the last byte leaves: the
+        // proxy cannot finish the transaction (and a plugin cannot free its
+        // slot) without that byte, so any request arriving after this point
+        // was admitted after the release. Counting down after the write
+        // instead races with that next request (a false overlap).
+        let (most, last) = response.split_at(response.len() - 1);
+        let first = writer.write_all(most);
         s.in_flight.fetch_sub(1, Ordering::SeqCst);
         if let Some(r) = lock(&s.log).get_mut(seq) {
             r.finished = Some(Instant::now());
         }
-        result?;
+        first.and_then(|_| writer.write_all(last))?;
     }
 }
