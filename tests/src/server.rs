@@ -397,6 +397,41 @@ impl TrafficServer {
         }
     }
 
+    /// Waits until every `witnesses` metric reads its value, then until every
+    /// `expected` one does. For checks that a gauge came back down to 0: in
+    /// 9.2 a metric that has not synced yet also reads 0, so a 0 proves
+    /// nothing until a later snapshot is known to be visible. A witness is a
+    /// counter with a known final value, not 0, that the code bumps after
+    /// the gauge's increments (rate_limit bumps `admitted` after `active`,
+    /// `queued` after `waiting`): once it reads final, so do those increments,
+    /// and a 0 then means they were all undone.
+    pub fn wait_metrics_after(
+        &self,
+        witnesses: &[(&str, i64)],
+        expected: &[(&str, i64)],
+    ) -> Result<(), String> {
+        if witnesses.is_empty() {
+            return Err("no witness: a 0 read now could be a metric not synced yet".into());
+        }
+        for &(name, want) in witnesses {
+            if want == 0 {
+                return Err(format!(
+                    "witness {name} = 0 proves nothing: unsynced metrics read 0"
+                ));
+            }
+            self.wait_metric(name, want)
+                .map_err(|last| format!("witness {name}: expected {want}, last read {last:?}"))?;
+        }
+        for &(name, want) in expected {
+            self.wait_metric(name, want).map_err(|last| {
+                format!(
+                    "{name}: expected {want}, last read {last:?} (witnesses synced: {witnesses:?})"
+                )
+            })?;
+        }
+        Ok(())
+    }
+
     /// Writes a new remap.config and reloads it with `traffic_ctl config
     /// reload`. `Ok` once ATS logged it loaded the new file; `Err` with the
     /// diags.log lines of the attempt if ATS refused it (the old rules stay).

@@ -272,9 +272,19 @@ fn slots_come_back_after_client_aborts_while_active_and_while_queued() {
         2,
         "{reached:?}"
     );
-    assert_eq!(ts.wait_metric("t.remap.abort.active", 0), Ok(0));
-    assert_eq!(ts.wait_metric("t.remap.abort.waiting", 0), Ok(0));
-    assert_eq!(ts.wait_metric("t.remap.abort.abandoned", 4), Ok(4));
+    // Every slot and queue place came back. A 0 means that only once the
+    // counters bumped after the last increments (4 admitted: 2 aborted + 2
+    // after; 4 abandoned) are visible: before that, an unsynced gauge reads 0 too.
+    assert_eq!(
+        ts.wait_metrics_after(
+            &[
+                ("t.remap.abort.admitted", 4),
+                ("t.remap.abort.abandoned", 4)
+            ],
+            &[("t.remap.abort.active", 0), ("t.remap.abort.waiting", 0)],
+        ),
+        Ok(())
+    );
 }
 
 #[test]
@@ -485,17 +495,18 @@ fn metrics_carry_upstream_names_and_counts() {
     let results = storm(&ts, "a.test", 4, 400);
     assert_eq!(counts(&results), BTreeMap::from([(200, 2), (429, 2)]));
     let m = |name: &str| format!("plugin.rate_limiter.remap.http.a.test.{name}");
-    for (name, v) in [
-        ("queued", 1),
-        ("resumed", 1),
-        ("rejected", 2),
-        ("expired", 0),
-        ("admitted", 2),
-        ("active", 0),
-        ("waiting", 0),
-    ] {
-        assert_eq!(ts.wait_metric(&m(name), v), Ok(v), "{name}");
-    }
+    // The non-zero counts first: they prove the metrics synced, so the zeros
+    // after them are values and not a snapshot taken before the storm.
+    let (queued, resumed, rejected, admitted) =
+        (m("queued"), m("resumed"), m("rejected"), m("admitted"));
+    let (expired, active, waiting) = (m("expired"), m("active"), m("waiting"));
+    assert_eq!(
+        ts.wait_metrics_after(
+            &[(&queued, 1), (&resumed, 1), (&rejected, 2), (&admitted, 2)],
+            &[(&expired, 0), (&active, 0), (&waiting, 0)],
+        ),
+        Ok(())
+    );
     let listed =
         String::from_utf8_lossy(&ts.traffic_ctl(&["metric", "match", "rate_limiter"]).stdout)
             .into_owned();
@@ -606,8 +617,18 @@ fn reload_under_load_lets_old_transactions_finish() {
     // The new instance serves with its own limit.
     let after = storm(&ts, "a.test", 5, 300);
     assert_eq!(counts(&after), BTreeMap::from([(200, 5)]));
-    assert_eq!(ts.wait_metric("rl.remap.reload.active", 0), Ok(0));
-    assert_eq!(ts.wait_metric("rl.remap.reload.waiting", 0), Ok(0));
+    // Both instances share the metrics: 6 + 5 admitted, bumped after each
+    // `active` (and queued `waiting`) increment, so once 11 is visible a 0 is real.
+    assert_eq!(
+        ts.wait_metrics_after(
+            &[("rl.remap.reload.admitted", 11)],
+            &[
+                ("rl.remap.reload.active", 0),
+                ("rl.remap.reload.waiting", 0)
+            ],
+        ),
+        Ok(())
+    );
     assert!(!ts.diags().contains("FATAL"));
 }
 
