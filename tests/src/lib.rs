@@ -17,7 +17,7 @@ mod server;
 
 pub use origin::{Origin, Received};
 pub use plugins::plugin;
-pub use server::{StartError, TrafficServer, TsBuilder};
+pub use server::{process_alive, runroot_processes, StartError, TrafficServer, TsBuilder};
 
 use std::time::{Duration, Instant};
 

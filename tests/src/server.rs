@@ -292,6 +292,42 @@ impl TsBuilder {
     }
 }
 
+/// PIDs of the running processes of the instance whose runroot is `root`
+/// (traffic_manager, traffic_server), found from any process by their
+/// `TS_RUNROOT` environment. A process that is exiting may already be
+/// missing: check PIDs found earlier with [`process_alive`].
+pub fn runroot_processes(root: &Path) -> Vec<u32> {
+    let want = format!("TS_RUNROOT={}", root.join("runroot.yaml").display());
+    let Ok(proc_dir) = fs::read_dir("/proc") else {
+        return Vec::new();
+    };
+    proc_dir
+        .filter_map(|e| e.ok()?.file_name().to_str()?.parse::<u32>().ok())
+        .filter(|&pid| {
+            let env = fs::read(format!("/proc/{pid}/environ")).unwrap_or_default();
+            env.split(|&b| b == 0).any(|v| v == want.as_bytes()) && process_alive(pid)
+        })
+        .collect()
+}
+
+/// True while any thread of process `pid` has not exited. The leader of a
+/// killed process can be a zombie (its memory and environment gone) while
+/// other threads still exit and hold its files, such as a listening socket.
+pub fn process_alive(pid: u32) -> bool {
+    let Ok(tasks) = fs::read_dir(format!("/proc/{pid}/task")) else {
+        return false;
+    };
+    tasks.filter_map(|t| t.ok()).any(|t| {
+        let stat = fs::read_to_string(t.path().join("stat")).unwrap_or_default();
+        // The state follows the `(comm)` field, which may itself hold spaces.
+        let state = stat
+            .rfind(')')
+            .and_then(|i| stat.get(i + 1..))
+            .and_then(|rest| rest.split_whitespace().next());
+        matches!(state, Some(s) if s != "Z" && s != "X")
+    })
+}
+
 fn copy_dir(from: &Path, to: &Path) -> io::Result<()> {
     fs::create_dir_all(to)?;
     for entry in fs::read_dir(from)? {
@@ -476,13 +512,34 @@ impl TrafficServer {
     }
 
     fn kill(&mut self) {
+        // Found now, while alive: a dying process loses its environment first.
+        let started = runroot_processes(self.dir.path());
         if let Some(mut child) = self.child.take() {
-            // The whole process group (manager + server); kill(1) avoids unsafe here.
+            // The whole process group at once: traffic_manager would restart a
+            // traffic_server killed alone. kill(1) avoids unsafe here.
             let _ = Command::new("kill")
                 .args(["-KILL", "--", &format!("-{}", child.id())])
                 .status();
             let _ = child.kill();
             let _ = child.wait();
+        }
+        // Until every thread has exited (a zombie leader's other threads can
+        // still hold the port), killing any process of this root outside the
+        // group. Bounded: 50 rounds of 100 ms.
+        for _ in 0..50 {
+            let strays = runroot_processes(self.dir.path());
+            if strays.is_empty() && !started.iter().any(|&p| process_alive(p)) {
+                break;
+            }
+            if !strays.is_empty() {
+                let mut kill = Command::new("kill");
+                kill.arg("-KILL").arg("--");
+                for pid in &strays {
+                    kill.arg(pid.to_string());
+                }
+                let _ = kill.stderr(Stdio::null()).status();
+            }
+            std::thread::sleep(Duration::from_millis(100));
         }
     }
 

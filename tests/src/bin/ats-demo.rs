@@ -2,7 +2,11 @@
 //! example rules in front of a demo origin, and prints what to try.
 //!
 //! Usage: ats-demo [--port N] [--dir DIR]   (plugins from $ATS_PLUGIN_DIR)
+//!
+//! SIGINT, SIGTERM and SIGHUP (Ctrl-C, `timeout`, `docker stop`, a closed
+//! terminal) stop it, and traffic_manager and traffic_server with it.
 
+use std::io::Write;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
@@ -24,6 +28,13 @@ fn main() {
             _ => die("usage: ats-demo [--port N] [--dir DIR]"),
         }
     }
+    // Before anything starts: a signal during startup must not kill this
+    // process alone and leave traffic_server behind (and as PID 1 in a
+    // container, a signal without a handler is ignored).
+    let stop = Arc::new(AtomicBool::new(false));
+    let s = stop.clone();
+    ctrlc::set_handler(move || s.store(true, Ordering::SeqCst))
+        .unwrap_or_else(|e| die(&format!("signal handler: {e}")));
     let origin = Origin::start();
     let rate = plugin("rate_limit");
     let throttle = plugin("throttle");
@@ -72,18 +83,26 @@ Metrics: TS_RUNROOT={root}/runroot.yaml traffic_ctl metric match 'rate_limiter|t
          (values reach traffic_ctl up to ~10 s late in ATS 9.2)
 Press Ctrl-C to stop."#
     );
-    let stop = Arc::new(AtomicBool::new(false));
-    let s = stop.clone();
-    ctrlc::set_handler(move || s.store(true, Ordering::SeqCst))
-        .unwrap_or_else(|e| die(&format!("signal handler: {e}")));
     let mut ts = ts;
+    let mut failed = false;
     while !stop.load(Ordering::SeqCst) {
         if !ts.is_running() {
-            die(&format!("traffic_server stopped; see {root}/log/diags.log"));
+            let _ = writeln!(
+                std::io::stderr(),
+                "ats-demo: traffic_server stopped; see {root}/log/diags.log"
+            );
+            failed = true;
+            break;
         }
         std::thread::sleep(Duration::from_millis(200));
     }
-    println!("stopping");
+    // Not println!: after SIGHUP the terminal may be gone; a failed write must not panic.
+    let _ = writeln!(std::io::stdout(), "stopping");
+    // Kills traffic_manager and traffic_server (their process group) and
+    // waits until none is left; exit() below would skip it.
+    drop(ts);
+    drop(origin);
+    std::process::exit(i32::from(failed));
 }
 
 fn die(msg: &str) -> ! {
