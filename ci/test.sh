@@ -1,7 +1,19 @@
 #!/usr/bin/env bash
 # Runs every test: unit and property tests of the pure crates, and the
 # integration tests that start real traffic_server instances on loopback.
+#
+#   ci/test.sh --no-run   builds everything the tests run and load, runs
+#                         nothing (the Docker image does this, so `docker run`
+#                         tests without compiling)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 ci/install-deps.sh
+if [ "${1:-}" = "--no-run" ]; then
+    cargo test --workspace --locked --no-run
+    # The plugin .so files the integration tests load, built as
+    # tests/src/plugins.rs builds them on first use: same profile, same
+    # packages (so the same features), hence fresh when the tests ask.
+    cargo build --locked -p throttle -p rate_limit -p ats-probe
+    exit 0
+fi
 cargo test --workspace --locked
