@@ -5,10 +5,11 @@
 //! serialises its events) and is never destroyed, because a transaction may
 //! still hold a hook to it until the plugin's .so is unloaded.
 
+use std::cell::Cell;
 use std::ffi::{c_int, c_void};
 use std::ptr::NonNull;
 
-use crate::txn::{Done, Hook, HookTarget, SsnHook};
+use crate::txn::{hook_unresolved, Done, Hook, HookTarget, SsnHook};
 use crate::{guard, sys};
 
 /// Handles the hooks a plugin adds with [`crate::Txn::hook`] / [`crate::Ssn::hook`].
@@ -56,8 +57,6 @@ unsafe extern "C" fn trampoline<H: HookHandler>(
     ev: sys::TSEvent,
     edata: *mut c_void,
 ) -> c_int {
-    // Decode outside the guard: if the handler panics, the Hook it owns is
-    // dropped while unwinding and re-enables the transaction fail-safe.
     // SAFETY: ATS passes the event data that belongs to `ev`.
     let Some(target) = (unsafe { HookTarget::from_event(ev, edata) }) else {
         crate::log::error(&format!("hook continuation got unexpected event {}", ev.0));
@@ -65,17 +64,38 @@ unsafe extern "C" fn trampoline<H: HookHandler>(
     };
     // SAFETY: the data was set to a leaked Box<H> in HookCont::new and is never freed.
     let handler = unsafe { &*sys::TSContDataGet(cont).cast::<H>() };
-    guard::catch(
-        "hook handler",
-        || (),
-        move || match target {
-            HookTarget::Txn(hook) => {
-                let _done = handler.on_txn(hook);
+    // The hook records its resolution here; what an unresolved one needs is
+    // decided after the guard, never while a panic unwinds.
+    let resolved = Cell::new(false);
+    match target {
+        HookTarget::Txn(txn, id) => {
+            guard::catch(
+                "hook handler",
+                || (),
+                || {
+                    let _done = handler.on_txn(Hook::new(txn, id, &resolved));
+                },
+            );
+            if !resolved.get() {
+                hook_unresolved(txn, id);
             }
-            HookTarget::Ssn(hook) => {
-                let _done = handler.on_ssn(hook);
+        }
+        HookTarget::Ssn(ssn, id) => {
+            guard::catch(
+                "session hook handler",
+                || (),
+                || {
+                    let _done = handler.on_ssn(SsnHook::new(ssn, id, &resolved));
+                },
+            );
+            if !resolved.get() {
+                // Continuing is always safe for a session.
+                // SAFETY: live session suspended at this hook, not yet re-enabled.
+                unsafe {
+                    sys::TSHttpSsnReenable(ssn.as_ptr(), sys::TSEvent::TS_EVENT_HTTP_CONTINUE)
+                };
             }
-        },
-    );
+        }
+    }
     0
 }

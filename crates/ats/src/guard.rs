@@ -4,7 +4,11 @@
 //! proxy). [`catch`] stops it, reports message and source location through
 //! `TSError`, and returns the caller's fail-safe value. What "fail safe"
 //! means for a transaction (answer it, or let it continue) is decided by the
-//! caller: see [`crate::Hook`], whose `Drop` re-enables an unresolved hook.
+//! caller once `catch_unwind` has returned (pgrx's GuardAction pattern):
+//! ATS's state machine must never run inside a destructor while a panic
+//! unwinds. Destructors that must fail a transaction safe (an unresolved
+//! [`crate::Parked`]) hand the action to [`defer`], and `catch` runs it
+//! after the unwind is over.
 
 use std::any::Any;
 use std::cell::RefCell;
@@ -16,6 +20,53 @@ thread_local! {
     static LAST_PANIC: RefCell<Option<String>> = const { RefCell::new(None) };
     /// How many `catch` frames are active on this thread.
     static CATCH_DEPTH: std::cell::Cell<u32> = const { std::cell::Cell::new(0) };
+    /// Fail-safe actions deferred by destructors that ran while unwinding.
+    static DEFERRED: RefCell<Vec<Box<dyn FnOnce()>>> = const { RefCell::new(Vec::new()) };
+}
+
+/// Runs `action` now, or, if this thread is unwinding from a panic inside a
+/// [`catch`], right after that `catch` has stopped the unwind. For
+/// destructors that must re-enable a transaction: doing it during the
+/// unwind would run ATS's state machine (and any plugin code it calls back)
+/// inside a half-unwound stack.
+pub fn defer(action: impl FnOnce() + 'static) {
+    let inside = CATCH_DEPTH.try_with(|d| d.get() > 0).unwrap_or(false);
+    if !(std::thread::panicking() && inside) {
+        action();
+        return;
+    }
+    let mut action = Some(Box::new(action) as Box<dyn FnOnce()>);
+    let _ = DEFERRED.try_with(|d| {
+        if let Ok(mut d) = d.try_borrow_mut() {
+            d.extend(action.take());
+        }
+    });
+    // The list is gone (thread exiting) or busy: better now than never.
+    if let Some(a) = action {
+        a();
+    }
+}
+
+/// Runs the actions deferred since the list had `from` entries, each under
+/// its own `catch_unwind` (one failing must not skip the others).
+fn run_deferred(site: &str, from: usize) {
+    loop {
+        let next = DEFERRED
+            .try_with(|d| {
+                let mut d = d.try_borrow_mut().ok()?;
+                (d.len() > from).then(|| d.remove(from))
+            })
+            .ok()
+            .flatten();
+        let Some(action) = next else { return };
+        if let Err(payload) = panic::catch_unwind(AssertUnwindSafe(action)) {
+            crate::log::error(&format!(
+                "panic in {site} (deferred fail-safe): '{}'",
+                payload_message(&*payload)
+            ));
+            std::mem::forget(payload);
+        }
+    }
 }
 
 static HOOK: Once = Once::new();
@@ -67,7 +118,8 @@ fn payload_message(payload: &(dyn Any + Send)) -> String {
 }
 
 /// Runs `f`; if it panics, logs `panic in <site>: '<msg>' at <file:line>`
-/// with `TSError` and returns `fallback()` instead.
+/// with `TSError` and returns `fallback()` instead. Fail-safe actions that
+/// destructors [`defer`]red during the unwind run before `fallback`.
 ///
 /// `site` names the entry point (e.g. `"TSRemapDoRemap"`), so the log line
 /// says which path failed safe.
@@ -78,6 +130,11 @@ pub fn catch<R>(site: &str, fallback: impl FnOnce() -> R, f: impl FnOnce() -> R)
             let _ = CATCH_DEPTH.try_with(|d| d.set(d.get().saturating_sub(1)));
         }
     }
+    // Only what this frame's unwind deferred is ours to run: an outer frame
+    // may itself be unwinding (a `catch` inside a destructor).
+    let deferred_from = DEFERRED
+        .try_with(|d| d.try_borrow().map_or(0, |d| d.len()))
+        .unwrap_or(0);
     let _ = CATCH_DEPTH.try_with(|d| d.set(d.get() + 1));
     let depth = Depth;
     let result = panic::catch_unwind(AssertUnwindSafe(f));
@@ -94,6 +151,7 @@ pub fn catch<R>(site: &str, fallback: impl FnOnce() -> R, f: impl FnOnce() -> R)
             // Dropping the payload could itself panic (a Drop impl inside it);
             // leak it rather than risk unwinding out of the guard.
             std::mem::forget(payload);
+            run_deferred(site, deferred_from);
             fallback()
         }
     }

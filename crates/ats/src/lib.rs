@@ -8,7 +8,9 @@
 //! - [`remap_plugin!`] + [`remap::RemapPlugin`]: the four remap entry points,
 //!   each run under [`guard::catch`].
 //! - [`Txn`], [`Hook`], [`Parked`]: hooks must be resolved exactly once; an
-//!   unresolved hook fails safe on `Drop` (answer 500 / continue).
+//!   unresolved hook fails safe (answer 500 / continue) once the guard has
+//!   stopped any unwind. A parked transaction is read and changed only on
+//!   its own thread ([`Parked::on_home`] → [`HomeTxn`]).
 //! - [`HookCont`]/[`HookHandler`]: hook continuations with one generic trampoline.
 //! - [`TxnSlot`]/[`SsnSlot`]: per-transaction/session state dropped at close.
 //! - [`sched`]: one-shot (cancellable) and periodic work on ATS threads.
@@ -35,7 +37,7 @@ pub use cont::{HookCont, HookHandler};
 pub use hdr::Header;
 pub use remap::{RemapArgs, RemapPlugin, RemapRequest, RemapStatus};
 pub use slot::{SsnSlot, TxnSlot};
-pub use txn::{CacheLookup, Done, Hook, HookId, Parked, Ssn, SsnHook, Txn};
+pub use txn::{CacheLookup, Done, EventThread, HomeTxn, Hook, HookId, Parked, Ssn, SsnHook, Txn};
 
 /// The Traffic Server version the bindings were generated from.
 pub const TS_VERSION: &str = match std::ffi::CStr::from_bytes_with_nul(sys::TS_VERSION_STRING) {

@@ -16,6 +16,7 @@ use std::sync::atomic::{AtomicBool, AtomicU8, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use crate::txn::EventThread;
 use crate::{guard, sys};
 
 /// ATS thread pool to run on.
@@ -34,6 +35,47 @@ impl Pool {
             Pool::Task => sys::TSThreadPool::TS_THREAD_POOL_TASK,
         }
     }
+}
+
+/// Where scheduled work runs: any thread of a pool, or one event thread
+/// (a transaction's own, see [`crate::Parked::home`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Target {
+    Pool(Pool),
+    Thread(EventThread),
+}
+
+impl From<Pool> for Target {
+    fn from(p: Pool) -> Target {
+        Target::Pool(p)
+    }
+}
+
+impl From<EventThread> for Target {
+    fn from(t: EventThread) -> Target {
+        Target::Thread(t)
+    }
+}
+
+impl Target {
+    /// # Safety
+    /// `cont` is a live continuation with a mutex, which the caller holds.
+    unsafe fn schedule(self, cont: sys::TSCont, after: Duration) -> sys::TSAction {
+        match self {
+            // SAFETY: per the contract.
+            Target::Pool(p) => unsafe { sys::TSContScheduleOnPool(cont, millis(after), p.sys()) },
+            // SAFETY: per the contract; the thread handle is non-null.
+            Target::Thread(t) => unsafe {
+                sys::TSContScheduleOnThread(cont, millis(after), t.as_ptr())
+            },
+        }
+    }
+}
+
+/// Runs `task` as soon as possible on `thread`, as an event of its own (never
+/// inline). Must be called on an ATS thread; on error the task is dropped unrun.
+pub fn run_on(thread: EventThread, task: impl FnOnce() + Send + 'static) -> Result<(), String> {
+    Timer::after(Duration::ZERO, thread, task).map(drop)
 }
 
 fn millis(d: Duration) -> sys::TSHRTime {
@@ -75,12 +117,14 @@ pub struct Timer {
 }
 
 impl Timer {
-    /// Runs `task` once, `after` from now, on `pool`. Must be called on an ATS thread.
+    /// Runs `task` once, `after` from now, on `target` (a pool or one
+    /// thread). Must be called on an ATS thread.
     pub fn after(
         after: Duration,
-        pool: Pool,
+        target: impl Into<Target>,
         task: impl FnOnce() + Send + 'static,
     ) -> Result<Timer, String> {
+        let target = target.into();
         if !on_ats_thread() {
             return Err("Timer::after called off an ATS thread".into());
         }
@@ -105,7 +149,7 @@ impl Timer {
         unsafe {
             sys::TSContDataSet(cont, data as *mut c_void);
             sys::TSMutexLock(mutex);
-            *inner.action.get() = sys::TSContScheduleOnPool(cont, millis(after), pool.sys());
+            *inner.action.get() = target.schedule(cont, after);
             sys::TSMutexUnlock(mutex);
         }
         Ok(Timer { inner })

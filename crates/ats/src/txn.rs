@@ -5,12 +5,14 @@
 //! state machine. So re-enabling is not a free function here: a hook
 //! handler receives a [`Hook`] and must turn it into [`Done`] by calling
 //! exactly one of [`Hook::resume`], [`Hook::error`] or [`Hook::park`]. If
-//! the handler panics, the unresolved `Hook` is dropped during unwinding and
-//! its `Drop` re-enables the transaction the fail-safe way (an error answer
-//! before the response phase, continue after it).
+//! the handler panics, the trampoline re-enables the transaction the
+//! fail-safe way (an error answer before the response phase, continue after
+//! it), once the guard has stopped the unwind.
 //!
 //! A parked transaction is a [`Parked`] token: it can be moved to another
-//! thread (a queue, a timer) and is resolved later; dropping it unresolved
+//! thread (a queue, a timer) and is resolved later, but the transaction is
+//! only ever read or changed on its own thread: [`Parked::on_home`] runs the
+//! work there and hands it a [`HomeTxn`]. Dropping the token unresolved
 //! answers the client with a 500 instead of leaving it hanging.
 
 use std::cell::{Cell, RefCell};
@@ -316,19 +318,18 @@ impl<'a> Ssn<'a> {
 pub struct Done(());
 
 /// A transaction suspended at a hook, to be resolved exactly once.
+///
+/// An unresolved hook (the handler panicked) is failed safe by the
+/// trampoline that created it, after the guard has stopped the unwind.
 pub struct Hook<'a> {
     txn: Txn<'a>,
     id: HookId,
-    resolved: bool,
+    resolved: &'a Cell<bool>,
 }
 
 impl<'a> Hook<'a> {
-    pub(crate) fn new(txn: Txn<'a>, id: HookId) -> Self {
-        Hook {
-            txn,
-            id,
-            resolved: false,
-        }
+    pub(crate) fn new(txn: Txn<'a>, id: HookId, resolved: &'a Cell<bool>) -> Self {
+        Hook { txn, id, resolved }
     }
 
     /// The transaction, borrowed from the hook: nothing obtained through it
@@ -343,27 +344,34 @@ impl<'a> Hook<'a> {
     }
 
     /// Lets the transaction go on.
-    pub fn resume(mut self) -> Done {
-        self.resolved = true;
+    pub fn resume(self) -> Done {
+        self.resolved.set(true);
         reenable_now(self.txn.as_ptr(), sys::TSEvent::TS_EVENT_HTTP_CONTINUE);
         Done(())
     }
 
     /// Answers the client with ATS's error page for `status` (the body factory
     /// template) and skips the origin. Only meaningful before the response phase.
-    pub fn error(mut self, status: u16) -> Done {
-        self.resolved = true;
+    pub fn error(self, status: u16) -> Done {
+        self.resolved.set(true);
         self.txn.set_status(status);
         reenable_now(self.txn.as_ptr(), sys::TSEvent::TS_EVENT_HTTP_ERROR);
         Done(())
     }
 
     /// Leaves the transaction suspended; `keep` receives the token that
-    /// resolves it later (typically by storing it in a queue).
-    pub fn park(mut self, keep: impl FnOnce(Parked)) -> Done {
-        self.resolved = true;
+    /// resolves it later (typically by storing it in a queue). The token
+    /// remembers this thread, the transaction's own, as its home.
+    pub fn park(self, keep: impl FnOnce(Parked)) -> Done {
+        let Some(home) = EventThread::current() else {
+            // Hooks run on event threads; without one there is no way back.
+            crate::log::error("cannot park a transaction off an event thread: answering 500");
+            return self.error(500);
+        };
+        self.resolved.set(true);
         keep(Parked {
             txn: self.txn.ptr,
+            home,
             // Read here, on the transaction's own thread (see `client_fd`).
             client_fd: self.txn.client_fd(),
             can_answer: self.id.can_answer(),
@@ -373,37 +381,22 @@ impl<'a> Hook<'a> {
     }
 }
 
-impl Drop for Hook<'_> {
-    fn drop(&mut self) {
-        if self.resolved {
-            return;
-        }
-        // Only reachable by unwinding out of a handler (or mem::forget-like misuse).
-        fail_safe(
-            self.txn.ptr,
-            self.id.can_answer(),
-            "hook handler did not complete",
-        );
-    }
-}
-
-/// A session suspended at a session hook (e.g. SSN_CLOSE).
+/// A session suspended at a session hook (e.g. SSN_CLOSE). Like [`Hook`],
+/// an unresolved one is resumed by its trampoline after the guard.
 pub struct SsnHook<'a> {
     ssn: Ssn<'a>,
     id: HookId,
-    resolved: bool,
+    resolved: &'a Cell<bool>,
 }
 
 impl<'a> SsnHook<'a> {
-    pub(crate) fn new(ssn: Ssn<'a>, id: HookId) -> Self {
-        SsnHook {
-            ssn,
-            id,
-            resolved: false,
-        }
+    pub(crate) fn new(ssn: Ssn<'a>, id: HookId, resolved: &'a Cell<bool>) -> Self {
+        SsnHook { ssn, id, resolved }
     }
 
-    pub fn ssn(&self) -> Ssn<'a> {
+    /// The session, borrowed from the hook: at SSN_CLOSE, `resume` frees the
+    /// session and its state, so nothing read through it may outlive that.
+    pub fn ssn(&self) -> Ssn<'_> {
         self.ssn
     }
 
@@ -411,50 +404,64 @@ impl<'a> SsnHook<'a> {
         self.id
     }
 
-    pub fn resume(mut self) -> Done {
-        self.resolved = true;
-        // SAFETY: live session suspended at this hook.
+    pub fn resume(self) -> Done {
+        self.resolved.set(true);
+        // SAFETY: live session suspended at this hook, resolved once.
         unsafe { sys::TSHttpSsnReenable(self.ssn.as_ptr(), sys::TSEvent::TS_EVENT_HTTP_CONTINUE) };
         Done(())
     }
 }
 
-impl Drop for SsnHook<'_> {
-    fn drop(&mut self) {
-        if !self.resolved {
-            // SAFETY: live session suspended at this hook; continuing is always safe.
-            unsafe {
-                sys::TSHttpSsnReenable(self.ssn.as_ptr(), sys::TSEvent::TS_EVENT_HTTP_CONTINUE)
-            };
-        }
+/// An ATS event thread, remembered to come back to it later.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct EventThread(NonNull<sys::tsapi_event_thread>);
+
+// SAFETY: an opaque handle to an EThread, which lives as long as the process;
+// it is only compared and passed to TSContScheduleOnThread.
+unsafe impl Send for EventThread {}
+// SAFETY: see Send.
+unsafe impl Sync for EventThread {}
+
+impl EventThread {
+    /// The event thread this code runs on; `None` off ATS's event threads.
+    pub fn current() -> Option<EventThread> {
+        // SAFETY: no preconditions; null off event threads.
+        NonNull::new(unsafe { sys::TSEventThreadSelf() }).map(EventThread)
+    }
+
+    pub(crate) fn as_ptr(self) -> sys::TSEventThread {
+        self.0.as_ptr()
     }
 }
 
-/// A transaction left suspended at a hook. `Send`: it may be resolved from
-/// any thread (`TSHttpTxnReenable` reschedules onto the transaction's thread).
+/// A transaction left suspended at a hook. `Send`: it may travel to any
+/// thread (a queue, a timer), but the transaction itself is read and changed
+/// only on its home thread, through [`Parked::on_home`]. Dropping it
+/// unresolved fails the transaction safe (on its home thread, and never
+/// while a panic unwinds).
 pub struct Parked {
     txn: NonNull<sys::tsapi_httptxn>,
+    home: EventThread,
     client_fd: Option<std::ffi::c_int>,
     can_answer: bool,
     resolved: bool,
 }
 
 // SAFETY: a parked transaction cannot close (ATS waits for our re-enable), so
-// the pointer stays valid wherever the token goes; TSHttpTxnReenable is
-// documented and implemented (9.2 InkAPI.cc) to work from any thread.
+// the pointer stays valid wherever the token goes; off its home thread the
+// token only re-enables (documented and implemented in 9.2 InkAPI.cc to work
+// from any thread) or schedules work onto the home thread.
 unsafe impl Send for Parked {}
 
 impl Parked {
-    /// True if the client is gone: ATS flagged an abort, or the client socket
-    /// reached end-of-file or failed. While a transaction waits in a hook ATS
-    /// does not watch plain HTTP/1.1 clients (it only half-closes on a FIN),
-    /// so a queueing plugin asks this before giving it a slot. Callable from
-    /// any ATS thread. A client that half-closes on purpose after sending its
-    /// request is indistinguishable from one that left, and counts as gone.
+    /// True if the client socket reached end-of-file or failed. While a
+    /// transaction waits in a hook ATS does not watch plain HTTP/1.1 clients
+    /// (it only half-closes on a FIN), so a queueing plugin asks this before
+    /// giving it a slot. Callable from any thread: it reads the socket, not
+    /// the transaction ([`HomeTxn::client_gone`] also asks ATS). A client
+    /// that half-closes on purpose after sending its request is
+    /// indistinguishable from one that left, and counts as gone.
     pub fn client_gone(&self) -> bool {
-        if self.txn().client_aborted() {
-            return true;
-        }
         let Some(fd) = self.client_fd else {
             return false;
         };
@@ -481,52 +488,144 @@ impl Parked {
         }
     }
 
-    /// The suspended transaction. Valid until the token is resolved. Call TS
-    /// APIs through it only on ATS threads (hooks, timers): header edits
-    /// allocate from per-thread pools.
-    pub fn txn(&self) -> Txn<'_> {
-        Txn {
-            ptr: self.txn,
-            _life: PhantomData,
+    /// The transaction's own thread.
+    pub fn home(&self) -> EventThread {
+        self.home
+    }
+
+    /// Runs `f` on the transaction's home thread: at once if this is it,
+    /// else as an event scheduled there. `f` receives the only handle
+    /// through which a parked transaction can be read or changed, and must
+    /// resolve it.
+    pub fn on_home(self, f: impl FnOnce(HomeTxn<'_>) -> Done + Send + 'static) {
+        if EventThread::current() == Some(self.home) {
+            let _done = f(HomeTxn {
+                parked: self,
+                _here: PhantomData,
+            });
+            return;
+        }
+        let home = self.home;
+        let mut slot = Some((self, f));
+        let sent = crate::sched::run_on(home, move || {
+            if let Some((parked, f)) = slot.take() {
+                let _done = f(HomeTxn {
+                    parked,
+                    _here: PhantomData,
+                });
+            }
+        });
+        if let Err(e) = sent {
+            // The closure (and the token in it) came back dropped: the
+            // token's Drop has failed the transaction safe.
+            crate::log::error(&format!("cannot schedule onto a transaction's thread: {e}"));
         }
     }
 
-    /// Resumes the transaction.
-    pub fn resume(mut self) {
+    fn resolve(&mut self, ev: sys::TSEvent) {
         self.resolved = true;
-        reenable_deferred(self.txn.as_ptr(), sys::TSEvent::TS_EVENT_HTTP_CONTINUE);
-    }
-
-    /// Answers with ATS's error page for `status`.
-    pub fn fail(mut self, status: u16) {
-        self.resolved = true;
-        self.txn().set_status(status);
-        reenable_deferred(self.txn.as_ptr(), sys::TSEvent::TS_EVENT_HTTP_ERROR);
+        reenable_deferred(self.txn.as_ptr(), ev);
     }
 }
 
 impl Drop for Parked {
     fn drop(&mut self) {
-        if !self.resolved {
-            fail_safe(
-                self.txn,
-                self.can_answer,
-                "parked transaction dropped unresolved",
-            );
+        if self.resolved {
+            return;
         }
+        self.resolved = true;
+        let (txn, home, can_answer) = (SendTxn(self.txn), self.home, self.can_answer);
+        crate::guard::defer(move || {
+            let act = move || {
+                fail_safe(
+                    txn.ptr(),
+                    can_answer,
+                    "parked transaction dropped unresolved",
+                )
+            };
+            if EventThread::current() == Some(home) {
+                act();
+            } else if let Err(e) = crate::sched::run_on(home, act) {
+                // Not even a hop home: re-enabling (any thread) at least
+                // lets the transaction end; its status cannot be set here.
+                crate::log::error(&format!(
+                    "parked transaction dropped unresolved off its thread ({e}): re-enabling"
+                ));
+                reenable_deferred(txn.ptr().as_ptr(), sys::TSEvent::TS_EVENT_HTTP_ERROR);
+            }
+        });
     }
 }
 
+/// A transaction pointer moved into a fail-safe action; see `Parked`'s `Send`.
+#[derive(Clone, Copy)]
+struct SendTxn(NonNull<sys::tsapi_httptxn>);
+// SAFETY: as for Parked: the transaction waits for this re-enable.
+unsafe impl Send for SendTxn {}
+
+impl SendTxn {
+    // A method, so closures capture the whole (Send) wrapper, not its field.
+    fn ptr(&self) -> NonNull<sys::tsapi_httptxn> {
+        self.0
+    }
+}
+
+/// A parked transaction on its home thread: the only way to read or change
+/// it while it is parked. Not `Send`, and borrowed for the duration of the
+/// [`Parked::on_home`] call, so it cannot leave that thread or call.
+pub struct HomeTxn<'a> {
+    parked: Parked,
+    _here: PhantomData<(&'a (), *const ())>,
+}
+
+impl HomeTxn<'_> {
+    /// The transaction, until it is resolved.
+    pub fn txn(&self) -> Txn<'_> {
+        Txn {
+            ptr: self.parked.txn,
+            _life: PhantomData,
+        }
+    }
+
+    /// True if the client is gone: ATS flagged an abort, or its socket
+    /// reached end-of-file or failed (see [`Parked::client_gone`]).
+    pub fn client_gone(&self) -> bool {
+        self.txn().client_aborted() || self.parked.client_gone()
+    }
+
+    /// Resumes the transaction.
+    pub fn resume(mut self) -> Done {
+        self.parked.resolve(sys::TSEvent::TS_EVENT_HTTP_CONTINUE);
+        Done(())
+    }
+
+    /// Answers with `status` (set a body with [`Txn::set_error_body`] first:
+    /// from a hook ATS sends no body-factory page).
+    pub fn fail(mut self, status: u16) -> Done {
+        self.txn().set_status(status);
+        self.parked.resolve(sys::TSEvent::TS_EVENT_HTTP_ERROR);
+        Done(())
+    }
+}
+
+/// Fails a suspended transaction safe. On its own thread only (it sets the status).
 fn fail_safe(txn: NonNull<sys::tsapi_httptxn>, can_answer: bool, why: &str) {
     if can_answer {
         crate::log::error(&format!("{why}: answering 500"));
-        // SAFETY: the transaction is suspended at a hook, so it is alive.
+        // SAFETY: the transaction is suspended at a hook, so it is alive; we
+        // are on its thread.
         unsafe { sys::TSHttpTxnStatusSet(txn.as_ptr(), sys::TSHttpStatus(500)) };
         reenable_deferred(txn.as_ptr(), sys::TSEvent::TS_EVENT_HTTP_ERROR);
     } else {
         crate::log::error(&format!("{why}: continuing"));
         reenable_deferred(txn.as_ptr(), sys::TSEvent::TS_EVENT_HTTP_CONTINUE);
     }
+}
+
+/// Fails a hook safe whose handler did not resolve it (it panicked, or
+/// returned a `Done` it did not earn). Called by the trampoline after the guard.
+pub(crate) fn hook_unresolved(txn: Txn<'_>, id: HookId) {
+    fail_safe(txn.ptr, id.can_answer(), "hook handler did not complete");
 }
 
 fn reenable_now(txn: sys::TSHttpTxn, ev: sys::TSEvent) {
@@ -579,8 +678,8 @@ fn reenable_deferred(txn: sys::TSHttpTxn, ev: sys::TSEvent) {
 
 /// Decodes the `edata` of a hook event.
 pub(crate) enum HookTarget<'a> {
-    Txn(Hook<'a>),
-    Ssn(SsnHook<'a>),
+    Txn(Txn<'a>, HookId),
+    Ssn(Ssn<'a>, HookId),
 }
 
 impl HookTarget<'_> {
@@ -593,10 +692,10 @@ impl HookTarget<'_> {
         let id = HookId::from_event(ev)?;
         if id == HookId::SsnClose {
             // SAFETY: session hook events carry the session.
-            unsafe { Ssn::from_raw(edata.cast()) }.map(|s| HookTarget::Ssn(SsnHook::new(s, id)))
+            unsafe { Ssn::from_raw(edata.cast()) }.map(|s| HookTarget::Ssn(s, id))
         } else {
             // SAFETY: transaction hook events carry the transaction.
-            unsafe { Txn::from_raw(edata.cast()) }.map(|t| HookTarget::Txn(Hook::new(t, id)))
+            unsafe { Txn::from_raw(edata.cast()) }.map(|t| HookTarget::Txn(t, id))
         }
     }
 }

@@ -15,6 +15,13 @@ pub trait Clock: Send + Sync {
     fn now(&self) -> Nanos;
 }
 
+/// A shared clock (tests hand one `ManualClock` to several limiters).
+impl<C: Clock + ?Sized> Clock for std::sync::Arc<C> {
+    fn now(&self) -> Nanos {
+        (**self).now()
+    }
+}
+
 /// The process's monotonic clock (`Instant`), as nanoseconds since first use.
 #[derive(Clone, Copy, Debug, Default)]
 pub struct MonotonicClock;

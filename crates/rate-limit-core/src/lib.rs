@@ -1,11 +1,14 @@
 //! The pure logic of rate_limit.so, testable without Traffic Server: option
-//! parsing, metric names, and RateLimit header values. Admission itself uses
-//! the `limits` primitives (GCRA bucket, FIFO slots, queue budget).
+//! parsing, admission decisions (built on the `limits` primitives: GCRA
+//! bucket, FIFO slots, queue budget; injected clock), metric names, and
+//! RateLimit header values.
 
+pub mod admission;
 pub mod headers;
 pub mod options;
 pub mod tag;
 
+pub use admission::{Admission, Limiter, Limits, RateToken, SlotWait, Wait};
 pub use options::{OptionError, Options};
 
 /// The metrics of one rule, as upstream names them plus ours.

@@ -9,7 +9,9 @@
 //!    error page.
 //! 2. POST_REMAP: park. A rate wait is a timer; a slot wait is a place in
 //!    the rule's FIFO, resumed the moment a slot frees (`Waiter::admit`),
-//!    or failed by a `--maxage` timer.
+//!    or failed by a `--maxage` timer. Timers fire on the transaction's own
+//!    thread; a slot freed elsewhere hands the waiter its permit at once and
+//!    the rest (headers, status, resume) runs on its thread (`on_home`).
 //! 3. SEND_RESPONSE_HDR (refused, or `--ratelimit-headers`): `Retry-After`,
 //!    `Cache-Control: no-store`, RateLimit fields.
 //! 4. TXN_CLOSE / SSN_CLOSE: dropping the state drops the permit, which frees
@@ -23,17 +25,14 @@ use std::time::Duration;
 use ats::sched::{Pool, Timer};
 use ats::stats::Stat;
 use ats::{
-    Done, Hook, HookCont, HookHandler, HookId, Parked, RemapArgs, RemapPlugin, RemapRequest,
-    RemapStatus, SsnSlot, Txn, TxnSlot,
+    Done, HomeTxn, Hook, HookCont, HookHandler, HookId, Parked, RemapArgs, RemapPlugin,
+    RemapRequest, RemapStatus, SsnSlot, Txn, TxnSlot,
 };
-use limits::{
-    Budget, BudgetToken, Clock, Gcra, MonotonicClock, Nanos, Permit, Reservation, Slots, Waiter,
-    NANOS_PER_MS,
-};
+use limits::{BudgetToken, MonotonicClock, Nanos, Permit, Waiter, NANOS_PER_MS};
 use parking_lot::Mutex;
-use rate_limit_core::{headers, metric_name, Options};
+use rate_limit_core::{headers, metric_name, Admission, Limiter, Limits, Options, SlotWait};
 
-static CLOCK: MonotonicClock = MonotonicClock;
+type RateToken = rate_limit_core::RateToken<Queued>;
 
 /// How often a rule with waiters looks for waiters whose client left, and
 /// how many (oldest first) one look checks: a syscall each.
@@ -143,16 +142,6 @@ struct TxnState {
     wait: Mutex<Option<Wait>>,
 }
 
-impl Drop for TxnState {
-    fn drop(&mut self) {
-        // The transaction never reached POST_REMAP (another plugin ended it):
-        // give back the rate token its wait had reserved.
-        if self.wait.get_mut().as_ref().is_some_and(|w| w.rate_taken) {
-            self.rule.refund_rate();
-        }
-    }
-}
-
 impl TxnState {
     fn outcome(&self) -> Outcome {
         match self.outcome.load(Ordering::Acquire) {
@@ -168,14 +157,15 @@ impl TxnState {
     }
 }
 
-/// A wait decided in DoRemap.
+/// A wait decided in DoRemap. If the transaction never reaches POST_REMAP
+/// (another plugin ends it), dropping this with its state gives the queue
+/// place and the rate token back.
 struct Wait {
     place: Place,
     since: Nanos,
     /// Time to wait for the rate bucket (the token is already reserved).
     rate_delay: Nanos,
-    /// A rate token was taken (given back if the transaction is not served).
-    rate_taken: bool,
+    rate: Option<RateToken>,
     home: Home,
 }
 
@@ -213,9 +203,7 @@ pub struct Rule {
     opts: Options,
     /// Identifies the rule in session state.
     id: usize,
-    slots: Option<Arc<Slots<Queued>>>,
-    bucket: Option<Gcra>,
-    budget: Arc<Budget>,
+    limiter: Arc<Limiter<Queued>>,
     metrics: Metrics,
     policy_header: Option<String>,
     warned_chained: AtomicBool,
@@ -224,19 +212,6 @@ pub struct Rule {
 }
 
 static NEXT_ID: AtomicUsize = AtomicUsize::new(1);
-
-/// DoRemap's decision.
-enum Admission {
-    /// Go on; holds a slot if the rule has a concurrency limit.
-    Go(Option<Held>),
-    /// Wait (for the rate, then for a slot).
-    Wait {
-        place: Place,
-        rate_delay: Nanos,
-        rate_taken: bool,
-    },
-    Reject,
-}
 
 impl Rule {
     fn new(args: &RemapArgs<'_>) -> Result<Rule, String> {
@@ -249,9 +224,7 @@ impl Rule {
         Ok(Rule {
             metrics: Metrics::new(&opts),
             id: NEXT_ID.fetch_add(1, Ordering::Relaxed),
-            slots: opts.limit.map(Slots::new),
-            bucket: opts.rate.map(|r| Gcra::per_second(r, opts.burst)),
-            budget: Budget::new(opts.queue),
+            limiter: Limiter::new(Limits::of(&opts), MonotonicClock),
             policy_header,
             opts,
             warned_chained: AtomicBool::new(false),
@@ -259,90 +232,32 @@ impl Rule {
         })
     }
 
-    fn place(&self) -> Option<Place> {
-        let token = self.budget.try_take()?;
+    /// A queue place, counted in the `waiting` gauge.
+    fn place(&self, token: BudgetToken) -> Place {
         bump(self.metrics.waiting, 1);
-        Some(Place {
+        Place {
             _token: token,
             gauge: self.metrics.waiting,
-        })
-    }
-
-    fn refund_rate(&self) {
-        if let Some(b) = &self.bucket {
-            b.refund(CLOCK.now());
         }
     }
 
-    fn admit_now(&self) -> Admission {
-        let mut place = None;
-        if let Some(bucket) = &self.bucket {
-            let now = CLOCK.now();
-            if let Reservation::Denied(wait) = bucket.reserve(now, None) {
-                // Over the rate: wait if a queue place is free and --maxage allows the wait.
-                let max_wait = self.opts.maxage_nanos().unwrap_or(Nanos::MAX);
-                if wait > max_wait {
-                    return Admission::Reject;
-                }
-                let Some(p) = self.place() else {
-                    return Admission::Reject;
-                };
-                match bucket.reserve(now, Some(max_wait)) {
-                    Reservation::Now => place = Some(p),
-                    Reservation::After(delay) => {
-                        return Admission::Wait {
-                            place: p,
-                            rate_delay: delay,
-                            rate_taken: true,
-                        };
-                    }
-                    Reservation::Denied(_) => return Admission::Reject,
-                }
-            }
-        }
-        let rate_taken = self.bucket.is_some();
-        let Some(slots) = &self.slots else {
-            return Admission::Go(None);
-        };
-        if let Some(permit) = slots.try_acquire() {
-            return Admission::Go(Some(Held::new(permit, self)));
-        }
-        match place.or_else(|| self.place()) {
-            Some(place) => Admission::Wait {
-                place,
-                rate_delay: 0,
-                rate_taken,
-            },
-            None => {
-                if rate_taken {
-                    self.refund_rate();
-                }
-                Admission::Reject
-            }
-        }
-    }
-
-    /// After any rate delay: take a slot or join the FIFO (with a --maxage timer).
+    /// After any rate delay: take a slot or join the FIFO (with a --maxage
+    /// timer on the transaction's thread).
     fn wait_for_slot(self: &Arc<Self>, q: Queued) {
-        let Some(slots) = &self.slots else {
-            q.resume(None);
-            return;
-        };
-        let deadline = self.opts.maxage_nanos().map(|m| q.since.saturating_add(m));
-        let now = CLOCK.now();
-        if deadline.is_some_and(|d| d <= now) {
-            q.expire();
-            return;
-        }
+        let home = q.parked.home();
         let expiry = q.expiry.clone();
-        let ticket = Arc::new(slots.enqueue(q));
+        let (ticket, expires_in) = match self.limiter.wait_for_slot(q.since, q) {
+            SlotWait::Go(q) => return q.resume(None),
+            SlotWait::Expired(q) => return q.expire(),
+            SlotWait::Queued { ticket, expires_in } => (Arc::new(ticket), expires_in),
+        };
         if !ticket.is_waiting() {
             return;
         }
         self.watch_queue();
-        let Some(deadline) = deadline else { return };
+        let Some(expires_in) = expires_in else { return };
         let t = ticket.clone();
-        let timer = Timer::after(Duration::from_nanos(deadline - now), Pool::Net, move || {
+        let timer = Timer::after(Duration::from_nanos(expires_in), home, move || {
             if let Some(q) = t.cancel() {
                 q.expire();
             }
@@ -375,17 +290,14 @@ impl Rule {
     }
 
     fn drop_departed(self: &Arc<Self>) {
-        let Some(slots) = &self.slots else { return };
-        let mut checked = 0;
-        let departed = slots.remove_waiting(|q| {
-            checked += 1;
-            checked <= WATCH_MAX && q.parked.client_gone()
-        });
-        for q in departed {
+        for q in self
+            .limiter
+            .remove_departed(WATCH_MAX, |q| q.parked.client_gone())
+        {
             q.abandon();
         }
         self.watching.store(false, Ordering::Release);
-        if slots.waiting() > 0 {
+        if self.limiter.slots().is_some_and(|s| s.waiting() > 0) {
             self.watch_queue();
         }
     }
@@ -429,12 +341,15 @@ struct Queued {
     parked: Parked,
     since: Nanos,
     home: Home,
-    rate_taken: bool,
+    rate: Option<RateToken>,
     expiry: Arc<OnceLock<Timer>>,
-    _place: Place,
+    place: Place,
 }
 
 impl Waiter for Queued {
+    /// May run on any thread (wherever the slot was freed): it only reads
+    /// the client socket and keeps the permit; the transaction is touched
+    /// on its own thread.
     fn admit(self, permit: Permit<Self>) -> Result<(), Permit<Self>> {
         if self.parked.client_gone() {
             self.abandon();
@@ -450,74 +365,120 @@ impl Waiter for Queued {
 }
 
 impl Queued {
-    fn waited_ms(&self) -> u64 {
-        CLOCK.now().saturating_sub(self.since) / NANOS_PER_MS
-    }
-
-    /// `--header`: the wait in ms on the client request (for the origin and logs).
-    fn note_delay(&self) {
-        if let Some(name) = &self.rule.opts.header {
-            if let Some(mut req) = self.parked.txn().client_request() {
-                req.append(name, &self.waited_ms().to_string());
-            }
-        }
-    }
-
-    fn state(&self) -> Option<&TxnState> {
-        GLOBALS.get().and_then(|g| g.txn.get(self.parked.txn()))
-    }
-
     /// Continues the transaction, holding `held` (None: the rule has no slots).
     fn resume(self, held: Option<Held>) {
-        self.note_delay();
-        bump(self.rule.metrics.resumed, 1);
-        bump(self.rule.metrics.admitted, 1);
-        if let Some(st) = self.state() {
-            st.set_outcome(Outcome::Resumed);
-        }
-        match &self.home {
-            Home::Session(s) => s.keep(self.rule.id, held),
-            Home::Txn => {
-                if let Some(st) = self.state() {
-                    *st.held.lock() = held;
+        let Queued {
+            rule,
+            parked,
+            since,
+            home,
+            rate,
+            place,
+            ..
+        } = self;
+        parked.on_home(move |h| {
+            if h.client_gone() {
+                // ATS saw the client leave: the slot goes to the next waiter.
+                drop(held);
+                return refuse(h, &rule, since, rate, place, rule.metrics.abandoned);
+            }
+            note_delay(&h, &rule, since);
+            bump(rule.metrics.resumed, 1);
+            bump(rule.metrics.admitted, 1);
+            if let Some(r) = rate {
+                r.spend();
+            }
+            let st = state(&h);
+            if let Some(st) = st {
+                st.set_outcome(Outcome::Resumed);
+            }
+            match &home {
+                Home::Session(s) => s.keep(rule.id, held),
+                Home::Txn => {
+                    if let Some(st) = st {
+                        *st.held.lock() = held;
+                    }
                 }
             }
-        }
-        self.parked.resume();
+            drop(place);
+            h.resume()
+        });
     }
 
     /// Waited longer than `--maxage`.
     fn expire(self) {
-        bump(self.rule.metrics.expired, 1);
-        log::debug!("queued transaction expired after {} ms", self.waited_ms());
-        self.refuse();
+        log::debug!(
+            "queued transaction expired after {} ms",
+            waited_ms(&self.rule, self.since)
+        );
+        let counter = self.rule.metrics.expired;
+        self.refuse(counter);
     }
 
     /// The client left while waiting.
     fn abandon(self) {
-        bump(self.rule.metrics.abandoned, 1);
-        log::debug!("client left after {} ms in queue", self.waited_ms());
-        self.refuse();
+        log::debug!(
+            "client left after {} ms in queue",
+            waited_ms(&self.rule, self.since)
+        );
+        let counter = self.rule.metrics.abandoned;
+        self.refuse(counter);
     }
 
-    fn refuse(self) {
+    fn refuse(self, counter: Option<Stat>) {
         if let Some(t) = self.expiry.get() {
             t.cancel();
         }
-        self.note_delay();
-        if self.rate_taken {
-            self.rule.refund_rate();
-        }
-        if let Some(st) = self.state() {
-            st.set_outcome(Outcome::Refused);
-        }
-        let status = self.rule.opts.error;
-        // From a hook ATS sends a bare status; give it the same kind of page.
-        self.parked
-            .txn()
-            .set_error_body(&error_page(status), "text/html");
-        self.parked.fail(status);
+        let Queued {
+            rule,
+            parked,
+            since,
+            rate,
+            place,
+            ..
+        } = self;
+        parked.on_home(move |h| refuse(h, &rule, since, rate, place, counter));
     }
+}
+
+fn waited_ms(rule: &Rule, since: Nanos) -> u64 {
+    rule.limiter.now().saturating_sub(since) / NANOS_PER_MS
+}
+
+/// This copy's state of a parked transaction.
+fn state<'h>(h: &'h HomeTxn<'_>) -> Option<&'h TxnState> {
+    GLOBALS.get().and_then(|g| g.txn.get(h.txn()))
+}
+
+/// `--header`: the wait in ms on the client request (for the origin and logs).
+fn note_delay(h: &HomeTxn<'_>, rule: &Rule, since: Nanos) {
+    if let Some(name) = &rule.opts.header {
+        if let Some(mut req) = h.txn().client_request() {
+            req.append(name, &waited_ms(rule, since).to_string());
+        }
+    }
+}
+
+/// Answers a waiting transaction with the rule's error, on its own thread.
+/// Dropping `rate` gives its token back; dropping `place`, the queue place.
+fn refuse(
+    h: HomeTxn<'_>,
+    rule: &Rule,
+    since: Nanos,
+    rate: Option<RateToken>,
+    place: Place,
+    counter: Option<Stat>,
+) -> Done {
+    bump(counter, 1);
+    note_delay(&h, rule, since);
+    drop((rate, place));
+    if let Some(st) = state(&h) {
+        st.set_outcome(Outcome::Refused);
+    }
+    let status = rule.opts.error;
+    // From a hook ATS sends a bare status; give it the same kind of page.
+    h.txn().set_error_body(&error_page(status), "text/html");
+    h.fail(status)
 }
 
 fn error_page(status: u16) -> String {
@@ -579,8 +540,9 @@ impl RemapPlugin for Rule {
                 }
             }
         }
-        match self.admit_now() {
-            Admission::Go(held) => {
+        match self.limiter.admit() {
+            Admission::Go(permit) => {
+                let held = permit.map(|p| Held::new(p, self));
                 bump(self.metrics.admitted, 1);
                 match home {
                     Home::Session(s) => {
@@ -596,16 +558,12 @@ impl RemapPlugin for Rule {
                     }
                 }
             }
-            Admission::Wait {
-                place,
-                rate_delay,
-                rate_taken,
-            } => {
+            Admission::Wait(w) => {
                 let wait = Wait {
-                    place,
-                    since: CLOCK.now(),
-                    rate_delay,
-                    rate_taken,
+                    place: self.place(w.place),
+                    since: w.since,
+                    rate_delay: w.rate_delay,
+                    rate: w.rate,
                     home,
                 };
                 if self
@@ -664,32 +622,30 @@ fn park(rule: Arc<Rule>, parked: Parked, wait: Wait) {
         parked,
         since: wait.since,
         home: wait.home,
-        rate_taken: wait.rate_taken,
+        rate: wait.rate,
         expiry: Arc::new(OnceLock::new()),
-        _place: wait.place,
+        place: wait.place,
     };
     if wait.rate_delay == 0 {
         rule.wait_for_slot(q);
         return;
     }
-    // The timer owns the waiter; if it cannot be armed the waiter comes back.
+    // The timer (on the transaction's thread) owns the waiter; if it cannot
+    // be armed the waiter comes back.
+    let home = q.parked.home();
     let cell = Arc::new(Mutex::new(Some(q)));
     let in_timer = cell.clone();
     let r = rule.clone();
-    let armed = Timer::after(
-        Duration::from_nanos(wait.rate_delay),
-        Pool::Net,
-        move || {
-            let Some(q) = in_timer.lock().take() else {
-                return;
-            };
-            if q.parked.client_gone() {
-                q.abandon();
-            } else {
-                r.wait_for_slot(q);
-            }
-        },
-    );
+    let armed = Timer::after(Duration::from_nanos(wait.rate_delay), home, move || {
+        let Some(q) = in_timer.lock().take() else {
+            return;
+        };
+        if q.parked.client_gone() {
+            q.abandon();
+        } else {
+            r.wait_for_slot(q);
+        }
+    });
     if let Err(e) = armed {
         log::error!("cannot arm the rate timer: {e}");
         let q = cell.lock().take();
@@ -715,11 +671,7 @@ fn decorate_response(txn: Txn<'_>, st: &TxnState) {
     }
     if let Some(policy) = &rule.policy_header {
         resp.set("RateLimit-Policy", policy);
-        let left = rule
-            .slots
-            .as_ref()
-            .map(|s| s.limit().saturating_sub(s.active()));
-        let quota = rule.bucket.as_ref().map(|b| b.quota(CLOCK.now()));
+        let (left, quota) = rule.limiter.remaining();
         if let Some(v) = headers::remaining(left, quota) {
             resp.set("RateLimit", &v);
         }

@@ -8,6 +8,21 @@
 //! - `/park/<ms>`: the request is parked at POST_REMAP and resumed by a timer.
 //! - `/cancel/<ms>`: parked, a timer is armed then cancelled, and the
 //!   transaction resumed right away (the cancelled task must never run).
+//! - `/panic/parked`: parked, then a task-thread timer panics while holding
+//!   the parked token: the transaction must be failed safe (500) after the
+//!   guard stopped the unwind, never during it.
+//! - `/home/net/<ms>`, `/home/task/<ms>`: parked, resumed by a timer on a
+//!   net (any) or task thread through `Parked::on_home`, which changes the
+//!   transaction (a request header) and resumes it.
+//! - `/home/handoff`: a one-slot gate: the holder's TXN_CLOSE hands the
+//!   slot to the oldest parked request, resumed through `on_home` from
+//!   whichever thread closed the holder.
+//!
+//!   For `/home/...` the response carries `X-Probe-Home: on|off` (was the
+//!   transaction changed on the thread it parked on, as recorded by the
+//!   probe itself) and `X-Probe-Initiated: home|foreign` (where the resume
+//!   was started); the counters `plugin.probe.off_home_mutations` and
+//!   `plugin.probe.foreign_resumes` sum them.
 //! - anything else: passes through; the response carries
 //!   `X-Probe-Txn-State: <id>` read back from per-transaction state.
 //!
@@ -15,16 +30,17 @@
 //! line per request to probe.log). Any other option fails the rule.
 #![forbid(unsafe_code)]
 
-use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, OnceLock};
+use std::collections::VecDeque;
+use std::sync::atomic::{AtomicU64, AtomicU8, Ordering};
+use std::sync::{Arc, Mutex, OnceLock};
 use std::time::Duration;
 
 use ats::sched::{Pool, Timer};
 use ats::stats::Stat;
 use ats::textlog::TextLog;
 use ats::{
-    Done, Hook, HookCont, HookHandler, HookId, RemapArgs, RemapPlugin, RemapRequest, RemapStatus,
-    Txn, TxnSlot,
+    Done, EventThread, HomeTxn, Hook, HookCont, HookHandler, HookId, Parked, RemapArgs,
+    RemapPlugin, RemapRequest, RemapStatus, Txn, TxnSlot,
 };
 
 struct Probe {
@@ -37,6 +53,10 @@ struct State {
     action: Action,
     tag: String,
     seq: u64,
+    /// For `/home/...`: 0 not resumed yet, 1 changed on its home thread, 2 off it.
+    home: AtomicU8,
+    /// For `/home/...`: 1 resume started on the home thread, 2 elsewhere.
+    initiated: AtomicU8,
 }
 
 #[derive(Clone, Copy, PartialEq)]
@@ -44,8 +64,21 @@ enum Action {
     Pass,
     PanicHook,
     PanicClose,
+    PanicParked,
     Park(u64),
     Cancel(u64),
+    HomeNet(u64),
+    HomeTask(u64),
+    HomeHandoff,
+}
+
+/// The `/home/handoff` gate: whether its one slot is held, and who waits.
+static GATE: Mutex<(bool, VecDeque<Waiting>)> = Mutex::new((false, VecDeque::new()));
+
+/// A parked request and the thread it parked on, as the probe saw it.
+struct Waiting {
+    parked: Parked,
+    home: Option<EventThread>,
 }
 
 struct Globals {
@@ -53,6 +86,8 @@ struct Globals {
     state: TxnSlot<State>,
     requests: Stat,
     cancelled_ran: Stat,
+    off_home: Stat,
+    foreign: Stat,
     log: TextLog,
 }
 
@@ -74,6 +109,8 @@ impl RemapPlugin for Probe {
             state: TxnSlot::new("probe")?,
             requests: Stat::find_or_create("plugin.probe.requests")?,
             cancelled_ran: Stat::find_or_create("plugin.probe.cancelled_timer_ran")?,
+            off_home: Stat::find_or_create("plugin.probe.off_home_mutations")?,
+            foreign: Stat::find_or_create("plugin.probe.foreign_resumes")?,
             log: TextLog::create("probe", true)?,
         };
         let _ = GLOBALS.set(g);
@@ -122,19 +159,25 @@ impl RemapPlugin for Probe {
             ["panic", "remap", ..] => panic!("probe: deliberate panic in DoRemap"),
             ["panic", "hook", ..] => Action::PanicHook,
             ["panic", "close", ..] => Action::PanicClose,
+            ["panic", "parked", ..] => Action::PanicParked,
             ["park", ms, ..] => Action::Park(ms.parse().unwrap_or(10)),
             ["cancel", ms, ..] => Action::Cancel(ms.parse().unwrap_or(10)),
+            ["home", "net", ms, ..] => Action::HomeNet(ms.parse().unwrap_or(1)),
+            ["home", "task", ms, ..] => Action::HomeTask(ms.parse().unwrap_or(1)),
+            ["home", "handoff", ..] => Action::HomeHandoff,
             _ => Action::Pass,
         };
         // Hooks run in the order they were added: the panicking TXN_CLOSE hook
         // must come before the slot's reaper, which drops the state.
-        if action == Action::PanicClose {
+        if matches!(action, Action::PanicClose | Action::HomeHandoff) {
             txn.hook(HookId::TxnClose, &g.cont);
         }
         let state = State {
             action,
             tag: self.tag.clone(),
             seq: SEQ.fetch_add(1, Ordering::Relaxed),
+            home: AtomicU8::new(0),
+            initiated: AtomicU8::new(0),
         };
         if g.state.set(txn, state).is_err() {
             log::warn!("probe state already set on this transaction");
@@ -158,12 +201,64 @@ impl HookHandler for Hooks {
             (HookId::PostRemap, Action::PanicHook) => panic!("probe: deliberate panic in a hook"),
             (HookId::PostRemap, Action::Park(ms)) => hook.park(|parked| {
                 let armed = Timer::after(Duration::from_millis(ms), Pool::Net, move || {
-                    parked.resume()
+                    parked.on_home(|h| h.resume())
                 });
                 if let Err(e) = armed {
                     log::error!("cannot arm timer: {e}");
                 }
             }),
+            (HookId::PostRemap, Action::PanicParked) => hook.park(|parked| {
+                let armed = Timer::after(Duration::from_millis(5), Pool::Task, move || {
+                    let _held = parked;
+                    panic!("probe: deliberate panic holding a parked transaction");
+                });
+                if let Err(e) = armed {
+                    log::error!("cannot arm timer: {e}");
+                }
+            }),
+            (HookId::PostRemap, Action::HomeNet(ms) | Action::HomeTask(ms)) => {
+                let pool = match state.action {
+                    Action::HomeTask(_) => Pool::Task,
+                    _ => Pool::Net,
+                };
+                hook.park(|parked| {
+                    let home = EventThread::current();
+                    let armed = Timer::after(Duration::from_millis(ms), pool, move || {
+                        resume_home(Waiting { parked, home })
+                    });
+                    if let Err(e) = armed {
+                        log::error!("cannot arm timer: {e}");
+                    }
+                })
+            }
+            (HookId::PostRemap, Action::HomeHandoff) => {
+                let mut gate = GATE.lock().unwrap_or_else(|e| e.into_inner());
+                if !gate.0 {
+                    gate.0 = true;
+                    drop(gate);
+                    return hook.resume();
+                }
+                hook.park(move |parked| {
+                    let home = EventThread::current();
+                    gate.1.push_back(Waiting { parked, home });
+                })
+            }
+            (HookId::TxnClose, Action::HomeHandoff) => {
+                // Only a holder's close hands the slot on (a parked request
+                // cannot close before it is resumed as the next holder).
+                let next = {
+                    let mut gate = GATE.lock().unwrap_or_else(|e| e.into_inner());
+                    let next = gate.1.pop_front();
+                    if next.is_none() {
+                        gate.0 = false;
+                    }
+                    next
+                };
+                if let Some(w) = next {
+                    resume_home(w);
+                }
+                hook.resume()
+            }
             (HookId::PostRemap, Action::Cancel(ms)) => {
                 let cancelled_ran = g.cancelled_ran;
                 match Timer::after(Duration::from_millis(ms), Pool::Net, move || {
@@ -180,6 +275,22 @@ impl HookHandler for Hooks {
             (HookId::SendResponseHdr, _) => {
                 if let Some(mut resp) = txn.client_response() {
                     resp.set("X-Probe-Txn-State", &state.seq.to_string());
+                    let home = match state.home.load(Ordering::Acquire) {
+                        1 => Some("on"),
+                        2 => Some("off"),
+                        _ => None,
+                    };
+                    let initiated = match state.initiated.load(Ordering::Acquire) {
+                        1 => Some("home"),
+                        2 => Some("foreign"),
+                        _ => None,
+                    };
+                    if let Some(v) = home {
+                        resp.set("X-Probe-Home", v);
+                    }
+                    if let Some(v) = initiated {
+                        resp.set("X-Probe-Initiated", v);
+                    }
                     if !state.tag.is_empty() {
                         resp.set("X-Probe-Tag", &state.tag);
                     }
@@ -192,6 +303,34 @@ impl HookHandler for Hooks {
             _ => hook.resume(),
         }
     }
+}
+
+/// Resumes a parked request through `on_home`, recording (in its state and
+/// the counters) whether the change to the transaction happened on the
+/// thread it parked on, and whether the resume started elsewhere.
+fn resume_home(w: Waiting) {
+    let started_home = EventThread::current() == w.home;
+    let home = w.home;
+    w.parked.on_home(move |h: HomeTxn<'_>| {
+        let g = globals();
+        let on_home = EventThread::current() == home;
+        if !on_home {
+            g.off_home.inc();
+        }
+        if !started_home {
+            g.foreign.inc();
+        }
+        if let Some(mut req) = h.txn().client_request() {
+            req.append("X-Probe-Home", if on_home { "on" } else { "off" });
+        }
+        if let Some(st) = g.state.get(h.txn()) {
+            st.home
+                .store(if on_home { 1 } else { 2 }, Ordering::Release);
+            st.initiated
+                .store(if started_home { 1 } else { 2 }, Ordering::Release);
+        }
+        h.resume()
+    });
 }
 
 ats::remap_plugin!(Probe);

@@ -1,0 +1,11 @@
+// A session slot's value must not outlive `SsnHook::resume`: at SSN_CLOSE,
+// resuming frees the session and drops the value (issue 8's use-after-free).
+use ats::{Done, SsnHook, SsnSlot};
+
+fn on_ssn(slot: &SsnSlot<u32>, hook: SsnHook<'_>) -> (Option<u32>, Done) {
+    let v = slot.get(hook.ssn());
+    let done = hook.resume();
+    (v.copied(), done)
+}
+
+fn main() {}
