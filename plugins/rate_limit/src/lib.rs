@@ -18,26 +18,22 @@
 //!    the slot and admits the next waiter.
 #![forbid(unsafe_code)]
 
+mod queue;
+mod state;
+
 use std::sync::atomic::{AtomicBool, AtomicU8, AtomicUsize, Ordering};
 use std::sync::{Arc, OnceLock};
-use std::time::Duration;
 
-use ats::sched::{Pool, Timer};
-use ats::stats::Stat;
 use ats::{
-    Done, HomeTxn, Hook, HookCont, HookHandler, HookId, Parked, RemapArgs, RemapPlugin,
-    RemapRequest, RemapStatus, SsnSlot, Txn, TxnSlot,
+    Done, Hook, HookCont, HookHandler, HookId, RemapArgs, RemapPlugin, RemapRequest, RemapStatus,
+    SsnSlot, Txn, TxnSlot,
 };
-use limits::{BudgetToken, MonotonicClock, Nanos, Permit, Waiter, NANOS_PER_MS};
+use limits::{BudgetToken, MonotonicClock};
 use parking_lot::Mutex;
-use rate_limit_core::{headers, metric_name, Admission, Limiter, Limits, Options, SlotWait};
+use rate_limit_core::{headers, Admission, Limiter, Limits, Options};
 
-type RateToken = rate_limit_core::RateToken<Queued>;
-
-/// How often a rule with waiters looks for waiters whose client left, and
-/// how many (oldest first) one look checks: a syscall each.
-const WATCH_EVERY: Duration = Duration::from_secs(1);
-const WATCH_MAX: usize = 10_000;
+use crate::queue::{park, Queued};
+use crate::state::{bump, Held, Home, Metrics, Outcome, Place, SessionSlots, TxnState, Wait};
 
 /// Process-wide objects, created once in `init`.
 struct Globals {
@@ -47,157 +43,6 @@ struct Globals {
 }
 
 static GLOBALS: OnceLock<Globals> = OnceLock::new();
-
-/// A rule's metrics; one that could not be created is skipped (and logged).
-struct Metrics {
-    queued: Option<Stat>,
-    rejected: Option<Stat>,
-    expired: Option<Stat>,
-    resumed: Option<Stat>,
-    admitted: Option<Stat>,
-    abandoned: Option<Stat>,
-    active: Option<Stat>,
-    waiting: Option<Stat>,
-}
-
-fn bump(stat: Option<Stat>, n: i64) {
-    if let Some(s) = stat {
-        s.add(n);
-    }
-}
-
-impl Metrics {
-    fn new(o: &Options) -> Metrics {
-        let make = |m: &str| match Stat::find_or_create(&metric_name(&o.prefix, &o.tag, m)) {
-            Ok(s) => Some(s),
-            Err(e) => {
-                log::error!("{e}");
-                None
-            }
-        };
-        Metrics {
-            queued: make("queued"),
-            rejected: make("rejected"),
-            expired: make("expired"),
-            resumed: make("resumed"),
-            admitted: make("admitted"),
-            abandoned: make("abandoned"),
-            active: make("active"),
-            waiting: make("waiting"),
-        }
-    }
-}
-
-/// A held slot, counted in the `active` gauge.
-struct Held {
-    _permit: Permit<Queued>,
-    gauge: Option<Stat>,
-}
-
-impl Held {
-    fn new(permit: Permit<Queued>, rule: &Rule) -> Held {
-        bump(rule.metrics.active, 1);
-        Held {
-            _permit: permit,
-            gauge: rule.metrics.active,
-        }
-    }
-}
-
-impl Drop for Held {
-    fn drop(&mut self) {
-        bump(self.gauge, -1);
-    }
-}
-
-/// A queue place, counted in the `waiting` gauge.
-struct Place {
-    _token: BudgetToken,
-    gauge: Option<Stat>,
-}
-
-impl Drop for Place {
-    fn drop(&mut self) {
-        bump(self.gauge, -1);
-    }
-}
-
-/// What happened to a transaction, for its response headers.
-#[derive(Clone, Copy, PartialEq, Eq)]
-#[repr(u8)]
-enum Outcome {
-    Admitted = 0,
-    Waiting = 1,
-    Resumed = 2,
-    Refused = 3,
-}
-
-/// Per-transaction state; dropped at TXN_CLOSE, which releases the slot.
-struct TxnState {
-    rule: Arc<Rule>,
-    outcome: AtomicU8,
-    /// Slot held by this transaction (not with `--conntrack`).
-    held: Mutex<Option<Held>>,
-    /// Set in DoRemap when the transaction must wait; taken at POST_REMAP.
-    wait: Mutex<Option<Wait>>,
-}
-
-impl TxnState {
-    fn outcome(&self) -> Outcome {
-        match self.outcome.load(Ordering::Acquire) {
-            1 => Outcome::Waiting,
-            2 => Outcome::Resumed,
-            3 => Outcome::Refused,
-            _ => Outcome::Admitted,
-        }
-    }
-
-    fn set_outcome(&self, o: Outcome) {
-        self.outcome.store(o as u8, Ordering::Release);
-    }
-}
-
-/// A wait decided in DoRemap. If the transaction never reaches POST_REMAP
-/// (another plugin ends it), dropping this with its state gives the queue
-/// place and the rate token back.
-struct Wait {
-    place: Place,
-    since: Nanos,
-    /// Time to wait for the rate bucket (the token is already reserved).
-    rate_delay: Nanos,
-    rate: Option<RateToken>,
-    home: Home,
-}
-
-/// Where a slot goes once admitted.
-enum Home {
-    Txn,
-    Session(Arc<SessionSlots>),
-}
-
-/// Slots held by a client session (`--conntrack`), released at SSN_CLOSE.
-#[derive(Default)]
-struct SessionSlots {
-    held: Mutex<Vec<(usize, Option<Held>)>>,
-}
-
-impl SessionSlots {
-    fn admitted(&self, rule: usize) -> bool {
-        self.held.lock().iter().any(|(r, _)| *r == rule)
-    }
-
-    fn keep(&self, rule: usize, held: Option<Held>) {
-        let mut v = self.held.lock();
-        if !v.iter().any(|(r, _)| *r == rule) {
-            v.push((rule, held));
-            return;
-        }
-        // Two transactions of one session raced for a slot: give the second
-        // back, outside the lock (dropping it may admit a waiter).
-        drop(v);
-        drop(held);
-    }
-}
 
 pub struct Rule {
     opts: Options,
@@ -241,67 +86,6 @@ impl Rule {
         }
     }
 
-    /// After any rate delay: take a slot or join the FIFO (with a --maxage
-    /// timer on the transaction's thread).
-    fn wait_for_slot(self: &Arc<Self>, q: Queued) {
-        let home = q.parked.home();
-        let expiry = q.expiry.clone();
-        let (ticket, expires_in) = match self.limiter.wait_for_slot(q.since, q) {
-            SlotWait::Go(q) => return q.resume(None),
-            SlotWait::Expired(q) => return q.expire(),
-            SlotWait::Queued { ticket, expires_in } => (Arc::new(ticket), expires_in),
-        };
-        if !ticket.is_waiting() {
-            return;
-        }
-        self.watch_queue();
-        let Some(expires_in) = expires_in else { return };
-        let t = ticket.clone();
-        let timer = Timer::after(Duration::from_nanos(expires_in), home, move || {
-            if let Some(q) = t.cancel() {
-                q.expire();
-            }
-        });
-        match timer {
-            Ok(timer) => {
-                let timer = expiry.get_or_init(|| timer);
-                // Admitted while the timer was being armed: nothing left to expire.
-                if !ticket.is_waiting() {
-                    timer.cancel();
-                }
-            }
-            Err(e) => log::error!("cannot arm the --maxage timer: {e}"),
-        }
-    }
-
-    /// While anyone waits, looks every second for waiters whose client left,
-    /// so they give their queue place back before their turn comes. Armed on
-    /// demand: a rule with an empty queue has no timer.
-    fn watch_queue(self: &Arc<Self>) {
-        if self.watching.swap(true, Ordering::AcqRel) {
-            return;
-        }
-        let rule = self.clone();
-        // On a task thread: the look is a syscall per waiter.
-        if let Err(e) = Timer::after(WATCH_EVERY, Pool::Task, move || rule.drop_departed()) {
-            self.watching.store(false, Ordering::Release);
-            log::error!("cannot arm the queue watch: {e}");
-        }
-    }
-
-    fn drop_departed(self: &Arc<Self>) {
-        for q in self
-            .limiter
-            .remove_departed(WATCH_MAX, |q| q.parked.client_gone())
-        {
-            q.abandon();
-        }
-        self.watching.store(false, Ordering::Release);
-        if self.limiter.slots().is_some_and(|s| s.waiting() > 0) {
-            self.watch_queue();
-        }
-    }
-
     /// Stores the transaction's state and hooks what its outcome needs.
     /// `None` if another rate_limit instance in the same remap chain already
     /// owns the state: this one then cannot track the transaction (logged).
@@ -333,161 +117,6 @@ impl Rule {
         }
         g.txn.get(txn)
     }
-}
-
-/// A transaction waiting (for the rate or a slot); what `Slots` hands a freed slot to.
-struct Queued {
-    rule: Arc<Rule>,
-    parked: Parked,
-    since: Nanos,
-    home: Home,
-    rate: Option<RateToken>,
-    expiry: Arc<OnceLock<Timer>>,
-    place: Place,
-}
-
-impl Waiter for Queued {
-    /// May run on any thread (wherever the slot was freed): it only reads
-    /// the client socket and keeps the permit; the transaction is touched
-    /// on its own thread.
-    fn admit(self, permit: Permit<Self>) -> Result<(), Permit<Self>> {
-        if self.parked.client_gone() {
-            self.abandon();
-            return Err(permit);
-        }
-        if let Some(t) = self.expiry.get() {
-            t.cancel();
-        }
-        let held = Held::new(permit, &self.rule);
-        self.resume(Some(held));
-        Ok(())
-    }
-}
-
-impl Queued {
-    /// Continues the transaction, holding `held` (None: the rule has no slots).
-    fn resume(self, held: Option<Held>) {
-        let Queued {
-            rule,
-            parked,
-            since,
-            home,
-            rate,
-            place,
-            ..
-        } = self;
-        parked.on_home(move |h| {
-            if h.client_gone() {
-                // ATS saw the client leave: the slot goes to the next waiter.
-                drop(held);
-                return refuse(h, &rule, since, rate, place, rule.metrics.abandoned);
-            }
-            note_delay(&h, &rule, since);
-            bump(rule.metrics.resumed, 1);
-            bump(rule.metrics.admitted, 1);
-            if let Some(r) = rate {
-                r.spend();
-            }
-            let st = state(&h);
-            if let Some(st) = st {
-                st.set_outcome(Outcome::Resumed);
-            }
-            match &home {
-                Home::Session(s) => s.keep(rule.id, held),
-                Home::Txn => {
-                    if let Some(st) = st {
-                        *st.held.lock() = held;
-                    }
-                }
-            }
-            drop(place);
-            h.resume()
-        });
-    }
-
-    /// Waited longer than `--maxage`.
-    fn expire(self) {
-        log::debug!(
-            "queued transaction expired after {} ms",
-            waited_ms(&self.rule, self.since)
-        );
-        let counter = self.rule.metrics.expired;
-        self.refuse(counter);
-    }
-
-    /// The client left while waiting.
-    fn abandon(self) {
-        log::debug!(
-            "client left after {} ms in queue",
-            waited_ms(&self.rule, self.since)
-        );
-        let counter = self.rule.metrics.abandoned;
-        self.refuse(counter);
-    }
-
-    fn refuse(self, counter: Option<Stat>) {
-        if let Some(t) = self.expiry.get() {
-            t.cancel();
-        }
-        let Queued {
-            rule,
-            parked,
-            since,
-            rate,
-            place,
-            ..
-        } = self;
-        parked.on_home(move |h| refuse(h, &rule, since, rate, place, counter));
-    }
-}
-
-fn waited_ms(rule: &Rule, since: Nanos) -> u64 {
-    rule.limiter.now().saturating_sub(since) / NANOS_PER_MS
-}
-
-/// This copy's state of a parked transaction.
-fn state<'h>(h: &'h HomeTxn<'_>) -> Option<&'h TxnState> {
-    GLOBALS.get().and_then(|g| g.txn.get(h.txn()))
-}
-
-/// `--header`: the wait in ms on the client request (for the origin and logs).
-fn note_delay(h: &HomeTxn<'_>, rule: &Rule, since: Nanos) {
-    if let Some(name) = &rule.opts.header {
-        if let Some(mut req) = h.txn().client_request() {
-            req.append(name, &waited_ms(rule, since).to_string());
-        }
-    }
-}
-
-/// Answers a waiting transaction with the rule's error, on its own thread.
-/// Dropping `rate` gives its token back; dropping `place`, the queue place.
-fn refuse(
-    h: HomeTxn<'_>,
-    rule: &Rule,
-    since: Nanos,
-    rate: Option<RateToken>,
-    place: Place,
-    counter: Option<Stat>,
-) -> Done {
-    bump(counter, 1);
-    note_delay(&h, rule, since);
-    drop((rate, place));
-    if let Some(st) = state(&h) {
-        st.set_outcome(Outcome::Refused);
-    }
-    let status = rule.opts.error;
-    // From a hook ATS sends a bare status; give it the same kind of page.
-    h.txn().set_error_body(&error_page(status), "text/html");
-    h.fail(status)
-}
-
-fn error_page(status: u16) -> String {
-    let reason = match status {
-        429 => "Too Many Requests",
-        503 => "Service Unavailable",
-        _ => "Request Refused",
-    };
-    format!("<HTML>\n<HEAD>\n<TITLE>{reason}</TITLE>\n</HEAD>\n<BODY>\n<H1>{reason}</H1>\n<HR>\n</BODY>\n</HTML>\n")
 }
 
 impl RemapPlugin for Rule {
@@ -609,48 +238,6 @@ impl HookHandler for Hooks {
                 hook.resume()
             }
             _ => hook.resume(),
-        }
-    }
-}
-
-/// A parked transaction starts waiting: for the rate bucket first (a timer),
-/// then for a slot.
-fn park(rule: Arc<Rule>, parked: Parked, wait: Wait) {
-    bump(rule.metrics.queued, 1);
-    let q = Queued {
-        rule: rule.clone(),
-        parked,
-        since: wait.since,
-        home: wait.home,
-        rate: wait.rate,
-        expiry: Arc::new(OnceLock::new()),
-        place: wait.place,
-    };
-    if wait.rate_delay == 0 {
-        rule.wait_for_slot(q);
-        return;
-    }
-    // The timer (on the transaction's thread) owns the waiter; if it cannot
-    // be armed the waiter comes back.
-    let home = q.parked.home();
-    let cell = Arc::new(Mutex::new(Some(q)));
-    let in_timer = cell.clone();
-    let r = rule.clone();
-    let armed = Timer::after(Duration::from_nanos(wait.rate_delay), home, move || {
-        let Some(q) = in_timer.lock().take() else {
-            return;
-        };
-        if q.parked.client_gone() {
-            q.abandon();
-        } else {
-            r.wait_for_slot(q);
-        }
-    });
-    if let Err(e) = armed {
-        log::error!("cannot arm the rate timer: {e}");
-        let q = cell.lock().take();
-        if let Some(q) = q {
-            rule.wait_for_slot(q);
         }
     }
 }

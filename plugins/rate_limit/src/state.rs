@@ -1,0 +1,165 @@
+//! Per-transaction and per-session state of rate_limit.so, and the guards
+//! in it whose `Drop` gives back what a transaction held: a slot (`Held`),
+//! a queue place (`Place`); each keeps its gauge exact.
+
+use std::sync::atomic::{AtomicU8, Ordering};
+use std::sync::Arc;
+
+use ats::stats::Stat;
+use limits::{BudgetToken, Nanos, Permit};
+use parking_lot::Mutex;
+use rate_limit_core::{metric_name, Options};
+
+use crate::queue::{Queued, RateToken};
+use crate::Rule;
+
+/// A rule's metrics; one that could not be created is skipped (and logged).
+pub(crate) struct Metrics {
+    pub(crate) queued: Option<Stat>,
+    pub(crate) rejected: Option<Stat>,
+    pub(crate) expired: Option<Stat>,
+    pub(crate) resumed: Option<Stat>,
+    pub(crate) admitted: Option<Stat>,
+    pub(crate) abandoned: Option<Stat>,
+    pub(crate) active: Option<Stat>,
+    pub(crate) waiting: Option<Stat>,
+}
+
+pub(crate) fn bump(stat: Option<Stat>, n: i64) {
+    if let Some(s) = stat {
+        s.add(n);
+    }
+}
+
+impl Metrics {
+    pub(crate) fn new(o: &Options) -> Metrics {
+        let make = |m: &str| match Stat::find_or_create(&metric_name(&o.prefix, &o.tag, m)) {
+            Ok(s) => Some(s),
+            Err(e) => {
+                log::error!("{e}");
+                None
+            }
+        };
+        Metrics {
+            queued: make("queued"),
+            rejected: make("rejected"),
+            expired: make("expired"),
+            resumed: make("resumed"),
+            admitted: make("admitted"),
+            abandoned: make("abandoned"),
+            active: make("active"),
+            waiting: make("waiting"),
+        }
+    }
+}
+
+/// A held slot, counted in the `active` gauge.
+pub(crate) struct Held {
+    pub(crate) _permit: Permit<Queued>,
+    pub(crate) gauge: Option<Stat>,
+}
+
+impl Held {
+    pub(crate) fn new(permit: Permit<Queued>, rule: &Rule) -> Held {
+        bump(rule.metrics.active, 1);
+        Held {
+            _permit: permit,
+            gauge: rule.metrics.active,
+        }
+    }
+}
+
+impl Drop for Held {
+    fn drop(&mut self) {
+        bump(self.gauge, -1);
+    }
+}
+
+/// A queue place, counted in the `waiting` gauge.
+pub(crate) struct Place {
+    pub(crate) _token: BudgetToken,
+    pub(crate) gauge: Option<Stat>,
+}
+
+impl Drop for Place {
+    fn drop(&mut self) {
+        bump(self.gauge, -1);
+    }
+}
+
+/// What happened to a transaction, for its response headers.
+#[derive(Clone, Copy, PartialEq, Eq)]
+#[repr(u8)]
+pub(crate) enum Outcome {
+    Admitted = 0,
+    Waiting = 1,
+    Resumed = 2,
+    Refused = 3,
+}
+
+/// Per-transaction state; dropped at TXN_CLOSE, which releases the slot.
+pub(crate) struct TxnState {
+    pub(crate) rule: Arc<Rule>,
+    pub(crate) outcome: AtomicU8,
+    /// Slot held by this transaction (not with `--conntrack`).
+    pub(crate) held: Mutex<Option<Held>>,
+    /// Set in DoRemap when the transaction must wait; taken at POST_REMAP.
+    pub(crate) wait: Mutex<Option<Wait>>,
+}
+
+impl TxnState {
+    pub(crate) fn outcome(&self) -> Outcome {
+        match self.outcome.load(Ordering::Acquire) {
+            1 => Outcome::Waiting,
+            2 => Outcome::Resumed,
+            3 => Outcome::Refused,
+            _ => Outcome::Admitted,
+        }
+    }
+
+    pub(crate) fn set_outcome(&self, o: Outcome) {
+        self.outcome.store(o as u8, Ordering::Release);
+    }
+}
+
+/// A wait decided in DoRemap. If the transaction never reaches POST_REMAP
+/// (another plugin ends it), dropping this with its state gives the queue
+/// place and the rate token back.
+pub(crate) struct Wait {
+    pub(crate) place: Place,
+    pub(crate) since: Nanos,
+    /// Time to wait for the rate bucket (the token is already reserved).
+    pub(crate) rate_delay: Nanos,
+    pub(crate) rate: Option<RateToken>,
+    pub(crate) home: Home,
+}
+
+/// Where a slot goes once admitted.
+pub(crate) enum Home {
+    Txn,
+    Session(Arc<SessionSlots>),
+}
+
+/// Slots held by a client session (`--conntrack`), released at SSN_CLOSE.
+#[derive(Default)]
+pub(crate) struct SessionSlots {
+    pub(crate) held: Mutex<Vec<(usize, Option<Held>)>>,
+}
+
+impl SessionSlots {
+    pub(crate) fn admitted(&self, rule: usize) -> bool {
+        self.held.lock().iter().any(|(r, _)| *r == rule)
+    }
+
+    pub(crate) fn keep(&self, rule: usize, held: Option<Held>) {
+        let mut v = self.held.lock();
+        if !v.iter().any(|(r, _)| *r == rule) {
+            v.push((rule, held));
+            return;
+        }
+        // Two transactions of one session raced for a slot: give the second
+        // back, outside the lock (dropping it may admit a waiter).
+        drop(v);
+        drop(held);
+    }
+}
