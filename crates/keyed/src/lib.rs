@@ -1,0 +1,239 @@
+//! Bounded per-client state: a table of at most `capacity` keys, each with a
+//! state `S`, shared by threads, that evicts only idle keys and resists scans.
+//!
+//! It is the layer under rate_limit's per-key limits, fair slots per flow,
+//! ip_throttle's per-IP state machine and DThrottle's per-tag buckets
+//! (issues 9, 11, 12, 13). Pure Rust: no TS API, no unsafe.
+//!
+//! - **Bound**: never more than `capacity` keys, whatever the traffic.
+//! - **Busy keys stay**: a key whose [`KeyState::busy`] is true (slots held,
+//!   waiters queued, a ban in force) is never evicted. When a key must be
+//!   inserted and every key of its shard is busy, [`KeyTable::with`] returns
+//!   [`Full`] and the caller applies its policy (refuse, or an overflow key).
+//! - **Scan resistance**: eviction is S3-FIFO (see `shard.rs`): new keys go
+//!   through a small probation queue, so a flood of one-off keys evicts other
+//!   one-off keys, not the clients that keep coming back.
+//! - **No global lock**: the table is split into shards, each behind its own
+//!   mutex; a call locks one shard.
+//!
+//! # Sharding and the bound
+//! The table has `clamp(capacity / 1024, 1, 64)` shards and shard *i* holds
+//! at most `capacity / shards` keys, plus one for the first
+//! `capacity % shards` shards: the shard bounds add up to `capacity`
+//! exactly, so `len() <= capacity` always, and small tables (`--keys=10`)
+//! are one shard holding all 10. Keys spread over shards at random, so with
+//! several shards one of them can fill (and start evicting) while the table
+//! as a whole holds a few percent fewer than `capacity` keys.
+//!
+//! # Memory
+//! Per shard, an open-addressing table at most 2/3 full with each state
+//! inline (a slot is `8 + size_of::<S>() + 1` bytes, rounded up to `S`'s
+//! alignment), a probation queue of a tenth of the keys (8 bytes each) and a
+//! ghost table of one 4-byte fingerprint per key: with a 16-byte state,
+//! 1.5 x 32 + 0.8 + 4 = 53 bytes per key at the bound (measured: see
+//! BENCHMARKS.md). The slot array starts at 16 slots and doubles up to the
+//! bound as keys arrive; it never shrinks.
+
+//! # Example
+//! ```
+//! use keyed::{Full, KeyState, KeyTable};
+//!
+//! #[derive(Default)]
+//! struct Client {
+//!     active: u32,
+//! }
+//!
+//! impl KeyState for Client {
+//!     fn busy(&self) -> bool {
+//!         self.active > 0
+//!     }
+//! }
+//!
+//! let table = KeyTable::<Client>::new(10_000);
+//! let key = table.hash(b"192.0.2.1");
+//! // Admission: take a slot of this client, or apply the overflow policy.
+//! match table.with(key, |c| c.active += 1) {
+//!     Ok(()) => {}
+//!     Err(Full) => { /* refuse, or use a shared overflow key */ }
+//! }
+//! // Release: never creates a key.
+//! table.get(key, |c| c.active -= 1);
+//! assert_eq!(table.len(), 1);
+//! ```
+
+#![forbid(unsafe_code)]
+
+use std::hash::{BuildHasher, RandomState};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+
+use parking_lot::Mutex;
+
+mod shard;
+
+#[cfg(test)]
+mod tests;
+
+use shard::Shard;
+
+/// The state kept per key.
+pub trait KeyState: Default + Send + 'static {
+    /// True while the key holds something that must not be forgotten (slots
+    /// held, waiters queued, a ban in force): the key is never evicted then.
+    ///
+    /// Called during eviction scans under the shard's lock: keep it cheap.
+    /// It may change without the table being told (for example a ban that
+    /// ends at a deadline): it is asked again at every scan.
+    fn busy(&self) -> bool;
+}
+
+/// No room for a new key: its shard is at its bound and every key in it is
+/// busy.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Full;
+
+impl std::fmt::Display for Full {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("key table full: every key is busy")
+    }
+}
+
+impl std::error::Error for Full {}
+
+/// Fewest keys per shard before the table is split further: shards fill
+/// unevenly, and the fewer keys a shard has, the larger the spread.
+const MIN_KEYS_PER_SHARD: usize = 1024;
+/// Enough that two (or a few dozen) threads rarely meet on one lock.
+const MAX_SHARDS: usize = 64;
+
+/// A shard and its counters, on cache lines of its own so that threads
+/// working on neighbouring shards do not share a line. `repr(C)`: the lock
+/// first, on the line of the shard's hot fields.
+#[repr(C, align(128))]
+struct Padded<S> {
+    shard: Mutex<Shard<S>>,
+    /// Copies of the shard's counters, readable without its lock.
+    len: AtomicUsize,
+    evicted: AtomicU64,
+}
+
+/// A bounded table of per-key states, shared by threads.
+pub struct KeyTable<S: KeyState> {
+    shards: Box<[Padded<S>]>,
+    capacity: usize,
+    seed: RandomState,
+}
+
+impl<S: KeyState> KeyTable<S> {
+    /// A table that holds at most `capacity` keys (the `--keys` bound). With
+    /// `capacity == 0` it holds none: every [`with`](Self::with) is `Full`.
+    pub fn new(capacity: usize) -> Self {
+        let shards = (capacity / MIN_KEYS_PER_SHARD).clamp(1, MAX_SHARDS);
+        Self::with_shards(capacity, shards)
+    }
+
+    /// `new` with a chosen shard count (tests: several shards at small
+    /// capacities). `shards` is clamped to `1..=max(capacity, 1)`.
+    pub(crate) fn with_shards(capacity: usize, shards: usize) -> Self {
+        let n = shards.clamp(1, capacity.max(1));
+        let shards = (0..n)
+            .map(|i| Padded {
+                shard: Mutex::new(Shard::new(capacity / n + usize::from(i < capacity % n))),
+                len: AtomicUsize::new(0),
+                evicted: AtomicU64::new(0),
+            })
+            .collect();
+        KeyTable {
+            shards,
+            capacity,
+            // SipHash-1-3 with a random 128-bit key per table.
+            seed: RandomState::new(),
+        }
+    }
+
+    /// The key for `bytes` (an address, a header value, a tag, ...): SipHash
+    /// keyed with a random seed of this table, so clients cannot craft keys
+    /// that collide or that crowd one shard. Two byte strings with the same
+    /// 64-bit hash share one state: at 1 M keys the chance that any two
+    /// clients collide is about 3 in 100 million (birthday bound, 2^-64 per
+    /// pair), and then both are limited as one client.
+    pub fn hash(&self, bytes: &[u8]) -> u64 {
+        self.seed.hash_one(bytes)
+    }
+
+    /// Runs `f` on `key`'s state, inserting a default state first if the key
+    /// is absent. Inserting into a full shard evicts an idle key (S3-FIFO
+    /// order); if every key there is busy, nothing is inserted, `f` is not
+    /// called and the result is `Err(Full)`. A key that was evicted comes
+    /// back with the default state.
+    ///
+    /// `f` runs under the shard's lock: keep it short, and do not call the
+    /// same table from it (the lock is not reentrant).
+    pub fn with<R>(&self, key: u64, f: impl FnOnce(&mut S) -> R) -> Result<R, Full> {
+        let p = self.shard(key);
+        let mut shard = p.shard.lock();
+        let r = shard.with(key, f);
+        if shard.changed {
+            // Only after an insert: a hit writes nothing outside its slot.
+            shard.changed = false;
+            p.len.store(shard.len(), Ordering::Relaxed);
+            p.evicted.store(shard.evicted, Ordering::Relaxed);
+        }
+        r.ok_or(Full)
+    }
+
+    /// Runs `f` on `key`'s state if the key is present (never inserts): for
+    /// a release, which must not create a key.
+    pub fn get<R>(&self, key: u64, f: impl FnOnce(&mut S) -> R) -> Option<R> {
+        let p = self.shard(key);
+        let mut shard = p.shard.lock();
+        shard.get(key, f)
+    }
+
+    /// Keys held now (the `keys` gauge). Shards are read one after another,
+    /// so under traffic it is a close estimate, never above `capacity`.
+    pub fn len(&self) -> usize {
+        self.shards
+            .iter()
+            .map(|p| p.len.load(Ordering::Relaxed))
+            .sum()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// The bound given to [`new`](Self::new).
+    pub fn capacity(&self) -> usize {
+        self.capacity
+    }
+
+    /// Keys evicted to make room since the table was made (the `evicted`
+    /// counter).
+    pub fn evicted(&self) -> u64 {
+        self.shards
+            .iter()
+            .map(|p| p.evicted.load(Ordering::Relaxed))
+            .sum()
+    }
+
+    /// Calls `f` for every key and its state, shard by shard, holding one
+    /// shard's lock at a time (for `show`/`top` commands). Keys inserted or
+    /// evicted meanwhile in other shards may or may not be seen.
+    pub fn for_each(&self, mut f: impl FnMut(u64, &S)) {
+        for p in self.shards.iter() {
+            p.shard.lock().for_each(&mut f);
+        }
+    }
+
+    /// The shard of `key`, from its low 32 bits (slots within a shard are
+    /// placed by its high bits).
+    fn shard(&self, key: u64) -> &Padded<S> {
+        let n = self.shards.len() as u64;
+        &self.shards[((u64::from(key as u32) * n) >> 32) as usize]
+    }
+
+    #[cfg(test)]
+    fn shard_index(&self, key: u64) -> usize {
+        ((u64::from(key as u32) * self.shards.len() as u64) >> 32) as usize
+    }
+}

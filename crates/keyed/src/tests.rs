@@ -1,0 +1,263 @@
+//! Model test of eviction and unit tests that need the table's insides
+//! (shard of a key, per-shard invariants).
+
+use std::collections::HashMap;
+
+use proptest::prelude::*;
+
+use crate::{Full, KeyState, KeyTable};
+
+#[derive(Debug, Default, Clone, PartialEq, Eq)]
+struct T {
+    /// Written by the test: tells a kept state from a fresh one.
+    mark: u32,
+    busy: bool,
+}
+
+impl KeyState for T {
+    fn busy(&self) -> bool {
+        self.busy
+    }
+}
+
+#[derive(Debug, Clone)]
+enum Act {
+    Touch,
+    Mark(u32),
+    Busy(bool),
+}
+
+#[derive(Debug, Clone)]
+enum Op {
+    With(u16, Act),
+    Get(u16, Act),
+}
+
+fn apply(s: &mut T, a: &Act) {
+    match a {
+        Act::Touch => {}
+        Act::Mark(m) => s.mark = *m,
+        Act::Busy(b) => s.busy = *b,
+    }
+}
+
+/// Spreads the test's small key numbers over all 64 bits, as hashes are.
+fn key(k: u16) -> u64 {
+    (u64::from(k) + 1).wrapping_mul(0x9e37_79b9_7f4a_7c15)
+}
+
+fn contents(t: &KeyTable<T>) -> HashMap<u64, T> {
+    let mut m = HashMap::new();
+    t.for_each(|k, s| {
+        assert!(m.insert(k, s.clone()).is_none(), "key listed twice");
+    });
+    m
+}
+
+fn check_shards(t: &KeyTable<T>) {
+    for p in t.shards.iter() {
+        p.shard.lock().check();
+    }
+}
+
+fn shard_cap(t: &KeyTable<T>, i: usize) -> usize {
+    let n = t.shards.len();
+    t.capacity / n + usize::from(i < t.capacity % n)
+}
+
+/// Runs `ops` against the table and a model that knows each present key's
+/// state; after each op the table must match the model except for evicted
+/// keys, which must be idle keys of the shard that just inserted.
+fn run_model(capacity: usize, shards: usize, ops: &[Op]) {
+    let t = KeyTable::<T>::with_shards(capacity, shards);
+    let mut model: HashMap<u64, T> = HashMap::new();
+    let mut evictions = 0u64;
+    for op in ops {
+        let (k, a, insert) = match op {
+            Op::With(k, a) => (key(*k), a, true),
+            Op::Get(k, a) => (key(*k), a, false),
+        };
+        let si = t.shard_index(k);
+        let in_shard: Vec<&T> = model
+            .iter()
+            .filter(|(mk, _)| t.shard_index(**mk) == si)
+            .map(|(_, s)| s)
+            .collect();
+        let shard_full = in_shard.len() == shard_cap(&t, si);
+        let all_busy = in_shard.iter().all(|s| s.busy);
+        let before = model.get(&k).cloned();
+        let mut seen = None;
+        let r = if insert {
+            t.with(k, |s| {
+                seen = Some(s.clone());
+                apply(s, a);
+            })
+            .map(Some)
+        } else {
+            Ok(t.get(k, |s| {
+                seen = Some(s.clone());
+                apply(s, a);
+            }))
+        };
+        match (&before, r) {
+            (Some(b), Ok(Some(()))) => assert_eq!(seen.as_ref(), Some(b), "kept state"),
+            (Some(_), _) => panic!("a present key was not found"),
+            (None, Ok(Some(()))) => {
+                assert!(insert, "get inserted a key");
+                assert_eq!(seen, Some(T::default()), "new key, default state");
+            }
+            (None, Ok(None)) => assert!(!insert),
+            (None, Err(Full)) => {
+                assert!(shard_full && all_busy, "Full while an idle key could go");
+                assert!(seen.is_none());
+            }
+        }
+        if let Some(mut s) = seen {
+            apply(&mut s, a);
+            model.insert(k, s);
+        }
+        let actual = contents(&t);
+        let gone: Vec<u64> = model
+            .keys()
+            .filter(|mk| !actual.contains_key(mk))
+            .copied()
+            .collect();
+        assert!(gone.len() <= 1, "one insert evicts at most one key");
+        for g in gone {
+            let s = &model[&g];
+            assert!(!s.busy, "a busy key was evicted");
+            assert!(insert && before.is_none(), "evicted without an insert");
+            assert_eq!(t.shard_index(g), si, "evicted from another shard");
+            assert!(shard_full, "evicted below the bound");
+            model.remove(&g);
+            evictions += 1;
+        }
+        assert_eq!(actual, model);
+        assert!(t.len() <= capacity);
+        assert_eq!(t.len(), model.len());
+        assert_eq!(t.evicted(), evictions);
+        check_shards(&t);
+    }
+}
+
+/// `busy` weighs marking a key busy against 2 for releasing it: high
+/// values fill shards with busy keys (the `Full` and all-but-one-busy paths).
+fn op(keys: u16, busy: u32) -> impl Strategy<Value = Op> {
+    let act = prop_oneof![
+        4 => Just(Act::Touch),
+        2 => any::<u32>().prop_map(Act::Mark),
+        busy => Just(Act::Busy(true)),
+        2 => Just(Act::Busy(false)),
+    ];
+    (0..keys, act, 0..4u8).prop_map(|(k, a, w)| {
+        if w == 0 {
+            Op::Get(k, a)
+        } else {
+            Op::With(k, a)
+        }
+    })
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(128))]
+
+    #[test]
+    fn model_one_shard(
+        (cap, ops) in (1usize..=12, 1u32..=6).prop_flat_map(|(cap, busy)| {
+            (Just(cap), proptest::collection::vec(op((3 * cap + 2) as u16, busy), 1..300))
+        })
+    ) {
+        run_model(cap, 1, &ops);
+    }
+
+    #[test]
+    fn model_shards(
+        (cap, shards, ops) in (2usize..=40, 2usize..=5, 1u32..=6).prop_flat_map(|(cap, shards, busy)| {
+            (Just(cap), Just(shards), proptest::collection::vec(op((3 * cap + 2) as u16, busy), 1..400))
+        })
+    ) {
+        run_model(cap, shards, &ops);
+    }
+
+    /// Larger shards: growth of the slot array, probation at 10 % of a shard.
+    #[test]
+    fn model_growth(
+        (busy, ops) in (1u32..=8).prop_flat_map(|busy| {
+            (Just(busy), proptest::collection::vec(op(400, busy), 1..1500))
+        })
+    ) {
+        let _ = busy;
+        run_model(150, 2, &ops);
+    }
+}
+
+#[test]
+fn shard_bounds_add_up_exactly() {
+    for cap in [0, 1, 2, 10, 1023, 1024, 2048, 5000, 65_537, 1_000_000] {
+        let t = KeyTable::<T>::new(cap);
+        let sum: usize = (0..t.shards.len()).map(|i| shard_cap(&t, i)).sum();
+        assert_eq!(sum, cap);
+        assert!(t.shards.len() <= 64);
+        if cap < 2048 {
+            assert_eq!(t.shards.len(), 1, "small tables are one shard");
+        }
+    }
+}
+
+#[test]
+fn fills_to_the_bound_in_one_shard() {
+    let t = KeyTable::<T>::with_shards(5000, 1);
+    for k in 0..5000 {
+        t.with(key(k), |s| s.mark = u32::from(k) + 1).unwrap();
+    }
+    assert_eq!((t.len(), t.evicted()), (5000, 0));
+    for k in 0..5000 {
+        assert_eq!(t.get(key(k), |s| s.mark), Some(u32::from(k) + 1));
+    }
+    check_shards(&t);
+}
+
+/// Main all busy, probation below its share with one idle key: that key
+/// goes (not `Full`).
+#[test]
+fn idle_probation_key_goes_when_main_is_all_busy() {
+    let t = KeyTable::<T>::with_shards(20, 1); // probation: 2 keys
+    for k in 0..20 {
+        t.with(key(k), |_| ()).unwrap();
+    }
+    // Probation holds the last two; main the first 18.
+    for k in 0..19 {
+        t.with(key(k), |s| s.busy = true).unwrap();
+    }
+    // 18 (busy) graduates to main; 19 (idle) is the only candidate.
+    t.with(key(20), |s| s.mark = 20).unwrap();
+    assert_eq!(t.get(key(19), |_| ()), None);
+    assert_eq!(t.get(key(20), |s| s.mark), Some(20));
+    // Now 20 is the only idle key.
+    t.with(key(21), |_| ()).unwrap();
+    assert_eq!(t.get(key(20), |_| ()), None);
+    // 21 busy too: nothing can go.
+    t.with(key(21), |s| s.busy = true).unwrap();
+    assert_eq!(t.with(key(22), |_| ()), Err(Full));
+    assert_eq!(t.len(), 20);
+    // One release makes room again, for exactly one key.
+    t.get(key(3), |s| s.busy = false).unwrap();
+    t.with(key(22), |_| ()).unwrap();
+    assert_eq!(t.get(key(3), |_| ()), None);
+    assert_eq!((t.len(), t.evicted()), (20, 3));
+    check_shards(&t);
+}
+
+#[test]
+fn zero_capacity_holds_nothing() {
+    let t = KeyTable::<T>::new(0);
+    assert_eq!(t.with(key(1), |_| ()), Err(Full));
+    assert_eq!(t.get(key(1), |_| ()), None);
+    assert_eq!((t.len(), t.capacity(), t.evicted()), (0, 0, 0));
+}
+
+#[test]
+fn table_is_send_and_sync() {
+    fn shared<X: Send + Sync>() {}
+    shared::<KeyTable<T>>();
+}
