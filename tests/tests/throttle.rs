@@ -388,7 +388,7 @@ fn statistics_reach_throttle_log_and_metrics() {
         .reload_remap(&(rules(true) + &rule("bad.test", &origin, "@pparam=max:many")))
         .expect_err("bad reload");
     assert!(
-        refused.contains("invalid value 'many' for 'max'"),
+        refused.contains("parameter 'max' has an invalid value 'many'"),
         "{refused}"
     );
     assert!(wait_until(Duration::from_secs(5), || released().len() == 1));
@@ -483,25 +483,58 @@ fn file_parameters_with_an_escaped_space() {
     }
 }
 
+/// `line` holds the parts of `want` between `<root>` (the instance's
+/// directory) in that order.
+fn has_in_order(line: &str, want: &str) -> bool {
+    let mut rest = line;
+    want.split("<root>").all(|part| match rest.find(part) {
+        Some(i) => {
+            rest = &rest[i + part.len()..];
+            true
+        }
+        None => false,
+    })
+}
+
 #[test]
 fn bad_input_refuses_the_rule_with_a_message_naming_it() {
     let origin = Origin::start();
+    // ATS keeps ~1 KB of the message and ends it at a NUL: a 10 KB value
+    // comes shortened after the parameter's name, and a NUL escaped.
+    let digits = "9".repeat(10240);
+    let nines = "9".repeat(64);
+    let long_file = format!("max:{digits}\n");
     let files = [
         ("bad.config", "id:fine\nmax:1\n\nstale:lots\n"),
         ("loop.config", "max:1\nfile:loop.config\n"),
+        ("long.config", long_file.as_str()),
+        ("nul.config", "max:1\nstale:1\0\n"),
     ];
+    let long_pparam = format!("@pparam=max:{digits}");
+    let long_want = format!(
+        "[throttle] parameter 'max' has an invalid value '{nines}…' (10240 bytes) at \
+         @pparam=max:{}… (10244 bytes): too large; expected a whole number from 0 to 4294967295",
+        &nines[4..]
+    );
+    let long_file_want = format!(
+        "[throttle] parameter 'max' has an invalid value '{nines}…' (10240 bytes) at \
+         <root>/etc/long.config:1 (from @pparam=file:long.config): too large"
+    );
     let cases: &[(&str, &str)] = &[
         ("@pparam=stale:5", "missing required parameter 'max'"),
-        ("@pparam=max:abc", "invalid value 'abc' for 'max' at @pparam=max:abc: not a whole number"),
-        ("@pparam=max:-5", "invalid value '-5' for 'max' at @pparam=max:-5: negative values are not allowed"),
-        ("@pparam=max:1 @pparam=stale:-1", "invalid value '-1' for 'stale'"),
-        ("@pparam=max:1 @pparam=statfreq:1s", "invalid value '1s' for 'statfreq'"),
-        (r#"@pparam=max:1 @pparam=id:"two words""#, "invalid value 'two words' for 'id' at @pparam=id:\"two words\": it may not contain spaces"),
-        ("@pparam=max:1 @pparam=file:missing.config", "invalid value 'missing.config' for 'file' at @pparam=file:missing.config: cannot read "),
+        ("@pparam=max:abc", "parameter 'max' has an invalid value 'abc' at @pparam=max:abc: not a whole number"),
+        ("@pparam=max:-5", "parameter 'max' has an invalid value '-5' at @pparam=max:-5: negative values are not allowed"),
+        ("@pparam=max:1 @pparam=stale:-1", "parameter 'stale' has an invalid value '-1'"),
+        ("@pparam=max:1 @pparam=statfreq:1s", "parameter 'statfreq' has an invalid value '1s'"),
+        (r#"@pparam=max:1 @pparam=id:"two words""#, "parameter 'id' has an invalid value 'two words' at @pparam=id:\"two words\": it may not contain spaces"),
+        ("@pparam=max:1 @pparam=file:missing.config", "parameter 'file' has an invalid value 'missing.config' at @pparam=file:missing.config: cannot read "),
         ("@pparam=max:1 @pparam=colour:red", "unknown parameter 'colour' at @pparam=colour:red (allowed: max, stale, statfreq, id, file)"),
         ("@pparam=file:bad.config", "/etc/bad.config:4 (from @pparam=file:bad.config): not a whole number"),
         ("@pparam=file:loop.config", "the file includes itself"),
         (r"@pparam=max:1 @pparam=file:name\ with\ space.config", "ends with a lone '\\'"),
+        (&long_pparam, &long_want),
+        ("@pparam=file:long.config", &long_file_want),
+        ("@pparam=file:nul.config", "[throttle] parameter 'stale' has an invalid value '1\\0' at <root>/etc/nul.config:2 (from @pparam=file:nul.config): not a whole number; expected a number of seconds from 0 to 4294967295"),
     ];
     let port = origin.port();
     let failures: Vec<String> = thread::scope(|s| {
@@ -527,7 +560,9 @@ fn bad_input_refuses_the_rule_with_a_message_naming_it() {
                                     .lines()
                                     .find(|l| l.contains("[throttle]"))
                                     .unwrap_or("");
-                                if !(line.contains(want) && line.contains("remap.config line 1")) {
+                                if !(has_in_order(line, want)
+                                    && line.contains("remap.config line 1"))
+                                {
                                     failures.push(format!(
                                         "{params}: want {want:?} in {line:?}\n{e:?}"
                                     ));

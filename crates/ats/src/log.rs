@@ -5,24 +5,39 @@
 //! Text is never passed as a C format string: a `%n` in a URL or an option
 //! must not become a write primitive inside `traffic_server`.
 
+use std::borrow::Cow;
 use std::ffi::{c_char, CStr, CString};
+use std::fmt::Write;
 use std::sync::OnceLock;
 
 use crate::sys;
 
 const FMT: &CStr = c"%s";
 
-/// Builds a C string from arbitrary text; interior NULs become `\0` escapes
-/// rather than truncating (or failing) the message.
-pub(crate) fn to_cstring(text: &str) -> CString {
-    match CString::new(text) {
-        Ok(c) => c,
-        Err(_) => {
-            let escaped = text.replace('\0', "\\0");
-            // No NULs are left after the replacement.
-            CString::new(escaped).unwrap_or_default()
+/// `text` with the characters `which` selects written as escapes (`\0`,
+/// `\n`, `\u{1b}`), so they can neither end a C string nor break a line.
+pub(crate) fn escape(text: &str, which: impl Fn(char) -> bool) -> Cow<'_, str> {
+    if !text.chars().any(&which) {
+        return Cow::Borrowed(text);
+    }
+    let mut out = String::with_capacity(text.len() + 8);
+    for c in text.chars() {
+        if which(c) {
+            // Writing to a String cannot fail.
+            let _ = write!(out, "{}", c.escape_debug());
+        } else {
+            out.push(c);
         }
     }
+    Cow::Owned(out)
+}
+
+/// Builds a C string from arbitrary text; interior NULs become `\0` escapes
+/// rather than truncating (or failing) the message. Other control
+/// characters stay: a panic's backtrace is logged on several lines.
+pub(crate) fn to_cstring(text: &str) -> CString {
+    // No NULs are left after the escaping.
+    CString::new(escape(text, |c| c == '\0').into_owned()).unwrap_or_default()
 }
 
 /// The plugin's name, used as the `[name]` prefix of every message and as
@@ -127,5 +142,28 @@ pub(crate) unsafe fn argv_str<'a>(p: *const c_char) -> Option<&'a CStr> {
         // SAFETY: non-null and NUL-terminated per the caller's contract; argv
         // strings (unlike TS header strings) are C strings.
         Some(unsafe { CStr::from_ptr(p) })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn nuls_are_escaped_and_the_text_goes_on() {
+        assert_eq!(to_cstring("stale:1\0 at x").to_bytes(), b"stale:1\\0 at x");
+        assert_eq!(to_cstring("a\nb").to_bytes(), b"a\nb");
+    }
+
+    #[test]
+    fn escape_writes_only_the_selected_characters_as_escapes() {
+        assert!(matches!(
+            escape("plain", char::is_control),
+            Cow::Borrowed("plain")
+        ));
+        assert_eq!(
+            escape("a\0b\nc\u{1b}é", char::is_control),
+            "a\\0b\\nc\\u{1b}é"
+        );
     }
 }

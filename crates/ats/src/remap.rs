@@ -85,7 +85,9 @@ pub trait RemapPlugin: Sized + Send + Sync + 'static {
     fn do_remap(self: &Arc<Self>, txn: Txn<'_>, req: &mut RemapRequest<'_>) -> RemapStatus;
 }
 
-/// Copies `msg` into ATS's error buffer, truncated at a char boundary and NUL-terminated.
+/// Copies `msg` into ATS's error buffer, truncated at a char boundary and
+/// NUL-terminated. ATS logs the buffer as a C string on one diags line, so
+/// control characters are escaped: a NUL would end the message there.
 fn write_errbuf(errbuf: *mut c_char, size: c_int, msg: &str) {
     let Ok(size) = usize::try_from(size) else {
         return;
@@ -93,6 +95,7 @@ fn write_errbuf(errbuf: *mut c_char, size: c_int, msg: &str) {
     if errbuf.is_null() || size == 0 {
         return;
     }
+    let msg = log::escape(msg, char::is_control);
     let mut n = msg.len().min(size - 1);
     while !msg.is_char_boundary(n) {
         n -= 1;
@@ -318,4 +321,37 @@ macro_rules! remap_plugin {
             unsafe { $crate::remap::entry::do_remap::<$plugin>(ih, txn, rri) }
         }
     };
+}
+
+#[cfg(test)]
+mod tests {
+    use super::write_errbuf;
+
+    fn written(msg: &str, size: usize) -> Vec<u8> {
+        let mut buf = vec![b'#'; size];
+        let len = std::ffi::c_int::try_from(size).unwrap_or(0);
+        write_errbuf(buf.as_mut_ptr().cast(), len, msg);
+        let end = buf.iter().position(|&b| b == 0).unwrap_or(buf.len());
+        buf.truncate(end);
+        buf
+    }
+
+    #[test]
+    fn a_nul_is_escaped_and_the_message_goes_on() {
+        assert_eq!(
+            written(
+                "invalid value '1\0' at /etc/x.config:2: not a whole number",
+                1024
+            ),
+            b"invalid value '1\\0' at /etc/x.config:2: not a whole number"
+        );
+        assert_eq!(written("a\nb\u{1b}c", 1024), b"a\\nb\\u{1b}c");
+    }
+
+    #[test]
+    fn truncates_at_a_char_boundary() {
+        assert_eq!(written("abcé", 5), b"abc");
+        assert_eq!(written("abcé", 6), "abcé".as_bytes());
+        assert_eq!(written("\0\0\0", 4), b"\\0\\");
+    }
 }

@@ -3,10 +3,13 @@
 //! Syntax is upstream's (getopt_long): `--name=value`, or `--name` and the
 //! value as the next `@pparam`. Unlike upstream (which ignores unknown
 //! options and turns "abc" into 0), every option is validated: a mistake
-//! fails the rule with a message naming the option, the value and what is
+//! fails the rule with a message naming the option first, then the value
+//! (quoted by [`limits::quote::quote`]: short and printable), then what is
 //! allowed.
 
 use std::fmt;
+
+use limits::quote::quote;
 
 /// Concurrency limit when neither `--limit` nor `--rate` is given (upstream 9.2).
 pub const DEFAULT_LIMIT: u32 = 100;
@@ -42,7 +45,7 @@ pub struct Options {
     pub warnings: Vec<String>,
 }
 
-/// A rejected option: names it, the value, and what is allowed.
+/// A rejected option: names it, then the value, then what is allowed.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct OptionError(pub String);
 
@@ -54,9 +57,11 @@ impl fmt::Display for OptionError {
 
 impl std::error::Error for OptionError {}
 
+// The option comes first: ATS keeps only ~1 KB of a diagnostic.
 fn invalid(name: &str, value: &str, allowed: &str) -> OptionError {
     OptionError(format!(
-        "invalid value '{value}' for --{name}: allowed {allowed}"
+        "--{name} has an invalid value {}: allowed {allowed}",
+        quote(value)
     ))
 }
 
@@ -128,7 +133,8 @@ impl Options {
             i += 1;
             let Some(body) = arg.strip_prefix("--") else {
                 return Err(OptionError(format!(
-                    "unexpected argument '{arg}': options are --name=value; known options: {}",
+                    "unexpected argument {}: options are --name=value; known options: {}",
+                    quote(arg),
                     allowed_names()
                 )));
             };
@@ -138,7 +144,8 @@ impl Options {
             };
             let Some(&(name, takes_value)) = OPTIONS.iter().find(|(n, _)| *n == name) else {
                 return Err(OptionError(format!(
-                    "unknown option '{arg}'; known options: {}",
+                    "unknown option {}; known options: {}",
+                    quote(arg),
                     allowed_names()
                 )));
             };
@@ -149,7 +156,10 @@ impl Options {
             let value = match (takes_value, inline) {
                 (false, None) => "",
                 (false, Some(v)) => {
-                    return Err(OptionError(format!("--{name} takes no value (got '{v}')")));
+                    return Err(OptionError(format!(
+                        "--{name} takes no value (got {})",
+                        quote(v)
+                    )));
                 }
                 (true, Some(v)) => v,
                 (true, None) => match args.get(i) {
@@ -167,12 +177,12 @@ impl Options {
             match name {
                 "limit" => {
                     if value == "0" {
-                        return Err(OptionError(
-                            "invalid value '0' for --limit: allowed an integer from 1 to 4294967295; \
-                             upstream 9.2 treats 0 as 'reject everything' and 10.1 as 'unlimited': \
-                             omit --limit for no concurrency limit with --rate, or set --queue=0 and a small limit"
-                                .to_owned(),
-                        ));
+                        let e = invalid(name, value, "an integer from 1 to 4294967295");
+                        return Err(OptionError(format!(
+                            "{e}; upstream 9.2 treats 0 as 'reject everything' and 10.1 as \
+                             'unlimited': omit --limit for no concurrency limit with --rate, or \
+                             set --queue=0 and a small limit"
+                        )));
                     }
                     limit = Some(parse_uint(name, value, 1, u64::from(u32::MAX))? as u32);
                 }
@@ -259,7 +269,8 @@ impl Options {
             Some(t) => t,
             None => crate::tag::from_url(from_url).ok_or_else(|| {
                 OptionError(format!(
-                    "cannot derive a metric tag from '{from_url}'; set --tag"
+                    "--tag is needed: no metric tag can be derived from {}",
+                    quote(from_url)
                 ))
             })?,
         };
@@ -369,27 +380,29 @@ mod tests {
     fn errors_name_option_value_and_allowed() {
         assert_eq!(
             err(&["--limit=abc"]),
-            "invalid value 'abc' for --limit: allowed an integer from 1 to 4294967295"
+            "--limit has an invalid value 'abc': allowed an integer from 1 to 4294967295"
         );
         assert_eq!(
             err(&["--queue=-1"]),
-            "invalid value '-1' for --queue: allowed an integer from 0 to 4294967295"
+            "--queue has an invalid value '-1': allowed an integer from 0 to 4294967295"
         );
         assert_eq!(
             err(&["--error=200"]),
-            "invalid value '200' for --error: allowed an integer from 400 to 599"
+            "--error has an invalid value '200': allowed an integer from 400 to 599"
         );
         assert_eq!(
             err(&["--limit=4294967296"]),
-            "invalid value '4294967296' for --limit: allowed an integer from 1 to 4294967295"
+            "--limit has an invalid value '4294967296': allowed an integer from 1 to 4294967295"
         );
-        assert!(err(&["--limit=0"]).starts_with("invalid value '0' for --limit"));
-        assert!(err(&["--rate=0"]).starts_with("invalid value '0' for --rate: allowed a number"));
-        assert!(err(&["--rate=1e3"]).starts_with("invalid value '1e3' for --rate"));
+        assert!(err(&["--limit=0"]).starts_with(
+            "--limit has an invalid value '0': allowed an integer from 1 to 4294967295; upstream"
+        ));
+        assert!(err(&["--rate=0"]).starts_with("--rate has an invalid value '0': allowed a number"));
+        assert!(err(&["--rate=1e3"]).starts_with("--rate has an invalid value '1e3'"));
         assert!(
-            err(&["--header=Bad Header"]).starts_with("invalid value 'Bad Header' for --header")
+            err(&["--header=Bad Header"]).starts_with("--header has an invalid value 'Bad Header'")
         );
-        assert!(err(&["--tag=a b"]).starts_with("invalid value 'a b' for --tag"));
+        assert!(err(&["--tag=a b"]).starts_with("--tag has an invalid value 'a b'"));
         assert!(err(&["--limits=5"])
             .starts_with("unknown option '--limits=5'; known options: --limit, --queue"));
         assert!(err(&["limit=5"]).starts_with("unexpected argument 'limit=5'"));
@@ -408,8 +421,73 @@ mod tests {
         );
         assert_eq!(
             err(&["--limit= 5"]),
-            "invalid value ' 5' for --limit: allowed an integer from 1 to 4294967295"
+            "--limit has an invalid value ' 5': allowed an integer from 1 to 4294967295"
         );
+        assert_eq!(
+            Options::parse("/relative", &[]).expect_err("no host").0,
+            "--tag is needed: no metric tag can be derived from '/relative'"
+        );
+    }
+
+    /// ATS keeps ~1 KB of a diagnostic: a long value must not push the
+    /// option's name (or what is allowed) out of it.
+    #[test]
+    fn long_values_come_after_the_option_and_are_shortened() {
+        let digits = "9".repeat(10240);
+        assert_eq!(
+            err(&[&format!("--limit={digits}")]),
+            format!(
+                "--limit has an invalid value '{}…' (10240 bytes): allowed an integer from 1 to 4294967295",
+                "9".repeat(limits::quote::MAX_SHOWN_CHARS)
+            )
+        );
+        let spaced = format!(" {}", "x".repeat(10240));
+        for (name, takes_value) in OPTIONS {
+            for value in [digits.as_str(), spaced.as_str()] {
+                let arg = format!("--{name}={value}");
+                let args: &[&str] = if *name == "burst" {
+                    &["--rate=1", &arg]
+                } else {
+                    &[&arg]
+                };
+                let e = match parse(args) {
+                    // 10 KB of digits is a valid header name, prefix and tag.
+                    Ok(_) if value == digits && ["header", "prefix", "tag"].contains(name) => {
+                        continue
+                    }
+                    Ok(o) => panic!("--{name} accepted: {o:?}"),
+                    Err(e) => e.0,
+                };
+                assert!(e.starts_with(&format!("--{name} ")), "{e}");
+                assert!(e.len() < 300, "{e}");
+                if *takes_value {
+                    let shortened = format!("…' ({} bytes): allowed ", value.len());
+                    assert!(e.contains(&shortened), "{e}");
+                } else {
+                    assert!(e.contains("takes no value (got '"), "{e}");
+                }
+            }
+        }
+        let e = err(&[&format!("--{}", "x".repeat(10240))]);
+        assert!(
+            e.starts_with("unknown option '--xxx") && e.len() < 400,
+            "{e}"
+        );
+        let e = err(&[&digits]);
+        assert!(
+            e.starts_with("unexpected argument '999") && e.len() < 400,
+            "{e}"
+        );
+    }
+
+    #[test]
+    fn control_characters_are_escaped() {
+        assert_eq!(
+            err(&["--limit=1\u{1}"]),
+            "--limit has an invalid value '1\\u{1}': allowed an integer from 1 to 4294967295"
+        );
+        assert!(err(&["--tag=a\nb"]).starts_with("--tag has an invalid value 'a\\nb': allowed"));
+        assert!(err(&["--x\u{1b}"]).starts_with("unknown option '--x\\u{1b}'"));
     }
 
     #[test]
@@ -429,6 +507,25 @@ mod tests {
                     proptest::prop_assert!(o.error >= 400 && o.error <= 599);
                 }
                 Err(e) => proptest::prop_assert!(e.0.contains("--") || e.0.contains("argument")),
+            }
+        }
+
+        /// Whatever the input, an error is short, printable, and starts with
+        /// the option it is about.
+        #[test]
+        fn errors_are_short_printable_and_name_the_option_first(
+            i in 0..OPTIONS.len(),
+            value in proptest::collection::vec(proptest::char::any(), 0..400),
+        ) {
+            let name = OPTIONS[i].0;
+            let value: String = value.into_iter().collect();
+            let arg = format!("--{name}={value}");
+            if let Err(e) = Options::parse(URL, &[&arg]) {
+                proptest::prop_assert!(!e.0.chars().any(char::is_control), "{:?}", e.0);
+                proptest::prop_assert!(e.0.len() < 600, "{:?}", e.0);
+                if name != "burst" {
+                    proptest::prop_assert!(e.0.starts_with(&format!("--{name} ")), "{:?}", e.0);
+                }
             }
         }
 

@@ -10,10 +10,17 @@
 //! - in the `file` value only, `\ ` and `\\` stand for a space and a backslash;
 //! - a later item overrides an earlier one (so a shared file can be included
 //!   first and adjusted per rule).
+//!
+//! An error names the parameter first, then the value, then where it was
+//! and what is allowed: ATS keeps only ~1 KB of a diagnostic, so a long
+//! value or include chain must not push the name out. Values are shown by
+//! [`limits::quote`] (shortened, control characters escaped).
 
 use std::fmt;
 use std::io::Read;
 use std::path::{Path, PathBuf};
+
+use limits::quote::{quote, shorten, shorten_to};
 
 /// Largest accepted configuration file.
 pub const MAX_FILE_BYTES: u64 = 1 << 20;
@@ -87,9 +94,9 @@ enum Location {
 impl fmt::Display for Location {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
-            Location::Pparam(raw) => write!(f, "@pparam={raw}"),
+            Location::Pparam(raw) => write!(f, "@pparam={}", shorten(raw)),
             Location::File { path, line, parent } => {
-                write!(f, "{}:{line}", path.display())?;
+                write!(f, "{}:{line}", show_path(path))?;
                 if let Location::File { .. } = **parent {
                     write!(f, " (included from {parent})")
                 } else {
@@ -146,13 +153,14 @@ impl Parser<'_> {
         let text = unquote(text.trim());
         let Some(sep) = text.find([':', '=']) else {
             return Err(format!(
-                "expected name:value at {at}, got '{text}' (parameters: {ALLOWED})"
+                "expected name:value, got {} at {at} (parameters: {ALLOWED})",
+                quote(text)
             ));
         };
         let name = text[..sep].trim();
         let value = unquote(text[sep + 1..].trim());
         if value.is_empty() && matches!(name, "max" | "stale" | "statfreq" | "id" | "file") {
-            return Err(format!("parameter '{name}' at {at} has an empty value"));
+            return Err(format!("parameter '{name}' has an empty value at {at}"));
         }
         match name {
             "max" => self.max = Some(number(name, value, at, "a whole number")?),
@@ -160,22 +168,27 @@ impl Parser<'_> {
             "statfreq" => {
                 let ms = number(name, value, at, "a number of milliseconds")?;
                 if ms != 0 && ms < MIN_STATFREQ_MS {
-                    return Err(format!(
-                        "invalid value '{value}' for 'statfreq' at {at}: expected 0 (no \
-                         statistics lines) or at least {MIN_STATFREQ_MS} milliseconds"
+                    return Err(invalid(
+                        name,
+                        value,
+                        at,
+                        &format!(
+                            "expected 0 (no statistics lines) or at least {MIN_STATFREQ_MS} \
+                             milliseconds"
+                        ),
                     ));
                 }
                 self.statfreq_ms = ms;
             }
             "id" => {
-                validate_id(value)
-                    .map_err(|why| format!("invalid value '{value}' for 'id' at {at}: {why}"))?;
+                validate_id(value).map_err(|why| invalid(name, value, at, &why))?;
                 self.id = Some(value.to_owned());
             }
             "file" => self.file(value, at)?,
             _ => {
                 return Err(format!(
-                    "unknown parameter '{name}' at {at} (allowed: {ALLOWED})"
+                    "unknown parameter {} at {at} (allowed: {ALLOWED})",
+                    quote(name)
                 ))
             }
         }
@@ -183,7 +196,7 @@ impl Parser<'_> {
     }
 
     fn file(&mut self, value: &str, at: &Location) -> Result<(), String> {
-        let bad = |why: String| format!("invalid value '{value}' for 'file' at {at}: {why}");
+        let bad = |why: String| invalid("file", value, at, &why);
         let name = unescape_path(value).map_err(bad)?;
         if self.stack.len() >= MAX_INCLUDE_DEPTH {
             return Err(bad(format!(
@@ -197,12 +210,12 @@ impl Parser<'_> {
         let (identity, text) = self
             .source
             .read(&path, MAX_FILE_BYTES)
-            .map_err(|e| bad(format!("cannot read {}: {e}", path.display())))?;
+            .map_err(|e| bad(format!("cannot read {}: {e}", show_path(&path))))?;
         if let Some(first) = self.stack.iter().position(|p| *p == identity) {
             let chain: Vec<String> = self.stack[first..]
                 .iter()
                 .chain(std::iter::once(&identity))
-                .map(|p| p.display().to_string())
+                .map(|p| show_path(p))
                 .collect();
             return Err(bad(format!(
                 "the file includes itself ({})",
@@ -238,6 +251,20 @@ fn unquote(s: &str) -> &str {
     s
 }
 
+/// The message for a refused value: parameter, value, location, why.
+fn invalid(name: &str, value: &str, at: &Location, why: &str) -> String {
+    format!(
+        "parameter '{name}' has an invalid value {} at {at}: {why}",
+        quote(value)
+    )
+}
+
+/// A path in a message: printable, and whole unless it is absurdly long
+/// (it is the value of a `file` item, maybe the 10 KB one being refused).
+fn show_path(path: &Path) -> String {
+    shorten_to(&path.display().to_string(), 256)
+}
+
 fn number(name: &str, value: &str, at: &Location, what: &str) -> Result<u32, String> {
     let why = if value.starts_with('-') {
         "negative values are not allowed"
@@ -249,9 +276,11 @@ fn number(name: &str, value: &str, at: &Location, what: &str) -> Result<u32, Str
             Err(_) => "too large",
         }
     };
-    Err(format!(
-        "invalid value '{value}' for '{name}' at {at}: {why}; expected {what} from 0 to {}",
-        u32::MAX
+    Err(invalid(
+        name,
+        value,
+        at,
+        &format!("{why}; expected {what} from 0 to {}", u32::MAX),
     ))
 }
 
@@ -286,8 +315,9 @@ pub fn unescape_path(value: &str) -> Result<String, String> {
             Some('\\') => out.push('\\'),
             Some(other) => {
                 return Err(format!(
-                    "unsupported escape '\\{other}' (only '\\ ' for a space and '\\\\' for a \
-                     backslash)"
+                    "unsupported escape {} (only '\\ ' for a space and '\\\\' for a \
+                     backslash)",
+                    quote(&format!("\\{other}"))
                 ))
             }
             None => {
@@ -450,25 +480,29 @@ mod tests {
         let cases = [
             (
                 "max:abc",
-                "invalid value 'abc' for 'max' at @pparam=max:abc: not a whole number",
+                "parameter 'max' has an invalid value 'abc' at @pparam=max:abc: not a whole number",
             ),
             (
                 "max:-1",
-                "invalid value '-1' for 'max' at @pparam=max:-1: negative values",
+                "parameter 'max' has an invalid value '-1' at @pparam=max:-1: negative values",
             ),
-            ("stale:1.5", "invalid value '1.5' for 'stale'"),
-            ("stale:0x10", "invalid value '0x10' for 'stale'"),
+            ("stale:1.5", "parameter 'stale' has an invalid value '1.5'"),
+            (
+                "stale:0x10",
+                "parameter 'stale' has an invalid value '0x10'",
+            ),
             (
                 "statfreq:99999999999",
-                "invalid value '99999999999' for 'statfreq'",
+                "parameter 'statfreq' has an invalid value '99999999999'",
             ),
-            ("max:+3", "invalid value '+3' for 'max'"),
+            ("max:+3", "parameter 'max' has an invalid value '+3'"),
             (
                 "statfreq:50",
-                "expected 0 (no statistics lines) or at least 100",
+                "parameter 'statfreq' has an invalid value '50' at @pparam=statfreq:50: \
+                 expected 0 (no statistics lines) or at least 100",
             ),
-            ("max:", "parameter 'max' at @pparam=max: has an empty value"),
-            ("max", "expected name:value at @pparam=max, got 'max'"),
+            ("max:", "parameter 'max' has an empty value at @pparam=max:"),
+            ("max", "expected name:value, got 'max' at @pparam=max"),
         ];
         for (opt, want) in cases {
             let e = err(&["max:1", opt], &Mem::default());
@@ -484,7 +518,7 @@ mod tests {
         );
         let e = err(&["max:1", "id:\"a b\""], &Mem::default());
         assert!(
-            e.contains("invalid value 'a b' for 'id'") && e.contains("spaces"),
+            e.starts_with("parameter 'id' has an invalid value 'a b'") && e.contains("spaces"),
             "{e}"
         );
         let long = format!("id:{}", "x".repeat(MAX_ID_LEN + 1));
@@ -525,7 +559,7 @@ mod tests {
         let e = err(&["file:outer.config"], &mem);
         assert_eq!(
             e,
-            "invalid value 'soon' for 'stale' at /etc/ts/a.config:3 (included from \
+            "parameter 'stale' has an invalid value 'soon' at /etc/ts/a.config:3 (included from \
              /etc/ts/outer.config:2 (from @pparam=file:outer.config)): not a whole number; \
              expected a number of seconds from 0 to 4294967295"
         );
@@ -541,7 +575,7 @@ mod tests {
     fn unreadable_file() {
         let e = err(&["max:1", "file:nope.config"], &Mem::default());
         assert!(
-            e.starts_with("invalid value 'nope.config' for 'file' at @pparam=file:nope.config: cannot read /etc/ts/nope.config: No such file"),
+            e.starts_with("parameter 'file' has an invalid value 'nope.config' at @pparam=file:nope.config: cannot read /etc/ts/nope.config: No such file"),
             "{e}"
         );
     }
@@ -634,6 +668,80 @@ mod tests {
         assert!(validate_id(&default_id("http://a b\tc/")).is_ok());
     }
 
+    /// ATS keeps ~1 KB of a diagnostic: a long value must not push the
+    /// parameter's name (or what is allowed) out of it.
+    #[test]
+    fn long_values_come_after_the_parameter_and_are_shortened() {
+        let digits = "9".repeat(10240);
+        let shown = "9".repeat(limits::quote::MAX_SHOWN_CHARS);
+        let e = err(&[&format!("max:{digits}")], &Mem::default());
+        assert_eq!(
+            e,
+            format!(
+                "parameter 'max' has an invalid value '{shown}…' (10240 bytes) at \
+                 @pparam=max:{}… (10244 bytes): too large; expected a whole number from 0 to \
+                 4294967295",
+                &shown[4..]
+            )
+        );
+        let spaced = format!("{} {}", "x", "y".repeat(10240));
+        for name in ["max", "stale", "statfreq", "id", "file"] {
+            for value in [&digits, &spaced] {
+                let opt = format!("{name}:{value}");
+                let Err(e) = run(&["max:1", &opt], &Mem::default()) else {
+                    panic!("{name} accepted");
+                };
+                assert!(
+                    e.starts_with(&format!("parameter '{name}' has an invalid value '")),
+                    "{e}"
+                );
+                // With ATS's own prefix, well under the ~1 KB it keeps.
+                assert!(e.len() < 700, "{e}");
+            }
+        }
+        // The same from a file: file and line instead of the @pparam.
+        let mem = Mem::default().with("/etc/ts/big.config", &format!("max:{digits}\n"));
+        let e = err(&["file:big.config"], &mem);
+        assert!(
+            e.starts_with(&format!(
+                "parameter 'max' has an invalid value '{shown}…' (10240 bytes) at \
+                 /etc/ts/big.config:1 (from @pparam=file:big.config): too large"
+            )),
+            "{e}"
+        );
+        let e = err(&[&format!("{digits}:1")], &Mem::default());
+        assert!(
+            e.starts_with(&format!("unknown parameter '{shown}…' (10240 bytes) at")),
+            "{e}"
+        );
+        assert!(e.len() < 400, "{e}");
+    }
+
+    /// A NUL or other control character would end (or break) the C string
+    /// ATS logs: the message shows it escaped and goes on past it.
+    #[test]
+    fn control_characters_are_escaped() {
+        let mem = Mem::default().with("/etc/ts/nul.config", "max:1\nstale:1\0\n");
+        assert_eq!(
+            err(&["file:nul.config"], &mem),
+            "parameter 'stale' has an invalid value '1\\0' at /etc/ts/nul.config:2 (from \
+             @pparam=file:nul.config): not a whole number; expected a number of seconds from 0 \
+             to 4294967295"
+        );
+        let e = err(&["max:1", "id:a\u{1b}b"], &Mem::default());
+        assert!(
+            e.starts_with(
+                "parameter 'id' has an invalid value 'a\\u{1b}b' at @pparam=id:a\\u{1b}b:"
+            ),
+            "{e}"
+        );
+        let e = err(&["max:1", "file:a\u{1}b"], &Mem::default());
+        assert!(e.contains("cannot read /etc/ts/a\\u{1}b:"), "{e}");
+        let e = err(&["max:1", "file:a\\\u{7}"], &Mem::default());
+        assert!(e.contains("unsupported escape '\\\\u{7}'"), "{e}");
+        assert!(!e.chars().any(char::is_control), "{e:?}");
+    }
+
     mod prop {
         use super::*;
         use proptest::prelude::*;
@@ -684,7 +792,31 @@ mod tests {
                 let opt = format!("max:{v}");
                 let e = run(&[&opt], &Mem::default()).expect_err("invalid");
                 let v = unquote(v.trim());
-                prop_assert!(v.is_empty() || e.contains(&format!("'{v}'")), "{}", e);
+                prop_assert!(v.is_empty() || e.contains(&quote(v)), "{}", e);
+            }
+
+            /// Whatever the input, an error is printable and short, and a
+            /// refused value is named after its parameter.
+            #[test]
+            fn errors_are_printable_short_and_name_the_parameter_first(
+                name in prop_oneof![Just("max"), Just("stale"), Just("statfreq"), Just("id"), Just("file")],
+                value in proptest::collection::vec(any::<char>(), 1..400),
+                in_file in any::<bool>(),
+            ) {
+                let value: String = value.into_iter().collect();
+                let item = format!("{name}:{value}");
+                let mem = Mem::default().with("/etc/ts/f", &format!("{item}\n"));
+                let opts = if in_file { ["max:1", "file:f"] } else { ["max:1", item.as_str()] };
+                if let Err(e) = run(&opts, &mem) {
+                    prop_assert!(!e.chars().any(char::is_control), "{:?}", e);
+                    prop_assert!(e.len() < 1000, "{:?}", e);
+                    prop_assert!(
+                        e.starts_with(&format!("parameter '{name}' has an "))
+                            || e.starts_with("expected name:value")
+                            || e.starts_with("unknown parameter"),
+                        "{:?}", e
+                    );
+                }
             }
 
             #[test]
