@@ -31,36 +31,37 @@ pub struct Quota {
     pub replenish_in: Nanos,
 }
 
-#[derive(Debug)]
-pub struct Gcra {
-    tat: AtomicU64,
+/// A bucket's parameters and arithmetic on a TAT value: shared by the
+/// atomic [`Gcra`] and by keyed state that keeps its TAT as a plain `u64`
+/// under a lock. A TAT of 0 is a full bucket.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct GcraParams {
     interval: Nanos,
     tau: Nanos,
     burst: u32,
 }
 
-impl Gcra {
+impl GcraParams {
     /// `interval` between requests in the long run (1 s / rate) and `burst`
     /// requests allowed at once from a full bucket.
-    pub fn new(interval: Nanos, burst: u32) -> Gcra {
+    pub fn new(interval: Nanos, burst: u32) -> GcraParams {
         let interval = interval.max(1);
         let burst = burst.max(1);
-        Gcra {
-            tat: AtomicU64::new(0),
+        GcraParams {
             interval,
             tau: interval.saturating_mul(u64::from(burst - 1)),
             burst,
         }
     }
 
-    /// A bucket for `per_second` requests per second (may be fractional, > 0).
-    pub fn per_second(per_second: f64, burst: u32) -> Gcra {
+    /// For `per_second` requests per second (may be fractional, > 0).
+    pub fn per_second(per_second: f64, burst: u32) -> GcraParams {
         let interval = if per_second > 0.0 {
             (NANOS_PER_SEC as f64 / per_second).round()
         } else {
             f64::MAX
         };
-        Gcra::new(interval.clamp(1.0, u64::MAX as f64) as u64, burst)
+        GcraParams::new(interval.clamp(1.0, u64::MAX as f64) as u64, burst)
     }
 
     pub fn interval(&self) -> Nanos {
@@ -71,24 +72,110 @@ impl Gcra {
         self.burst
     }
 
+    /// Takes a token from a bucket at `tat`, or reserves one up to
+    /// `max_wait` ahead (`None`: no waiting). Returns the outcome and the new
+    /// TAT (unchanged when denied).
+    pub fn reserve(&self, tat: Nanos, now: Nanos, max_wait: Option<Nanos>) -> (Reservation, Nanos) {
+        let base = tat.max(now);
+        let wait = base.saturating_sub(self.tau).saturating_sub(now);
+        if wait > 0 && max_wait.is_none_or(|m| wait > m) {
+            return (Reservation::Denied(wait), tat);
+        }
+        let next = base.saturating_add(self.interval);
+        match wait {
+            0 => (Reservation::Now, next),
+            w => (Reservation::After(w), next),
+        }
+    }
+
+    /// The TAT after giving back one token; never beyond a full bucket.
+    pub fn refund(&self, tat: Nanos, now: Nanos) -> Nanos {
+        if tat <= now {
+            return tat;
+        }
+        tat.saturating_sub(self.interval).max(now)
+    }
+
+    /// What is left at `now` in a bucket at `tat`.
+    pub fn quota(&self, tat: Nanos, now: Nanos) -> Quota {
+        let debt = tat.saturating_sub(now);
+        if debt > self.tau {
+            return Quota {
+                remaining: 0,
+                replenish_in: debt - self.tau,
+            };
+        }
+        let remaining = ((self.tau - debt) / self.interval + 1).min(u64::from(self.burst)) as u32;
+        let replenish_in = match debt % self.interval {
+            0 if debt == 0 => 0,
+            0 => self.interval,
+            r => r,
+        };
+        Quota {
+            remaining,
+            replenish_in,
+        }
+    }
+
+    /// True when a bucket at `tat` is full at `now` (its state carries no
+    /// information and may be forgotten).
+    pub fn is_full(&self, tat: Nanos, now: Nanos) -> bool {
+        tat <= now
+    }
+}
+
+/// A rate bucket shared by threads: the TAT in one `AtomicU64`.
+#[derive(Debug)]
+pub struct Gcra {
+    tat: AtomicU64,
+    params: GcraParams,
+}
+
+impl Gcra {
+    /// `interval` between requests in the long run (1 s / rate) and `burst`
+    /// requests allowed at once from a full bucket.
+    pub fn new(interval: Nanos, burst: u32) -> Gcra {
+        Gcra::with(GcraParams::new(interval, burst))
+    }
+
+    /// A bucket for `per_second` requests per second (may be fractional, > 0).
+    pub fn per_second(per_second: f64, burst: u32) -> Gcra {
+        Gcra::with(GcraParams::per_second(per_second, burst))
+    }
+
+    pub fn with(params: GcraParams) -> Gcra {
+        Gcra {
+            tat: AtomicU64::new(0),
+            params,
+        }
+    }
+
+    pub fn params(&self) -> &GcraParams {
+        &self.params
+    }
+
+    pub fn interval(&self) -> Nanos {
+        self.params.interval
+    }
+
+    pub fn burst(&self) -> u32 {
+        self.params.burst
+    }
+
     /// Takes a token now, or reserves one up to `max_wait` in the future
     /// (`None`: no waiting allowed).
     pub fn reserve(&self, now: Nanos, max_wait: Option<Nanos>) -> Reservation {
         let mut tat = self.tat.load(Ordering::Acquire);
         loop {
-            let base = tat.max(now);
-            let wait = base.saturating_sub(self.tau).saturating_sub(now);
-            if wait > 0 && max_wait.is_none_or(|m| wait > m) {
-                return Reservation::Denied(wait);
+            let (r, next) = self.params.reserve(tat, now, max_wait);
+            if next == tat {
+                return r;
             }
-            match self.tat.compare_exchange_weak(
-                tat,
-                base.saturating_add(self.interval),
-                Ordering::AcqRel,
-                Ordering::Acquire,
-            ) {
-                Ok(_) if wait == 0 => return Reservation::Now,
-                Ok(_) => return Reservation::After(wait),
+            match self
+                .tat
+                .compare_exchange_weak(tat, next, Ordering::AcqRel, Ordering::Acquire)
+            {
+                Ok(_) => return r,
                 Err(actual) => tat = actual,
             }
         }
@@ -107,8 +194,11 @@ impl Gcra {
     /// bucket beyond full.
     pub fn refund(&self, now: Nanos) {
         let mut tat = self.tat.load(Ordering::Acquire);
-        while tat > now {
-            let back = tat.saturating_sub(self.interval).max(now);
+        loop {
+            let back = self.params.refund(tat, now);
+            if back == tat {
+                return;
+            }
             match self
                 .tat
                 .compare_exchange_weak(tat, back, Ordering::AcqRel, Ordering::Acquire)
@@ -121,23 +211,7 @@ impl Gcra {
 
     /// What is left at `now`, without taking anything.
     pub fn quota(&self, now: Nanos) -> Quota {
-        let debt = self.tat.load(Ordering::Acquire).saturating_sub(now);
-        if debt > self.tau {
-            return Quota {
-                remaining: 0,
-                replenish_in: debt - self.tau,
-            };
-        }
-        let remaining = ((self.tau - debt) / self.interval + 1).min(u64::from(self.burst)) as u32;
-        let replenish_in = match debt % self.interval {
-            0 if debt == 0 => 0,
-            0 => self.interval,
-            r => r,
-        };
-        Quota {
-            remaining,
-            replenish_in,
-        }
+        self.params.quota(self.tat.load(Ordering::Acquire), now)
     }
 }
 
