@@ -1,5 +1,6 @@
 //! Admission decisions of one limiter: a rate bucket, concurrency slots with
-//! a FIFO queue, a bounded number of queue places and a maximum wait.
+//! a FIFO queue, a bounded number of queue places and a maximum wait, for
+//! the whole rule or, keyed (`--key`), for each client key.
 //!
 //! Pure: inputs in, decisions out, time from an injected [`Clock`]. The
 //! plugin maps the decisions to hooks and timers; nothing here knows about
@@ -9,9 +10,10 @@
 
 use std::sync::Arc;
 
+use keyed::{KeyState, KeyTable};
 use limits::{
-    Budget, BudgetToken, Clock, Gcra, MonotonicClock, Nanos, Permit, Quota, Reservation, Slots,
-    Ticket, Waiter,
+    Budget, BudgetToken, Clock, Gcra, GcraParams, MonotonicClock, Nanos, Permit, Quota,
+    Reservation, Slots, Ticket, Waiter,
 };
 
 /// What a limiter enforces.
@@ -40,11 +42,60 @@ impl Limits {
 
 /// One limiter's state. Shared (`Arc`) by the requests it admits.
 pub struct Limiter<W: Waiter, C: Clock = MonotonicClock> {
+    limits: Limits,
     slots: Option<Arc<Slots<W>>>,
     bucket: Option<Gcra>,
     budget: Arc<Budget>,
-    maxage: Option<Nanos>,
+    /// With `--key`: each key's own bucket, slots and queue places.
+    keys: Option<KeyTable<Keyed<W>>>,
+    params: Option<GcraParams>,
     clock: C,
+}
+
+/// One key's limits: its bucket's TAT, and its slots and queue places,
+/// allocated the first time the key needs them.
+pub struct Keyed<W: Waiter> {
+    tat: Nanos,
+    slots: Option<Arc<Slots<W>>>,
+    budget: Option<Arc<Budget>>,
+}
+
+impl<W: Waiter> Default for Keyed<W> {
+    fn default() -> Self {
+        Keyed {
+            tat: 0,
+            slots: None,
+            budget: None,
+        }
+    }
+}
+
+impl<W: Waiter> KeyState for Keyed<W> {
+    /// Holds slots or waiters, or a request is between deciding and taking
+    /// them (it holds a clone): forgetting the key would lose them.
+    fn busy(&self) -> bool {
+        self.slots
+            .as_ref()
+            .is_some_and(|s| Arc::strong_count(s) > 1 || s.waiting() > 0)
+            || self
+                .budget
+                .as_ref()
+                .is_some_and(|b| Arc::strong_count(b) > 1)
+    }
+}
+
+/// The per-key resources a decision works with, taken under the key's lock.
+struct KeyGrab<W: Waiter> {
+    rate: KeyRate,
+    slots: Option<Arc<Slots<W>>>,
+    place: Option<BudgetToken>,
+}
+
+enum KeyRate {
+    /// No rate limit, or a token was taken now.
+    Go,
+    Wait(Nanos),
+    Reject,
 }
 
 /// The decision for a new request.
@@ -72,6 +123,7 @@ pub struct Wait<W: Waiter, C: Clock = MonotonicClock> {
 #[must_use = "dropping the token gives it back to the bucket"]
 pub struct RateToken<W: Waiter, C: Clock = MonotonicClock> {
     limiter: Option<Arc<Limiter<W, C>>>,
+    key: Option<u64>,
 }
 
 impl<W: Waiter, C: Clock> RateToken<W, C> {
@@ -84,7 +136,7 @@ impl<W: Waiter, C: Clock> RateToken<W, C> {
 impl<W: Waiter, C: Clock> Drop for RateToken<W, C> {
     fn drop(&mut self) {
         if let Some(l) = self.limiter.take() {
-            l.refund_rate();
+            l.refund_rate(self.key);
         }
     }
 }
@@ -110,63 +162,217 @@ pub enum SlotWait<W: Waiter> {
 }
 
 impl<W: Waiter, C: Clock> Limiter<W, C> {
+    /// A limiter for the whole rule.
     pub fn new(limits: Limits, clock: C) -> Arc<Self> {
         Arc::new(Limiter {
+            limits,
             slots: limits.limit.map(Slots::new),
             bucket: limits.rate.map(|(r, b)| Gcra::per_second(r, b)),
             budget: Budget::new(limits.queue),
-            maxage: limits.maxage,
+            keys: None,
+            params: limits.rate.map(|(r, b)| GcraParams::per_second(r, b)),
             clock,
         })
+    }
+
+    /// A limiter whose limits apply to each key (at most `keys` held at once).
+    pub fn keyed(limits: Limits, keys: usize, clock: C) -> Arc<Self> {
+        Arc::new(Limiter {
+            limits,
+            slots: None,
+            bucket: None,
+            budget: Budget::new(0),
+            keys: Some(KeyTable::new(keys)),
+            params: limits.rate.map(|(r, b)| GcraParams::per_second(r, b)),
+            clock,
+        })
+    }
+
+    /// The keyed table (with `--key`), for hashing keys and for its counters.
+    pub fn keys(&self) -> Option<&KeyTable<Keyed<W>>> {
+        self.keys.as_ref()
     }
 
     pub fn now(&self) -> Nanos {
         self.clock.now()
     }
 
+    /// The rule-wide slots (not keyed).
     pub fn slots(&self) -> Option<&Arc<Slots<W>>> {
         self.slots.as_ref()
     }
 
-    pub fn has_rate(&self) -> bool {
-        self.bucket.is_some()
+    pub fn limits(&self) -> &Limits {
+        &self.limits
     }
 
-    /// Requests waiting right now (for the rate or a slot).
+    /// Requests waiting right now for the rule-wide limits (for the rate or
+    /// a slot); keyed waits are counted per key.
     pub fn queued(&self) -> u32 {
         self.budget.used()
     }
 
-    /// Slots left, and the rate quota, for `RateLimit` response fields.
-    pub fn remaining(&self) -> (Option<u32>, Option<Quota>) {
-        let left = self
-            .slots
-            .as_ref()
-            .map(|s| s.limit().saturating_sub(s.active()));
-        let quota = self.bucket.as_ref().map(|b| b.quota(self.clock.now()));
-        (left, quota)
-    }
-
-    fn refund_rate(&self) {
-        if let Some(b) = &self.bucket {
-            b.refund(self.clock.now());
+    /// Slots left, and the rate quota, of the rule or of `key`, for
+    /// `RateLimit` response fields.
+    pub fn remaining(&self, key: Option<u64>) -> (Option<u32>, Option<Quota>) {
+        let now = self.clock.now();
+        let left = |s: &Arc<Slots<W>>| s.limit().saturating_sub(s.active());
+        match (&self.keys, key) {
+            (Some(t), Some(k)) => t
+                .get(k, |st| {
+                    let slots = self.limits.limit.map(|l| st.slots.as_ref().map_or(l, left));
+                    let quota = self.params.map(|p| p.quota(st.tat, now));
+                    (slots, quota)
+                })
+                .unwrap_or((self.limits.limit, self.params.map(|p| p.quota(0, now)))),
+            _ => (
+                self.slots.as_ref().map(left),
+                self.bucket.as_ref().map(|b| b.quota(now)),
+            ),
         }
     }
 
-    fn rate_token(self: &Arc<Self>) -> Option<RateToken<W, C>> {
-        self.bucket.as_ref().map(|_| RateToken {
+    fn refund_rate(&self, key: Option<u64>) {
+        let now = self.clock.now();
+        match (&self.keys, self.params, key) {
+            (Some(t), Some(p), Some(k)) => {
+                // A key evicted meanwhile was reset to full: nothing to give back.
+                let _ = t.get(k, |st| st.tat = p.refund(st.tat, now));
+            }
+            _ => {
+                if let Some(b) = &self.bucket {
+                    b.refund(now);
+                }
+            }
+        }
+    }
+
+    fn rate_token(self: &Arc<Self>, key: Option<u64>) -> Option<RateToken<W, C>> {
+        self.params.map(|_| RateToken {
             limiter: Some(self.clone()),
+            key,
         })
     }
 
-    /// Decides a new request: the rate bucket first, then a slot.
-    pub fn admit(self: &Arc<Self>) -> Admission<W, C> {
+    /// Decides a new request: the rate bucket first, then a slot. `key`
+    /// (with `--key`) selects the client's own limits; a keyed limiter
+    /// refuses a request without one, and refuses when every key it holds
+    /// is busy (the table is full of keys holding slots or waiters).
+    pub fn admit(self: &Arc<Self>, key: Option<u64>) -> Admission<W, C> {
+        match (&self.keys, key) {
+            (None, _) => self.admit_rule(),
+            (Some(t), Some(k)) => self.admit_key(t, k),
+            (Some(_), None) => Admission::Reject,
+        }
+    }
+
+    fn admit_key(self: &Arc<Self>, table: &KeyTable<Keyed<W>>, key: u64) -> Admission<W, C> {
+        let now = self.clock.now();
+        let max_wait = self.limits.maxage.unwrap_or(Nanos::MAX);
+        let (limit, queue) = (self.limits.limit, self.limits.queue);
+        // The key's bucket, and clones of its slots and queue places, under
+        // its shard lock; slots are taken after, as for the rule-wide limiter.
+        let grabbed = table.with(key, |st| {
+            let place = |st: &mut Keyed<W>| {
+                st.budget
+                    .get_or_insert_with(|| Budget::new(queue))
+                    .try_take()
+            };
+            let mut taken_place = None;
+            let rate = match self.params {
+                None => KeyRate::Go,
+                Some(p) => match p.reserve(st.tat, now, None) {
+                    (Reservation::Now, next) => {
+                        st.tat = next;
+                        KeyRate::Go
+                    }
+                    (Reservation::Denied(wait), _) if wait <= max_wait => match place(st) {
+                        None => KeyRate::Reject,
+                        Some(token) => match p.reserve(st.tat, now, Some(max_wait)) {
+                            (Reservation::Now, next) => {
+                                st.tat = next;
+                                taken_place = Some(token);
+                                KeyRate::Go
+                            }
+                            (Reservation::After(d), next) => {
+                                st.tat = next;
+                                taken_place = Some(token);
+                                KeyRate::Wait(d)
+                            }
+                            (Reservation::Denied(_), _) => KeyRate::Reject,
+                        },
+                    },
+                    _ => KeyRate::Reject,
+                },
+            };
+            let slots = match rate {
+                KeyRate::Reject => None,
+                _ => limit.map(|l| st.slots.get_or_insert_with(|| Slots::new(l)).clone()),
+            };
+            KeyGrab {
+                rate,
+                slots,
+                place: taken_place,
+            }
+        });
+        let Ok(g) = grabbed else {
+            return Admission::Reject;
+        };
+        if matches!(g.rate, KeyRate::Reject) {
+            // Nothing was taken for this request.
+            return Admission::Reject;
+        }
+        let rate = self.rate_token(Some(key));
+        match g.rate {
+            KeyRate::Reject => Admission::Reject,
+            KeyRate::Wait(delay) => match g.place {
+                Some(place) => Admission::Wait(Wait {
+                    place,
+                    since: now,
+                    rate_delay: delay,
+                    rate,
+                }),
+                None => Admission::Reject,
+            },
+            KeyRate::Go => {
+                let Some(slots) = g.slots else {
+                    spend(rate);
+                    return Admission::Go(None);
+                };
+                if let Some(permit) = slots.try_acquire() {
+                    spend(rate);
+                    return Admission::Go(Some(permit));
+                }
+                let place = g.place.or_else(|| {
+                    table
+                        .get(key, |st| {
+                            st.budget
+                                .get_or_insert_with(|| Budget::new(queue))
+                                .try_take()
+                        })
+                        .flatten()
+                });
+                match place {
+                    Some(place) => Admission::Wait(Wait {
+                        place,
+                        since: now,
+                        rate_delay: 0,
+                        rate,
+                    }),
+                    // Dropping `rate` gives the key's token back.
+                    None => Admission::Reject,
+                }
+            }
+        }
+    }
+
+    fn admit_rule(self: &Arc<Self>) -> Admission<W, C> {
         let now = self.clock.now();
         let mut place = None;
         if let Some(bucket) = &self.bucket {
             if let Reservation::Denied(wait) = bucket.reserve(now, None) {
                 // Over the rate: wait if a queue place is free and maxage allows the wait.
-                let max_wait = self.maxage.unwrap_or(Nanos::MAX);
+                let max_wait = self.limits.maxage.unwrap_or(Nanos::MAX);
                 if wait > max_wait {
                     return Admission::Reject;
                 }
@@ -180,7 +386,7 @@ impl<W: Waiter, C: Clock> Limiter<W, C> {
                             place: p,
                             since: now,
                             rate_delay: delay,
-                            rate: self.rate_token(),
+                            rate: self.rate_token(None),
                         });
                     }
                     Reservation::Denied(_) => return Admission::Reject,
@@ -188,7 +394,7 @@ impl<W: Waiter, C: Clock> Limiter<W, C> {
             }
         }
         // From here a rate token (if any) is taken for this request.
-        let rate = self.rate_token();
+        let rate = self.rate_token(None);
         let Some(slots) = &self.slots else {
             spend(rate);
             return Admission::Go(None);
@@ -210,13 +416,28 @@ impl<W: Waiter, C: Clock> Limiter<W, C> {
     }
 
     /// After the rate wait of a request that started waiting at `since`:
-    /// expire it, let it go, or queue it for a slot.
-    pub fn wait_for_slot(&self, since: Nanos, waiter: W) -> SlotWait<W> {
-        let Some(slots) = &self.slots else {
+    /// expire it, let it go, or queue it for a slot (of its key, if keyed).
+    pub fn wait_for_slot(&self, since: Nanos, waiter: W, key: Option<u64>) -> SlotWait<W> {
+        let slots = match (&self.keys, key, self.limits.limit) {
+            (_, _, None) => None,
+            (Some(t), Some(k), Some(l)) => {
+                let s = t.with(k, |st| {
+                    st.slots.get_or_insert_with(|| Slots::new(l)).clone()
+                });
+                match s {
+                    Ok(s) => Some(s),
+                    // Cannot happen while the waiter's queue place pins the
+                    // key; if it does, refuse rather than wait unlimited.
+                    Err(_) => return SlotWait::Expired(waiter),
+                }
+            }
+            _ => self.slots.clone(),
+        };
+        let Some(slots) = slots else {
             return SlotWait::Go(waiter);
         };
         let now = self.clock.now();
-        let deadline = self.maxage.map(|m| since.saturating_add(m));
+        let deadline = self.limits.maxage.map(|m| since.saturating_add(m));
         if deadline.is_some_and(|d| d <= now) {
             return SlotWait::Expired(waiter);
         }
@@ -226,17 +447,35 @@ impl<W: Waiter, C: Clock> Limiter<W, C> {
         }
     }
 
-    /// Takes out of the queue the first `max` waiters (oldest first) for
-    /// which `gone` is true: clients that left. `gone` may be slow.
-    pub fn remove_departed(&self, max: usize, mut gone: impl FnMut(&W) -> bool) -> Vec<W> {
-        let Some(slots) = &self.slots else {
-            return Vec::new();
+    /// Takes out of the queues the first `max` waiters (oldest first, per
+    /// queue) for which `gone` is true: clients that left. `gone` may be
+    /// slow. Also returns how many waiters remain.
+    pub fn remove_departed(&self, max: usize, mut gone: impl FnMut(&W) -> bool) -> (Vec<W>, u32) {
+        let queues: Vec<Arc<Slots<W>>> = match &self.keys {
+            None => self.slots.iter().cloned().collect(),
+            Some(t) => {
+                let mut v = Vec::new();
+                t.for_each(|_, st| {
+                    if let Some(s) = &st.slots {
+                        if s.waiting() > 0 && v.len() < max {
+                            v.push(s.clone());
+                        }
+                    }
+                });
+                v
+            }
         };
         let mut checked = 0;
-        slots.remove_waiting(|w| {
-            checked += 1;
-            checked <= max && gone(w)
-        })
+        let mut out = Vec::new();
+        let mut left = 0u32;
+        for slots in queues {
+            out.extend(slots.remove_waiting(|w| {
+                checked += 1;
+                checked <= max && gone(w)
+            }));
+            left = left.saturating_add(slots.waiting());
+        }
+        (out, left)
     }
 }
 

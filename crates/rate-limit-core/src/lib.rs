@@ -5,6 +5,7 @@
 
 pub mod admission;
 pub mod headers;
+pub mod key;
 pub mod options;
 pub mod tag;
 
@@ -13,7 +14,7 @@ pub use options::{OptionError, Options};
 
 /// The metrics of one rule, as upstream names them plus ours.
 pub const METRICS: &[&str] = &[
-    "queued", "rejected", "expired", "resumed", "admitted", "active", "waiting",
+    "queued", "rejected", "expired", "resumed", "admitted", "active", "waiting", "keys", "evicted",
 ];
 
 /// `<prefix>.remap.<tag>.<metric>`, upstream's naming for remap rules.

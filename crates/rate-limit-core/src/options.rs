@@ -19,6 +19,10 @@ pub const DEFAULT_PREFIX: &str = "plugin.rate_limiter";
 pub const MAX_RATE: f64 = 1_000_000.0;
 /// `--burst / --rate` above this (a year) would overflow the bucket's clock.
 pub const MAX_BURST_SECONDS: f64 = 365.0 * 86_400.0;
+/// Keys a keyed rule holds at once unless `--keys` says otherwise.
+pub const DEFAULT_KEYS: usize = 100_000;
+/// Most `--keys`: 16 M keys is about 1 GB of state with `--limit`.
+pub const MAX_KEYS: u64 = 16 << 20;
 
 #[derive(Clone, Debug, PartialEq)]
 pub struct Options {
@@ -41,6 +45,12 @@ pub struct Options {
     /// Requests allowed at once from a full rate bucket.
     pub burst: u32,
     pub ratelimit_headers: bool,
+    /// `--key`: limits apply per client key, as identified by this.
+    pub key: Option<crate::key::KeySpec>,
+    /// `--keys`: most keys held at once.
+    pub keys: usize,
+    /// `--key-missing`: requests without their key.
+    pub key_missing: crate::key::Missing,
     /// Accepted but probably unintended combinations, for the log.
     pub warnings: Vec<String>,
 }
@@ -78,6 +88,11 @@ const OPTIONS: &[(&str, bool)] = &[
     ("rate", true),
     ("burst", true),
     ("ratelimit-headers", false),
+    ("key", true),
+    ("key-prefix", true),
+    ("keys", true),
+    ("key-missing", true),
+    ("trusted-proxies", true),
 ];
 
 fn allowed_names() -> String {
@@ -123,10 +138,14 @@ impl Options {
             rate: None,
             burst: 0,
             ratelimit_headers: false,
+            key: None,
+            keys: DEFAULT_KEYS,
+            key_missing: crate::key::Missing::Shared,
             warnings: Vec::new(),
         };
         let mut burst = None;
         let mut tag = None;
+        let (mut sources, mut prefix, mut trusted) = (None, None, None);
         let mut i = 0;
         while i < args.len() {
             let arg = args[i];
@@ -233,6 +252,36 @@ impl Options {
                 }
                 "conntrack" => o.conntrack = true,
                 "ratelimit-headers" => o.ratelimit_headers = true,
+                "key" => {
+                    let parsed = crate::key::KeySpec::parse_sources(value).map_err(|_| {
+                        invalid(
+                            name,
+                            value,
+                            "ip, header:NAME, cookie:NAME or query:NAME, comma-separated, each at most once",
+                        )
+                    })?;
+                    sources = Some(parsed);
+                }
+                "key-prefix" => {
+                    prefix = Some(crate::key::KeySpec::parse_prefix(value).ok_or_else(|| {
+                        invalid(
+                            name,
+                            value,
+                            "IPv4/IPv6 prefix lengths, 0 to 32 / 0 to 128 (e.g. 32/64 or 24/48)",
+                        )
+                    })?);
+                }
+                "keys" => o.keys = parse_uint(name, value, 1, MAX_KEYS)? as usize,
+                "key-missing" => {
+                    o.key_missing = crate::key::Missing::parse(value)
+                        .ok_or_else(|| invalid(name, value, "shared, pass or refuse"))?;
+                }
+                "trusted-proxies" => {
+                    let parsed = crate::key::KeySpec::parse_trusted(value).map_err(|_| {
+                        invalid(name, value, "IP addresses or CIDRs, comma-separated")
+                    })?;
+                    trusted = Some(parsed);
+                }
                 _ => unreachable!("every name in OPTIONS is handled"),
             }
         }
@@ -274,6 +323,35 @@ impl Options {
                 ))
             })?,
         };
+        match sources {
+            Some(sources) => {
+                let (v4_prefix, v6_prefix) = prefix.unwrap_or((32, 64));
+                let has_ip = sources.contains(&crate::key::Source::Ip);
+                if trusted.is_some() && !has_ip {
+                    o.warnings
+                        .push("--trusted-proxies has no effect without ip in --key".to_owned());
+                }
+                if prefix.is_some() && !has_ip {
+                    o.warnings
+                        .push("--key-prefix has no effect without ip in --key".to_owned());
+                }
+                o.key = Some(crate::key::KeySpec {
+                    sources,
+                    v4_prefix,
+                    v6_prefix,
+                    trusted: trusted.unwrap_or_default(),
+                });
+            }
+            None => {
+                for other in ["key-prefix", "keys", "key-missing", "trusted-proxies"] {
+                    if seen.contains(&other) {
+                        return Err(OptionError(format!(
+                            "--{other} needs --key (it configures per-client keys)"
+                        )));
+                    }
+                }
+            }
+        }
         if o.queue == 0 {
             if o.maxage_ms > 0 {
                 o.warnings
@@ -303,8 +381,20 @@ impl Options {
         } else {
             self.queue.to_string()
         };
+        let key = match &self.key {
+            None => String::new(),
+            Some(k) => format!(
+                " key={} per key (prefix {}/{}, {} trusted proxies, missing={}) keys={}",
+                k.describe_sources(),
+                k.v4_prefix,
+                k.v6_prefix,
+                k.trusted.len(),
+                self.key_missing.name(),
+                self.keys
+            ),
+        };
         format!(
-            "limit={limit} rate={rate} queue={queue} maxage={}ms error={} retry={} conntrack={} metrics={}.remap.{}",
+            "limit={limit} rate={rate} queue={queue} maxage={}ms error={} retry={} conntrack={}{key} metrics={}.remap.{}",
             self.maxage_ms, self.error, self.retry, self.conntrack, self.prefix, self.tag
         )
     }
@@ -537,5 +627,54 @@ mod tests {
             let o = Options::parse(URL, &refs).unwrap();
             proptest::prop_assert_eq!((o.limit, o.queue, o.maxage_ms), (Some(limit), queue, u64::from(maxage)));
         }
+    }
+
+    #[test]
+    fn key_options_parse_and_need_key() {
+        let o = parse(&["--rate=5", "--key=ip,header:X-User", "--keys=1000"]).unwrap();
+        let k = o.key.as_ref().unwrap();
+        assert_eq!(k.sources.len(), 2);
+        assert_eq!((k.v4_prefix, k.v6_prefix), (32, 64));
+        assert_eq!(o.keys, 1000);
+        assert_eq!(o.key_missing, crate::key::Missing::Shared);
+        let o = parse(&[
+            "--key=ip",
+            "--key-prefix=24/48",
+            "--key-missing=refuse",
+            "--trusted-proxies=10.0.0.0/8,::1",
+        ])
+        .unwrap();
+        let k = o.key.as_ref().unwrap();
+        assert_eq!((k.v4_prefix, k.v6_prefix), (24, 48));
+        assert_eq!(k.trusted.len(), 2);
+        assert_eq!(o.key_missing, crate::key::Missing::Refuse);
+        assert!(o.describe().contains("key=ip per key (prefix 24/48"));
+        assert_eq!(parse(&["--limit=1"]).unwrap().key, None);
+
+        assert!(err(&["--key=ip,host"]).starts_with(
+            "--key has an invalid value 'ip,host': allowed ip, header:NAME, cookie:NAME or query:NAME"
+        ));
+        assert!(err(&["--key=ip", "--key-prefix=40/64"])
+            .starts_with("--key-prefix has an invalid value '40/64'"));
+        assert!(err(&["--key=ip", "--keys=0"]).starts_with("--keys has an invalid value '0'"));
+        assert!(err(&["--key=ip", "--key-missing=drop"]).starts_with(
+            "--key-missing has an invalid value 'drop': allowed shared, pass or refuse"
+        ));
+        assert!(err(&["--key=ip", "--trusted-proxies=lb"]).starts_with(
+            "--trusted-proxies has an invalid value 'lb': allowed IP addresses or CIDRs"
+        ));
+        for opt in [
+            "--keys=5",
+            "--key-prefix=24/48",
+            "--key-missing=pass",
+            "--trusted-proxies=::1",
+        ] {
+            assert!(err(&[opt]).contains("needs --key"), "{opt}");
+        }
+        let o = parse(&["--key=header:X-A", "--trusted-proxies=10.0.0.1"]).unwrap();
+        assert_eq!(
+            o.warnings,
+            ["--trusted-proxies has no effect without ip in --key"]
+        );
     }
 }

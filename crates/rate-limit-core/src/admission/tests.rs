@@ -51,15 +51,18 @@ fn w(id: usize, held: &Held) -> W {
 #[test]
 fn concurrency_goes_waits_then_rejects() {
     let (l, _) = limiter(lim(Some(1), None, 1, 0));
-    let Admission::Go(Some(p)) = l.admit() else {
+    let Admission::Go(Some(p)) = l.admit(None) else {
         panic!("first request must get the slot")
     };
-    let Admission::Wait(wait) = l.admit() else {
+    let Admission::Wait(wait) = l.admit(None) else {
         panic!("second must wait")
     };
     assert_eq!(wait.rate_delay, 0);
     assert!(wait.rate.is_none());
-    assert!(matches!(l.admit(), Admission::Reject), "queue of 1 is full");
+    assert!(
+        matches!(l.admit(None), Admission::Reject),
+        "queue of 1 is full"
+    );
     assert_eq!(l.queued(), 1);
     drop(wait);
     assert_eq!(l.queued(), 0, "a dropped wait gives its place back");
@@ -71,13 +74,14 @@ fn concurrency_goes_waits_then_rejects() {
 fn queued_waiter_gets_the_freed_slot() {
     let held = Held::default();
     let (l, _) = limiter(lim(Some(1), None, 5, 0));
-    let Admission::Go(Some(p)) = l.admit() else {
+    let Admission::Go(Some(p)) = l.admit(None) else {
         panic!()
     };
-    let Admission::Wait(wait) = l.admit() else {
+    let Admission::Wait(wait) = l.admit(None) else {
         panic!()
     };
-    let SlotWait::Queued { ticket, expires_in } = l.wait_for_slot(wait.since, w(7, &held)) else {
+    let SlotWait::Queued { ticket, expires_in } = l.wait_for_slot(wait.since, w(7, &held), None)
+    else {
         panic!("must queue")
     };
     assert_eq!(expires_in, None);
@@ -91,48 +95,49 @@ fn queued_waiter_gets_the_freed_slot() {
 fn maxage_expires_and_bounds_the_rate_wait() {
     let held = Held::default();
     let (l, clock) = limiter(lim(Some(1), None, 5, 100));
-    let Admission::Go(Some(_p)) = l.admit() else {
+    let Admission::Go(Some(_p)) = l.admit(None) else {
         panic!()
     };
-    let Admission::Wait(wait) = l.admit() else {
+    let Admission::Wait(wait) = l.admit(None) else {
         panic!()
     };
     clock.advance(Duration::from_millis(40));
-    let SlotWait::Queued { expires_in, ticket } = l.wait_for_slot(wait.since, w(1, &held)) else {
+    let SlotWait::Queued { expires_in, ticket } = l.wait_for_slot(wait.since, w(1, &held), None)
+    else {
         panic!()
     };
     assert_eq!(expires_in, Some(60 * NANOS_PER_MS));
     assert!(ticket.cancel().is_some());
     clock.advance(Duration::from_millis(60));
     assert!(matches!(
-        l.wait_for_slot(wait.since, w(2, &held)),
+        l.wait_for_slot(wait.since, w(2, &held), None),
         SlotWait::Expired(_)
     ));
 
     // A rate wait longer than maxage is refused at once, taking nothing.
     let (l, _) = limiter(lim(None, Some((1.0, 1)), 5, 500));
-    assert!(matches!(l.admit(), Admission::Go(None)));
-    assert!(matches!(l.admit(), Admission::Reject));
+    assert!(matches!(l.admit(None), Admission::Go(None)));
+    assert!(matches!(l.admit(None), Admission::Reject));
     assert_eq!(l.queued(), 0);
 }
 
 #[test]
 fn rate_waits_reserve_a_token_that_unserved_requests_give_back() {
     let (l, clock) = limiter(lim(None, Some((10.0, 2)), 10, 0));
-    assert!(matches!(l.admit(), Admission::Go(None)));
-    assert!(matches!(l.admit(), Admission::Go(None)));
-    let Admission::Wait(first) = l.admit() else {
+    assert!(matches!(l.admit(None), Admission::Go(None)));
+    assert!(matches!(l.admit(None), Admission::Go(None)));
+    let Admission::Wait(first) = l.admit(None) else {
         panic!("over the burst: wait")
     };
     assert_eq!(first.rate_delay, 100 * NANOS_PER_MS);
-    let Admission::Wait(second) = l.admit() else {
+    let Admission::Wait(second) = l.admit(None) else {
         panic!()
     };
     assert_eq!(second.rate_delay, 200 * NANOS_PER_MS);
     // The first is not served (client left): its token comes back, so the
     // next newcomer waits no longer than the second already does.
     drop(first);
-    let Admission::Wait(third) = l.admit() else {
+    let Admission::Wait(third) = l.admit(None) else {
         panic!()
     };
     assert_eq!(third.rate_delay, 200 * NANOS_PER_MS);
@@ -140,40 +145,41 @@ fn rate_waits_reserve_a_token_that_unserved_requests_give_back() {
     spend(second.rate);
     spend(third.rate);
     clock.advance(Duration::from_millis(200));
-    let (_, quota) = l.remaining();
+    let (_, quota) = l.remaining(None);
     assert_eq!(quota.map(|q| q.remaining), Some(0));
 }
 
 #[test]
 fn rejected_for_a_slot_after_taking_a_rate_token_gives_it_back() {
     let (l, _) = limiter(lim(Some(1), Some((1.0, 2)), 0, 0));
-    let Admission::Go(Some(_p)) = l.admit() else {
+    let Admission::Go(Some(_p)) = l.admit(None) else {
         panic!()
     };
-    assert_eq!(l.remaining().1.map(|q| q.remaining), Some(1));
+    assert_eq!(l.remaining(None).1.map(|q| q.remaining), Some(1));
     // Rate allows it, the slot does not and there is no queue: refused, and
     // the rate token it took comes back.
-    assert!(matches!(l.admit(), Admission::Reject));
-    assert_eq!(l.remaining().1.map(|q| q.remaining), Some(1));
+    assert!(matches!(l.admit(None), Admission::Reject));
+    assert_eq!(l.remaining(None).1.map(|q| q.remaining), Some(1));
 }
 
 #[test]
 fn departed_waiters_leave_the_queue_up_to_the_cap() {
     let held = Held::default();
     let (l, _) = limiter(lim(Some(1), None, 10, 0));
-    let Admission::Go(Some(_p)) = l.admit() else {
+    let Admission::Go(Some(_p)) = l.admit(None) else {
         panic!()
     };
     let mut tickets = Vec::new();
     for id in 0..6 {
-        let Admission::Wait(wait) = l.admit() else {
+        let Admission::Wait(wait) = l.admit(None) else {
             panic!()
         };
-        if let SlotWait::Queued { ticket, .. } = l.wait_for_slot(wait.since, w(id, &held)) {
+        if let SlotWait::Queued { ticket, .. } = l.wait_for_slot(wait.since, w(id, &held), None) {
             tickets.push(ticket);
         }
     }
-    let gone = l.remove_departed(3, |w| w.id % 2 == 0);
+    let (gone, left) = l.remove_departed(3, |w| w.id % 2 == 0);
+    assert_eq!(left, 4);
     // Only the first three were looked at: ids 0 and 2 are gone, 4 was not checked.
     assert_eq!(gone.iter().map(|w| w.id).collect::<Vec<_>>(), vec![0, 2]);
     assert_eq!(l.slots().map(|s| s.waiting()), Some(4));
@@ -230,7 +236,7 @@ proptest! {
         let mut admitted_order = Vec::new();
         for op in ops {
             match op {
-                Op::Arrive => match l.admit() {
+                Op::Arrive => match l.admit(None) {
                     Admission::Go(p) => {
                         served += 1;
                         holders.extend(p);
@@ -256,11 +262,14 @@ proptest! {
                     if !holders.is_empty() {
                         drop(holders.remove(n % holders.len()));
                     }
-                    let mut h = held.lock();
-                    if !h.is_empty() {
-                        let i = n % h.len();
-                        drop(h.remove(i));
-                    }
+                    // Released outside the lock: the hand-off admits a waiter,
+                    // whose admit takes the lock.
+                    let finished = {
+                        let mut h = held.lock();
+                        let i = n % h.len().max(1);
+                        (!h.is_empty()).then(|| h.remove(i))
+                    };
+                    drop(finished);
                 }
                 Op::Advance(ms) => clock.advance(Duration::from_millis(ms)),
             }
@@ -272,7 +281,7 @@ proptest! {
             for (_, wait) in ready {
                 let id = next_id;
                 next_id += 1;
-                match l.wait_for_slot(wait.since, w(id, &held)) {
+                match l.wait_for_slot(wait.since, w(id, &held), None) {
                     SlotWait::Go(_) => unreachable!("the limiter has slots"),
                     SlotWait::Expired(_) => {}
                     SlotWait::Queued { ticket, .. } => {
@@ -308,5 +317,131 @@ proptest! {
         let mut sorted = admitted_order.clone();
         sorted.sort_unstable();
         prop_assert_eq!(admitted_order, sorted);
+    }
+}
+
+fn keyed(limits: Limits, keys: usize) -> (Arc<Limiter<W, Arc<ManualClock>>>, Arc<ManualClock>) {
+    let clock = Arc::new(ManualClock::new(NANOS_PER_SEC));
+    (Limiter::keyed(limits, keys, clock.clone()), clock)
+}
+
+#[test]
+fn each_key_has_its_own_bucket() {
+    let (l, clock) = keyed(lim(None, Some((1.0, 2)), 0, 0), 100);
+    let (a, b) = (Some(1), Some(2));
+    assert!(matches!(l.admit(a), Admission::Go(None)));
+    assert!(matches!(l.admit(a), Admission::Go(None)));
+    assert!(
+        matches!(l.admit(a), Admission::Reject),
+        "a is over its rate"
+    );
+    assert!(matches!(l.admit(b), Admission::Go(None)), "b is not");
+    assert!(
+        matches!(l.admit(None), Admission::Reject),
+        "no key, no limit to apply"
+    );
+    clock.advance(Duration::from_secs(1));
+    assert!(matches!(l.admit(a), Admission::Go(None)));
+    assert_eq!(l.remaining(a).1.map(|q| q.remaining), Some(0));
+    assert_eq!(l.remaining(b).1.map(|q| q.remaining), Some(2));
+    assert_eq!(l.remaining(Some(99)).1.map(|q| q.remaining), Some(2));
+}
+
+#[test]
+fn each_key_has_its_own_slots_and_queue() {
+    let held = Held::default();
+    let (l, _) = keyed(lim(Some(1), None, 1, 0), 100);
+    let Admission::Go(Some(pa)) = l.admit(Some(1)) else {
+        panic!("a gets its slot")
+    };
+    let Admission::Go(Some(_pb)) = l.admit(Some(2)) else {
+        panic!("b too")
+    };
+    let Admission::Wait(wait) = l.admit(Some(1)) else {
+        panic!("a's second waits")
+    };
+    assert!(
+        matches!(l.admit(Some(1)), Admission::Reject),
+        "a's queue of 1 is full"
+    );
+    let SlotWait::Queued { ticket, .. } = l.wait_for_slot(wait.since, w(1, &held), Some(1)) else {
+        panic!()
+    };
+    assert!(ticket.is_waiting());
+    drop(pa);
+    assert!(!ticket.is_waiting(), "a's freed slot went to a's waiter");
+    assert_eq!(held.lock().len(), 1);
+    assert_eq!(l.remaining(Some(1)).0, Some(0));
+}
+
+#[test]
+fn busy_keys_are_never_evicted_and_a_full_table_of_them_refuses() {
+    let (l, _) = keyed(lim(Some(1), None, 0, 0), 2);
+    let Admission::Go(Some(pa)) = l.admit(Some(1)) else {
+        panic!()
+    };
+    let Admission::Go(Some(pb)) = l.admit(Some(2)) else {
+        panic!()
+    };
+    // Both keys hold a slot: a third key has no room, and pressure does not
+    // push out a busy key (which would reset its limit).
+    for k in 3..50 {
+        assert!(matches!(l.admit(Some(k)), Admission::Reject));
+    }
+    assert!(
+        matches!(l.admit(Some(1)), Admission::Reject),
+        "a still holds its slot"
+    );
+    drop(pb);
+    // b is idle now: a new key may take its place.
+    let Admission::Go(Some(_pc)) = l.admit(Some(3)) else {
+        panic!("an idle key gives way")
+    };
+    assert!(matches!(l.admit(Some(1)), Admission::Reject));
+    drop(pa);
+    assert!(l.keys().is_some_and(|t| t.len() <= 2));
+}
+
+#[test]
+fn an_unserved_keyed_wait_gives_the_token_back_to_its_key() {
+    let (l, _) = keyed(lim(None, Some((10.0, 1)), 5, 0), 10);
+    assert!(matches!(l.admit(Some(1)), Admission::Go(None)));
+    let Admission::Wait(w1) = l.admit(Some(1)) else {
+        panic!()
+    };
+    assert_eq!(w1.rate_delay, 100 * NANOS_PER_MS);
+    drop(w1);
+    let Admission::Wait(w2) = l.admit(Some(1)) else {
+        panic!()
+    };
+    assert_eq!(
+        w2.rate_delay,
+        100 * NANOS_PER_MS,
+        "the dropped wait's token came back"
+    );
+}
+
+proptest! {
+    /// With room for every key, each key is limited exactly as a rule-wide
+    /// limiter would be: served ≤ burst + rate·t (+1) per key, whatever the
+    /// interleaving of keys.
+    #[test]
+    fn each_key_is_limited_alone(
+        rate in 1u32..20,
+        burst in 1u32..5,
+        ops in prop::collection::vec((0u64..5, 0u64..300), 1..300),
+    ) {
+        let (l, clock) = keyed(lim(None, Some((f64::from(rate), burst)), 0, 0), 16);
+        let start = clock.now();
+        let mut served = [0u64; 5];
+        for (key, ms) in ops {
+            clock.advance(Duration::from_millis(ms));
+            if let Admission::Go(_) = l.admit(Some(key)) {
+                served[key as usize] += 1;
+            }
+            let elapsed = clock.now() - start;
+            let allowed = u64::from(burst) + u64::from(rate) * elapsed / NANOS_PER_SEC + 1;
+            prop_assert!(served[key as usize] <= allowed);
+        }
     }
 }

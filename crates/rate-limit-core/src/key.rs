@@ -1,0 +1,329 @@
+//! What identifies a client (`--key`): its address (aggregated by prefix,
+//! and taken from `X-Forwarded-For`/`Forwarded` only behind a trusted
+//! proxy), a header, a cookie or a query parameter, or a combination.
+//!
+//! Everything here reads client-controlled bytes: nothing is stored but the
+//! key bytes handed to the caller (who keeps only their keyed hash), and
+//! every parse is linear in the input.
+
+use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
+
+use ipnet::IpNet;
+
+/// One part of a client key.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Source {
+    /// The client address (see [`KeySpec::client_ip`]).
+    Ip,
+    Header(String),
+    Cookie(String),
+    Query(String),
+}
+
+/// What to do with a request that lacks a key source (`--key-missing`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Missing {
+    /// All such requests share one key (the default): they are limited together.
+    Shared,
+    /// Not limited by this rule.
+    Pass,
+    /// Refused with the rule's error status.
+    Refuse,
+}
+
+impl Missing {
+    pub fn parse(v: &str) -> Option<Missing> {
+        match v {
+            "shared" => Some(Missing::Shared),
+            "pass" => Some(Missing::Pass),
+            "refuse" => Some(Missing::Refuse),
+            _ => None,
+        }
+    }
+
+    pub fn name(self) -> &'static str {
+        match self {
+            Missing::Shared => "shared",
+            Missing::Pass => "pass",
+            Missing::Refuse => "refuse",
+        }
+    }
+}
+
+/// The parts of a request a key can come from.
+pub trait RequestView {
+    /// The address of the peer that connected to Traffic Server.
+    fn peer_ip(&self) -> Option<IpAddr>;
+    /// Every field of that name, in order, joined with ", " (as RFC 9110
+    /// allows for list fields); `None` if there is none.
+    fn header(&self, name: &str) -> Option<Vec<u8>>;
+    /// The raw query string, without the `?`.
+    fn query(&self) -> Option<Vec<u8>>;
+}
+
+/// A rule's key: its sources, how addresses are aggregated, and which
+/// proxies are trusted to report the client's address.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct KeySpec {
+    pub sources: Vec<Source>,
+    /// Prefix lengths that `ip` keys are aggregated to (`--key-prefix`).
+    pub v4_prefix: u8,
+    pub v6_prefix: u8,
+    /// Proxies whose `X-Forwarded-For`/`Forwarded` is believed (`--trusted-proxies`).
+    pub trusted: Vec<IpNet>,
+}
+
+/// Most bytes of one source that go into a key: longer values are cut (and
+/// still distinguish clients by their first 512 bytes).
+pub const MAX_SOURCE_BYTES: usize = 512;
+/// Most addresses of a forwarding chain that are looked at, from the right.
+pub const MAX_FORWARDED_HOPS: usize = 32;
+
+impl KeySpec {
+    /// Parses `--key`: `ip`, `header:NAME`, `cookie:NAME`, `query:NAME`,
+    /// comma-separated, each at most once.
+    pub fn parse_sources(value: &str) -> Result<Vec<Source>, String> {
+        let mut out = Vec::new();
+        for part in value.split(',') {
+            let part = part.trim();
+            let src = match part.split_once(':') {
+                None if part == "ip" => Source::Ip,
+                Some(("header", n)) if valid_token(n) => Source::Header(n.to_owned()),
+                Some(("cookie", n)) if valid_token(n) => Source::Cookie(n.to_owned()),
+                Some(("query", n)) if valid_token(n) => Source::Query(n.to_owned()),
+                _ => {
+                    return Err(format!(
+                        "{} is not a key source (allowed: ip, header:NAME, cookie:NAME, query:NAME, comma-separated)",
+                        limits::quote::quote(part)
+                    ))
+                }
+            };
+            if out.contains(&src) {
+                return Err(format!("{} is given twice", limits::quote::quote(part)));
+            }
+            out.push(src);
+        }
+        Ok(out)
+    }
+
+    /// Parses `--key-prefix=V4/V6`, e.g. `32/64` or `24/48`.
+    pub fn parse_prefix(value: &str) -> Option<(u8, u8)> {
+        let (a, b) = value.split_once('/')?;
+        let (v4, v6) = (a.trim().parse::<u8>().ok()?, b.trim().parse::<u8>().ok()?);
+        (v4 <= 32 && v6 <= 128).then_some((v4, v6))
+    }
+
+    /// Parses `--trusted-proxies=CIDR[,CIDR…]` (a bare address is a /32 or /128).
+    pub fn parse_trusted(value: &str) -> Result<Vec<IpNet>, String> {
+        value
+            .split(',')
+            .map(str::trim)
+            .map(|s| {
+                s.parse::<IpNet>()
+                    .or_else(|_| s.parse::<IpAddr>().map(IpNet::from))
+                    .map(|n| n.trunc())
+                    .map_err(|_| {
+                        format!("{} is not an IP address or CIDR", limits::quote::quote(s))
+                    })
+            })
+            .collect()
+    }
+
+    /// The sources as `--key` spells them, for the log.
+    pub fn describe_sources(&self) -> String {
+        let names: Vec<String> = self
+            .sources
+            .iter()
+            .map(|s| match s {
+                Source::Ip => "ip".to_owned(),
+                Source::Header(n) => format!("header:{n}"),
+                Source::Cookie(n) => format!("cookie:{n}"),
+                Source::Query(n) => format!("query:{n}"),
+            })
+            .collect();
+        names.join(",")
+    }
+
+    fn trusts(&self, ip: IpAddr) -> bool {
+        let ip = canonical(ip);
+        self.trusted.iter().any(|n| n.contains(&ip))
+    }
+
+    /// The client's address: the peer's, unless the peer is a trusted proxy;
+    /// then the right-most address of the forwarding chain that is not a
+    /// trusted proxy (the left-most entries are whatever the client wrote,
+    /// so they are never believed). `X-Forwarded-For` is used if present,
+    /// else `Forwarded: for=`. An unparsable entry ends the walk at the last
+    /// good address.
+    pub fn client_ip(&self, req: &impl RequestView) -> Option<IpAddr> {
+        let peer = canonical(req.peer_ip()?);
+        if self.trusted.is_empty() || !self.trusts(peer) {
+            return Some(peer);
+        }
+        let chain = req
+            .header("X-Forwarded-For")
+            .map(|v| (v, false))
+            .or_else(|| req.header("Forwarded").map(|v| (v, true)));
+        let Some((chain, rfc7239)) = chain else {
+            return Some(peer);
+        };
+        let mut client = peer;
+        for hop in chain.rsplit(|&b| b == b',').take(MAX_FORWARDED_HOPS) {
+            let addr = if rfc7239 {
+                forwarded_for(hop)
+            } else {
+                parse_ip(trim(hop))
+            };
+            let Some(addr) = addr.map(canonical) else {
+                break;
+            };
+            client = addr;
+            if !self.trusts(addr) {
+                break;
+            }
+        }
+        Some(client)
+    }
+
+    /// Writes the key of `req` into `out` (cleared first): each source as a
+    /// tag byte, a length and its bytes, so no two combinations of values
+    /// produce the same bytes. False if a source is missing.
+    pub fn key(&self, req: &impl RequestView, out: &mut Vec<u8>) -> bool {
+        out.clear();
+        for (i, src) in self.sources.iter().enumerate() {
+            let tag = u8::try_from(i).unwrap_or(u8::MAX);
+            let found = match src {
+                Source::Ip => match self.client_ip(req) {
+                    Some(ip) => {
+                        push_part(out, tag, &self.aggregate(ip));
+                        true
+                    }
+                    None => false,
+                },
+                Source::Header(name) => req.header(name).is_some_and(|v| {
+                    push_part(out, tag, &v);
+                    true
+                }),
+                Source::Cookie(name) => req
+                    .header("Cookie")
+                    .and_then(|c| cookie(&c, name).map(|v| push_part(out, tag, v)))
+                    .is_some(),
+                Source::Query(name) => req
+                    .query()
+                    .and_then(|q| query_param(&q, name).map(|v| push_part(out, tag, v)))
+                    .is_some(),
+            };
+            if !found {
+                return false;
+            }
+        }
+        true
+    }
+
+    /// The address bytes with everything past the rule's prefix zeroed.
+    fn aggregate(&self, ip: IpAddr) -> Vec<u8> {
+        match ip {
+            IpAddr::V4(a) => {
+                let bits = u32::from(a) & mask32(self.v4_prefix);
+                bits.to_be_bytes().to_vec()
+            }
+            IpAddr::V6(a) => {
+                let bits = u128::from(a) & mask128(self.v6_prefix);
+                bits.to_be_bytes().to_vec()
+            }
+        }
+    }
+}
+
+fn mask32(prefix: u8) -> u32 {
+    u32::MAX
+        .checked_shl(32 - u32::from(prefix.min(32)))
+        .unwrap_or(0)
+}
+
+fn mask128(prefix: u8) -> u128 {
+    u128::MAX
+        .checked_shl(128 - u32::from(prefix.min(128)))
+        .unwrap_or(0)
+}
+
+/// IPv4-mapped IPv6 addresses (`::ffff:a.b.c.d`, what a dual-stack socket
+/// reports) count as the IPv4 address, so one client has one key.
+fn canonical(ip: IpAddr) -> IpAddr {
+    match ip {
+        IpAddr::V6(v6) => v6.to_ipv4_mapped().map_or(IpAddr::V6(v6), IpAddr::V4),
+        v4 => v4,
+    }
+}
+
+fn push_part(out: &mut Vec<u8>, tag: u8, value: &[u8]) {
+    let value = &value[..value.len().min(MAX_SOURCE_BYTES)];
+    out.push(tag);
+    out.extend_from_slice(&(value.len() as u16).to_be_bytes());
+    out.extend_from_slice(value);
+}
+
+fn valid_token(name: &str) -> bool {
+    !name.is_empty()
+        && name.len() <= 256
+        && name
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b"!#$%&'*+-.^_`|~".contains(&b))
+}
+
+fn trim(b: &[u8]) -> &[u8] {
+    b.trim_ascii()
+}
+
+/// An address as it appears in a forwarding header: `1.2.3.4`, `1.2.3.4:80`,
+/// `2001:db8::1`, `[2001:db8::1]`, `[2001:db8::1]:80`, optionally quoted.
+fn parse_ip(b: &[u8]) -> Option<IpAddr> {
+    let s = std::str::from_utf8(b).ok()?.trim_matches('"');
+    if let Some(rest) = s.strip_prefix('[') {
+        return rest
+            .split_once(']')?
+            .0
+            .parse::<Ipv6Addr>()
+            .ok()
+            .map(IpAddr::V6);
+    }
+    if let Ok(ip) = s.parse::<IpAddr>() {
+        return Some(ip);
+    }
+    // a.b.c.d:port
+    let (host, port) = s.rsplit_once(':')?;
+    port.parse::<u16>().ok()?;
+    host.parse::<Ipv4Addr>().ok().map(IpAddr::V4)
+}
+
+/// The `for=` address of one `Forwarded` element (RFC 7239), e.g.
+/// `for=192.0.2.60;proto=http;by=203.0.113.43` or `for="[2001:db8::1]:80"`.
+fn forwarded_for(element: &[u8]) -> Option<IpAddr> {
+    element.split(|&b| b == b';').find_map(|pair| {
+        let pair = trim(pair);
+        let (k, v) = pair.split_at(pair.iter().position(|&b| b == b'=')?);
+        k.eq_ignore_ascii_case(b"for")
+            .then(|| parse_ip(trim(&v[1..])))
+            .flatten()
+    })
+}
+
+/// The value of cookie `name` in a `Cookie` field (`a=1; b=2`).
+fn cookie<'c>(field: &'c [u8], name: &str) -> Option<&'c [u8]> {
+    field.split(|&b| b == b';' || b == b',').find_map(|pair| {
+        let pair = trim(pair);
+        let eq = pair.iter().position(|&b| b == b'=')?;
+        (trim(&pair[..eq]) == name.as_bytes()).then(|| trim(&pair[eq + 1..]))
+    })
+}
+
+/// The raw value of query parameter `name` (`a=1&b=2`), not percent-decoded.
+fn query_param<'q>(query: &'q [u8], name: &str) -> Option<&'q [u8]> {
+    query.split(|&b| b == b'&' || b == b';').find_map(|pair| {
+        let eq = pair.iter().position(|&b| b == b'=').unwrap_or(pair.len());
+        (&pair[..eq] == name.as_bytes()).then(|| pair.get(eq + 1..).unwrap_or_default())
+    })
+}
+
+#[cfg(test)]
+mod tests;

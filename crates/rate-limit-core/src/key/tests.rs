@@ -1,0 +1,226 @@
+use std::net::IpAddr;
+
+use proptest::prelude::*;
+
+use super::*;
+
+/// A request with a peer address and raw header fields.
+#[derive(Default)]
+struct Req {
+    peer: Option<IpAddr>,
+    headers: Vec<(&'static str, Vec<u8>)>,
+    query: Option<Vec<u8>>,
+}
+
+impl Req {
+    fn from(peer: &str) -> Req {
+        Req {
+            peer: peer.parse().ok(),
+            ..Req::default()
+        }
+    }
+
+    fn with(mut self, name: &'static str, value: &str) -> Req {
+        self.headers.push((name, value.as_bytes().to_vec()));
+        self
+    }
+}
+
+impl RequestView for Req {
+    fn peer_ip(&self) -> Option<IpAddr> {
+        self.peer
+    }
+
+    fn header(&self, name: &str) -> Option<Vec<u8>> {
+        let values: Vec<&[u8]> = self
+            .headers
+            .iter()
+            .filter(|(n, _)| n.eq_ignore_ascii_case(name))
+            .map(|(_, v)| v.as_slice())
+            .collect();
+        (!values.is_empty()).then(|| values.join(&b", "[..]))
+    }
+
+    fn query(&self) -> Option<Vec<u8>> {
+        self.query.clone()
+    }
+}
+
+fn spec(key: &str, trusted: &str) -> KeySpec {
+    KeySpec {
+        sources: KeySpec::parse_sources(key).unwrap(),
+        v4_prefix: 32,
+        v6_prefix: 64,
+        trusted: if trusted.is_empty() {
+            Vec::new()
+        } else {
+            KeySpec::parse_trusted(trusted).unwrap()
+        },
+    }
+}
+
+fn key(s: &KeySpec, r: &Req) -> Option<Vec<u8>> {
+    let mut out = Vec::new();
+    s.key(r, &mut out).then_some(out)
+}
+
+fn ip(s: &str) -> Option<IpAddr> {
+    s.parse().ok()
+}
+
+#[test]
+fn sources_parse_and_bad_ones_are_named() {
+    assert_eq!(
+        KeySpec::parse_sources("ip,header:X-User,cookie:sid,query:api_key").unwrap(),
+        vec![
+            Source::Ip,
+            Source::Header("X-User".into()),
+            Source::Cookie("sid".into()),
+            Source::Query("api_key".into())
+        ]
+    );
+    let e = KeySpec::parse_sources("ip,host").unwrap_err();
+    assert!(e.starts_with("'host' is not a key source"), "{e}");
+    assert!(KeySpec::parse_sources("header:").is_err());
+    assert!(KeySpec::parse_sources("header:a b").is_err());
+    assert!(KeySpec::parse_sources("ip,ip")
+        .unwrap_err()
+        .contains("twice"));
+    assert_eq!(KeySpec::parse_prefix("24/48"), Some((24, 48)));
+    assert_eq!(KeySpec::parse_prefix("33/64"), None);
+    assert_eq!(KeySpec::parse_prefix("32/129"), None);
+    assert!(KeySpec::parse_trusted("10.0.0.0/8, 127.0.0.1,::1").is_ok());
+    let e = KeySpec::parse_trusted("10.0.0.0/33").unwrap_err();
+    assert!(e.starts_with("'10.0.0.0/33' is not"), "{e}");
+}
+
+#[test]
+fn addresses_aggregate_by_prefix() {
+    let mut s = spec("ip", "");
+    let a = key(&s, &Req::from("2001:db8:1:2:aaaa::1"));
+    let b = key(&s, &Req::from("2001:db8:1:2:bbbb::9"));
+    let c = key(&s, &Req::from("2001:db8:1:3::1"));
+    assert_eq!(a, b, "one /64 is one client");
+    assert_ne!(a, c);
+    assert_ne!(
+        key(&s, &Req::from("10.0.0.1")),
+        key(&s, &Req::from("10.0.0.2"))
+    );
+    s.v4_prefix = 24;
+    assert_eq!(
+        key(&s, &Req::from("10.0.0.1")),
+        key(&s, &Req::from("10.0.0.200"))
+    );
+    assert_ne!(
+        key(&s, &Req::from("10.0.0.1")),
+        key(&s, &Req::from("10.0.1.1"))
+    );
+    // A dual-stack socket's mapped address is the IPv4 client.
+    assert_eq!(
+        key(&s, &Req::from("::ffff:10.0.0.7")),
+        key(&s, &Req::from("10.0.0.7"))
+    );
+    s.v4_prefix = 0;
+    assert_eq!(
+        key(&s, &Req::from("1.2.3.4")),
+        key(&s, &Req::from("9.9.9.9"))
+    );
+}
+
+#[test]
+fn forwarded_addresses_are_believed_only_from_trusted_proxies() {
+    let s = spec("ip", "10.0.0.0/8");
+    // Untrusted peer: its own address, whatever it claims.
+    let r = Req::from("192.0.2.1").with("X-Forwarded-For", "198.51.100.7");
+    assert_eq!(s.client_ip(&r), ip("192.0.2.1"));
+    // Trusted load balancer: the right-most address it did not add itself.
+    let r = Req::from("10.1.1.1").with("X-Forwarded-For", "198.51.100.7");
+    assert_eq!(s.client_ip(&r), ip("198.51.100.7"));
+    // A spoofed left-most entry is never believed.
+    let r = Req::from("10.1.1.1").with("X-Forwarded-For", "6.6.6.6, 198.51.100.7");
+    assert_eq!(s.client_ip(&r), ip("198.51.100.7"));
+    // Chains of trusted proxies are walked from the right; several fields join.
+    let r = Req::from("10.1.1.1")
+        .with("X-Forwarded-For", "6.6.6.6, 198.51.100.7")
+        .with("X-Forwarded-For", "10.2.2.2");
+    assert_eq!(s.client_ip(&r), ip("198.51.100.7"));
+    // Ports and brackets.
+    let r = Req::from("10.1.1.1").with("X-Forwarded-For", "[2001:db8::5]:443");
+    assert_eq!(s.client_ip(&r), ip("2001:db8::5"));
+    let r = Req::from("10.1.1.1").with("X-Forwarded-For", "198.51.100.7:5555");
+    assert_eq!(s.client_ip(&r), ip("198.51.100.7"));
+    // Garbage ends the walk at the last good hop (here the proxy itself).
+    let r = Req::from("10.1.1.1").with("X-Forwarded-For", "6.6.6.6, nonsense");
+    assert_eq!(s.client_ip(&r), ip("10.1.1.1"));
+    // RFC 7239 when there is no X-Forwarded-For.
+    let r = Req::from("10.1.1.1").with(
+        "Forwarded",
+        "for=6.6.6.6, for=\"[2001:db8::9]:80\";proto=https;by=10.1.1.1",
+    );
+    assert_eq!(s.client_ip(&r), ip("2001:db8::9"));
+    // Trusted peer without a chain: the peer.
+    assert_eq!(s.client_ip(&Req::from("10.1.1.1")), ip("10.1.1.1"));
+}
+
+#[test]
+fn headers_cookies_and_query_parameters_are_keys() {
+    let s = spec("header:X-User", "");
+    let alice = key(&s, &Req::from("1.1.1.1").with("x-user", "alice"));
+    assert_eq!(
+        alice,
+        key(&s, &Req::from("2.2.2.2").with("X-User", "alice"))
+    );
+    assert_ne!(alice, key(&s, &Req::from("1.1.1.1").with("X-User", "bob")));
+    assert_eq!(key(&s, &Req::from("1.1.1.1")), None, "missing header");
+
+    let s = spec("cookie:sid", "");
+    let r = Req::from("1.1.1.1").with("Cookie", "a=1; sid=abc; b=2");
+    let r2 = Req::from("1.1.1.1")
+        .with("Cookie", "x=y")
+        .with("Cookie", "sid=abc");
+    assert_eq!(key(&s, &r), key(&s, &r2));
+    assert_eq!(
+        key(&s, &Req::from("1.1.1.1").with("Cookie", "sidx=abc")),
+        None
+    );
+
+    let s = spec("query:k", "");
+    let mut r = Req::from("1.1.1.1");
+    r.query = Some(b"a=1&k=v1&b".to_vec());
+    let v1 = key(&s, &r);
+    r.query = Some(b"k=v2".to_vec());
+    assert_ne!(v1, key(&s, &r));
+    r.query = Some(b"kk=v1".to_vec());
+    assert_eq!(key(&s, &r), None);
+    r.query = Some(b"k".to_vec());
+    assert!(key(&s, &r).is_some(), "present without a value is a key");
+}
+
+#[test]
+fn combined_keys_are_unambiguous() {
+    let s = spec("header:A,header:B", "");
+    let r1 = Req::from("1.1.1.1").with("A", "xy").with("B", "z");
+    let r2 = Req::from("1.1.1.1").with("A", "x").with("B", "yz");
+    assert_ne!(key(&s, &r1), key(&s, &r2));
+    assert_eq!(key(&s, &Req::from("1.1.1.1").with("A", "x")), None);
+}
+
+proptest! {
+    /// Whatever a client sends, finding its key terminates, bounds what it
+    /// keeps, and never panics.
+    #[test]
+    fn hostile_input_is_bounded(
+        xff in proptest::collection::vec(any::<u8>(), 0..4096),
+        cookie in proptest::collection::vec(any::<u8>(), 0..4096),
+        query in proptest::collection::vec(any::<u8>(), 0..4096),
+    ) {
+        let s = spec("ip,cookie:s,query:q,header:X-Forwarded-For", "0.0.0.0/0,::/0");
+        let mut r = Req::from("10.0.0.1");
+        r.headers.push(("X-Forwarded-For", xff));
+        r.headers.push(("Cookie", cookie));
+        r.query = Some(query);
+        let mut out = Vec::new();
+        let _ = s.key(&r, &mut out);
+        prop_assert!(out.len() <= 4 * (3 + MAX_SOURCE_BYTES));
+    }
+}
