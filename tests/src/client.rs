@@ -44,6 +44,19 @@ pub struct Conn {
 impl Conn {
     pub fn open(port: u16) -> io::Result<Conn> {
         let s = TcpStream::connect(("127.0.0.1", port))?;
+        Conn::wrap(s, port)
+    }
+
+    /// A connection from a chosen loopback source address (127.0.0.2,
+    /// 127.0.0.3, …), so one test can act as several client IPs.
+    pub fn open_from(port: u16, from: std::net::Ipv4Addr) -> io::Result<Conn> {
+        let sock = socket2::Socket::new(socket2::Domain::IPV4, socket2::Type::STREAM, None)?;
+        sock.bind(&std::net::SocketAddr::from((from, 0)).into())?;
+        sock.connect(&std::net::SocketAddr::from(([127, 0, 0, 1], port)).into())?;
+        Conn::wrap(sock.into(), port)
+    }
+
+    fn wrap(s: TcpStream, port: u16) -> io::Result<Conn> {
         s.set_read_timeout(Some(TIMEOUT))?;
         s.set_nodelay(true)?;
         Ok(Conn {

@@ -498,6 +498,15 @@ impl TrafficServer {
     }
 
     /// PID of the traffic_server process (not the manager).
+    /// traffic_server's resident memory in kB (`VmRSS`).
+    pub fn rss_kb(&self) -> Option<u64> {
+        let status = fs::read_to_string(format!("/proc/{}/status", self.server_pid()?)).ok()?;
+        status
+            .lines()
+            .find_map(|l| l.strip_prefix("VmRSS:"))
+            .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
+    }
+
     pub fn server_pid(&self) -> Option<u32> {
         if !self.manager {
             return self.child.as_ref().map(|c| c.id());

@@ -559,11 +559,11 @@ fn bad_options_refuse_the_rule_naming_option_value_and_allowed() {
     for (params, expect) in [
         (
             "--limit=abc",
-            "invalid value 'abc' for --limit: allowed an integer from 1 to 4294967295",
+            "--limit has an invalid value 'abc': allowed an integer from 1 to 4294967295",
         ),
         (
             "--error=302",
-            "invalid value '302' for --error: allowed an integer from 400 to 599",
+            "--error has an invalid value '302': allowed an integer from 400 to 599",
         ),
         (
             "--bogus=1",

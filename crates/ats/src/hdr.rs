@@ -142,6 +142,33 @@ impl<'a> Header<'a> {
         Some(unsafe { ts_bytes(p, len) }.to_vec())
     }
 
+    /// The values of every field called `name`, in order, joined with ", "
+    /// (the list form RFC 9110 allows for repeated fields); `None` if there
+    /// is no such field. At most `max` bytes are kept: the rest is cut.
+    pub fn joined(&self, name: &str, max: usize) -> Option<Vec<u8>> {
+        let mut field = self.find(name);
+        field.as_ref()?;
+        let mut out = Vec::new();
+        while let Some(f) = field {
+            let mut len: c_int = 0;
+            // SAFETY: live field; idx -1 = the whole value.
+            let p = unsafe {
+                sys::TSMimeHdrFieldValueStringGet(self.buf, self.loc, f.loc, -1, &mut len)
+            };
+            if !out.is_empty() {
+                out.extend_from_slice(b", ");
+            }
+            // SAFETY: ATS returned (p, len) for this header.
+            out.extend_from_slice(unsafe { ts_bytes(p, len) });
+            if out.len() >= max {
+                out.truncate(max);
+                break;
+            }
+            field = self.next_dup(&f);
+        }
+        Some(out)
+    }
+
     /// Every comma-separated value of every field called `name`, in order.
     pub fn values(&self, name: &str) -> Vec<Vec<u8>> {
         let mut out = Vec::new();
@@ -242,6 +269,25 @@ impl<'a> Header<'a> {
         // SAFETY: live header.
         let s = unsafe { sys::TSHttpHdrStatusGet(self.buf, self.loc) };
         u16::try_from(s.0).unwrap_or(0)
+    }
+
+    /// The request URL's query string (without the '?'); `None` if there is none.
+    pub fn url_query(&self) -> Option<Vec<u8>> {
+        let mut url: sys::TSMLoc = ptr::null_mut();
+        // SAFETY: live header; out pointer valid.
+        if unsafe { sys::TSHttpHdrUrlGet(self.buf, self.loc, &mut url) }
+            != sys::TSReturnCode::TS_SUCCESS
+        {
+            return None;
+        }
+        let mut len: c_int = 0;
+        // SAFETY: live URL loc.
+        let p = unsafe { sys::TSUrlHttpQueryGet(self.buf, url, &mut len) };
+        // SAFETY: (p, len) live in the header heap; null/0 when absent.
+        let query = (!p.is_null()).then(|| unsafe { ts_bytes(p, len) }.to_vec());
+        // SAFETY: url loc came from TSHttpHdrUrlGet on (buf, loc).
+        unsafe { sys::TSHandleMLocRelease(self.buf, self.loc, url) };
+        query
     }
 
     /// The request URL's path (without the leading '/').

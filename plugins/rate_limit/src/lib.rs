@@ -21,8 +21,15 @@
 mod queue;
 mod state;
 
+use std::cell::RefCell;
+use std::net::IpAddr;
 use std::sync::atomic::{AtomicBool, AtomicU8, AtomicUsize, Ordering};
 use std::sync::{Arc, OnceLock};
+use std::time::Duration;
+
+use ats::sched::{Periodic, Pool};
+use ats::Header;
+use rate_limit_core::key::{Missing, RequestView};
 
 use ats::{
     Done, Hook, HookCont, HookHandler, HookId, RemapArgs, RemapPlugin, RemapRequest, RemapStatus,
@@ -50,6 +57,8 @@ pub struct Rule {
     id: usize,
     limiter: Arc<Limiter<Queued>>,
     metrics: Metrics,
+    /// With `--key`: publishes the `keys` gauge and `evicted` counter.
+    _key_metrics: Option<Periodic>,
     policy_header: Option<String>,
     warned_chained: AtomicBool,
     /// A check for departed waiters is armed (only while anyone waits).
@@ -66,10 +75,17 @@ impl Rule {
         } else {
             None
         };
+        let limits = Limits::of(&opts);
+        let limiter = match opts.key {
+            Some(_) => Limiter::keyed(limits, opts.keys, MonotonicClock),
+            None => Limiter::new(limits, MonotonicClock),
+        };
+        let metrics = Metrics::new(&opts);
         Ok(Rule {
-            metrics: Metrics::new(&opts),
+            _key_metrics: key_metrics(&limiter, &metrics),
+            metrics,
             id: NEXT_ID.fetch_add(1, Ordering::Relaxed),
-            limiter: Limiter::new(Limits::of(&opts), MonotonicClock),
+            limiter,
             policy_header,
             opts,
             warned_chained: AtomicBool::new(false),
@@ -86,6 +102,37 @@ impl Rule {
         }
     }
 
+    /// The client's key with `--key` (hashed: the table keeps nothing else),
+    /// or what the `--key-missing` policy says for a request without one.
+    fn client_key(&self, txn: Txn<'_>, req: &RemapRequest<'_>) -> ClientKey {
+        let (Some(spec), Some(table)) = (&self.opts.key, self.limiter.keys()) else {
+            return ClientKey::Rule;
+        };
+        let view = KeyView {
+            txn,
+            hdr: req.request_header(),
+        };
+        let found = KEY_BYTES.with(|buf| {
+            let mut buf = buf.borrow_mut();
+            spec.key(&view, &mut buf).then(|| table.hash(&buf))
+        });
+        match (found, self.opts.key_missing) {
+            (Some(k), _) => ClientKey::Key(k),
+            // Real keys are never empty (each part has a tag byte).
+            (None, Missing::Shared) => ClientKey::Key(table.hash(&[])),
+            (None, Missing::Pass) => ClientKey::Pass,
+            (None, Missing::Refuse) => ClientKey::Refuse,
+        }
+    }
+
+    /// Refused in remap: ATS answers with its body-factory page
+    /// (Cache-Control: no-store), skipping POST_REMAP and the origin.
+    fn reject(self: &Arc<Self>, g: &Globals, txn: Txn<'_>, key: Option<u64>) {
+        bump(self.metrics.rejected, 1);
+        self.attach(g, txn, Outcome::Refused, None, None, key);
+        txn.set_status(self.opts.error);
+    }
+
     /// Stores the transaction's state and hooks what its outcome needs.
     /// `None` if another rate_limit instance in the same remap chain already
     /// owns the state: this one then cannot track the transaction (logged).
@@ -96,9 +143,11 @@ impl Rule {
         outcome: Outcome,
         held: Option<Held>,
         wait: Option<Wait>,
+        key: Option<u64>,
     ) -> Option<&'t TxnState> {
         let state = TxnState {
             rule: self.clone(),
+            key,
             outcome: AtomicU8::new(outcome as u8),
             held: Mutex::new(held),
             wait: Mutex::new(wait),
@@ -143,7 +192,7 @@ impl RemapPlugin for Rule {
         Ok(rule)
     }
 
-    fn do_remap(self: &Arc<Self>, txn: Txn<'_>, _req: &mut RemapRequest<'_>) -> RemapStatus {
+    fn do_remap(self: &Arc<Self>, txn: Txn<'_>, req: &mut RemapRequest<'_>) -> RemapStatus {
         let Some(g) = GLOBALS.get() else {
             return RemapStatus::NoRemap;
         };
@@ -169,7 +218,16 @@ impl RemapPlugin for Rule {
                 }
             }
         }
-        match self.limiter.admit() {
+        let key = match self.client_key(txn, req) {
+            ClientKey::Rule => None,
+            ClientKey::Key(k) => Some(k),
+            ClientKey::Pass => return RemapStatus::NoRemap,
+            ClientKey::Refuse => {
+                self.reject(g, txn, None);
+                return RemapStatus::NoRemap;
+            }
+        };
+        match self.limiter.admit(key) {
             Admission::Go(permit) => {
                 let held = permit.map(|p| Held::new(p, self));
                 bump(self.metrics.admitted, 1);
@@ -177,13 +235,13 @@ impl RemapPlugin for Rule {
                     Home::Session(s) => {
                         s.keep(self.id, held);
                         if self.opts.ratelimit_headers {
-                            self.attach(g, txn, Outcome::Admitted, None, None);
+                            self.attach(g, txn, Outcome::Admitted, None, None, key);
                         }
                     }
                     // Nothing to hold or decorate: no state, no hooks.
                     Home::Txn if held.is_none() && !self.opts.ratelimit_headers => {}
                     Home::Txn => {
-                        self.attach(g, txn, Outcome::Admitted, held, None);
+                        self.attach(g, txn, Outcome::Admitted, held, None, key);
                     }
                 }
             }
@@ -194,25 +252,89 @@ impl RemapPlugin for Rule {
                     rate_delay: w.rate_delay,
                     rate: w.rate,
                     home,
+                    key,
                 };
                 if self
-                    .attach(g, txn, Outcome::Waiting, None, Some(wait))
+                    .attach(g, txn, Outcome::Waiting, None, Some(wait), key)
                     .is_some()
                 {
                     txn.hook(HookId::PostRemap, &g.hooks);
                 }
             }
-            Admission::Reject => {
-                bump(self.metrics.rejected, 1);
-                self.attach(g, txn, Outcome::Refused, None, None);
-                // Set in remap, the status makes ATS answer with its body-factory
-                // page (Cache-Control: no-store), skipping POST_REMAP and the origin.
-                txn.set_status(self.opts.error);
-            }
+            Admission::Reject => self.reject(g, txn, key),
         }
         RemapStatus::NoRemap
     }
 }
+
+/// Whose limits a request is counted against.
+enum ClientKey {
+    /// The rule's (no `--key`).
+    Rule,
+    /// Its key's (hashed).
+    Key(u64),
+    /// None: no key, and `--key-missing=pass`.
+    Pass,
+    /// No key, and `--key-missing=refuse`.
+    Refuse,
+}
+
+thread_local! {
+    /// Reused for every key built on this thread.
+    static KEY_BYTES: RefCell<Vec<u8>> = const { RefCell::new(Vec::new()) };
+}
+
+/// A request as `--key` reads it.
+struct KeyView<'t> {
+    txn: Txn<'t>,
+    hdr: Option<Header<'t>>,
+}
+
+impl RequestView for KeyView<'_> {
+    fn peer_ip(&self) -> Option<IpAddr> {
+        self.txn.client_ip()
+    }
+
+    fn header(&self, name: &str) -> Option<Vec<u8>> {
+        self.hdr.as_ref()?.joined(name, MAX_KEY_FIELD_BYTES)
+    }
+
+    fn query(&self) -> Option<Vec<u8>> {
+        self.hdr.as_ref()?.url_query()
+    }
+}
+
+/// Most bytes of a header read for a key: forwarding chains need more than
+/// the part a key keeps (`key::MAX_SOURCE_BYTES`), but no more than this.
+const MAX_KEY_FIELD_BYTES: usize = 8 * 1024;
+
+/// Every second, adds what changed in the key table to the `keys` gauge and
+/// the `evicted` counter (deltas: rules may share a metric name). On a task
+/// thread; holds the limiter weakly, so a reloaded-away rule stops it.
+fn key_metrics(limiter: &Arc<Limiter<Queued>>, m: &Metrics) -> Option<Periodic> {
+    limiter.keys()?;
+    let weak = Arc::downgrade(limiter);
+    let (keys_stat, evicted_stat) = (m.keys, m.evicted);
+    let last = Mutex::new((0i64, 0u64));
+    let started = Periodic::start(KEY_METRICS_EVERY, Pool::Task, move || {
+        let Some(l) = weak.upgrade() else { return };
+        let Some(t) = l.keys() else { return };
+        let (len, evicted) = (t.len() as i64, t.evicted());
+        let mut last = last.lock();
+        bump(keys_stat, len - last.0);
+        bump(evicted_stat, evicted.saturating_sub(last.1) as i64);
+        *last = (len, evicted);
+    });
+    match started {
+        Ok(p) => Some(p),
+        Err(e) => {
+            log::error!("cannot start the keys/evicted metrics task: {e}");
+            None
+        }
+    }
+}
+
+const KEY_METRICS_EVERY: Duration = Duration::from_secs(1);
 
 struct Hooks;
 
@@ -258,7 +380,7 @@ fn decorate_response(txn: Txn<'_>, st: &TxnState) {
     }
     if let Some(policy) = &rule.policy_header {
         resp.set("RateLimit-Policy", policy);
-        let (left, quota) = rule.limiter.remaining();
+        let (left, quota) = rule.limiter.remaining(st.key);
         if let Some(v) = headers::remaining(left, quota) {
             resp.set("RateLimit", &v);
         }

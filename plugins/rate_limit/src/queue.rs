@@ -37,6 +37,7 @@ pub(crate) fn park(rule: Arc<Rule>, parked: Parked, wait: Wait) {
         rate: wait.rate,
         expiry: Arc::new(OnceLock::new()),
         place: wait.place,
+        key: wait.key,
     };
     if wait.rate_delay == 0 {
         rule.wait_for_slot(q);
@@ -73,7 +74,8 @@ impl Rule {
     pub(crate) fn wait_for_slot(self: &Arc<Self>, q: Queued) {
         let home = q.parked.home();
         let expiry = q.expiry.clone();
-        let (ticket, expires_in) = match self.limiter.wait_for_slot(q.since, q) {
+        let key = q.key;
+        let (ticket, expires_in) = match self.limiter.wait_for_slot(q.since, q, key) {
             SlotWait::Go(q) => return q.resume(None),
             SlotWait::Expired(q) => return q.expire(),
             SlotWait::Queued { ticket, expires_in } => (Arc::new(ticket), expires_in),
@@ -117,14 +119,14 @@ impl Rule {
     }
 
     pub(crate) fn drop_departed(self: &Arc<Self>) {
-        for q in self
+        let (departed, left) = self
             .limiter
-            .remove_departed(WATCH_MAX, |q| q.parked.client_gone())
-        {
+            .remove_departed(WATCH_MAX, |q| q.parked.client_gone());
+        for q in departed {
             q.abandon();
         }
         self.watching.store(false, Ordering::Release);
-        if self.limiter.slots().is_some_and(|s| s.waiting() > 0) {
+        if left > 0 {
             self.watch_queue();
         }
     }
@@ -139,6 +141,7 @@ pub(crate) struct Queued {
     pub(crate) rate: Option<RateToken>,
     pub(crate) expiry: Arc<OnceLock<Timer>>,
     pub(crate) place: Place,
+    pub(crate) key: Option<u64>,
 }
 
 impl Waiter for Queued {

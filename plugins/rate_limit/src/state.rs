@@ -23,6 +23,9 @@ pub(crate) struct Metrics {
     pub(crate) abandoned: Option<Stat>,
     pub(crate) active: Option<Stat>,
     pub(crate) waiting: Option<Stat>,
+    /// With `--key`: keys held (gauge) and keys evicted (counter).
+    pub(crate) keys: Option<Stat>,
+    pub(crate) evicted: Option<Stat>,
 }
 
 pub(crate) fn bump(stat: Option<Stat>, n: i64) {
@@ -49,6 +52,8 @@ impl Metrics {
             abandoned: make("abandoned"),
             active: make("active"),
             waiting: make("waiting"),
+            keys: o.key.as_ref().and_then(|_| make("keys")),
+            evicted: o.key.as_ref().and_then(|_| make("evicted")),
         }
     }
 }
@@ -100,6 +105,8 @@ pub(crate) enum Outcome {
 /// Per-transaction state; dropped at TXN_CLOSE, which releases the slot.
 pub(crate) struct TxnState {
     pub(crate) rule: Arc<Rule>,
+    /// The client's key (`--key`), hashed.
+    pub(crate) key: Option<u64>,
     pub(crate) outcome: AtomicU8,
     /// Slot held by this transaction (not with `--conntrack`).
     pub(crate) held: Mutex<Option<Held>>,
@@ -132,6 +139,7 @@ pub(crate) struct Wait {
     pub(crate) rate_delay: Nanos,
     pub(crate) rate: Option<RateToken>,
     pub(crate) home: Home,
+    pub(crate) key: Option<u64>,
 }
 
 /// Where a slot goes once admitted.

@@ -1,0 +1,307 @@
+//! rate_limit.so with `--key` against a real traffic_server: limits per
+//! client address (real distinct loopback sources), header, cookie and query
+//! keys, the missing-key policies, trusted-proxy `X-Forwarded-For`, prefix
+//! aggregation, and the bound on keys held.
+
+use std::net::Ipv4Addr;
+use std::thread;
+use std::time::Duration;
+
+use ats_tests::client::{Conn, Response};
+use ats_tests::{plugin, wait_until, Origin, TrafficServer};
+
+fn rule(host: &str, origin: &Origin, params: &str) -> String {
+    let pp: String = params
+        .split_whitespace()
+        .map(|p| format!(" @pparam={p}"))
+        .collect();
+    format!(
+        "map http://{host}/ {} @plugin={}{pp}\n",
+        origin.url(),
+        plugin("rate_limit")
+    )
+}
+
+fn ip(last: u8) -> Ipv4Addr {
+    Ipv4Addr::new(127, 0, 0, last)
+}
+
+/// `n` requests in a row from source address `from` on one connection.
+fn from(ts: &TrafficServer, src: Ipv4Addr, host: &str, n: usize, h: &[(&str, &str)]) -> Vec<u16> {
+    let mut c = Conn::open_from(ts.port(), src).expect("connect");
+    (0..n)
+        .map(|i| {
+            c.get(host, &format!("/r{i}"), h)
+                .map(|r| r.status)
+                .unwrap_or(0)
+        })
+        .collect()
+}
+
+fn ok(statuses: &[u16]) -> usize {
+    statuses.iter().filter(|&&s| s == 200).count()
+}
+
+fn refused(statuses: &[u16]) -> usize {
+    statuses.iter().filter(|&&s| s == 429).count()
+}
+
+fn get(ts: &TrafficServer, host: &str, h: &[(&str, &str)]) -> Response {
+    ts.get(host, "/", h).expect("request")
+}
+
+#[test]
+fn a_flooding_address_is_limited_and_the_others_are_not() {
+    let origin = Origin::start();
+    let ts = TrafficServer::builder()
+        .remap(rule(
+            "k.test",
+            &origin,
+            "--rate=1 --burst=5 --queue=0 --key=ip",
+        ))
+        .start()
+        .expect("start");
+    let flood = from(&ts, ip(2), "k.test", 30, &[]);
+    assert_eq!(ok(&flood), 5, "{flood:?}");
+    assert_eq!(refused(&flood), 25, "{flood:?}");
+    // Other clients, each with its own bucket, are unaffected.
+    for last in 3..=6 {
+        let s = from(&ts, ip(last), "k.test", 5, &[]);
+        assert_eq!(ok(&s), 5, "127.0.0.{last}: {s:?}");
+    }
+    assert_eq!(origin.count(), 25);
+}
+
+#[test]
+fn concurrency_and_queue_are_per_address() {
+    let origin = Origin::start();
+    let ts = TrafficServer::builder()
+        .remap(rule("k.test", &origin, "--limit=1 --queue=0 --key=ip"))
+        .start()
+        .expect("start");
+    let port = ts.port();
+    // 127.0.0.2 holds its one slot with a slow request …
+    let slow = thread::spawn(move || {
+        let mut c = Conn::open_from(port, ip(2)).expect("connect");
+        c.get("k.test", "/slow", &[("X-Origin-Delay", "1500")])
+            .map(|r| r.status)
+    });
+    assert!(wait_until(Duration::from_secs(5), || origin.in_flight() == 1));
+    // … so its next concurrent request is refused, while 127.0.0.3 goes.
+    let mut c2 = Conn::open_from(port, ip(2)).expect("connect");
+    assert_eq!(
+        c2.get("k.test", "/second", &[]).map(|r| r.status).ok(),
+        Some(429)
+    );
+    let mut c3 = Conn::open_from(port, ip(3)).expect("connect");
+    assert_eq!(
+        c3.get("k.test", "/other", &[]).map(|r| r.status).ok(),
+        Some(200)
+    );
+    assert_eq!(slow.join().expect("thread").ok(), Some(200));
+    // Its slot came back at TXN_CLOSE.
+    assert!(wait_until(Duration::from_secs(5), || {
+        c2.get("k.test", "/again", &[]).map(|r| r.status).ok() == Some(200)
+    }));
+}
+
+#[test]
+fn header_cookie_and_query_keys() {
+    let origin = Origin::start();
+    let remap = [
+        rule(
+            "h.test",
+            &origin,
+            "--rate=1 --burst=2 --queue=0 --key=header:X-User",
+        ),
+        rule(
+            "c.test",
+            &origin,
+            "--rate=1 --burst=2 --queue=0 --key=cookie:sid",
+        ),
+        rule(
+            "q.test",
+            &origin,
+            "--rate=1 --burst=2 --queue=0 --key=query:api_key",
+        ),
+    ]
+    .concat();
+    let ts = TrafficServer::builder()
+        .remap(remap)
+        .start()
+        .expect("start");
+    let status = |host: &str, path: &str, h: &[(&str, &str)]| {
+        ts.get(host, path, h).map(|r| r.status).unwrap_or(0)
+    };
+    for (host, alice, bob) in [
+        (
+            "h.test",
+            ("/", ("X-User", "alice")),
+            ("/", ("X-User", "bob")),
+        ),
+        (
+            "c.test",
+            ("/", ("Cookie", "a=1; sid=alice")),
+            ("/", ("Cookie", "sid=bob")),
+        ),
+        (
+            "q.test",
+            ("/?api_key=alice", ("X-N", "1")),
+            ("/?x=1&api_key=bob", ("X-N", "1")),
+        ),
+    ] {
+        let a: Vec<u16> = (0..3).map(|_| status(host, alice.0, &[alice.1])).collect();
+        assert_eq!(a, [200, 200, 429], "{host} alice");
+        assert_eq!(
+            status(host, bob.0, &[bob.1]),
+            200,
+            "{host} bob has his own bucket"
+        );
+    }
+}
+
+#[test]
+fn requests_without_their_key_follow_the_missing_policy() {
+    let origin = Origin::start();
+    let base = "--rate=1 --burst=2 --queue=0 --key=header:X-User";
+    let remap = [
+        rule(
+            "shared.test",
+            &origin,
+            &format!("{base} --key-missing=shared"),
+        ),
+        rule("pass.test", &origin, &format!("{base} --key-missing=pass")),
+        rule(
+            "refuse.test",
+            &origin,
+            &format!("{base} --key-missing=refuse"),
+        ),
+    ]
+    .concat();
+    let ts = TrafficServer::builder()
+        .remap(remap)
+        .start()
+        .expect("start");
+    let statuses =
+        |host: &str| -> Vec<u16> { (0..4).map(|_| get(&ts, host, &[]).status).collect() };
+    assert_eq!(
+        statuses("shared.test"),
+        [200, 200, 429, 429],
+        "one bucket for all keyless"
+    );
+    assert_eq!(
+        statuses("pass.test"),
+        [200, 200, 200, 200],
+        "keyless pass unlimited"
+    );
+    assert_eq!(
+        statuses("refuse.test"),
+        [429, 429, 429, 429],
+        "keyless refused"
+    );
+    // With the key, the usual limit.
+    assert_eq!(get(&ts, "refuse.test", &[("X-User", "u")]).status, 200);
+}
+
+#[test]
+fn behind_a_trusted_proxy_the_forwarded_client_is_the_key() {
+    let origin = Origin::start();
+    let ts = TrafficServer::builder()
+        .remap(rule(
+            "x.test",
+            &origin,
+            "--rate=1 --burst=1 --queue=0 --key=ip --trusted-proxies=127.0.0.2",
+        ))
+        .start()
+        .expect("start");
+    let lb = |xff: &str| from(&ts, ip(2), "x.test", 1, &[("X-Forwarded-For", xff)])[0];
+    assert_eq!(lb("198.51.100.1"), 200);
+    // The same client behind the balancer, with a spoofed left-most entry.
+    assert_eq!(lb("6.6.6.6, 198.51.100.1"), 429);
+    assert_eq!(
+        lb("198.51.100.2"),
+        200,
+        "another client behind the balancer"
+    );
+    // An untrusted peer is keyed on its own address, whatever it claims.
+    let direct = |xff: &str| from(&ts, ip(3), "x.test", 1, &[("X-Forwarded-For", xff)])[0];
+    assert_eq!(direct("198.51.100.3"), 200);
+    assert_eq!(direct("198.51.100.4"), 429);
+}
+
+#[test]
+fn addresses_aggregate_by_prefix() {
+    let origin = Origin::start();
+    let ts = TrafficServer::builder()
+        .remap(rule(
+            "p.test",
+            &origin,
+            "--rate=1 --burst=1 --queue=0 --key=ip --key-prefix=24/64",
+        ))
+        .start()
+        .expect("start");
+    assert_eq!(from(&ts, ip(2), "p.test", 1, &[]), [200]);
+    assert_eq!(from(&ts, ip(3), "p.test", 1, &[]), [429], "same /24");
+    let other = Ipv4Addr::new(127, 0, 1, 2);
+    assert_eq!(from(&ts, other, "p.test", 1, &[]), [200], "another /24");
+}
+
+/// 20 000 distinct keys through a `--keys=2000` rule: the table never holds
+/// more than 2 000, evictions are counted, and traffic_server's memory does
+/// not grow with the number of keys seen.
+#[test]
+fn keys_held_stay_within_the_bound() {
+    const KEYS: usize = 2_000;
+    const SEEN: usize = 20_000;
+    const THREADS: usize = 8;
+    let origin = Origin::start();
+    let ts = TrafficServer::builder()
+        .remap(rule(
+            "b.test",
+            &origin,
+            &format!("--rate=100 --burst=10 --queue=0 --key=header:X-K --keys={KEYS} --prefix=kb --tag=bound"),
+        ))
+        .with_manager()
+        .start()
+        .expect("start");
+    let send = |offset: usize| {
+        let port = ts.port();
+        let handles: Vec<_> = (0..THREADS)
+            .map(|t| {
+                thread::spawn(move || {
+                    let mut c = Conn::open(port).expect("connect");
+                    let mut okays = 0;
+                    for i in (t..SEEN / 2).step_by(THREADS) {
+                        let k = format!("client-{}", offset + i);
+                        if c.get("b.test", "/", &[("X-K", &k)])
+                            .is_ok_and(|r| r.status == 200)
+                        {
+                            okays += 1;
+                        }
+                    }
+                    okays
+                })
+            })
+            .collect();
+        handles
+            .into_iter()
+            .map(|h| h.join().unwrap_or(0))
+            .sum::<usize>()
+    };
+    assert_eq!(send(0), SEEN / 2, "every new key has a full bucket");
+    let rss_half = ts.rss_kb().expect("rss");
+    assert_eq!(send(SEEN / 2), SEEN / 2);
+    let rss_full = ts.rss_kb().expect("rss");
+    ts.wait_metrics_after(&[("kb.remap.bound.admitted", SEEN as i64)], &[])
+        .expect("metrics synced");
+    let keys = ts.metric("kb.remap.bound.keys").unwrap_or(-1);
+    let evicted = ts.metric("kb.remap.bound.evicted").unwrap_or(-1);
+    assert!((1..=KEYS as i64).contains(&keys), "keys = {keys}");
+    assert!(evicted >= (SEEN - KEYS) as i64, "evicted = {evicted}");
+    // The second 10 000 keys did not grow the table (a few MB of slack for
+    // ATS's own allocator and buffers).
+    assert!(
+        rss_full <= rss_half + 4 * 1024,
+        "RSS grew from {rss_half} kB to {rss_full} kB"
+    );
+}
