@@ -20,7 +20,7 @@ cd "$(dirname "$0")/.."
 ci/install-deps.sh wrk nginx-light
 
 TARGET="${CARGO_TARGET_DIR:-target}"
-MICRO=(-p limits -p rate-limit-core -p throttle-core --bench admission --bench options --bench gate)
+MICRO=(-p limits -p rate-limit-core -p throttle-core -p keyed --bench admission --bench options --bench gate --bench keyed)
 # Recorded in BENCHMARKS.md as the command that produced it.
 export ATS_BENCH_COMMAND="ci/bench.sh${*:+ $*}"
 
