@@ -88,6 +88,12 @@ fn panics_fail_safe_and_traffic_server_survives() {
     // once the guard has stopped it.
     let r = ts.get("probe.test", "/panic/parked", &[]).expect("request");
     assert_eq!(r.status, 500);
+    // The same on the transaction's own thread, where the fail-safe would
+    // otherwise run inline, inside the unwind.
+    let r = ts
+        .get("probe.test", "/panic/parked/home", &[])
+        .expect("request");
+    assert_eq!(r.status, 500);
     assert_eq!(ts.get("probe.test", "/", &[]).expect("request").status, 200);
     assert!(ts.is_running(), "traffic_server exited");
 
@@ -113,6 +119,18 @@ fn panics_fail_safe_and_traffic_server_survives() {
         assert!(
             matches!((p, f), (Some(p), Some(f)) if p < f),
             "expected '{panic}' before '{fail_safe}' in diags.log:\n{diags}"
+        );
+    }
+    // Both parked panics: each fail-safe line follows its own panic line.
+    let lines: Vec<&str> = diags
+        .lines()
+        .filter(|l| l.contains("holding a parked transaction") || l.contains("dropped unresolved"))
+        .collect();
+    assert_eq!(lines.len(), 4, "{lines:?}");
+    for pair in lines.chunks(2) {
+        assert!(
+            pair[0].contains("panic in timer") && pair[1].contains("dropped unresolved"),
+            "{lines:?}"
         );
     }
 }
@@ -159,6 +177,7 @@ fn parked_transactions_are_changed_only_on_their_own_thread() {
                         r.status,
                         r.header("X-Probe-Home").map(str::to_owned),
                         r.header("X-Probe-Initiated").map(str::to_owned),
+                        r.header("X-Probe-Same-Thread").map(str::to_owned),
                     ));
                 }
                 seen
@@ -195,6 +214,18 @@ fn parked_transactions_are_changed_only_on_their_own_thread() {
     assert_eq!(
         off_home, 0,
         "{off_home} of {resumed} changed off their thread"
+    );
+    // And the thread recorded at park is the one the transaction's own hooks
+    // run on afterwards (the probe's record, not the safe layer's).
+    let moved = seen.iter().filter(|s| s.4.as_deref() == Some("no")).count();
+    let compared = seen.iter().filter(|s| s.4.is_some()).count();
+    assert!(
+        compared >= resumed,
+        "{compared} compared, {resumed} resumed"
+    );
+    assert_eq!(
+        moved, 0,
+        "{moved} of {compared} continued on another thread"
     );
     // The proof needs resumptions that really started elsewhere: every task
     // timer does, and with two net threads some net timers and hand-offs do.

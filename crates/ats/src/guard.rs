@@ -139,8 +139,18 @@ pub fn catch<R>(site: &str, fallback: impl FnOnce() -> R, f: impl FnOnce() -> R)
     let depth = Depth;
     let result = panic::catch_unwind(AssertUnwindSafe(f));
     drop(depth);
+    // Deferred actions run once no unwind is in progress: here, unless this
+    // `catch` sits in a destructor of an outer unwind, whose own `catch`
+    // runs them (also those deferred under a nested `catch_unwind` that
+    // swallowed its panic).
+    let run_now = !std::thread::panicking();
     match result {
-        Ok(r) => r,
+        Ok(r) => {
+            if run_now {
+                run_deferred(site, deferred_from);
+            }
+            r
+        }
         Err(payload) => {
             let detail = LAST_PANIC
                 .try_with(|slot| slot.borrow_mut().take())
@@ -151,7 +161,9 @@ pub fn catch<R>(site: &str, fallback: impl FnOnce() -> R, f: impl FnOnce() -> R)
             // Dropping the payload could itself panic (a Drop impl inside it);
             // leak it rather than risk unwinding out of the guard.
             std::mem::forget(payload);
-            run_deferred(site, deferred_from);
+            if run_now {
+                run_deferred(site, deferred_from);
+            }
             fallback()
         }
     }

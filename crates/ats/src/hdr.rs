@@ -144,8 +144,11 @@ impl<'a> Header<'a> {
 
     /// The values of every field called `name`, in order, joined with ", "
     /// (the list form RFC 9110 allows for repeated fields); `None` if there
-    /// is no such field. At most `max` bytes are kept: the rest is cut.
-    pub fn joined(&self, name: &str, max: usize) -> Option<Vec<u8>> {
+    /// is no such field. Whole: ATS bounds a request header's size
+    /// (`proxy.config.http.request_header_max_size`), and which end of a
+    /// long list matters is the caller's business (a forwarding chain's
+    /// trusted entries are at the end).
+    pub fn joined(&self, name: &str) -> Option<Vec<u8>> {
         let mut field = self.find(name);
         field.as_ref()?;
         let mut out = Vec::new();
@@ -160,10 +163,6 @@ impl<'a> Header<'a> {
             }
             // SAFETY: ATS returned (p, len) for this header.
             out.extend_from_slice(unsafe { ts_bytes(p, len) });
-            if out.len() >= max {
-                out.truncate(max);
-                break;
-            }
             field = self.next_dup(&f);
         }
         Some(out)

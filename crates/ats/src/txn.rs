@@ -497,8 +497,16 @@ impl Parked {
     /// else as an event scheduled there. `f` receives the only handle
     /// through which a parked transaction can be read or changed, and must
     /// resolve it.
+    ///
+    /// Scheduling needs an ATS thread: called from a thread the plugin
+    /// started itself, `f` is dropped unrun and the transaction fails safe
+    /// (an error answer without the rule's status). Such threads hand work
+    /// to ATS threads through a queue instead.
     pub fn on_home(self, f: impl FnOnce(HomeTxn<'_>) -> Done + Send + 'static) {
-        if EventThread::current() == Some(self.home) {
+        // Never inline while a panic unwinds (a slot released by a dropped
+        // permit hands over here): the resume would run ATS's state machine
+        // inside the unwind.
+        if EventThread::current() == Some(self.home) && !std::thread::panicking() {
             let _done = f(HomeTxn {
                 parked: self,
                 _here: PhantomData,
@@ -551,7 +559,11 @@ impl Drop for Parked {
                 crate::log::error(&format!(
                     "parked transaction dropped unresolved off its thread ({e}): re-enabling"
                 ));
-                reenable_deferred(txn.ptr().as_ptr(), sys::TSEvent::TS_EVENT_HTTP_ERROR);
+                let ev = match can_answer {
+                    true => sys::TSEvent::TS_EVENT_HTTP_ERROR,
+                    false => sys::TSEvent::TS_EVENT_HTTP_CONTINUE,
+                };
+                reenable_deferred(txn.ptr().as_ptr(), ev);
             }
         });
     }

@@ -8,7 +8,10 @@
 //! a [`Permit`] frees its slot, a [`BudgetToken`] its queue place, and a
 //! [`RateToken`] returns its rate token unless the request was served.
 
-use std::sync::Arc;
+use std::collections::HashMap;
+use std::sync::{Arc, Weak};
+
+use parking_lot::Mutex;
 
 use keyed::{KeyState, KeyTable};
 use limits::{
@@ -48,14 +51,22 @@ pub struct Limiter<W: Waiter, C: Clock = MonotonicClock> {
     budget: Arc<Budget>,
     /// With `--key`: each key's own bucket, slots and queue places.
     keys: Option<KeyTable<Keyed<W>>>,
+    /// With `--key`: the keys' slot queues that have had waiters since the
+    /// last departure check (by address), so the check visits those, not
+    /// every key.
+    waiting_queues: Mutex<HashMap<usize, Weak<Slots<W>>>>,
     params: Option<GcraParams>,
     clock: C,
 }
 
-/// One key's limits: its bucket's TAT, and its slots and queue places,
-/// allocated the first time the key needs them.
+/// One key's limits: its bucket's TAT, and (boxed, allocated the first time
+/// the key needs them) its slots and queue places. 16 bytes inline.
 pub struct Keyed<W: Waiter> {
     tat: Nanos,
+    queues: Option<Box<KeyQueues<W>>>,
+}
+
+struct KeyQueues<W: Waiter> {
     slots: Option<Arc<Slots<W>>>,
     budget: Option<Arc<Budget>>,
 }
@@ -64,23 +75,51 @@ impl<W: Waiter> Default for Keyed<W> {
     fn default() -> Self {
         Keyed {
             tat: 0,
-            slots: None,
-            budget: None,
+            queues: None,
         }
+    }
+}
+
+impl<W: Waiter> Keyed<W> {
+    fn queues(&mut self) -> &mut KeyQueues<W> {
+        self.queues.get_or_insert_with(|| {
+            Box::new(KeyQueues {
+                slots: None,
+                budget: None,
+            })
+        })
+    }
+
+    fn slots(&mut self, limit: u32) -> Arc<Slots<W>> {
+        self.queues()
+            .slots
+            .get_or_insert_with(|| Slots::new(limit))
+            .clone()
+    }
+
+    /// A queue place of this key; none (and nothing allocated) with `--queue=0`.
+    fn place(&mut self, queue: u32) -> Option<BudgetToken> {
+        if queue == 0 {
+            return None;
+        }
+        self.queues()
+            .budget
+            .get_or_insert_with(|| Budget::new(queue))
+            .try_take()
     }
 }
 
 impl<W: Waiter> KeyState for Keyed<W> {
     /// Holds slots or waiters, or a request is between deciding and taking
-    /// them (it holds a clone): forgetting the key would lose them.
+    /// them (it holds a clone, taken under the key's lock): forgetting the
+    /// key would lose them.
     fn busy(&self) -> bool {
-        self.slots
-            .as_ref()
-            .is_some_and(|s| Arc::strong_count(s) > 1 || s.waiting() > 0)
-            || self
-                .budget
+        self.queues.as_ref().is_some_and(|q| {
+            q.slots
                 .as_ref()
-                .is_some_and(|b| Arc::strong_count(b) > 1)
+                .is_some_and(|s| Arc::strong_count(s) > 1 || s.waiting() > 0)
+                || q.budget.as_ref().is_some_and(|b| Arc::strong_count(b) > 1)
+        })
     }
 }
 
@@ -170,6 +209,7 @@ impl<W: Waiter, C: Clock> Limiter<W, C> {
             bucket: limits.rate.map(|(r, b)| Gcra::per_second(r, b)),
             budget: Budget::new(limits.queue),
             keys: None,
+            waiting_queues: Mutex::new(HashMap::new()),
             params: limits.rate.map(|(r, b)| GcraParams::per_second(r, b)),
             clock,
         })
@@ -183,6 +223,7 @@ impl<W: Waiter, C: Clock> Limiter<W, C> {
             bucket: None,
             budget: Budget::new(0),
             keys: Some(KeyTable::new(keys)),
+            waiting_queues: Mutex::new(HashMap::new()),
             params: limits.rate.map(|(r, b)| GcraParams::per_second(r, b)),
             clock,
         })
@@ -220,7 +261,8 @@ impl<W: Waiter, C: Clock> Limiter<W, C> {
         match (&self.keys, key) {
             (Some(t), Some(k)) => t
                 .get(k, |st| {
-                    let slots = self.limits.limit.map(|l| st.slots.as_ref().map_or(l, left));
+                    let held = st.queues.as_ref().and_then(|q| q.slots.as_ref());
+                    let slots = self.limits.limit.map(|l| held.map_or(l, left));
                     let quota = self.params.map(|p| p.quota(st.tat, now));
                     (slots, quota)
                 })
@@ -273,11 +315,6 @@ impl<W: Waiter, C: Clock> Limiter<W, C> {
         // The key's bucket, and clones of its slots and queue places, under
         // its shard lock; slots are taken after, as for the rule-wide limiter.
         let grabbed = table.with(key, |st| {
-            let place = |st: &mut Keyed<W>| {
-                st.budget
-                    .get_or_insert_with(|| Budget::new(queue))
-                    .try_take()
-            };
             let mut taken_place = None;
             let rate = match self.params {
                 None => KeyRate::Go,
@@ -286,7 +323,7 @@ impl<W: Waiter, C: Clock> Limiter<W, C> {
                         st.tat = next;
                         KeyRate::Go
                     }
-                    (Reservation::Denied(wait), _) if wait <= max_wait => match place(st) {
+                    (Reservation::Denied(wait), _) if wait <= max_wait => match st.place(queue) {
                         None => KeyRate::Reject,
                         Some(token) => match p.reserve(st.tat, now, Some(max_wait)) {
                             (Reservation::Now, next) => {
@@ -307,7 +344,7 @@ impl<W: Waiter, C: Clock> Limiter<W, C> {
             };
             let slots = match rate {
                 KeyRate::Reject => None,
-                _ => limit.map(|l| st.slots.get_or_insert_with(|| Slots::new(l)).clone()),
+                _ => limit.map(|l| st.slots(l)),
             };
             KeyGrab {
                 rate,
@@ -343,15 +380,9 @@ impl<W: Waiter, C: Clock> Limiter<W, C> {
                     spend(rate);
                     return Admission::Go(Some(permit));
                 }
-                let place = g.place.or_else(|| {
-                    table
-                        .get(key, |st| {
-                            st.budget
-                                .get_or_insert_with(|| Budget::new(queue))
-                                .try_take()
-                        })
-                        .flatten()
-                });
+                let place = g
+                    .place
+                    .or_else(|| table.get(key, |st| st.place(queue)).flatten());
                 match place {
                     Some(place) => Admission::Wait(Wait {
                         place,
@@ -421,9 +452,7 @@ impl<W: Waiter, C: Clock> Limiter<W, C> {
         let slots = match (&self.keys, key, self.limits.limit) {
             (_, _, None) => None,
             (Some(t), Some(k), Some(l)) => {
-                let s = t.with(k, |st| {
-                    st.slots.get_or_insert_with(|| Slots::new(l)).clone()
-                });
+                let s = t.with(k, |st| st.slots(l));
                 match s {
                     Ok(s) => Some(s),
                     // Cannot happen while the waiter's queue place pins the
@@ -441,8 +470,17 @@ impl<W: Waiter, C: Clock> Limiter<W, C> {
         if deadline.is_some_and(|d| d <= now) {
             return SlotWait::Expired(waiter);
         }
+        let ticket = slots.enqueue(waiter);
+        if self.keys.is_some() && ticket.is_waiting() {
+            // After the enqueue: a departure check that finds this queue
+            // empty and drops it from the list does so under the list's
+            // lock, before or after this insert, never between.
+            self.waiting_queues
+                .lock()
+                .insert(Arc::as_ptr(&slots) as usize, Arc::downgrade(&slots));
+        }
         SlotWait::Queued {
-            ticket: slots.enqueue(waiter),
+            ticket,
             expires_in: deadline.map(|d| d - now),
         }
     }
@@ -453,16 +491,17 @@ impl<W: Waiter, C: Clock> Limiter<W, C> {
     pub fn remove_departed(&self, max: usize, mut gone: impl FnMut(&W) -> bool) -> (Vec<W>, u32) {
         let queues: Vec<Arc<Slots<W>>> = match &self.keys {
             None => self.slots.iter().cloned().collect(),
-            Some(t) => {
-                let mut v = Vec::new();
-                t.for_each(|_, st| {
-                    if let Some(s) = &st.slots {
-                        if s.waiting() > 0 && v.len() < max {
-                            v.push(s.clone());
-                        }
+            Some(_) => {
+                let mut list = self.waiting_queues.lock();
+                let mut live = Vec::new();
+                list.retain(|_, weak| match weak.upgrade() {
+                    Some(s) if s.waiting() > 0 => {
+                        live.push(s);
+                        true
                     }
+                    _ => false,
                 });
-                v
+                live
             }
         };
         let mut checked = 0;

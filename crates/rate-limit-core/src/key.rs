@@ -50,6 +50,33 @@ impl Missing {
     }
 }
 
+/// The header trusted proxies append the client's address to
+/// (`--forwarded-header`). Only that one is read: a proxy that writes one
+/// passes the other through from the client untouched.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ForwardedHeader {
+    XForwardedFor,
+    /// RFC 7239 `Forwarded: for=…`.
+    Forwarded,
+}
+
+impl ForwardedHeader {
+    pub fn parse(v: &str) -> Option<ForwardedHeader> {
+        match v.to_ascii_lowercase().as_str() {
+            "x-forwarded-for" => Some(ForwardedHeader::XForwardedFor),
+            "forwarded" => Some(ForwardedHeader::Forwarded),
+            _ => None,
+        }
+    }
+
+    pub fn name(self) -> &'static str {
+        match self {
+            ForwardedHeader::XForwardedFor => "X-Forwarded-For",
+            ForwardedHeader::Forwarded => "Forwarded",
+        }
+    }
+}
+
 /// The parts of a request a key can come from.
 pub trait RequestView {
     /// The address of the peer that connected to Traffic Server.
@@ -69,8 +96,10 @@ pub struct KeySpec {
     /// Prefix lengths that `ip` keys are aggregated to (`--key-prefix`).
     pub v4_prefix: u8,
     pub v6_prefix: u8,
-    /// Proxies whose `X-Forwarded-For`/`Forwarded` is believed (`--trusted-proxies`).
+    /// Proxies whose forwarding header is believed (`--trusted-proxies`).
     pub trusted: Vec<IpNet>,
+    /// Which header they write (`--forwarded-header`).
+    pub forwarded: ForwardedHeader,
 }
 
 /// Most bytes of one source that go into a key: longer values are cut (and
@@ -78,6 +107,9 @@ pub struct KeySpec {
 pub const MAX_SOURCE_BYTES: usize = 512;
 /// Most addresses of a forwarding chain that are looked at, from the right.
 pub const MAX_FORWARDED_HOPS: usize = 32;
+/// Most bytes of a forwarding header read: its **last** 8 KB, where the
+/// trusted proxies' entries are (the start is whatever the client wrote).
+pub const MAX_FORWARDED_BYTES: usize = 8 * 1024;
 
 impl KeySpec {
     /// Parses `--key`: `ip`, `header:NAME`, `cookie:NAME`, `query:NAME`,
@@ -152,21 +184,20 @@ impl KeySpec {
     /// The client's address: the peer's, unless the peer is a trusted proxy;
     /// then the right-most address of the forwarding chain that is not a
     /// trusted proxy (the left-most entries are whatever the client wrote,
-    /// so they are never believed). `X-Forwarded-For` is used if present,
-    /// else `Forwarded: for=`. An unparsable entry ends the walk at the last
-    /// good address.
+    /// so they are never believed). Only the last [`MAX_FORWARDED_BYTES`]
+    /// and [`MAX_FORWARDED_HOPS`] are read; an unparsable entry (such as
+    /// the cut-off first one of an over-long chain) ends the walk at the
+    /// last good address.
     pub fn client_ip(&self, req: &impl RequestView) -> Option<IpAddr> {
         let peer = canonical(req.peer_ip()?);
         if self.trusted.is_empty() || !self.trusts(peer) {
             return Some(peer);
         }
-        let chain = req
-            .header("X-Forwarded-For")
-            .map(|v| (v, false))
-            .or_else(|| req.header("Forwarded").map(|v| (v, true)));
-        let Some((chain, rfc7239)) = chain else {
+        let Some(chain) = req.header(self.forwarded.name()) else {
             return Some(peer);
         };
+        let chain = &chain[chain.len().saturating_sub(MAX_FORWARDED_BYTES)..];
+        let rfc7239 = self.forwarded == ForwardedHeader::Forwarded;
         let mut client = peer;
         for hop in chain.rsplit(|&b| b == b',').take(MAX_FORWARDED_HOPS) {
             let addr = if rfc7239 {

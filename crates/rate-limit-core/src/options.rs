@@ -93,6 +93,7 @@ const OPTIONS: &[(&str, bool)] = &[
     ("keys", true),
     ("key-missing", true),
     ("trusted-proxies", true),
+    ("forwarded-header", true),
 ];
 
 fn allowed_names() -> String {
@@ -146,6 +147,7 @@ impl Options {
         let mut burst = None;
         let mut tag = None;
         let (mut sources, mut prefix, mut trusted) = (None, None, None);
+        let mut forwarded = crate::key::ForwardedHeader::XForwardedFor;
         let mut i = 0;
         while i < args.len() {
             let arg = args[i];
@@ -276,6 +278,10 @@ impl Options {
                     o.key_missing = crate::key::Missing::parse(value)
                         .ok_or_else(|| invalid(name, value, "shared, pass or refuse"))?;
                 }
+                "forwarded-header" => {
+                    forwarded = crate::key::ForwardedHeader::parse(value)
+                        .ok_or_else(|| invalid(name, value, "X-Forwarded-For or Forwarded"))?;
+                }
                 "trusted-proxies" => {
                     let parsed = crate::key::KeySpec::parse_trusted(value).map_err(|_| {
                         invalid(name, value, "IP addresses or CIDRs, comma-separated")
@@ -335,15 +341,38 @@ impl Options {
                     o.warnings
                         .push("--key-prefix has no effect without ip in --key".to_owned());
                 }
+                if seen.contains(&"forwarded-header") && trusted.is_none() {
+                    o.warnings.push(
+                        "--forwarded-header has no effect without --trusted-proxies".to_owned(),
+                    );
+                }
+                // One connection carries one address; a header, a cookie or a
+                // forwarded address can change on every request of it, and
+                // --conntrack lets a connection's later requests pass unchecked.
+                if o.conntrack && (sources != [crate::key::Source::Ip] || trusted.is_some()) {
+                    return Err(OptionError(
+                        "--conntrack with --key works only with --key=ip and no --trusted-proxies: \
+                         a connection's later requests pass unchecked, and other keys can change \
+                         from one request to the next"
+                            .to_owned(),
+                    ));
+                }
                 o.key = Some(crate::key::KeySpec {
                     sources,
                     v4_prefix,
                     v6_prefix,
                     trusted: trusted.unwrap_or_default(),
+                    forwarded,
                 });
             }
             None => {
-                for other in ["key-prefix", "keys", "key-missing", "trusted-proxies"] {
+                for other in [
+                    "key-prefix",
+                    "keys",
+                    "key-missing",
+                    "trusted-proxies",
+                    "forwarded-header",
+                ] {
                     if seen.contains(&other) {
                         return Err(OptionError(format!(
                             "--{other} needs --key (it configures per-client keys)"

@@ -28,6 +28,7 @@ use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
 use ats::sched::{Periodic, Pool};
+use ats::stats::Stat;
 use ats::Header;
 use rate_limit_core::key::{Missing, RequestView};
 
@@ -296,7 +297,7 @@ impl RequestView for KeyView<'_> {
     }
 
     fn header(&self, name: &str) -> Option<Vec<u8>> {
-        self.hdr.as_ref()?.joined(name, MAX_KEY_FIELD_BYTES)
+        self.hdr.as_ref()?.joined(name)
     }
 
     fn query(&self) -> Option<Vec<u8>> {
@@ -304,24 +305,24 @@ impl RequestView for KeyView<'_> {
     }
 }
 
-/// Most bytes of a header read for a key: forwarding chains need more than
-/// the part a key keeps (`key::MAX_SOURCE_BYTES`), but no more than this.
-const MAX_KEY_FIELD_BYTES: usize = 8 * 1024;
-
 /// Every second, adds what changed in the key table to the `keys` gauge and
 /// the `evicted` counter (deltas: rules may share a metric name). On a task
-/// thread; holds the limiter weakly, so a reloaded-away rule stops it.
+/// thread; holds the limiter weakly, so a reloaded-away rule stops it, and
+/// then takes its keys back out of the shared gauge.
 fn key_metrics(limiter: &Arc<Limiter<Queued>>, m: &Metrics) -> Option<Periodic> {
     limiter.keys()?;
     let weak = Arc::downgrade(limiter);
-    let (keys_stat, evicted_stat) = (m.keys, m.evicted);
-    let last = Mutex::new((0i64, 0u64));
+    let evicted_stat = m.evicted;
+    let published = Published {
+        gauge: m.keys,
+        keys: Mutex::new((0, 0)),
+    };
     let started = Periodic::start(KEY_METRICS_EVERY, Pool::Task, move || {
         let Some(l) = weak.upgrade() else { return };
         let Some(t) = l.keys() else { return };
         let (len, evicted) = (t.len() as i64, t.evicted());
-        let mut last = last.lock();
-        bump(keys_stat, len - last.0);
+        let mut last = published.keys.lock();
+        bump(published.gauge, len - last.0);
         bump(evicted_stat, evicted.saturating_sub(last.1) as i64);
         *last = (len, evicted);
     });
@@ -331,6 +332,20 @@ fn key_metrics(limiter: &Arc<Limiter<Queued>>, m: &Metrics) -> Option<Periodic> 
             log::error!("cannot start the keys/evicted metrics task: {e}");
             None
         }
+    }
+}
+
+/// This rule's share of the `keys` gauge (and the `evicted` count it last
+/// saw). Dropped with the publisher's closure (on a task thread, under the
+/// guard), it takes the share back out.
+struct Published {
+    gauge: Option<Stat>,
+    keys: Mutex<(i64, u64)>,
+}
+
+impl Drop for Published {
+    fn drop(&mut self) {
+        bump(self.gauge, -self.keys.get_mut().0);
     }
 }
 

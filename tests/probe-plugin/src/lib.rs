@@ -57,6 +57,10 @@ struct State {
     home: AtomicU8,
     /// For `/home/...`: 1 resume started on the home thread, 2 elsewhere.
     initiated: AtomicU8,
+    /// The thread the transaction parked on, to compare with the thread its
+    /// later hooks run on (the transaction's own, whatever the safe layer
+    /// recorded).
+    parked_on: Mutex<Option<EventThread>>,
 }
 
 #[derive(Clone, Copy, PartialEq)]
@@ -65,6 +69,7 @@ enum Action {
     PanicHook,
     PanicClose,
     PanicParked,
+    PanicParkedHome,
     Park(u64),
     Cancel(u64),
     HomeNet(u64),
@@ -159,6 +164,7 @@ impl RemapPlugin for Probe {
             ["panic", "remap", ..] => panic!("probe: deliberate panic in DoRemap"),
             ["panic", "hook", ..] => Action::PanicHook,
             ["panic", "close", ..] => Action::PanicClose,
+            ["panic", "parked", "home", ..] => Action::PanicParkedHome,
             ["panic", "parked", ..] => Action::PanicParked,
             ["park", ms, ..] => Action::Park(ms.parse().unwrap_or(10)),
             ["cancel", ms, ..] => Action::Cancel(ms.parse().unwrap_or(10)),
@@ -178,6 +184,7 @@ impl RemapPlugin for Probe {
             seq: SEQ.fetch_add(1, Ordering::Relaxed),
             home: AtomicU8::new(0),
             initiated: AtomicU8::new(0),
+            parked_on: Mutex::new(None),
         };
         if g.state.set(txn, state).is_err() {
             log::warn!("probe state already set on this transaction");
@@ -207,20 +214,30 @@ impl HookHandler for Hooks {
                     log::error!("cannot arm timer: {e}");
                 }
             }),
-            (HookId::PostRemap, Action::PanicParked) => hook.park(|parked| {
-                let armed = Timer::after(Duration::from_millis(5), Pool::Task, move || {
-                    let _held = parked;
-                    panic!("probe: deliberate panic holding a parked transaction");
-                });
-                if let Err(e) = armed {
-                    log::error!("cannot arm timer: {e}");
-                }
-            }),
+            (HookId::PostRemap, Action::PanicParked | Action::PanicParkedHome) => {
+                let home_thread = state.action == Action::PanicParkedHome;
+                hook.park(move |parked| {
+                    let task = move || {
+                        let _held = parked;
+                        panic!("probe: deliberate panic holding a parked transaction");
+                    };
+                    // On a task thread, or on the transaction's own thread,
+                    // where a fail-safe run during the unwind would run inline.
+                    let armed = match home_thread {
+                        false => Timer::after(Duration::from_millis(5), Pool::Task, task),
+                        true => Timer::after(Duration::from_millis(5), home_of_hook(), task),
+                    };
+                    if let Err(e) = armed {
+                        log::error!("cannot arm timer: {e}");
+                    }
+                })
+            }
             (HookId::PostRemap, Action::HomeNet(ms) | Action::HomeTask(ms)) => {
                 let pool = match state.action {
                     Action::HomeTask(_) => Pool::Task,
                     _ => Pool::Net,
                 };
+                *state.parked_on.lock().unwrap_or_else(|e| e.into_inner()) = EventThread::current();
                 hook.park(|parked| {
                     let home = EventThread::current();
                     let armed = Timer::after(Duration::from_millis(ms), pool, move || {
@@ -238,6 +255,7 @@ impl HookHandler for Hooks {
                     drop(gate);
                     return hook.resume();
                 }
+                *state.parked_on.lock().unwrap_or_else(|e| e.into_inner()) = EventThread::current();
                 hook.park(move |parked| {
                     let home = EventThread::current();
                     gate.1.push_back(Waiting { parked, home });
@@ -291,6 +309,12 @@ impl HookHandler for Hooks {
                     if let Some(v) = initiated {
                         resp.set("X-Probe-Initiated", v);
                     }
+                    // Where it parked against where its own hooks run now.
+                    let parked_on = *state.parked_on.lock().unwrap_or_else(|e| e.into_inner());
+                    if let Some(t) = parked_on {
+                        let same = Some(t) == EventThread::current();
+                        resp.set("X-Probe-Same-Thread", if same { "yes" } else { "no" });
+                    }
                     if !state.tag.is_empty() {
                         resp.set("X-Probe-Tag", &state.tag);
                     }
@@ -302,6 +326,15 @@ impl HookHandler for Hooks {
             }
             _ => hook.resume(),
         }
+    }
+}
+
+/// Where a hook runs: the transaction's own thread (a pool if, impossibly,
+/// not on an event thread).
+fn home_of_hook() -> ats::sched::Target {
+    match EventThread::current() {
+        Some(t) => t.into(),
+        None => Pool::Net.into(),
     }
 }
 

@@ -445,3 +445,52 @@ proptest! {
         }
     }
 }
+
+#[test]
+fn a_key_costs_16_bytes_inline_and_nothing_more_without_queues() {
+    assert_eq!(std::mem::size_of::<Keyed<W>>(), 16);
+    // A rate-only key with no queue allocates nothing besides its entry.
+    let (l, _) = keyed(lim(None, Some((1.0, 1)), 0, 0), 10);
+    assert!(matches!(l.admit(Some(1)), Admission::Go(None)));
+    assert!(matches!(l.admit(Some(1)), Admission::Reject));
+    let mut allocated = 0;
+    if let Some(t) = l.keys() {
+        t.for_each(|_, st| allocated += usize::from(st.queues.is_some()));
+    }
+    assert_eq!(allocated, 0);
+}
+
+#[test]
+fn departed_keyed_waiters_are_found_in_their_keys_queues() {
+    let held = Held::default();
+    let (l, _) = keyed(lim(Some(1), None, 5, 0), 100);
+    let mut permits = Vec::new();
+    let mut tickets = Vec::new();
+    for key in 0..3u64 {
+        let Admission::Go(Some(p)) = l.admit(Some(key)) else {
+            panic!()
+        };
+        permits.push(p);
+        for id in 0..2 {
+            let Admission::Wait(wait) = l.admit(Some(key)) else {
+                panic!()
+            };
+            let w = w(10 * key as usize + id, &held);
+            if let SlotWait::Queued { ticket, .. } = l.wait_for_slot(wait.since, w, Some(key)) {
+                tickets.push((ticket, wait));
+            }
+        }
+    }
+    let (gone, left) = l.remove_departed(100, |w| w.id % 10 == 1);
+    let mut ids: Vec<_> = gone.iter().map(|w| w.id).collect();
+    ids.sort_unstable();
+    assert_eq!(ids, vec![1, 11, 21]);
+    assert_eq!(left, 3);
+    // Queues that emptied leave the list.
+    drop(gone);
+    drop(permits);
+    let (gone, left) = l.remove_departed(100, |_| true);
+    assert!(gone.is_empty());
+    assert_eq!(left, 0);
+    assert!(l.waiting_queues.lock().is_empty());
+}

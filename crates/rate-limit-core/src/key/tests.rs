@@ -56,6 +56,7 @@ fn spec(key: &str, trusted: &str) -> KeySpec {
         } else {
             KeySpec::parse_trusted(trusted).unwrap()
         },
+        forwarded: ForwardedHeader::XForwardedFor,
     }
 }
 
@@ -152,14 +153,38 @@ fn forwarded_addresses_are_believed_only_from_trusted_proxies() {
     // Garbage ends the walk at the last good hop (here the proxy itself).
     let r = Req::from("10.1.1.1").with("X-Forwarded-For", "6.6.6.6, nonsense");
     assert_eq!(s.client_ip(&r), ip("10.1.1.1"));
-    // RFC 7239 when there is no X-Forwarded-For.
-    let r = Req::from("10.1.1.1").with(
-        "Forwarded",
-        "for=6.6.6.6, for=\"[2001:db8::9]:80\";proto=https;by=10.1.1.1",
-    );
-    assert_eq!(s.client_ip(&r), ip("2001:db8::9"));
+    // A proxy that writes X-Forwarded-For passes a client's Forwarded through:
+    // it is never read.
+    let r = Req::from("10.1.1.1").with("Forwarded", "for=6.6.6.6");
+    assert_eq!(s.client_ip(&r), ip("10.1.1.1"));
+    // RFC 7239, for proxies that write it; then a client's X-Forwarded-For is ignored.
+    let mut s7239 = s.clone();
+    s7239.forwarded = ForwardedHeader::Forwarded;
+    let r = Req::from("10.1.1.1")
+        .with("X-Forwarded-For", "6.6.6.6")
+        .with(
+            "Forwarded",
+            "for=6.6.6.6, for=\"[2001:db8::9]:80\";proto=https;by=10.1.1.1",
+        );
+    assert_eq!(s7239.client_ip(&r), ip("2001:db8::9"));
     // Trusted peer without a chain: the peer.
     assert_eq!(s.client_ip(&Req::from("10.1.1.1")), ip("10.1.1.1"));
+}
+
+/// A client pads its X-Forwarded-For so that the proxy's entry would fall
+/// beyond what is read: the tail is read, so the proxy's entry is found.
+#[test]
+fn an_over_long_forwarding_chain_cannot_hide_the_proxys_entry() {
+    let s = spec("ip", "10.0.0.0/8");
+    let mut padded = "1.1.1.1, ".repeat(2 * MAX_FORWARDED_BYTES / 9);
+    padded.push_str("6.6.6.6");
+    let r = Req::from("10.1.1.1")
+        .with("X-Forwarded-For", &padded)
+        .with("X-Forwarded-For", "198.51.100.7");
+    assert_eq!(s.client_ip(&r), ip("198.51.100.7"));
+    // Even all in one field, and ending exactly at a cut.
+    let r = Req::from("10.1.1.1").with("X-Forwarded-For", &format!("{padded}, 198.51.100.8"));
+    assert_eq!(s.client_ip(&r), ip("198.51.100.8"));
 }
 
 #[test]
