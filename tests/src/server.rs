@@ -28,6 +28,10 @@ pub struct TsBuilder {
     port: Option<u16>,
 }
 
+/// Why a start is retried: the manager's child keeps dying unheard.
+const SILENT_RELAUNCHES: &str =
+    "traffic_manager relaunched traffic_server 3 times without a line in diags.log";
+
 /// Startup failed: ATS exited or never became ready. Carries diags.log.
 pub struct StartError {
     pub reason: String,
@@ -130,6 +134,10 @@ impl TsBuilder {
                 Err(e) if self.port.is_none() && e.diags.contains("Address already in use") => {
                     last = Some(e)
                 }
+                // Seen once under a cold CI build's load: traffic_manager's
+                // child died at every relaunch before writing a line of
+                // diags.log. A fresh runroot and port start normally.
+                Err(e) if e.reason.starts_with(SILENT_RELAUNCHES) => last = Some(e),
                 Err(e) => return Err(e),
             }
         }
@@ -191,10 +199,18 @@ impl TsBuilder {
             let fatal = text
                 .lines()
                 .find(|l| l.contains("FATAL") || l.contains("EMERGENCY"));
-            if exited.is_some() || fatal.is_some() || start.elapsed() > START_TIMEOUT {
+            let silent = ts.manager
+                && text.is_empty()
+                && fs::read_to_string(ts.log_path("manager.log"))
+                    .unwrap_or_default()
+                    .matches("Relaunching proxy")
+                    .count()
+                    >= 3;
+            if exited.is_some() || fatal.is_some() || silent || start.elapsed() > START_TIMEOUT {
                 let reason = match (exited, fatal) {
                     (_, Some(line)) => format!("traffic_server failed: {line}"),
                     (Some(status), None) => format!("{bin} exited: {status}"),
+                    (None, None) if silent => SILENT_RELAUNCHES.to_owned(),
                     (None, None) => format!("not ready after {START_TIMEOUT:?}"),
                 };
                 ts.kill();
