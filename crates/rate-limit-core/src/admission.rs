@@ -180,12 +180,6 @@ impl<W: Waiter, C: Clock> Drop for RateToken<W, C> {
     }
 }
 
-fn spend<W: Waiter, C: Clock>(token: Option<RateToken<W, C>>) {
-    if let Some(t) = token {
-        t.spend();
-    }
-}
-
 /// What happens to a request once its rate wait is over.
 pub enum SlotWait<W: Waiter> {
     /// No concurrency limit: go on.
@@ -359,7 +353,9 @@ impl<W: Waiter, C: Clock> Limiter<W, C> {
             // Nothing was taken for this request.
             return Admission::Reject;
         }
-        let rate = self.rate_token(Some(key));
+        // The token taken (if any) becomes a `RateToken` only for a request
+        // that waits: admitted requests keep theirs without touching the
+        // shared limiter's reference count.
         match g.rate {
             KeyRate::Reject => Admission::Reject,
             KeyRate::Wait(delay) => match g.place {
@@ -367,17 +363,18 @@ impl<W: Waiter, C: Clock> Limiter<W, C> {
                     place,
                     since: now,
                     rate_delay: delay,
-                    rate,
+                    rate: self.rate_token(Some(key)),
                 }),
-                None => Admission::Reject,
+                None => {
+                    self.refund_rate(Some(key));
+                    Admission::Reject
+                }
             },
             KeyRate::Go => {
                 let Some(slots) = g.slots else {
-                    spend(rate);
                     return Admission::Go(None);
                 };
                 if let Some(permit) = slots.try_acquire() {
-                    spend(rate);
                     return Admission::Go(Some(permit));
                 }
                 let place = g
@@ -388,10 +385,13 @@ impl<W: Waiter, C: Clock> Limiter<W, C> {
                         place,
                         since: now,
                         rate_delay: 0,
-                        rate,
+                        rate: self.rate_token(Some(key)),
                     }),
-                    // Dropping `rate` gives the key's token back.
-                    None => Admission::Reject,
+                    None => {
+                        // Nothing taken after all: the key's token goes back.
+                        self.refund_rate(Some(key));
+                        Admission::Reject
+                    }
                 }
             }
         }
@@ -424,14 +424,12 @@ impl<W: Waiter, C: Clock> Limiter<W, C> {
                 }
             }
         }
-        // From here a rate token (if any) is taken for this request.
-        let rate = self.rate_token(None);
+        // From here a rate token (if any) is taken for this request; it
+        // becomes a `RateToken` only if the request waits.
         let Some(slots) = &self.slots else {
-            spend(rate);
             return Admission::Go(None);
         };
         if let Some(permit) = slots.try_acquire() {
-            spend(rate);
             return Admission::Go(Some(permit));
         }
         match place.or_else(|| self.budget.try_take()) {
@@ -439,10 +437,13 @@ impl<W: Waiter, C: Clock> Limiter<W, C> {
                 place,
                 since: now,
                 rate_delay: 0,
-                rate,
+                rate: self.rate_token(None),
             }),
-            // Dropping `rate` gives the token back: nothing was taken.
-            None => Admission::Reject,
+            None => {
+                // Nothing taken after all: the token goes back.
+                self.refund_rate(None);
+                Admission::Reject
+            }
         }
     }
 

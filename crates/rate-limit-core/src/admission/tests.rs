@@ -26,6 +26,13 @@ impl Waiter for W {
 
 type Held = Arc<Mutex<Vec<(usize, Permit<W>)>>>;
 
+/// A served wait keeps its rate token.
+fn spend<C: limits::Clock>(token: Option<RateToken<W, C>>) {
+    if let Some(t) = token {
+        t.spend();
+    }
+}
+
 fn limiter(limits: Limits) -> (Arc<Limiter<W, Arc<ManualClock>>>, Arc<ManualClock>) {
     let clock = Arc::new(ManualClock::new(NANOS_PER_SEC));
     (Limiter::new(limits, clock.clone()), clock)
