@@ -21,6 +21,20 @@ pub use server::{process_alive, runroot_processes, StartError, TrafficServer, Ts
 
 use std::time::{Duration, Instant};
 
+/// A remap.config line mapping `http://{host}/` to `origin` through
+/// `plugin_name`, with each whitespace-separated option as an `@pparam`.
+pub fn rule(plugin_name: &str, host: &str, origin: &Origin, params: &str) -> String {
+    let pp: String = params
+        .split_whitespace()
+        .map(|p| format!(" @pparam={p}"))
+        .collect();
+    format!(
+        "map http://{host}/ {} @plugin={}{pp}\n",
+        origin.url(),
+        plugin(plugin_name)
+    )
+}
+
 /// Polls `cond` every 10 ms until it holds or `timeout` passes.
 pub fn wait_until(timeout: Duration, mut cond: impl FnMut() -> bool) -> bool {
     let end = Instant::now() + timeout;

@@ -8,18 +8,10 @@ use std::thread;
 use std::time::Duration;
 
 use ats_tests::client::{Conn, Response};
-use ats_tests::{plugin, wait_until, Origin, TrafficServer};
+use ats_tests::{wait_until, Origin, TrafficServer};
 
 fn rule(host: &str, origin: &Origin, params: &str) -> String {
-    let pp: String = params
-        .split_whitespace()
-        .map(|p| format!(" @pparam={p}"))
-        .collect();
-    format!(
-        "map http://{host}/ {} @plugin={}{pp}\n",
-        origin.url(),
-        plugin("rate_limit")
-    )
+    ats_tests::rule("rate_limit", host, origin, params)
 }
 
 fn ip(last: u8) -> Ipv4Addr {

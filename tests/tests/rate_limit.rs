@@ -7,20 +7,12 @@ use std::thread;
 use std::time::{Duration, Instant};
 
 use ats_tests::client::{self, Conn, GiveUp, Response};
-use ats_tests::{plugin, Origin, TrafficServer};
+use ats_tests::{Origin, TrafficServer};
 
 const UPSTREAM: &str = "/usr/lib/trafficserver/modules/rate_limit.so";
 
 fn rule(host: &str, origin: &Origin, params: &str) -> String {
-    let pp: String = params
-        .split_whitespace()
-        .map(|p| format!(" @pparam={p}"))
-        .collect();
-    format!(
-        "map http://{host}/ {} @plugin={}{pp}\n",
-        origin.url(),
-        plugin("rate_limit")
-    )
+    ats_tests::rule("rate_limit", host, origin, params)
 }
 
 fn start(remap: String) -> TrafficServer {

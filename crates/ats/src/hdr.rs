@@ -272,25 +272,24 @@ impl<'a> Header<'a> {
 
     /// The request URL's query string (without the '?'); `None` if there is none.
     pub fn url_query(&self) -> Option<Vec<u8>> {
-        let mut url: sys::TSMLoc = ptr::null_mut();
-        // SAFETY: live header; out pointer valid.
-        if unsafe { sys::TSHttpHdrUrlGet(self.buf, self.loc, &mut url) }
-            != sys::TSReturnCode::TS_SUCCESS
-        {
-            return None;
-        }
-        let mut len: c_int = 0;
-        // SAFETY: live URL loc.
-        let p = unsafe { sys::TSUrlHttpQueryGet(self.buf, url, &mut len) };
-        // SAFETY: (p, len) live in the header heap; null/0 when absent.
-        let query = (!p.is_null()).then(|| unsafe { ts_bytes(p, len) }.to_vec());
-        // SAFETY: url loc came from TSHttpHdrUrlGet on (buf, loc).
-        unsafe { sys::TSHandleMLocRelease(self.buf, self.loc, url) };
-        query
+        // SAFETY: a live URL loc of this header, passed by `url_part`.
+        let p = self.url_part(|url, len| unsafe { sys::TSUrlHttpQueryGet(self.buf, url, len) })?;
+        (!p.0.is_null()).then_some(p.1)
     }
 
     /// The request URL's path (without the leading '/').
     pub fn url_path(&self) -> Option<Vec<u8>> {
+        // SAFETY: a live URL loc of this header, passed by `url_part`.
+        self.url_part(|url, len| unsafe { sys::TSUrlPathGet(self.buf, url, len) })
+            .map(|p| p.1)
+    }
+
+    /// One string of the request URL, through a `TSUrl*Get` getter: the
+    /// pointer it returned (null when absent) and a copy of the bytes.
+    fn url_part(
+        &self,
+        get: impl FnOnce(sys::TSMLoc, *mut c_int) -> *const c_char,
+    ) -> Option<(*const c_char, Vec<u8>)> {
         let mut url: sys::TSMLoc = ptr::null_mut();
         // SAFETY: live header; out pointer valid.
         if unsafe { sys::TSHttpHdrUrlGet(self.buf, self.loc, &mut url) }
@@ -299,12 +298,12 @@ impl<'a> Header<'a> {
             return None;
         }
         let mut len: c_int = 0;
-        // SAFETY: live URL loc.
-        let p = unsafe { sys::TSUrlPathGet(self.buf, url, &mut len) };
-        // SAFETY: (p, len) live in the header heap, which outlives the URL loc release.
-        let path = unsafe { ts_bytes(p, len) }.to_vec();
+        let p = get(url, &mut len);
+        // SAFETY: (p, len) live in the header heap, which outlives the URL
+        // loc; copied before the loc is released.
+        let bytes = unsafe { ts_bytes(p, len) }.to_vec();
         // SAFETY: url loc came from TSHttpHdrUrlGet on (buf, loc).
         unsafe { sys::TSHandleMLocRelease(self.buf, self.loc, url) };
-        Some(path)
+        Some((p, bytes))
     }
 }
