@@ -145,7 +145,7 @@ fn parked_transactions_are_changed_only_on_their_own_thread() {
     const CLIENTS: usize = 24;
     const PER_CLIENT: usize = 425; // 10 200 requests
     let origin = Origin::start();
-    let ts = TrafficServer::builder()
+    let mut ts = TrafficServer::builder()
         .remap(probe_rule(&origin, ""))
         .start()
         .expect("start");
@@ -165,12 +165,17 @@ fn parked_transactions_are_changed_only_on_their_own_thread() {
                         1 => "/home/task/1",
                         _ => "/home/handoff",
                     };
+                    let again = |conn: &mut client::Conn| {
+                        *conn = client::Conn::open(port)?;
+                        conn.get("probe.test", path, &[])
+                    };
                     let r = match conn.get("probe.test", path, &[]) {
                         Ok(r) => r,
-                        Err(_) => {
-                            conn = client::Conn::open(port).expect("reconnect");
-                            conn.get("probe.test", path, &[]).expect("request")
-                        }
+                        Err(_) => match again(&mut conn) {
+                            Ok(r) => r,
+                            // traffic_server is gone: the main thread says so.
+                            Err(_) => break,
+                        },
                     };
                     seen.push((
                         path,
@@ -188,6 +193,7 @@ fn parked_transactions_are_changed_only_on_their_own_thread() {
         .into_iter()
         .flat_map(|h| h.join().expect("client thread"))
         .collect();
+    assert!(ts.is_running(), "traffic_server died during the run");
     assert_eq!(
         seen.len(),
         CLIENTS * PER_CLIENT,
