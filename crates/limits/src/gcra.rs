@@ -116,12 +116,6 @@ impl GcraParams {
             replenish_in,
         }
     }
-
-    /// True when a bucket at `tat` is full at `now` (its state carries no
-    /// information and may be forgotten).
-    pub fn is_full(&self, tat: Nanos, now: Nanos) -> bool {
-        tat <= now
-    }
 }
 
 /// A rate bucket shared by threads: the TAT in one `AtomicU64`.
@@ -148,10 +142,6 @@ impl Gcra {
             tat: AtomicU64::new(0),
             params,
         }
-    }
-
-    pub fn params(&self) -> &GcraParams {
-        &self.params
     }
 
     pub fn interval(&self) -> Nanos {

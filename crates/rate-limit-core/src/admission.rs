@@ -237,10 +237,6 @@ impl<W: Waiter, C: Clock> Limiter<W, C> {
         self.slots.as_ref()
     }
 
-    pub fn limits(&self) -> &Limits {
-        &self.limits
-    }
-
     /// Requests waiting right now for the rule-wide limits (for the rate or
     /// a slot); keyed waits are counted per key.
     pub fn queued(&self) -> u32 {
