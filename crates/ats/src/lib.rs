@@ -35,7 +35,7 @@ mod txn;
 
 pub use cont::{HookCont, HookHandler};
 pub use hdr::Header;
-pub use remap::{RemapArgs, RemapPlugin, RemapRequest, RemapStatus};
+pub use remap::{ReloadStatus, RemapArgs, RemapPlugin, RemapRequest, RemapStatus};
 pub use slot::{SsnSlot, TxnSlot};
 pub use txn::{CacheLookup, Done, EventThread, HomeTxn, Hook, HookId, Parked, Ssn, SsnHook, Txn};
 

@@ -83,6 +83,24 @@ pub trait RemapPlugin: Sized + Send + Sync + 'static {
 
     /// Handles one request on the rule.
     fn do_remap(self: &Arc<Self>, txn: Txn<'_>, req: &mut RemapRequest<'_>) -> RemapStatus;
+
+    /// remap.config is about to be read again (`TSRemapPreConfigReload`);
+    /// `new_instance` calls for the new configuration follow.
+    fn pre_reload() {}
+
+    /// remap.config was read (`TSRemapPostConfigReload`), also at startup:
+    /// `Loaded` means the new rules now serve; `Failed` means they were
+    /// refused and the old ones keep serving.
+    fn post_reload(_status: ReloadStatus) {}
+}
+
+/// How a read of remap.config ended.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ReloadStatus {
+    /// The new rules serve; `used`: some of them name this plugin.
+    Loaded { used: bool },
+    /// The new configuration was refused; the old one keeps serving.
+    Failed,
 }
 
 /// Copies `msg` into ATS's error buffer, truncated at a char boundary and
@@ -226,6 +244,67 @@ pub mod entry {
         );
     }
 
+    /// Called by ATS as `TSRemapPreConfigReload`.
+    pub fn pre_reload<P: RemapPlugin>() {
+        guard::catch("TSRemapPreConfigReload", || (), P::pre_reload);
+    }
+
+    /// Called by ATS as `TSRemapPostConfigReload`.
+    pub fn post_reload<P: RemapPlugin>(status: sys::TSRemapReloadStatus) {
+        let status = match status {
+            sys::TSRemapReloadStatus::TSREMAP_CONFIG_RELOAD_SUCCESS_PLUGIN_USED => {
+                ReloadStatus::Loaded { used: true }
+            }
+            sys::TSRemapReloadStatus::TSREMAP_CONFIG_RELOAD_SUCCESS_PLUGIN_UNUSED => {
+                ReloadStatus::Loaded { used: false }
+            }
+            _ => ReloadStatus::Failed,
+        };
+        guard::catch("TSRemapPostConfigReload", || (), || P::post_reload(status));
+    }
+
+    /// Called by ATS as `TSPluginInit` when the .so is also listed in
+    /// plugin.config. That load exists to pin one copy: it opts the .so out
+    /// of ATS's dynamic remap reload (`TSPluginDSOReloadEnable(0)`), so
+    /// remap rules use this same image, with its statics, across every
+    /// reload, even after the file is replaced (an upgrade then needs a
+    /// restart).
+    pub fn plugin_init<P: RemapPlugin>() {
+        log::set_plugin_name(P::NAME);
+        guard::install_panic_hook();
+        log::install_logger();
+        guard::catch(
+            "TSPluginInit",
+            || (),
+            || {
+                let name = std::ffi::CString::new(P::NAME).unwrap_or_default();
+                let info = sys::TSPluginRegistrationInfo {
+                    plugin_name: name.as_ptr(),
+                    vendor_name: c"Apache Traffic Server Rust plugins".as_ptr(),
+                    support_email: c"".as_ptr(),
+                };
+                // SAFETY: `info` and its strings live across the call; ATS copies them.
+                if unsafe { sys::TSPluginRegister(&info) } != sys::TSReturnCode::TS_SUCCESS {
+                    log::error(&format!("{}: plugin registration failed", P::NAME));
+                    return;
+                }
+                // SAFETY: called from TSPluginInit, the only place ATS accepts it.
+                match unsafe { sys::TSPluginDSOReloadEnable(0) } {
+                    sys::TSReturnCode::TS_SUCCESS => log::note(&format!(
+                        "{}.so is pinned (listed in plugin.config): remap reloads keep this copy \
+                         and its state; replacing the file takes effect at the next restart",
+                        P::NAME
+                    )),
+                    _ => log::error(&format!(
+                        "{}.so: TSPluginDSOReloadEnable(0) failed; remap reloads may load a \
+                         second copy with separate state",
+                        P::NAME
+                    )),
+                }
+            },
+        );
+    }
+
     /// # Safety
     /// Called by ATS as `TSRemapDoRemap` with a pointer from `new_instance`.
     pub unsafe fn do_remap<P: RemapPlugin>(
@@ -319,6 +398,28 @@ macro_rules! remap_plugin {
         ) -> $crate::sys::TSRemapStatus {
             // SAFETY: forwarded unchanged from ATS.
             unsafe { $crate::remap::entry::do_remap::<$plugin>(ih, txn, rri) }
+        }
+
+        /// ATS entry point; see `ts/remap.h`.
+        #[no_mangle]
+        pub extern "C" fn TSRemapPreConfigReload() {
+            $crate::remap::entry::pre_reload::<$plugin>()
+        }
+
+        /// ATS entry point; see `ts/remap.h`.
+        #[no_mangle]
+        pub extern "C" fn TSRemapPostConfigReload(status: $crate::sys::TSRemapReloadStatus) {
+            $crate::remap::entry::post_reload::<$plugin>(status)
+        }
+
+        /// ATS entry point for a plugin.config line; see
+        /// [`$crate::remap::entry::plugin_init`].
+        #[no_mangle]
+        pub extern "C" fn TSPluginInit(
+            _argc: ::std::ffi::c_int,
+            _argv: *mut *const ::std::ffi::c_char,
+        ) {
+            $crate::remap::entry::plugin_init::<$plugin>()
         }
     };
 }

@@ -5,7 +5,8 @@ use std::sync::Arc;
 
 #[derive(Debug)]
 pub struct Budget {
-    max: u32,
+    /// Changeable live ([`Budget::set_max`]).
+    max: AtomicU32,
     used: AtomicU32,
 }
 
@@ -17,13 +18,19 @@ pub struct BudgetToken(Arc<Budget>);
 impl Budget {
     pub fn new(max: u32) -> Arc<Budget> {
         Arc::new(Budget {
-            max,
+            max: AtomicU32::new(max),
             used: AtomicU32::new(0),
         })
     }
 
     pub fn max(&self) -> u32 {
-        self.max
+        self.max.load(Ordering::Acquire)
+    }
+
+    /// Changes the bound; units taken above a lowered bound stay taken until
+    /// given back.
+    pub fn set_max(&self, max: u32) {
+        self.max.store(max, Ordering::Release);
     }
 
     pub fn used(&self) -> u32 {
@@ -34,7 +41,7 @@ impl Budget {
     pub fn try_take(self: &Arc<Self>) -> Option<BudgetToken> {
         let mut cur = self.used.load(Ordering::Acquire);
         loop {
-            if cur >= self.max {
+            if cur >= self.max.load(Ordering::Acquire) {
                 return None;
             }
             match self
@@ -68,5 +75,20 @@ mod tests {
         assert_eq!(b.used(), 1);
         assert!(b.try_take().is_some());
         assert!(Budget::new(0).try_take().is_none());
+    }
+
+    #[test]
+    fn a_changed_bound_applies_to_the_next_take() {
+        let b = Budget::new(1);
+        let t1 = b.try_take().unwrap();
+        b.set_max(2);
+        let t2 = b.try_take().unwrap();
+        assert!(b.try_take().is_none());
+        b.set_max(1);
+        drop(t1);
+        // Still 1 in use, at the lowered bound.
+        assert!(b.try_take().is_none());
+        drop(t2);
+        assert!(b.try_take().is_some());
     }
 }

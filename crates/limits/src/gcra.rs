@@ -7,7 +7,7 @@
 //! continuously at `rate`, exact for any rate (no refill tick, no rounding to
 //! whole tokens per tick) and starting full.
 
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 
 use crate::clock::{Nanos, NANOS_PER_SEC};
 
@@ -118,11 +118,42 @@ impl GcraParams {
     }
 }
 
+/// Bucket parameters that can be changed while other threads use them (a
+/// configuration reload). A decision racing a change may pair the old
+/// interval with the new burst once; each decision still sees a valid bucket.
+#[derive(Debug)]
+pub struct LiveParams {
+    interval: AtomicU64,
+    burst: AtomicU32,
+}
+
+impl LiveParams {
+    pub fn new(p: GcraParams) -> LiveParams {
+        LiveParams {
+            interval: AtomicU64::new(p.interval),
+            burst: AtomicU32::new(p.burst),
+        }
+    }
+
+    pub fn get(&self) -> GcraParams {
+        GcraParams::new(
+            self.interval.load(Ordering::Relaxed),
+            self.burst.load(Ordering::Relaxed),
+        )
+    }
+
+    /// Applies to the next decision; the bucket's level (its TAT) carries over.
+    pub fn set(&self, p: GcraParams) {
+        self.interval.store(p.interval, Ordering::Relaxed);
+        self.burst.store(p.burst, Ordering::Relaxed);
+    }
+}
+
 /// A rate bucket shared by threads: the TAT in one `AtomicU64`.
 #[derive(Debug)]
 pub struct Gcra {
     tat: AtomicU64,
-    params: GcraParams,
+    params: LiveParams,
 }
 
 impl Gcra {
@@ -140,24 +171,34 @@ impl Gcra {
     pub fn with(params: GcraParams) -> Gcra {
         Gcra {
             tat: AtomicU64::new(0),
-            params,
+            params: LiveParams::new(params),
         }
     }
 
+    pub fn params(&self) -> GcraParams {
+        self.params.get()
+    }
+
+    /// Changes rate and burst live; the bucket's level carries over.
+    pub fn set_params(&self, params: GcraParams) {
+        self.params.set(params);
+    }
+
     pub fn interval(&self) -> Nanos {
-        self.params.interval
+        self.params().interval
     }
 
     pub fn burst(&self) -> u32 {
-        self.params.burst
+        self.params().burst
     }
 
     /// Takes a token now, or reserves one up to `max_wait` in the future
     /// (`None`: no waiting allowed).
     pub fn reserve(&self, now: Nanos, max_wait: Option<Nanos>) -> Reservation {
+        let params = self.params();
         let mut tat = self.tat.load(Ordering::Acquire);
         loop {
-            let (r, next) = self.params.reserve(tat, now, max_wait);
+            let (r, next) = params.reserve(tat, now, max_wait);
             if next == tat {
                 return r;
             }
@@ -183,9 +224,10 @@ impl Gcra {
     /// (refused for another reason, expired, abandoned). Never fills the
     /// bucket beyond full.
     pub fn refund(&self, now: Nanos) {
+        let params = self.params();
         let mut tat = self.tat.load(Ordering::Acquire);
         loop {
-            let back = self.params.refund(tat, now);
+            let back = params.refund(tat, now);
             if back == tat {
                 return;
             }
@@ -201,7 +243,7 @@ impl Gcra {
 
     /// What is left at `now`, without taking anything.
     pub fn quota(&self, now: Nanos) -> Quota {
-        self.params.quota(self.tat.load(Ordering::Acquire), now)
+        self.params().quota(self.tat.load(Ordering::Acquire), now)
     }
 }
 
@@ -222,6 +264,20 @@ mod tests {
         assert_eq!(g.try_acquire(t0), Err(S / 10));
         assert_eq!(g.try_acquire(t0 + S / 10 - 1), Err(1));
         assert_eq!(g.try_acquire(t0 + S / 10), Ok(()));
+    }
+
+    #[test]
+    fn changed_params_apply_to_the_next_decision_and_keep_the_level() {
+        let g = Gcra::per_second(1.0, 2);
+        let t0 = 100 * S;
+        assert_eq!(g.try_acquire(t0), Ok(()));
+        assert_eq!(g.try_acquire(t0), Ok(()));
+        assert_eq!(g.try_acquire(t0), Err(S));
+        // 10/s with burst 5: the debt (2 s ahead) carries over as time.
+        g.set_params(GcraParams::per_second(10.0, 5));
+        assert_eq!((g.interval(), g.burst()), (S / 10, 5));
+        assert_eq!(g.try_acquire(t0), Err(2 * S - 4 * S / 10));
+        assert_eq!(g.try_acquire(t0 + 2 * S), Ok(()));
     }
 
     #[test]

@@ -18,5 +18,5 @@ pub mod slots;
 
 pub use budget::{Budget, BudgetToken};
 pub use clock::{Clock, ManualClock, MonotonicClock, Nanos, NANOS_PER_MS, NANOS_PER_SEC};
-pub use gcra::{Gcra, GcraParams, Quota, Reservation};
+pub use gcra::{Gcra, GcraParams, LiveParams, Quota, Reservation};
 pub use slots::{Permit, Slots, Ticket, Waiter};

@@ -60,7 +60,8 @@ struct Queue<W> {
 }
 
 pub struct Slots<W: Waiter> {
-    limit: u32,
+    /// Changeable live ([`Slots::set_limit`]); read at every admission.
+    limit: AtomicU32,
     active: AtomicU32,
     /// Live (not yet taken) entries in the queue.
     waiting: AtomicU32,
@@ -83,7 +84,7 @@ impl<W: Waiter> Slots<W> {
     /// `limit` simultaneous holders; `u32::MAX` means unlimited (still counted).
     pub fn new(limit: u32) -> Arc<Self> {
         Arc::new(Slots {
-            limit,
+            limit: AtomicU32::new(limit),
             active: AtomicU32::new(0),
             waiting: AtomicU32::new(0),
             queue: Mutex::new(Queue {
@@ -94,7 +95,17 @@ impl<W: Waiter> Slots<W> {
     }
 
     pub fn limit(&self) -> u32 {
-        self.limit
+        self.limit.load(Ordering::SeqCst)
+    }
+
+    /// Changes the limit of the live limiter. Raising it admits waiters at
+    /// once (inside this call); lowering it preempts nobody: holders above
+    /// the new limit keep their slots, and newcomers wait until enough leave.
+    pub fn set_limit(self: &Arc<Self>, limit: u32) {
+        self.limit.store(limit, Ordering::SeqCst);
+        if self.waiting.load(Ordering::SeqCst) > 0 {
+            self.dispatch();
+        }
     }
 
     /// Slots held right now.
@@ -112,7 +123,7 @@ impl<W: Waiter> Slots<W> {
         // of enqueue/release so neither side can miss the other's change.
         let mut cur = self.active.load(Ordering::SeqCst);
         loop {
-            if cur >= self.limit {
+            if cur >= self.limit.load(Ordering::SeqCst) {
                 return false;
             }
             match self.active.compare_exchange_weak(
@@ -376,6 +387,36 @@ mod tests {
         let rest = std::mem::take(&mut *held.lock());
         drop(rest);
         assert_eq!((s.active(), s.waiting()), (0, 0));
+    }
+
+    #[test]
+    fn raising_the_limit_admits_waiters_at_once_and_lowering_preempts_nobody() {
+        let s: Arc<Slots<Rec>> = Slots::new(1);
+        let (log, held) = (Arc::default(), Arc::default());
+        let p = s.try_acquire().unwrap();
+        let _t: Vec<_> = (0..3).map(|i| s.enqueue(rec(i, &log, &held))).collect();
+        s.set_limit(3);
+        assert_eq!(*log.lock(), [0, 1]);
+        assert_eq!((s.active(), s.waiting()), (3, 1));
+        s.set_limit(1);
+        assert_eq!(
+            s.active(),
+            3,
+            "holders above a lowered limit keep their slots"
+        );
+        drop(p);
+        // Released outside the `held` lock: the hand-off pushes into it.
+        let first = held.lock().remove(0);
+        drop(first);
+        assert_eq!(
+            *log.lock(),
+            [0, 1],
+            "2 still held of a limit of 1: no hand-off"
+        );
+        let second = held.lock().remove(0);
+        drop(second);
+        assert_eq!(*log.lock(), [0, 1, 2]);
+        assert_eq!((s.active(), s.waiting()), (1, 0));
     }
 
     #[test]

@@ -9,13 +9,14 @@
 //! [`RateToken`] returns its rate token unless the request was served.
 
 use std::collections::HashMap;
+use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 use std::sync::{Arc, Weak};
 
 use parking_lot::Mutex;
 
 use keyed::{KeyState, KeyTable};
 use limits::{
-    Budget, BudgetToken, Clock, Gcra, GcraParams, MonotonicClock, Nanos, Permit, Quota,
+    Budget, BudgetToken, Clock, Gcra, GcraParams, LiveParams, MonotonicClock, Nanos, Permit, Quota,
     Reservation, Slots, Ticket, Waiter,
 };
 
@@ -43,9 +44,19 @@ impl Limits {
     }
 }
 
-/// One limiter's state. Shared (`Arc`) by the requests it admits.
+/// One limiter's state. Shared (`Arc`) by the requests it admits, and by
+/// the rules of a group. Its limits can change live ([`Limiter::reconfigure`]).
 pub struct Limiter<W: Waiter, C: Clock = MonotonicClock> {
-    limits: Limits,
+    /// The limits as last set, for reports; decisions read the atomics below.
+    limits: Mutex<Limits>,
+    /// Each key's concurrency limit (keyed; the rule-wide one is in `slots`).
+    key_limit: AtomicU32,
+    /// Each key's queue places (keyed; the rule-wide ones are in `budget`).
+    key_queue: AtomicU32,
+    /// `--maxage`; `Nanos::MAX`: unbounded.
+    maxage: AtomicU64,
+    /// Has a concurrency limit (part of the limiter's shape).
+    has_limit: bool,
     slots: Option<Arc<Slots<W>>>,
     bucket: Option<Gcra>,
     budget: Arc<Budget>,
@@ -55,7 +66,8 @@ pub struct Limiter<W: Waiter, C: Clock = MonotonicClock> {
     /// last departure check (by address), so the check visits those, not
     /// every key.
     waiting_queues: Mutex<HashMap<usize, Weak<Slots<W>>>>,
-    params: Option<GcraParams>,
+    /// Each key's bucket parameters (keyed).
+    params: Option<LiveParams>,
     clock: C,
 }
 
@@ -198,29 +210,119 @@ impl<W: Waiter, C: Clock> Limiter<W, C> {
     /// A limiter for the whole rule.
     pub fn new(limits: Limits, clock: C) -> Arc<Self> {
         Arc::new(Limiter {
-            limits,
             slots: limits.limit.map(Slots::new),
             bucket: limits.rate.map(|(r, b)| Gcra::per_second(r, b)),
             budget: Budget::new(limits.queue),
             keys: None,
-            waiting_queues: Mutex::new(HashMap::new()),
-            params: limits.rate.map(|(r, b)| GcraParams::per_second(r, b)),
-            clock,
+            params: None,
+            ..Limiter::base(limits, clock)
         })
     }
 
     /// A limiter whose limits apply to each key (at most `keys` held at once).
     pub fn keyed(limits: Limits, keys: usize, clock: C) -> Arc<Self> {
         Arc::new(Limiter {
-            limits,
             slots: None,
             bucket: None,
             budget: Budget::new(0),
             keys: Some(KeyTable::new(keys)),
-            waiting_queues: Mutex::new(HashMap::new()),
-            params: limits.rate.map(|(r, b)| GcraParams::per_second(r, b)),
-            clock,
+            params: limits
+                .rate
+                .map(|(r, b)| LiveParams::new(GcraParams::per_second(r, b))),
+            ..Limiter::base(limits, clock)
         })
+    }
+
+    fn base(limits: Limits, clock: C) -> Self {
+        Limiter {
+            limits: Mutex::new(limits),
+            key_limit: AtomicU32::new(limits.limit.unwrap_or(u32::MAX)),
+            key_queue: AtomicU32::new(limits.queue),
+            maxage: AtomicU64::new(limits.maxage.unwrap_or(Nanos::MAX)),
+            has_limit: limits.limit.is_some(),
+            slots: None,
+            bucket: None,
+            budget: Budget::new(0),
+            keys: None,
+            waiting_queues: Mutex::new(HashMap::new()),
+            params: None,
+            clock,
+        }
+    }
+
+    /// The limits in force.
+    pub fn limits(&self) -> Limits {
+        *self.limits.lock()
+    }
+
+    /// Changes the limits of the live limiter: slots held, waiters, queue
+    /// places and buckets carry over. A raised limit admits waiters at once
+    /// (inside this call: their `admit` runs here). A lowered one preempts
+    /// nobody; a changed rate keeps each bucket's level (as time).
+    ///
+    /// Whether there is a concurrency limit and whether there is a rate is
+    /// the limiter's shape: changing either is refused with the option's
+    /// name, and the caller builds a new limiter.
+    pub fn reconfigure(&self, new: Limits) -> Result<(), &'static str> {
+        let mut cur = self.limits.lock();
+        if cur.limit.is_some() != new.limit.is_some() {
+            return Err("--limit");
+        }
+        if cur.rate.is_some() != new.rate.is_some() {
+            return Err("--rate");
+        }
+        *cur = new;
+        drop(cur);
+        self.maxage
+            .store(new.maxage.unwrap_or(Nanos::MAX), Ordering::Relaxed);
+        let params = new.rate.map(|(r, b)| GcraParams::per_second(r, b));
+        if let (Some(b), Some(p)) = (&self.bucket, params) {
+            b.set_params(p);
+        }
+        if let (Some(live), Some(p)) = (&self.params, params) {
+            live.set(p);
+        }
+        self.budget.set_max(new.queue);
+        self.key_queue.store(new.queue, Ordering::Relaxed);
+        let limit = new.limit.unwrap_or(u32::MAX);
+        self.key_limit.store(limit, Ordering::Relaxed);
+        if let Some(s) = &self.slots {
+            s.set_limit(limit);
+        }
+        if let Some(t) = &self.keys {
+            // Clones first: raising a limit admits waiters, which must not
+            // run under the table's locks.
+            let mut held = Vec::new();
+            t.for_each(|_, st| {
+                if let Some(q) = &st.queues {
+                    held.push((q.slots.clone(), q.budget.clone()));
+                }
+            });
+            for (slots, budget) in held {
+                if let Some(b) = budget {
+                    b.set_max(new.queue);
+                }
+                if let Some(s) = slots {
+                    s.set_limit(limit);
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// Each key's concurrency limit; `None`: not keyed, or no concurrency limit.
+    fn key_limit(&self) -> Option<u32> {
+        self.keys.as_ref()?;
+        self.has_limit
+            .then(|| self.key_limit.load(Ordering::Relaxed))
+    }
+
+    fn max_wait(&self) -> Nanos {
+        self.maxage.load(Ordering::Relaxed)
+    }
+
+    fn key_params(&self) -> Option<GcraParams> {
+        self.params.as_ref().map(LiveParams::get)
     }
 
     /// The keyed table (with `--key`), for hashing keys and for its counters.
@@ -248,15 +350,16 @@ impl<W: Waiter, C: Clock> Limiter<W, C> {
     pub fn remaining(&self, key: Option<u64>) -> (Option<u32>, Option<Quota>) {
         let now = self.clock.now();
         let left = |s: &Arc<Slots<W>>| s.limit().saturating_sub(s.active());
+        let (limit, params) = (self.key_limit(), self.key_params());
         match (&self.keys, key) {
             (Some(t), Some(k)) => t
                 .get(k, |st| {
                     let held = st.queues.as_ref().and_then(|q| q.slots.as_ref());
-                    let slots = self.limits.limit.map(|l| held.map_or(l, left));
-                    let quota = self.params.map(|p| p.quota(st.tat, now));
+                    let slots = limit.map(|l| held.map_or(l, left));
+                    let quota = params.map(|p| p.quota(st.tat, now));
                     (slots, quota)
                 })
-                .unwrap_or((self.limits.limit, self.params.map(|p| p.quota(0, now)))),
+                .unwrap_or((limit, params.map(|p| p.quota(0, now)))),
             _ => (
                 self.slots.as_ref().map(left),
                 self.bucket.as_ref().map(|b| b.quota(now)),
@@ -266,7 +369,7 @@ impl<W: Waiter, C: Clock> Limiter<W, C> {
 
     fn refund_rate(&self, key: Option<u64>) {
         let now = self.clock.now();
-        match (&self.keys, self.params, key) {
+        match (&self.keys, self.key_params(), key) {
             (Some(t), Some(p), Some(k)) => {
                 // A key evicted meanwhile was reset to full: nothing to give back.
                 let _ = t.get(k, |st| st.tat = p.refund(st.tat, now));
@@ -280,7 +383,8 @@ impl<W: Waiter, C: Clock> Limiter<W, C> {
     }
 
     fn rate_token(self: &Arc<Self>, key: Option<u64>) -> Option<RateToken<W, C>> {
-        self.params.map(|_| RateToken {
+        let rated = self.params.is_some() || self.bucket.is_some();
+        rated.then(|| RateToken {
             limiter: Some(self.clone()),
             key,
         })
@@ -300,13 +404,14 @@ impl<W: Waiter, C: Clock> Limiter<W, C> {
 
     fn admit_key(self: &Arc<Self>, table: &KeyTable<Keyed<W>>, key: u64) -> Admission<W, C> {
         let now = self.clock.now();
-        let max_wait = self.limits.maxage.unwrap_or(Nanos::MAX);
-        let (limit, queue) = (self.limits.limit, self.limits.queue);
+        let max_wait = self.max_wait();
+        let (limit, queue) = (self.key_limit(), self.key_queue.load(Ordering::Relaxed));
+        let params = self.key_params();
         // The key's bucket, and clones of its slots and queue places, under
         // its shard lock; slots are taken after, as for the rule-wide limiter.
         let grabbed = table.with(key, |st| {
             let mut taken_place = None;
-            let rate = match self.params {
+            let rate = match params {
                 None => KeyRate::Go,
                 Some(p) => match p.reserve(st.tat, now, None) {
                     (Reservation::Now, next) => {
@@ -399,7 +504,7 @@ impl<W: Waiter, C: Clock> Limiter<W, C> {
         if let Some(bucket) = &self.bucket {
             if let Reservation::Denied(wait) = bucket.reserve(now, None) {
                 // Over the rate: wait if a queue place is free and maxage allows the wait.
-                let max_wait = self.limits.maxage.unwrap_or(Nanos::MAX);
+                let max_wait = self.max_wait();
                 if wait > max_wait {
                     return Admission::Reject;
                 }
@@ -446,8 +551,8 @@ impl<W: Waiter, C: Clock> Limiter<W, C> {
     /// After the rate wait of a request that started waiting at `since`:
     /// expire it, let it go, or queue it for a slot (of its key, if keyed).
     pub fn wait_for_slot(&self, since: Nanos, waiter: W, key: Option<u64>) -> SlotWait<W> {
-        let slots = match (&self.keys, key, self.limits.limit) {
-            (_, _, None) => None,
+        let slots = match (&self.keys, key, self.key_limit()) {
+            (Some(_), _, None) => None,
             (Some(t), Some(k), Some(l)) => {
                 let s = t.with(k, |st| st.slots(l));
                 match s {
@@ -463,7 +568,9 @@ impl<W: Waiter, C: Clock> Limiter<W, C> {
             return SlotWait::Go(waiter);
         };
         let now = self.clock.now();
-        let deadline = self.limits.maxage.map(|m| since.saturating_add(m));
+        let deadline = Some(self.max_wait())
+            .filter(|&m| m != Nanos::MAX)
+            .map(|m| since.saturating_add(m));
         if deadline.is_some_and(|d| d <= now) {
             return SlotWait::Expired(waiter);
         }

@@ -51,6 +51,8 @@ pub struct Options {
     pub keys: usize,
     /// `--key-missing`: requests without their key.
     pub key_missing: crate::key::Missing,
+    /// `--group`: rules naming the same group share one limiter.
+    pub group: Option<String>,
     /// Accepted but probably unintended combinations, for the log.
     pub warnings: Vec<String>,
 }
@@ -94,7 +96,11 @@ const OPTIONS: &[(&str, bool)] = &[
     ("key-missing", true),
     ("trusted-proxies", true),
     ("forwarded-header", true),
+    ("group", true),
 ];
+
+/// Longest `--group` name.
+pub const MAX_GROUP_LEN: usize = 64;
 
 fn allowed_names() -> String {
     OPTIONS
@@ -142,6 +148,7 @@ impl Options {
             key: None,
             keys: DEFAULT_KEYS,
             key_missing: crate::key::Missing::Shared,
+            group: None,
             warnings: Vec::new(),
         };
         let mut burst = None;
@@ -288,6 +295,20 @@ impl Options {
                     })?;
                     trusted = Some(parsed);
                 }
+                "group" => {
+                    let ok = (1..=MAX_GROUP_LEN).contains(&value.len())
+                        && value
+                            .bytes()
+                            .all(|b| b.is_ascii_alphanumeric() || b"._-".contains(&b));
+                    if !ok {
+                        return Err(invalid(
+                            name,
+                            value,
+                            "a name of 1 to 64 letters, digits, '.', '_' or '-'",
+                        ));
+                    }
+                    o.group = Some(value.to_owned());
+                }
                 _ => unreachable!("every name in OPTIONS is handled"),
             }
         }
@@ -399,6 +420,46 @@ impl Options {
         (self.maxage_ms > 0).then(|| self.maxage_ms.saturating_mul(limits::NANOS_PER_MS))
     }
 
+    /// The options that make up the limiter (rules of a group must agree on
+    /// them), as `(option, value)` in a fixed order. The others (`--error`,
+    /// `--retry`, `--header`, metrics, `--ratelimit-headers`) belong to each rule.
+    pub fn limiter_options(&self) -> Vec<(&'static str, String)> {
+        let none = || "none".to_owned();
+        let key = self.key.as_ref();
+        vec![
+            ("limit", self.limit.map_or_else(none, |l| l.to_string())),
+            ("rate", self.rate.map_or_else(none, |r| r.to_string())),
+            ("burst", self.burst.to_string()),
+            ("queue", self.queue.to_string()),
+            ("maxage", self.maxage_ms.to_string()),
+            ("conntrack", self.conntrack.to_string()),
+            ("key", key.map_or_else(none, |k| k.describe_sources())),
+            (
+                "key-prefix",
+                key.map_or_else(none, |k| format!("{}/{}", k.v4_prefix, k.v6_prefix)),
+            ),
+            ("keys", key.map_or_else(none, |_| self.keys.to_string())),
+            (
+                "key-missing",
+                key.map_or_else(none, |_| self.key_missing.name().to_owned()),
+            ),
+            (
+                "trusted-proxies",
+                key.map_or_else(none, |k| {
+                    k.trusted
+                        .iter()
+                        .map(|n| n.to_string())
+                        .collect::<Vec<_>>()
+                        .join(",")
+                }),
+            ),
+            (
+                "forwarded-header",
+                key.map_or_else(none, |k| format!("{:?}", k.forwarded)),
+            ),
+        ]
+    }
+
     /// A one-line summary for the log.
     pub fn describe(&self) -> String {
         let limit = self.limit.map_or("none".to_owned(), |l| l.to_string());
@@ -423,8 +484,16 @@ impl Options {
             ),
         };
         format!(
-            "limit={limit} rate={rate} queue={queue} maxage={}ms error={} retry={} conntrack={}{key} metrics={}.remap.{}",
-            self.maxage_ms, self.error, self.retry, self.conntrack, self.prefix, self.tag
+            "limit={limit} rate={rate} queue={queue} maxage={}ms error={} retry={} conntrack={}{key}{} metrics={}.remap.{}",
+            self.maxage_ms,
+            self.error,
+            self.retry,
+            self.conntrack,
+            self.group
+                .as_ref()
+                .map_or(String::new(), |g| format!(" group={g}")),
+            self.prefix,
+            self.tag
         )
     }
 }

@@ -1,0 +1,208 @@
+use super::*;
+
+/// A stand-in limiter that records the options applied to it.
+#[derive(Debug)]
+struct Fake {
+    applied: parking_lot::Mutex<Vec<Options>>,
+}
+
+fn opts(args: &[&str]) -> Options {
+    Options::parse("http://a.example/", args).expect("valid options")
+}
+
+fn make(_: &Options) -> Arc<Fake> {
+    Arc::new(Fake {
+        applied: parking_lot::Mutex::new(Vec::new()),
+    })
+}
+
+fn apply(l: &Fake, o: &Options) {
+    l.applied.lock().push(o.clone());
+}
+
+/// Loads one configuration: each rule `(options, owner)` joins; then commit.
+fn load(
+    r: &mut Registry<Fake>,
+    rules: &[(&[&str], &str)],
+) -> (Vec<Result<Arc<Fake>, String>>, Vec<Change>) {
+    r.begin();
+    let got = rules
+        .iter()
+        .map(|(args, owner)| {
+            let o = opts(args);
+            let id = r.identity(&o, "http://a.example/", "http://origin/");
+            r.join(&id, &o, owner, make)
+        })
+        .collect();
+    let changes = r.commit(apply);
+    (got, changes)
+}
+
+#[test]
+fn rules_of_a_group_share_one_limiter() {
+    let mut r = Registry::default();
+    let (got, changes) = load(
+        &mut r,
+        &[
+            (&["--group=g", "--limit=3"], "a"),
+            (&["--group=g", "--limit=3", "--tag=x"], "b"),
+        ],
+    );
+    let (a, b) = (got[0].as_ref().unwrap(), got[1].as_ref().unwrap());
+    assert!(Arc::ptr_eq(a, b), "per-rule options (--tag) may differ");
+    assert_eq!(
+        changes,
+        [Change::Created {
+            id: "group g".into(),
+            restarted: None
+        }]
+    );
+}
+
+#[test]
+fn a_conflict_in_one_configuration_names_the_option_and_the_other_rule() {
+    let mut r = Registry::default();
+    let (got, _) = load(
+        &mut r,
+        &[
+            (&["--group=g", "--limit=3"], "http://one/"),
+            (&["--group=g", "--limit=4"], "http://two/"),
+        ],
+    );
+    assert!(got[0].is_ok());
+    let e = got[1].as_ref().expect_err("conflict");
+    assert!(
+        e.starts_with("--limit=4 conflicts with --limit=3 of the rule http://one/"),
+        "{e}"
+    );
+    assert!(e.contains("--group=g"), "{e}");
+    // Shape differences conflict too.
+    let (got, _) = load(
+        &mut r,
+        &[
+            (&["--group=g", "--limit=3"], "a"),
+            (&["--group=g", "--limit=3", "--key=ip"], "b"),
+        ],
+    );
+    let e = got[1].as_ref().expect_err("conflict");
+    assert!(e.starts_with("--key=ip conflicts with --key=none"), "{e}");
+}
+
+#[test]
+fn a_reload_keeps_the_limiter_and_applies_changed_values_at_commit() {
+    let mut r = Registry::default();
+    let (first, _) = load(&mut r, &[(&["--group=g", "--limit=3"], "a")]);
+    let first = first.into_iter().next().unwrap().unwrap();
+
+    let (same, changes) = load(&mut r, &[(&["--group=g", "--limit=3"], "a")]);
+    assert!(Arc::ptr_eq(&first, same[0].as_ref().unwrap()));
+    assert!(changes.is_empty());
+    assert!(first.applied.lock().is_empty());
+
+    r.begin();
+    let o = opts(&["--group=g", "--limit=5", "--queue=2"]);
+    let again = r.join("group g", &o, "a", make).unwrap();
+    assert!(Arc::ptr_eq(&first, &again));
+    assert!(
+        first.applied.lock().is_empty(),
+        "nothing applies before the commit"
+    );
+    let changes = r.commit(apply);
+    assert_eq!(
+        changes,
+        [Change::Changed {
+            id: "group g".into(),
+            values: vec![
+                ("limit", "3".into(), "5".into()),
+                ("queue", u32::MAX.to_string(), "2".into())
+            ]
+        }]
+    );
+    assert_eq!(first.applied.lock().last().and_then(|o| o.limit), Some(5));
+}
+
+#[test]
+fn a_changed_shape_gets_a_new_limiter() {
+    let mut r = Registry::default();
+    let (first, _) = load(&mut r, &[(&["--group=g", "--limit=3"], "a")]);
+    let first = first.into_iter().next().unwrap().unwrap();
+    let (next, changes) = load(&mut r, &[(&["--group=g", "--limit=3", "--key=ip"], "a")]);
+    assert!(!Arc::ptr_eq(&first, next[0].as_ref().unwrap()));
+    assert_eq!(
+        changes,
+        [Change::Created {
+            id: "group g".into(),
+            restarted: Some("key")
+        }]
+    );
+    // Adding a rate changes the shape as well.
+    let (rated, _) = load(
+        &mut r,
+        &[(&["--group=g", "--limit=3", "--key=ip", "--rate=5"], "a")],
+    );
+    assert!(!Arc::ptr_eq(
+        next[0].as_ref().unwrap(),
+        rated[0].as_ref().unwrap()
+    ));
+}
+
+#[test]
+fn a_refused_configuration_changes_nothing() {
+    let mut r = Registry::default();
+    let (first, _) = load(&mut r, &[(&["--group=g", "--limit=3"], "a")]);
+    let first = first.into_iter().next().unwrap().unwrap();
+    r.begin();
+    let o = opts(&["--group=g", "--limit=9"]);
+    assert!(Arc::ptr_eq(
+        &first,
+        &r.join("group g", &o, "a", make).unwrap()
+    ));
+    r.abort();
+    assert!(first.applied.lock().is_empty());
+    // The next load compares against the options in force (3), not the refused 9.
+    let (_, changes) = load(&mut r, &[(&["--group=g", "--limit=9"], "a")]);
+    assert_eq!(
+        changes,
+        [Change::Changed {
+            id: "group g".into(),
+            values: vec![("limit", "3".into(), "9".into())]
+        }]
+    );
+    // A begin without commit (ATS never told the outcome) drops the claim too.
+    r.begin();
+    let o = opts(&["--group=g", "--limit=1"]);
+    r.join("group g", &o, "a", make).unwrap();
+    let (_, changes) = load(&mut r, &[(&["--group=g", "--limit=9"], "a")]);
+    assert!(changes.is_empty());
+}
+
+#[test]
+fn rules_without_a_group_find_their_own_limiter_again() {
+    let mut r = Registry::default();
+    let (first, _) = load(&mut r, &[(&["--limit=3"], "a"), (&["--rate=5"], "a")]);
+    let (again, changes) = load(&mut r, &[(&["--limit=4"], "a"), (&["--rate=5"], "a")]);
+    for i in 0..2 {
+        assert!(Arc::ptr_eq(
+            first[i].as_ref().unwrap(),
+            again[i].as_ref().unwrap()
+        ));
+    }
+    assert!(!Arc::ptr_eq(
+        first[0].as_ref().unwrap(),
+        first[1].as_ref().unwrap()
+    ));
+    assert_eq!(changes.len(), 1, "only the first rule changed: {changes:?}");
+}
+
+#[test]
+fn a_limiter_no_rule_holds_is_forgotten() {
+    let mut r = Registry::default();
+    let (first, _) = load(&mut r, &[(&["--group=g", "--limit=3"], "a")]);
+    let weak = Arc::downgrade(first[0].as_ref().unwrap());
+    drop(first);
+    assert!(weak.upgrade().is_none());
+    let (_, changes) = load(&mut r, &[(&["--group=other"], "a")]);
+    assert!(r.live().iter().all(|(id, _)| id != "group g"));
+    assert_eq!(changes.len(), 1);
+    assert!(r.entries.len() <= 1, "no entry kept for a dead limiter");
+}
