@@ -47,6 +47,8 @@ impl Limits {
 /// One limiter's state. Shared (`Arc`) by the requests it admits, and by
 /// the rules of a group. Its limits can change live ([`Limiter::reconfigure`]).
 pub struct Limiter<W: Waiter, C: Clock = MonotonicClock> {
+    /// Unique in the process (never reused, unlike an address).
+    id: u64,
     /// The limits as last set, for reports; decisions read the atomics below.
     limits: Mutex<Limits>,
     /// Each key's concurrency limit (keyed; the rule-wide one is in `slots`).
@@ -234,7 +236,9 @@ impl<W: Waiter, C: Clock> Limiter<W, C> {
     }
 
     fn base(limits: Limits, clock: C) -> Self {
+        static NEXT_ID: AtomicU64 = AtomicU64::new(1);
         Limiter {
+            id: NEXT_ID.fetch_add(1, Ordering::Relaxed),
             limits: Mutex::new(limits),
             key_limit: AtomicU32::new(limits.limit.unwrap_or(u32::MAX)),
             key_queue: AtomicU32::new(limits.queue),
@@ -248,6 +252,11 @@ impl<W: Waiter, C: Clock> Limiter<W, C> {
             params: None,
             clock,
         }
+    }
+
+    /// Unique among the limiters of this process.
+    pub fn id(&self) -> u64 {
+        self.id
     }
 
     /// The limits in force.

@@ -89,18 +89,26 @@ impl<L> Registry<L> {
         self.ordinals.clear();
     }
 
-    /// The limiter identity of a rule: its group, or its own.
-    pub fn identity(&mut self, opts: &Options, from: &str, to: &str) -> String {
-        if let Some(g) = &opts.group {
-            return format!("group {g}");
-        }
+    /// Counts a rate_limit entry of a rule mapping `from` to `to` in this
+    /// configuration: 1 for the first, 2 for a second entry on the same
+    /// rule (or on another rule with the same URLs), …
+    pub fn place(&mut self, from: &str, to: &str) -> usize {
         let n = self
             .ordinals
             .entry((from.to_owned(), to.to_owned()))
             .or_insert(0);
         *n += 1;
-        // Group names cannot contain spaces, so these never collide.
-        format!("rule {from} {to} #{n}")
+        *n
+    }
+
+    /// The limiter identity of a rule's entry (`place` from [`Registry::place`]):
+    /// its group, or its own.
+    pub fn identity(opts: &Options, from: &str, to: &str, place: usize) -> String {
+        match &opts.group {
+            Some(g) => format!("group {g}"),
+            // Group names cannot contain spaces, so these never collide.
+            None => format!("rule {from} {to} #{place}"),
+        }
     }
 
     /// The limiter for a new rule with identity `id`: the live one if its

@@ -23,8 +23,8 @@ mod state;
 
 use std::cell::RefCell;
 use std::net::IpAddr;
-use std::sync::atomic::{AtomicBool, AtomicU8, AtomicUsize, Ordering};
-use std::sync::{Arc, OnceLock};
+use std::sync::atomic::{AtomicBool, AtomicU8, Ordering};
+use std::sync::{Arc, LazyLock, OnceLock};
 use std::time::Duration;
 
 use ats::sched::{Periodic, Pool};
@@ -33,11 +33,12 @@ use ats::Header;
 use rate_limit_core::key::{Missing, RequestView};
 
 use ats::{
-    Done, Hook, HookCont, HookHandler, HookId, RemapArgs, RemapPlugin, RemapRequest, RemapStatus,
-    SsnSlot, Txn, TxnSlot,
+    Done, Hook, HookCont, HookHandler, HookId, ReloadStatus, RemapArgs, RemapPlugin,
+    RemapRequest, RemapStatus, SsnSlot, Txn, TxnSlot,
 };
 use limits::{BudgetToken, MonotonicClock};
 use parking_lot::Mutex;
+use rate_limit_core::registry::{Change, Registry};
 use rate_limit_core::{headers, Admission, Limiter, Limits, Options};
 
 use crate::queue::{park, Queued};
@@ -52,21 +53,25 @@ struct Globals {
 
 static GLOBALS: OnceLock<Globals> = OnceLock::new();
 
+/// The limiters of every group and rule, by identity, across reloads: one
+/// per loaded copy of the .so (see the README's "Groups and reloads").
+/// Taken only while loading configurations, never by requests.
+static REGISTRY: LazyLock<Mutex<Registry<Limiter<Queued>>>> = LazyLock::new(Mutex::default);
+
 pub struct Rule {
     opts: Options,
-    /// Identifies the rule in session state.
-    id: usize,
+    /// Its limiter: its group's, or its own (carried over reloads).
     limiter: Arc<Limiter<Queued>>,
+    /// A later rate_limit entry on the same remap rule: the transaction may
+    /// already carry an earlier entry's state.
+    chained: bool,
     metrics: Metrics,
     /// With `--key`: publishes the `keys` gauge and `evicted` counter.
     _key_metrics: Option<Periodic>,
     policy_header: Option<String>,
-    warned_chained: AtomicBool,
     /// A check for departed waiters is armed (only while anyone waits).
     watching: AtomicBool,
 }
-
-static NEXT_ID: AtomicUsize = AtomicUsize::new(1);
 
 impl Rule {
     fn new(args: &RemapArgs<'_>) -> Result<Rule, String> {
@@ -76,22 +81,30 @@ impl Rule {
         } else {
             None
         };
-        let limits = Limits::of(&opts);
-        let limiter = match opts.key {
-            Some(_) => Limiter::keyed(limits, opts.keys, MonotonicClock),
-            None => Limiter::new(limits, MonotonicClock),
+        let (from, to) = (args.from_url, args.to_url);
+        let (limiter, chained) = {
+            let mut reg = REGISTRY.lock();
+            let place = reg.place(from, to);
+            let id = Registry::<Limiter<Queued>>::identity(&opts, from, to, place);
+            (reg.join(&id, &opts, from, new_limiter)?, place > 1)
         };
         let metrics = Metrics::new(&opts);
         Ok(Rule {
             _key_metrics: key_metrics(&limiter, &metrics),
             metrics,
-            id: NEXT_ID.fetch_add(1, Ordering::Relaxed),
             limiter,
+            chained,
             policy_header,
             opts,
-            warned_chained: AtomicBool::new(false),
             watching: AtomicBool::new(false),
         })
+    }
+
+    /// Identifies the rule's limiter in session state (`--conntrack`): a
+    /// connection admitted by one rule of a group, or by the rule before a
+    /// reload, is admitted by the others.
+    pub(crate) fn limiter_id(&self) -> u64 {
+        self.limiter.id()
     }
 
     /// A queue place, counted in the `waiting` gauge.
@@ -134,9 +147,8 @@ impl Rule {
         txn.set_status(self.opts.error);
     }
 
-    /// Stores the transaction's state and hooks what its outcome needs.
-    /// `None` if another rate_limit instance in the same remap chain already
-    /// owns the state: this one then cannot track the transaction (logged).
+    /// Stores the transaction's state (after any earlier rate_limit entry's
+    /// on the same rule) and hooks what its outcome needs.
     fn attach<'t>(
         self: &Arc<Self>,
         g: &Globals,
@@ -152,20 +164,24 @@ impl Rule {
             outcome: AtomicU8::new(outcome as u8),
             held: Mutex::new(held),
             wait: Mutex::new(wait),
+            next: OnceLock::new(),
+            decorating: AtomicBool::new(false),
         };
-        if g.txn.set(txn, state).is_err() {
-            if !self.warned_chained.swap(true, Ordering::Relaxed) {
-                log::error!(
-                    "rate_limit.so is listed twice on one remap rule: only the first instance limits it; \
-                     combine the options (e.g. --limit and --rate) into one @plugin"
-                );
+        let (head, mine) = match g.txn.get(txn) {
+            Some(head) if self.chained => (head, head.push(state)?),
+            _ => {
+                // Fails only if this copy's state is there already, which a
+                // first entry cannot see: then it is not tracked (no slot).
+                g.txn.set(txn, state).ok()?;
+                let head = g.txn.get(txn)?;
+                (head, head)
             }
-            return None;
-        }
-        if outcome != Outcome::Admitted || self.opts.ratelimit_headers {
+        };
+        let decorate = outcome != Outcome::Admitted || self.opts.ratelimit_headers;
+        if decorate && !head.decorating.swap(true, Ordering::Relaxed) {
             txn.hook(HookId::SendResponseHdr, &g.hooks);
         }
-        g.txn.get(txn)
+        Some(mine)
     }
 }
 
@@ -193,10 +209,52 @@ impl RemapPlugin for Rule {
         Ok(rule)
     }
 
+    fn pre_reload() {
+        REGISTRY.lock().begin();
+    }
+
+    fn post_reload(status: ReloadStatus) {
+        let mut reg = REGISTRY.lock();
+        if status == ReloadStatus::Failed {
+            reg.abort();
+            return;
+        }
+        // Raising a limit admits waiters here: their resumption is scheduled
+        // on their own threads, so holding the registry lock is brief.
+        let changes = reg.commit(|limiter, o| {
+            if let Err(option) = limiter.reconfigure(Limits::of(o)) {
+                log::error!("cannot change {option} of a live limiter; restart to apply it");
+            }
+        });
+        for c in changes {
+            match c {
+                Change::Created {
+                    id,
+                    restarted: Some(option),
+                } => log::warn!(
+                    "{id}: --{option} changed, which live state cannot follow: its slots, \
+                     waiters and buckets start anew (the old rules keep theirs until they end)"
+                ),
+                Change::Created { .. } => {}
+                Change::Changed { id, values } => {
+                    let list: Vec<String> = values
+                        .iter()
+                        .map(|(name, old, new)| format!("--{name} {old} -> {new}"))
+                        .collect();
+                    log::info!("{id}: applied live: {}", list.join(", "));
+                }
+            }
+        }
+    }
+
     fn do_remap(self: &Arc<Self>, txn: Txn<'_>, req: &mut RemapRequest<'_>) -> RemapStatus {
         let Some(g) = GLOBALS.get() else {
             return RemapStatus::NoRemap;
         };
+        if self.chained && g.txn.get(txn).is_some_and(|st| st.refused()) {
+            // An earlier rate_limit entry on this rule refused the request.
+            return RemapStatus::NoRemap;
+        }
         let mut home = Home::Txn;
         if self.opts.conntrack {
             if let Some(ssn) = txn.ssn() {
@@ -212,7 +270,7 @@ impl RemapPlugin for Rule {
                 };
                 if let Some(slots) = slots {
                     // A connection already admitted by this rule passes.
-                    if slots.admitted(self.id) {
+                    if slots.admitted(self.limiter_id()) {
                         return RemapStatus::NoRemap;
                     }
                     home = Home::Session(slots);
@@ -234,7 +292,7 @@ impl RemapPlugin for Rule {
                 bump(self.metrics.admitted, 1);
                 match home {
                     Home::Session(s) => {
-                        s.keep(self.id, held);
+                        s.keep(self.limiter_id(), held);
                         if self.opts.ratelimit_headers {
                             self.attach(g, txn, Outcome::Admitted, None, None, key);
                         }
@@ -364,10 +422,13 @@ impl HookHandler for Hooks {
         };
         match hook.id() {
             HookId::PostRemap => {
-                let Some(wait) = st.wait.lock().take() else {
+                // One POST_REMAP per waiting entry: each takes the next wait.
+                let pending = st
+                    .chain()
+                    .find_map(|s| s.wait.lock().take().map(|w| (s.rule.clone(), w)));
+                let Some((rule, wait)) = pending else {
                     return hook.resume();
                 };
-                let rule = st.rule.clone();
                 hook.park(move |parked| park(rule, parked, wait))
             }
             HookId::SendResponseHdr => {
@@ -379,26 +440,39 @@ impl HookHandler for Hooks {
     }
 }
 
-/// Retry-After and no-store on refusals; RateLimit fields when asked.
-fn decorate_response(txn: Txn<'_>, st: &TxnState) {
-    let rule = &st.rule;
+/// Retry-After and no-store on refusals (from the entry that refused);
+/// RateLimit fields from the first entry that asks for them.
+fn decorate_response(txn: Txn<'_>, head: &TxnState) {
     let Some(mut resp) = txn.client_response() else {
         return;
     };
-    if st.outcome() == Outcome::Refused {
-        if rule.opts.retry > 0 {
-            resp.append("Retry-After", &rule.opts.retry.to_string());
+    if let Some(st) = head.chain().find(|s| s.outcome() == Outcome::Refused) {
+        if st.rule.opts.retry > 0 {
+            resp.append("Retry-After", &st.rule.opts.retry.to_string());
         }
         if !resp.contains("Cache-Control") {
             resp.set("Cache-Control", "no-store");
         }
     }
-    if let Some(policy) = &rule.policy_header {
+    if let Some((st, policy)) = head
+        .chain()
+        .find_map(|s| s.rule.policy_header.as_ref().map(|p| (s, p)))
+    {
         resp.set("RateLimit-Policy", policy);
-        let (left, quota) = rule.limiter.remaining(st.key);
+        let (left, quota) = st.rule.limiter.remaining(st.key);
         if let Some(v) = headers::remaining(left, quota) {
             resp.set("RateLimit", &v);
         }
+    }
+}
+
+/// Builds the limiter a rule's options describe (the registry calls it when
+/// no live one fits).
+fn new_limiter(o: &Options) -> Arc<Limiter<Queued>> {
+    let limits = Limits::of(o);
+    match o.key {
+        Some(_) => Limiter::keyed(limits, o.keys, MonotonicClock),
+        None => Limiter::new(limits, MonotonicClock),
     }
 }
 

@@ -186,12 +186,12 @@ impl Queued {
             if let Some(r) = rate {
                 r.spend();
             }
-            let st = state(&h);
+            let st = state(&h, &rule);
             if let Some(st) = st {
                 st.set_outcome(Outcome::Resumed);
             }
             match &home {
-                Home::Session(s) => s.keep(rule.id, held),
+                Home::Session(s) => s.keep(rule.limiter_id(), held),
                 Home::Txn => {
                     if let Some(st) = st {
                         *st.held.lock() = held;
@@ -243,9 +243,9 @@ pub(crate) fn waited_ms(rule: &Rule, since: Nanos) -> u64 {
     rule.limiter.now().saturating_sub(since) / NANOS_PER_MS
 }
 
-/// This copy's state of a parked transaction.
-pub(crate) fn state<'h>(h: &'h HomeTxn<'_>) -> Option<&'h TxnState> {
-    GLOBALS.get().and_then(|g| g.txn.get(h.txn()))
+/// `rule`'s state on a parked transaction.
+pub(crate) fn state<'h>(h: &'h HomeTxn<'_>, rule: &Rule) -> Option<&'h TxnState> {
+    GLOBALS.get()?.txn.get(h.txn())?.of(rule)
 }
 
 /// `--header`: the wait in ms on the client request (for the origin and logs).
@@ -270,7 +270,7 @@ pub(crate) fn refuse(
     bump(counter, 1);
     note_delay(&h, rule, since);
     drop((rate, place));
-    if let Some(st) = state(&h) {
+    if let Some(st) = state(&h, rule) {
         st.set_outcome(Outcome::Refused);
     }
     let status = rule.opts.error;

@@ -2,8 +2,8 @@
 //! in it whose `Drop` gives back what a transaction held: a slot (`Held`),
 //! a queue place (`Place`); each keeps its gauge exact.
 
-use std::sync::atomic::{AtomicU8, Ordering};
-use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicU8, Ordering};
+use std::sync::{Arc, OnceLock};
 
 use ats::stats::Stat;
 use limits::{BudgetToken, Nanos, Permit};
@@ -112,9 +112,40 @@ pub(crate) struct TxnState {
     pub(crate) held: Mutex<Option<Held>>,
     /// Set in DoRemap when the transaction must wait; taken at POST_REMAP.
     pub(crate) wait: Mutex<Option<Wait>>,
+    /// The state of the next rate_limit entry on the same remap rule.
+    pub(crate) next: OnceLock<Box<TxnState>>,
+    /// SEND_RESPONSE_HDR is hooked (read on the chain's first state).
+    pub(crate) decorating: AtomicBool,
 }
 
 impl TxnState {
+    /// This state and those of the later entries, in remap order.
+    pub(crate) fn chain(&self) -> impl Iterator<Item = &TxnState> {
+        std::iter::successors(Some(self), |s| s.next.get().map(|b| &**b))
+    }
+
+    /// Appends a later entry's state; DoRemap runs the entries one after
+    /// the other on the transaction's thread, so nothing races here.
+    pub(crate) fn push(&self, st: TxnState) -> Option<&TxnState> {
+        let last = self.chain().last()?;
+        last.next.set(Box::new(st)).ok()?;
+        last.next.get().map(|b| &**b)
+    }
+
+    pub(crate) fn rule_is(&self, rule: &Rule) -> bool {
+        std::ptr::eq(Arc::as_ptr(&self.rule), rule)
+    }
+
+    /// The state `rule`'s entry keeps on this transaction.
+    pub(crate) fn of(&self, rule: &Rule) -> Option<&TxnState> {
+        self.chain().find(|s| s.rule_is(rule))
+    }
+
+    /// An entry refused the request.
+    pub(crate) fn refused(&self) -> bool {
+        self.chain().any(|s| s.outcome() == Outcome::Refused)
+    }
+
     pub(crate) fn outcome(&self) -> Outcome {
         match self.outcome.load(Ordering::Acquire) {
             1 => Outcome::Waiting,
@@ -151,15 +182,16 @@ pub(crate) enum Home {
 /// Slots held by a client session (`--conntrack`), released at SSN_CLOSE.
 #[derive(Default)]
 pub(crate) struct SessionSlots {
-    pub(crate) held: Mutex<Vec<(usize, Option<Held>)>>,
+    /// By limiter id.
+    pub(crate) held: Mutex<Vec<(u64, Option<Held>)>>,
 }
 
 impl SessionSlots {
-    pub(crate) fn admitted(&self, rule: usize) -> bool {
-        self.held.lock().iter().any(|(r, _)| *r == rule)
+    pub(crate) fn admitted(&self, limiter: u64) -> bool {
+        self.held.lock().iter().any(|(r, _)| *r == limiter)
     }
 
-    pub(crate) fn keep(&self, rule: usize, held: Option<Held>) {
+    pub(crate) fn keep(&self, rule: u64, held: Option<Held>) {
         let mut v = self.held.lock();
         if !v.iter().any(|(r, _)| *r == rule) {
             v.push((rule, held));

@@ -30,7 +30,8 @@ fn load(
         .iter()
         .map(|(args, owner)| {
             let o = opts(args);
-            let id = r.identity(&o, "http://a.example/", "http://origin/");
+            let (from, to) = ("http://a.example/", "http://origin/");
+            let id = Registry::<Fake>::identity(&o, from, to, r.place(from, to));
             r.join(&id, &o, owner, make)
         })
         .collect();
