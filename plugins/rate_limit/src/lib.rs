@@ -33,8 +33,8 @@ use ats::Header;
 use rate_limit_core::key::{Missing, RequestView};
 
 use ats::{
-    Done, Hook, HookCont, HookHandler, HookId, ReloadStatus, RemapArgs, RemapPlugin,
-    RemapRequest, RemapStatus, SsnSlot, Txn, TxnSlot,
+    Done, Hook, HookCont, HookHandler, HookId, ReloadStatus, RemapArgs, RemapPlugin, RemapRequest,
+    RemapStatus, SsnSlot, Txn, TxnSlot,
 };
 use limits::{BudgetToken, MonotonicClock};
 use parking_lot::Mutex;
