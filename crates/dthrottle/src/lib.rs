@@ -1,0 +1,294 @@
+//! DThrottle's pure core: one leaky bucket per throttling tag, corrected by
+//! the hits other instances report.
+//!
+//! Each instance decides locally ([`Buckets::decide`]): a request takes a
+//! token from its tag's bucket (`burst` tokens, refilled at `rate` per
+//! second) or is refused when none is left. Every period the instance sends
+//! its peers the tags it served since its last report ([`Buckets::report`]),
+//! and subtracts one token for every hit a peer reports
+//! ([`Buckets::apply_peer`]). Those subtractions may take a bucket below
+//! zero: that debt is what brings the fleet's long-run rate back to `rate`.
+//!
+//! With N instances, report period P and network delay d, a client gets at
+//! most `b + 1 + rT + (N−1)(b + 1 + r(P+d))` requests over any window T; the
+//! overshoot does not grow with T. Lost reports only forget debt, so the
+//! limit degrades towards N independent buckets (N·r), never below r.
+//!
+//! Pure Rust: no TS API, no I/O; time comes from an injected [`Clock`].
+//! Thread-safe: every method takes `&self`, and a call locks one shard of
+//! the tag table.
+
+#![forbid(unsafe_code)]
+
+use std::borrow::Cow;
+use std::cell::Cell;
+use std::sync::atomic::{AtomicU64, Ordering};
+
+use keyed::{KeyState, KeyTable};
+use limits::{Clock, GcraParams, MonotonicClock, Nanos, Reservation};
+use sha2::{Digest, Sha256};
+
+#[cfg(test)]
+mod tests;
+
+/// Longest tag kept and sent as is (the wire format's one-byte length).
+/// Longer tags are replaced by [`long_tag`], which every instance computes
+/// the same way.
+pub const MAX_TAG_LEN: usize = 255;
+
+/// A bucket's parameters and the table's bounds.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct Config {
+    /// Tokens a full bucket holds: requests a new client may make at once.
+    pub burst: u32,
+    /// Tokens added per second (may be fractional, > 0).
+    pub rate: f64,
+    /// Most tags held at once (the keyed table's bound).
+    pub max_tags: usize,
+    /// Most tags in one report; above it the heaviest are kept and the rest
+    /// counted as dropped.
+    pub max_report_tags: usize,
+}
+
+/// The answer to one request.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Decision {
+    /// Serve: a token was taken.
+    Ok,
+    /// Throttle: the bucket has less than one token.
+    No,
+    /// The tag is not held and there is no room for it (every tag of its
+    /// shard is busy: unreported hits or debt). Nothing was taken; the
+    /// caller applies its policy (the daemon refuses by default).
+    Full,
+}
+
+/// The hits served since the last report, heaviest first.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Report {
+    /// `(tag, hits)`, by hits descending (ties by tag), at most
+    /// `max_report_tags` of them.
+    pub entries: Vec<(Box<[u8]>, u32)>,
+    /// Tags with hits left out because of `max_report_tags`.
+    pub dropped_tags: u64,
+    /// Their hits (peers never learn of them).
+    pub dropped_hits: u64,
+}
+
+/// Counters of rare events (the hot path counts nothing shared: callers
+/// count their own decisions).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Stats {
+    /// Tags held now.
+    pub tags: u64,
+    /// Tags evicted to make room.
+    pub evicted: u64,
+    /// Decisions answered [`Decision::Full`].
+    pub full: u64,
+    /// Peer hits subtracted from buckets.
+    pub peer_hits_applied: u64,
+    /// Peer hits for a tag there was no room for.
+    pub peer_hits_dropped: u64,
+    /// Tags left out of reports (`max_report_tags`), since start.
+    pub report_dropped_tags: u64,
+}
+
+thread_local! {
+    /// The time of the table call this thread is in: [`KeyState::busy`] has
+    /// no clock, and eviction scans run inside that call on this thread.
+    static NOW: Cell<Nanos> = const { Cell::new(0) };
+}
+
+/// One tag's state: its bucket's theoretical arrival time (GCRA; 0 is a
+/// full bucket), local hits not yet reported, and the tag itself (peers
+/// need the bytes: table keys are seeded hashes, different per instance).
+#[derive(Default)]
+struct TagState {
+    tat: Nanos,
+    /// Until when the bucket is below zero (debt); 0: never was.
+    debt_until: Nanos,
+    hits: u32,
+    tag: Box<[u8]>,
+}
+
+impl TagState {
+    fn name(&mut self, tag: &[u8]) {
+        if self.tag.is_empty() {
+            self.tag = tag.into();
+        }
+    }
+
+    fn set_tat(&mut self, tat: Nanos, params: &GcraParams) {
+        self.tat = tat;
+        let full_span = params.interval().saturating_mul(u64::from(params.burst()));
+        self.debt_until = tat.saturating_sub(full_span);
+    }
+}
+
+impl KeyState for TagState {
+    /// Unreported hits would never reach the peers, and forgetting debt
+    /// would hand the client a fresh burst: keep the tag until both are gone.
+    fn busy(&self) -> bool {
+        self.hits > 0 || self.debt_until > NOW.with(Cell::get)
+    }
+}
+
+/// The tag table and bucket parameters of one limiter (one daemon, or one
+/// rate_limit rule or group).
+pub struct Buckets<C: Clock = MonotonicClock> {
+    params: GcraParams,
+    table: KeyTable<TagState>,
+    max_report_tags: usize,
+    clock: C,
+    full: AtomicU64,
+    peer_hits_applied: AtomicU64,
+    peer_hits_dropped: AtomicU64,
+    report_dropped_tags: AtomicU64,
+}
+
+/// The tag as kept and sent: itself, or for tags over [`MAX_TAG_LEN`]
+/// bytes `sha256:` and the hex SHA-256 of the tag (71 bytes).
+pub fn long_tag(tag: &[u8]) -> Cow<'_, [u8]> {
+    if tag.len() <= MAX_TAG_LEN {
+        return Cow::Borrowed(tag);
+    }
+    let digest = Sha256::digest(tag);
+    let mut out = Vec::with_capacity(7 + 64);
+    out.extend_from_slice(b"sha256:");
+    for b in digest {
+        out.extend_from_slice(format!("{b:02x}").as_bytes());
+    }
+    Cow::Owned(out)
+}
+
+impl Buckets<MonotonicClock> {
+    pub fn new(config: Config) -> Self {
+        Buckets::with_clock(config, MonotonicClock)
+    }
+}
+
+impl<C: Clock> Buckets<C> {
+    pub fn with_clock(config: Config, clock: C) -> Self {
+        Buckets {
+            params: GcraParams::per_second(config.rate, config.burst),
+            table: KeyTable::new(config.max_tags),
+            max_report_tags: config.max_report_tags,
+            clock,
+            full: AtomicU64::new(0),
+            peer_hits_applied: AtomicU64::new(0),
+            peer_hits_dropped: AtomicU64::new(0),
+            report_dropped_tags: AtomicU64::new(0),
+        }
+    }
+
+    /// Serve or throttle one request of `tag`; a served request counts as a
+    /// hit in the next report.
+    pub fn decide(&self, tag: &[u8]) -> Decision {
+        let tag = long_tag(tag);
+        let key = self.table.hash(&tag);
+        let now = self.now();
+        let params = &self.params;
+        let r = self.table.with(key, |s| {
+            s.name(&tag);
+            match params.reserve(s.tat, now, None) {
+                (Reservation::Now, next) => {
+                    s.set_tat(next, params);
+                    s.hits = s.hits.saturating_add(1);
+                    Decision::Ok
+                }
+                _ => Decision::No,
+            }
+        });
+        r.unwrap_or_else(|_| {
+            self.full.fetch_add(1, Ordering::Relaxed);
+            Decision::Full
+        })
+    }
+
+    /// Subtracts `hits` tokens that a peer served for `tag` (the bucket may
+    /// go below zero). Returns false if there was no room for the tag.
+    pub fn apply_peer(&self, tag: &[u8], hits: u32) -> bool {
+        if hits == 0 {
+            return true;
+        }
+        let tag = long_tag(tag);
+        let key = self.table.hash(&tag);
+        let now = self.now();
+        let params = &self.params;
+        let debt = params.interval().saturating_mul(u64::from(hits));
+        let r = self.table.with(key, |s| {
+            s.name(&tag);
+            s.set_tat(s.tat.max(now).saturating_add(debt), params);
+        });
+        let counter = match r {
+            Ok(()) => &self.peer_hits_applied,
+            Err(_) => &self.peer_hits_dropped,
+        };
+        counter.fetch_add(u64::from(hits), Ordering::Relaxed);
+        r.is_ok()
+    }
+
+    /// The hits served since the last report, and resets them. Visits every
+    /// tag held (one shard lock at a time): call it once per period.
+    pub fn report(&self) -> Report {
+        let mut seen: Vec<(u64, Box<[u8]>, u32)> = Vec::new();
+        self.table.for_each(|key, s| {
+            if s.hits > 0 {
+                seen.push((key, s.tag.clone(), s.hits));
+            }
+        });
+        for (key, _, hits) in &seen {
+            // Subtract what is reported: hits served since the scan stay.
+            self.table
+                .get(*key, |s| s.hits = s.hits.saturating_sub(*hits));
+        }
+        let mut entries: Vec<(Box<[u8]>, u32)> =
+            seen.into_iter().map(|(_, tag, hits)| (tag, hits)).collect();
+        entries.sort_unstable_by(|a, b| b.1.cmp(&a.1).then_with(|| a.0.cmp(&b.0)));
+        let mut report = Report::default();
+        if entries.len() > self.max_report_tags {
+            for (_, hits) in entries.drain(self.max_report_tags..) {
+                report.dropped_tags += 1;
+                report.dropped_hits += u64::from(hits);
+            }
+            self.report_dropped_tags
+                .fetch_add(report.dropped_tags, Ordering::Relaxed);
+        }
+        report.entries = entries;
+        report
+    }
+
+    /// Tokens in `tag`'s bucket now (negative: debt); `None` if the tag is
+    /// not held (its bucket is full). For status output and tests.
+    pub fn level(&self, tag: &[u8]) -> Option<f64> {
+        let tag = long_tag(tag);
+        let now = self.clock.now();
+        let (interval, burst) = (self.params.interval(), self.params.burst());
+        self.table.get(self.table.hash(&tag), |s| {
+            let debt = s.tat.saturating_sub(now) as f64 / interval as f64;
+            f64::from(burst) - debt
+        })
+    }
+
+    pub fn stats(&self) -> Stats {
+        Stats {
+            tags: self.table.len() as u64,
+            evicted: self.table.evicted(),
+            full: self.full.load(Ordering::Relaxed),
+            peer_hits_applied: self.peer_hits_applied.load(Ordering::Relaxed),
+            peer_hits_dropped: self.peer_hits_dropped.load(Ordering::Relaxed),
+            report_dropped_tags: self.report_dropped_tags.load(Ordering::Relaxed),
+        }
+    }
+
+    pub fn clock(&self) -> &C {
+        &self.clock
+    }
+
+    /// Reads the clock and publishes it to this thread's eviction checks.
+    fn now(&self) -> Nanos {
+        let now = self.clock.now();
+        NOW.with(|n| n.set(now));
+        now
+    }
+}

@@ -1,0 +1,460 @@
+use std::cmp::Reverse;
+use std::collections::BinaryHeap;
+use std::sync::Arc;
+
+use limits::{ManualClock, NANOS_PER_MS, NANOS_PER_SEC};
+use proptest::prelude::*;
+
+use super::*;
+
+/// The seed's t = 0 (any origin works; 0 itself means "full bucket").
+const T0: Nanos = 1_000 * NANOS_PER_SEC;
+
+fn at(seconds: f64) -> Nanos {
+    T0 + (seconds * NANOS_PER_SEC as f64).round() as Nanos
+}
+
+fn config(burst: u32, rate: f64) -> Config {
+    Config {
+        burst,
+        rate,
+        max_tags: 10_000,
+        max_report_tags: 1_000,
+    }
+}
+
+fn node(clock: &Arc<ManualClock>, c: Config) -> Buckets<Arc<ManualClock>> {
+    Buckets::with_clock(c, clock.clone())
+}
+
+fn hits_of(r: &Report, tag: &[u8]) -> u32 {
+    r.entries
+        .iter()
+        .find(|(t, _)| &**t == tag)
+        .map_or(0, |(_, h)| *h)
+}
+
+fn assert_level(b: &Buckets<Arc<ManualClock>>, tag: &[u8], want: f64, slack: f64, row: &str) {
+    let got = b.level(tag).unwrap_or(f64::from(10));
+    assert!(
+        (got - want).abs() <= slack,
+        "{row}: level {got}, seed's table says {want}"
+    );
+}
+
+/// The seed's worked example, row by row: two instances A and B, burst 10,
+/// rate 1/s, reports every 5 s. The seed rounds to whole tokens and ignores
+/// the refill during the first 0.2 s; "within rounding" is 0.25 tokens.
+#[test]
+fn seed_worked_example() {
+    let clock = Arc::new(ManualClock::new(T0));
+    let (a, b) = (node(&clock, config(10, 1.0)), node(&clock, config(10, 1.0)));
+    let c: &[u8] = b"C";
+    // Other clients in A's report: they must not disturb C.
+    clock.set(at(0.05));
+    for (tag, n) in [
+        (&b"204.112.101.1"[..], 2),
+        (b"212.132.96.2", 4),
+        (b"196.44.2.71", 1),
+    ] {
+        for _ in 0..n {
+            assert_eq!(a.decide(tag), Decision::Ok);
+        }
+    }
+    // t=0: both full.
+    assert_level(&a, c, 10.0, 0.0, "t=0 A");
+    assert_level(&b, c, 10.0, 0.0, "t=0 B");
+    // t=0.1: 17 requests, 9 to A and 8 to B, all served.
+    clock.set(at(0.1));
+    for i in 0..17 {
+        let node = if i % 2 == 0 { &a } else { &b };
+        assert_eq!(node.decide(c), Decision::Ok, "request {}", i + 1);
+    }
+    assert_level(&a, c, 1.0, 0.25, "t=0.1 A");
+    assert_level(&b, c, 2.0, 0.25, "t=0.1 B");
+    // t=0.2: two more to A; the second (the 19th) is refused.
+    clock.set(at(0.2));
+    assert_eq!(a.decide(c), Decision::Ok, "18th request");
+    assert_eq!(a.decide(c), Decision::No, "19th request");
+    assert_level(&a, c, 0.0, 0.25, "t=0.2 A");
+    assert_level(&b, c, 2.0, 0.25, "t=0.2 B");
+    // t=5: the reports. A served C 10 times, B 8 times.
+    clock.set(at(5.0));
+    let (ra, rb) = (a.report(), b.report());
+    assert_eq!(hits_of(&ra, c), 10);
+    assert_eq!(hits_of(&rb, c), 8);
+    assert_eq!(hits_of(&ra, b"212.132.96.2"), 4);
+    assert_eq!(ra.entries[0], (Box::from(c), 10), "heaviest first");
+    assert_eq!(ra.entries.len(), 4);
+    // t=5.1: each has applied the other's report: -8+5 on both.
+    clock.set(at(5.1));
+    for (tag, hits) in &ra.entries {
+        assert!(b.apply_peer(tag, *hits));
+    }
+    for (tag, hits) in &rb.entries {
+        assert!(a.apply_peer(tag, *hits));
+    }
+    assert_level(&a, c, -3.0, 0.25, "t=5.1 A");
+    assert_level(&b, c, -3.0, 0.25, "t=5.1 B");
+    // t=5.2: two more requests, both refused.
+    clock.set(at(5.2));
+    assert_eq!(a.decide(c), Decision::No);
+    assert_eq!(b.decide(c), Decision::No);
+    assert_level(&a, c, -3.0, 0.25, "t=5.2 A");
+    assert_level(&b, c, -3.0, 0.25, "t=5.2 B");
+    // t=6..9: the buckets refill at 1/s.
+    for (t, want) in [(6.0, -2.0), (7.0, -1.0), (8.0, 0.0), (9.0, 1.0)] {
+        clock.set(at(t));
+        assert_level(&a, c, want, 0.25, &format!("t={t} A"));
+        assert_level(&b, c, want, 0.25, &format!("t={t} B"));
+    }
+    // C's next request is admitted at t ≈ 9 s (exactly 9.1 here, as the
+    // seed's rounding skips the 0.1 s refill before the burst).
+    clock.set(at(8.9));
+    assert_eq!(a.decide(c), Decision::No);
+    assert_eq!(b.decide(c), Decision::No);
+    clock.set(at(9.1));
+    assert_eq!(a.decide(c), Decision::Ok);
+    assert_eq!(b.decide(c), Decision::Ok);
+    // The refusals were not reported as hits; the two admissions were.
+    clock.set(at(10.0));
+    assert_eq!(a.report().entries, vec![(Box::from(c), 1)]);
+}
+
+#[test]
+fn report_keeps_the_heaviest_and_counts_the_rest() {
+    let clock = Arc::new(ManualClock::new(T0));
+    let mut c = config(1000, 1.0);
+    c.max_report_tags = 2;
+    let b = node(&clock, c);
+    for (tag, n) in [(&b"a"[..], 3), (b"b", 5), (b"c", 1), (b"d", 4)] {
+        for _ in 0..n {
+            assert_eq!(b.decide(tag), Decision::Ok);
+        }
+    }
+    let r = b.report();
+    assert_eq!(
+        r.entries,
+        vec![(Box::from(&b"b"[..]), 5), (Box::from(&b"d"[..]), 4)]
+    );
+    assert_eq!((r.dropped_tags, r.dropped_hits), (2, 4));
+    assert_eq!(b.stats().report_dropped_tags, 2);
+    // Everything was reset, dropped or not.
+    assert_eq!(b.report(), Report::default());
+}
+
+#[test]
+fn peer_hits_are_not_reported_again() {
+    let clock = Arc::new(ManualClock::new(T0));
+    let b = node(&clock, config(5, 1.0));
+    assert!(b.apply_peer(b"x", 3));
+    assert_eq!(b.report(), Report::default());
+    assert_eq!(b.stats().peer_hits_applied, 3);
+    // 5 - 3 = 2 tokens left locally.
+    assert_eq!(b.decide(b"x"), Decision::Ok);
+    assert_eq!(b.decide(b"x"), Decision::Ok);
+    assert_eq!(b.decide(b"x"), Decision::No);
+}
+
+#[test]
+fn long_tags_become_a_digest_every_instance_agrees_on() {
+    let long = vec![b'x'; 300];
+    let d = long_tag(&long);
+    assert_eq!(d.len(), 71);
+    assert!(d.starts_with(b"sha256:"));
+    assert_eq!(long_tag(&long), d);
+    assert_eq!(&*long_tag(b"short"), b"short");
+    let clock = Arc::new(ManualClock::new(T0));
+    let b = node(&clock, config(5, 1.0));
+    assert_eq!(b.decide(&long), Decision::Ok);
+    assert_eq!(b.report().entries, vec![(Box::from(&*d), 1)]);
+}
+
+#[test]
+fn busy_tags_stay_and_a_full_table_says_full() {
+    let clock = Arc::new(ManualClock::new(T0));
+    let mut c = config(2, 1.0);
+    c.max_tags = 2;
+    let b = node(&clock, c);
+    assert_eq!(b.decide(b"a"), Decision::Ok);
+    assert_eq!(b.decide(b"b"), Decision::Ok);
+    // Both have unreported hits: no room for a third.
+    assert_eq!(b.decide(b"c"), Decision::Full);
+    assert!(!b.apply_peer(b"c", 1));
+    assert_eq!(b.stats().full, 1);
+    assert_eq!(b.stats().peer_hits_dropped, 1);
+    b.report();
+    // Reported and not in debt: evictable.
+    assert_eq!(b.decide(b"c"), Decision::Ok);
+    b.report();
+    // A tag in debt stays until the debt is paid.
+    assert!(b.apply_peer(b"c", 10));
+    assert_eq!(b.decide(b"d"), Decision::Ok);
+    assert_eq!(b.level(b"c").map(f64::round), Some(-9.0));
+    b.report();
+    assert_eq!(b.decide(b"e"), Decision::Ok);
+    assert!(b.level(b"c").is_some(), "the tag in debt was evicted");
+    clock.advance(std::time::Duration::from_secs(11));
+    b.report();
+    assert_eq!(b.decide(b"f"), Decision::Ok);
+    assert_eq!(b.decide(b"g"), Decision::Ok);
+    assert_eq!(b.stats().tags, 2);
+    assert!(b.level(b"c").is_none(), "paid-up tag never evicted");
+}
+
+/// Hits served while a report is being made are kept for the next one.
+#[test]
+fn hits_served_during_a_report_are_not_lost() {
+    let clock = Arc::new(ManualClock::new(T0));
+    let b = Arc::new(node(&clock, config(1_000_000, 1.0)));
+    let served = std::thread::scope(|s| {
+        let w = s.spawn(|| {
+            (0..20_000)
+                .filter(|_| b.decide(b"t") == Decision::Ok)
+                .count()
+        });
+        let mut reported = 0u64;
+        while !w.is_finished() {
+            reported += b
+                .report()
+                .entries
+                .iter()
+                .map(|e| u64::from(e.1))
+                .sum::<u64>();
+        }
+        let served = w.join().unwrap_or(0) as u64;
+        reported += b
+            .report()
+            .entries
+            .iter()
+            .map(|e| u64::from(e.1))
+            .sum::<u64>();
+        assert_eq!(reported, served);
+        served
+    });
+    assert_eq!(served, 20_000);
+}
+
+/// A fleet of instances on one manual clock, reports sent every `period`
+/// (each instance at its own phase) and delivered `delay` later, or lost.
+struct Sim {
+    clock: Arc<ManualClock>,
+    nodes: Vec<Buckets<Arc<ManualClock>>>,
+    period: Nanos,
+    delay: Nanos,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord)]
+enum Ev {
+    /// A delivery of `hits` to node `to` (ordered first at equal times).
+    Deliver { to: usize, hits: u32 },
+    /// Node `node` reports; `n` counts its reports (for the loss pattern).
+    Tick { node: usize, n: usize },
+    /// The client's request `i` reaches node `node`.
+    Request { node: usize, i: usize },
+}
+
+impl Sim {
+    fn new(n: usize, burst: u32, rate: f64, period: Nanos, delay: Nanos) -> Sim {
+        let clock = Arc::new(ManualClock::new(T0));
+        let nodes = (0..n).map(|_| node(&clock, config(burst, rate))).collect();
+        Sim {
+            clock,
+            nodes,
+            period,
+            delay,
+        }
+    }
+
+    /// Runs `requests` (time offset, node), losing the reports for which
+    /// `lost(node, n, to)` is true; returns the times of admitted requests.
+    fn run(
+        &self,
+        requests: &[(Nanos, usize)],
+        phases: &[Nanos],
+        lost: impl Fn(usize, usize, usize) -> bool,
+    ) -> Vec<Nanos> {
+        let n = self.nodes.len();
+        let end = requests.iter().map(|r| r.0).max().unwrap_or(0);
+        let mut q = BinaryHeap::new();
+        for (i, &(t, node)) in requests.iter().enumerate() {
+            q.push(Reverse((T0 + t, Ev::Request { node, i })));
+        }
+        for (node, &ph) in phases.iter().enumerate().take(n) {
+            q.push(Reverse((T0 + ph % self.period, Ev::Tick { node, n: 0 })));
+        }
+        let mut admitted = Vec::new();
+        while let Some(Reverse((t, ev))) = q.pop() {
+            self.clock.set(t);
+            match ev {
+                Ev::Request { node, .. } => {
+                    if self.nodes[node].decide(b"C") == Decision::Ok {
+                        admitted.push(t - T0);
+                    }
+                }
+                Ev::Tick { node, n: k } => {
+                    let hits = hits_of(&self.nodes[node].report(), b"C");
+                    for to in (0..n).filter(|&to| to != node) {
+                        if hits > 0 && !lost(node, k, to) {
+                            q.push(Reverse((t + self.delay, Ev::Deliver { to, hits })));
+                        }
+                    }
+                    if t - T0 <= end + self.period {
+                        q.push(Reverse((t + self.period, Ev::Tick { node, n: k + 1 })));
+                    }
+                }
+                Ev::Deliver { to, hits } => {
+                    self.nodes[to].apply_peer(b"C", hits);
+                }
+            }
+        }
+        admitted
+    }
+
+    /// `b + 1 + rT + (N−1)(b + 1 + r(P+d))` for a window of `t` ns.
+    fn bound(&self, burst: u32, rate: f64, t: Nanos) -> f64 {
+        let (b, n) = (f64::from(burst), self.nodes.len() as f64);
+        let secs = |x: Nanos| x as f64 / NANOS_PER_SEC as f64;
+        b + 1.0 + rate * secs(t) + (n - 1.0) * (b + 1.0 + rate * secs(self.period + self.delay))
+    }
+}
+
+/// Checks every window from one admission to another against the bound.
+fn check_windows(
+    sim: &Sim,
+    burst: u32,
+    rate: f64,
+    admitted: &[Nanos],
+) -> Result<(), TestCaseError> {
+    for i in 0..admitted.len() {
+        for j in i..admitted.len() {
+            let count = (j - i + 1) as f64;
+            let bound = sim.bound(burst, rate, admitted[j] - admitted[i]);
+            prop_assert!(
+                count <= bound + 1e-9,
+                "{} admitted in [{}, {}] ms, bound {}",
+                count,
+                admitted[i] / NANOS_PER_MS,
+                admitted[j] / NANOS_PER_MS,
+                bound
+            );
+        }
+    }
+    Ok(())
+}
+
+/// Requests from `gaps` (ms) sprayed over the nodes by `targets`.
+fn spray(gaps: &[u64], targets: &[usize], n: usize) -> Vec<(Nanos, usize)> {
+    let mut t = 0;
+    gaps.iter()
+        .zip(targets.iter().cycle())
+        .map(|(g, node)| {
+            t += g * NANOS_PER_MS;
+            (t, node % n)
+        })
+        .collect()
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(64))]
+
+    /// Over any window, whatever the traffic and phases, admitted requests
+    /// stay within b + 1 + rT + (N−1)(b + 1 + r(P+d)).
+    #[test]
+    fn admitted_stay_within_the_bound_over_every_window(
+        n in 1usize..5,
+        burst in 1u32..15,
+        interval_ms in 20u64..2_000,
+        period_ms in 50u64..5_000,
+        delay_ms in 0u64..1_000,
+        phases in proptest::collection::vec(0u64..5_000, 4),
+        gaps in proptest::collection::vec(0u64..300, 1..400),
+        targets in proptest::collection::vec(0usize..4, 1..20),
+    ) {
+        let rate = 1_000.0 / interval_ms as f64;
+        let sim = Sim::new(n, burst, rate, period_ms * NANOS_PER_MS, delay_ms * NANOS_PER_MS);
+        let phases: Vec<Nanos> = phases.iter().map(|p| p * NANOS_PER_MS).collect();
+        let admitted = sim.run(&spray(&gaps, &targets, n), &phases, |_, _, _| false);
+        check_windows(&sim, burst, rate, &admitted)?;
+    }
+
+    /// A client offering far more than r, spread over the fleet, gets r in
+    /// the long run: at least rT less what discrete arrivals waste (a token
+    /// waits for the next request, at most one per-node gap g per
+    /// admission), at most the bound, whose overshoot does not grow with T.
+    #[test]
+    fn long_run_rate_converges_to_r(
+        n in 1usize..5,
+        burst in 1u32..10,
+        rate in 1u32..6,
+        period_ms in 100u64..2_000,
+        delay_ms in 0u64..300,
+        targets in proptest::collection::vec(0usize..4, 1..10),
+    ) {
+        let rate = f64::from(rate);
+        let sim = Sim::new(n, burst, rate, period_ms * NANOS_PER_MS, delay_ms * NANOS_PER_MS);
+        let (requests, node_gap) = dense(rate, n, 120, &targets);
+        let admitted = sim.run(&requests, &[0, 37, 211, 503], |_, _, _| false);
+        let t = 120.0;
+        let got = admitted.len() as f64;
+        let floor = rate * t * (1.0 - rate * node_gap) - 2.0;
+        prop_assert!(got >= floor, "{} admitted in {} s at r={}, floor {}", got, t, rate, floor);
+        prop_assert!(got <= sim.bound(burst, rate, 120 * NANOS_PER_SEC) + 1e-9);
+        // The second minute alone: r·60 within one node-overshoot per node.
+        let late = admitted.iter().filter(|&&a| a >= 60 * NANOS_PER_SEC).count() as f64;
+        let slack = (n as f64) * (f64::from(burst) + 1.0 + rate * (period_ms + delay_ms) as f64 / 1e3);
+        prop_assert!((late - rate * 60.0).abs() <= slack + rate * 60.0 * rate * node_gap + 2.0,
+            "{} in the last 60 s at r={}", late, rate);
+    }
+
+    /// Losing reports only forgets debt: never below rT (less the waste of
+    /// discrete arrivals), so never failing closed; never more than N
+    /// independent buckets allow; with every report lost the fleet admits
+    /// about N·r.
+    #[test]
+    fn lost_reports_degrade_towards_n_r_and_never_fail_closed(
+        n in 2usize..5,
+        burst in 1u32..10,
+        rate in 1u32..6,
+        period_ms in 100u64..2_000,
+        loss in proptest::collection::vec(any::<bool>(), 1..64),
+        all_lost in any::<bool>(),
+    ) {
+        let rate = f64::from(rate);
+        let sim = Sim::new(n, burst, rate, period_ms * NANOS_PER_MS, 10 * NANOS_PER_MS);
+        let targets: Vec<usize> = (0..n).collect();
+        let (requests, node_gap) = dense(rate, n, 60, &targets);
+        let admitted = sim.run(&requests, &[0, 37, 211, 503], |node, k, to| {
+            all_lost || loss[(node * 7 + k * 3 + to) % loss.len()]
+        });
+        let t = 60.0;
+        let got = admitted.len() as f64;
+        let nf = n as f64;
+        let waste = 1.0 - rate * node_gap;
+        prop_assert!(got >= rate * t * waste - 2.0, "failed closed: {} in {} s", got, t);
+        prop_assert!(got <= nf * (f64::from(burst) + rate * t) + 1e-9);
+        if all_lost {
+            prop_assert!(got >= nf * (f64::from(burst) + rate * t * waste - 2.0), "{} with every report lost", got);
+        }
+    }
+}
+
+/// Requests for `secs` seconds, 50 per interval per node, sprayed by
+/// `targets`; also returns the largest gap between two requests to one
+/// node, in seconds.
+fn dense(rate: f64, n: usize, secs: u64, targets: &[usize]) -> (Vec<(Nanos, usize)>, f64) {
+    let gap = (NANOS_PER_SEC as f64 / rate / 50.0 / n as f64) as Nanos;
+    let count = secs * NANOS_PER_SEC / gap;
+    let mut last = vec![0; n];
+    let mut worst = 0;
+    let requests: Vec<(Nanos, usize)> = (1..=count)
+        .zip(targets.iter().cycle())
+        .map(|(i, node)| {
+            let (t, node) = (i * gap, node % n);
+            worst = worst.max(t - last[node]);
+            last[node] = t;
+            (t, node)
+        })
+        .collect();
+    (requests, worst as f64 / NANOS_PER_SEC as f64)
+}

@@ -1,0 +1,324 @@
+use std::net::{IpAddr, Ipv4Addr, SocketAddr, UdpSocket};
+use std::time::{Duration, Instant};
+
+use proptest::prelude::*;
+
+use crate::transport::{Config, Outgoing, Transport};
+use crate::wire::{self, Entry, Reject, MAX_DATAGRAM, MIN_DATAGRAM};
+use crate::{Key, Policy, Receiver};
+
+const NOW: u64 = 1_800_000_000_000;
+const LOCAL: SocketAddr = SocketAddr::new(IpAddr::V4(Ipv4Addr::LOCALHOST), 9);
+
+fn key() -> Key {
+    Key::new(b"0123456789abcdef-test-secret").unwrap_or_else(|e| panic!("{e}"))
+}
+
+fn policy() -> Policy {
+    Policy {
+        allowed: vec![IpAddr::V4(Ipv4Addr::LOCALHOST)],
+        window_ms: 10_000,
+        max_senders: 4,
+    }
+}
+
+fn entries(n: usize, len: usize) -> Vec<Entry> {
+    (0..n)
+        .map(|i| {
+            let mut tag = format!("tag-{i}-").into_bytes();
+            tag.resize(len.max(tag.len()), b'x');
+            (tag.into_boxed_slice(), i as u32 + 1)
+        })
+        .collect()
+}
+
+fn one(sender: u64, seq: u64, sent: u64) -> Vec<u8> {
+    let mut s = seq;
+    wire::encode(&key(), sender, &mut s, sent, b"g", &entries(1, 4)).remove(0)
+}
+
+#[test]
+fn a_report_round_trips_split_over_datagrams_of_at_most_1400_bytes() {
+    let report = entries(500, 200);
+    let mut seq = 7;
+    let dgs = wire::encode(&key(), 42, &mut seq, NOW, b"rule-1", &report);
+    assert!(dgs.len() >= 500 * 200 / MAX_DATAGRAM);
+    assert_eq!(seq, 7 + dgs.len() as u64);
+    let mut r = Receiver::new(key(), 1, policy());
+    let mut got = Vec::new();
+    for (i, dg) in dgs.iter().enumerate() {
+        assert!(
+            dg.len() <= MAX_DATAGRAM,
+            "datagram {i} is {} bytes",
+            dg.len()
+        );
+        let d = r.accept(LOCAL, dg, NOW).unwrap_or_else(|e| panic!("{e:?}"));
+        assert_eq!(
+            (d.sender, d.seq, &*d.group),
+            (42, 7 + i as u64, &b"rule-1"[..])
+        );
+        got.extend(d.entries);
+    }
+    assert_eq!(got, report);
+    // An empty report is no datagram; entries the core never makes are skipped.
+    assert!(wire::encode(&key(), 1, &mut seq, NOW, b"g", &[]).is_empty());
+    let odd: Vec<Entry> = vec![(Box::from(&b""[..]), 1), (Box::from(&b"t"[..]), 0)];
+    assert!(wire::encode(&key(), 1, &mut seq, NOW, b"g", &odd).is_empty());
+}
+
+#[test]
+fn bad_datagrams_are_classified() {
+    let mut r = Receiver::new(key(), 1, policy());
+    let good = one(5, 0, NOW);
+    assert_eq!(
+        r.accept(LOCAL, &good[..MIN_DATAGRAM - 1], NOW),
+        Err(Reject::Truncated)
+    );
+    assert_eq!(
+        r.accept(LOCAL, &vec![0; MAX_DATAGRAM + 1], NOW),
+        Err(Reject::Oversized)
+    );
+    assert_eq!(r.accept(LOCAL, &[b'x'; 100], NOW), Err(Reject::Garbage));
+    let mut v2 = good.clone();
+    v2[2] = 2;
+    assert_eq!(r.accept(LOCAL, &v2, NOW), Err(Reject::WrongVersion));
+    let mut flipped = good.clone();
+    let last = flipped.len() - 40;
+    flipped[last] ^= 1;
+    assert_eq!(r.accept(LOCAL, &flipped, NOW), Err(Reject::BadMac));
+    let other = Key::new(b"another secret of 16+ bytes").unwrap_or_else(|e| panic!("{e}"));
+    let mut s = 0;
+    let forged = wire::encode(&other, 5, &mut s, NOW, b"g", &entries(1, 4)).remove(0);
+    assert_eq!(r.accept(LOCAL, &forged, NOW), Err(Reject::BadMac));
+    let stranger = SocketAddr::new(IpAddr::V4(Ipv4Addr::new(192, 0, 2, 1)), 9);
+    assert_eq!(r.accept(stranger, &good, NOW), Err(Reject::UnknownSender));
+    assert_eq!(r.accept(LOCAL, &one(1, 0, NOW), NOW), Err(Reject::Own));
+    assert!(r.accept(LOCAL, &good, NOW).is_ok());
+}
+
+#[test]
+fn replays_are_rejected_and_restarted_senders_accepted() {
+    let mut r = Receiver::new(key(), 1, policy());
+    assert!(r.accept(LOCAL, &one(5, 10, NOW), NOW).is_ok());
+    assert_eq!(r.accept(LOCAL, &one(5, 10, NOW), NOW), Err(Reject::Replay));
+    // Out of order within the 64-datagram window is fine, once.
+    assert!(r.accept(LOCAL, &one(5, 12, NOW), NOW).is_ok());
+    assert!(r.accept(LOCAL, &one(5, 11, NOW), NOW).is_ok());
+    assert_eq!(r.accept(LOCAL, &one(5, 11, NOW), NOW), Err(Reject::Replay));
+    assert!(r.accept(LOCAL, &one(5, 200, NOW), NOW).is_ok());
+    assert_eq!(
+        r.accept(LOCAL, &one(5, 136, NOW), NOW),
+        Err(Reject::Replay),
+        "older than the window"
+    );
+    assert!(r.accept(LOCAL, &one(5, 137, NOW), NOW).is_ok());
+    // Outside the time window, either way.
+    assert_eq!(
+        r.accept(LOCAL, &one(5, 300, NOW - 10_001), NOW),
+        Err(Reject::Stale)
+    );
+    assert_eq!(
+        r.accept(LOCAL, &one(5, 301, NOW + 10_001), NOW),
+        Err(Reject::Stale)
+    );
+    // A restarted sender has a new id and starts again from 0.
+    assert!(r.accept(LOCAL, &one(6, 0, NOW), NOW).is_ok());
+    assert!(r.accept(LOCAL, &one(6, 1, NOW), NOW).is_ok());
+}
+
+#[test]
+fn senders_are_bounded_and_idle_ones_forgotten() {
+    let mut r = Receiver::new(key(), 1, policy());
+    for s in 10..14 {
+        assert!(r.accept(LOCAL, &one(s, 0, NOW), NOW).is_ok());
+    }
+    assert_eq!(
+        r.accept(LOCAL, &one(20, 0, NOW), NOW),
+        Err(Reject::UnknownSender)
+    );
+    let later = NOW + 10_001;
+    assert!(r.accept(LOCAL, &one(20, 0, later), later).is_ok());
+    assert_eq!(r.senders(), 1);
+}
+
+#[test]
+fn secrets_from_files() {
+    let dir = std::env::temp_dir().join(format!("peer-secret-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap_or_else(|e| panic!("{e}"));
+    let f = dir.join("s");
+    std::fs::write(&f, b"0123456789abcdef-test-secret\n").unwrap_or_else(|e| panic!("{e}"));
+    let k = Key::from_file(&f).unwrap_or_else(|e| panic!("{e}"));
+    assert!(
+        k.verify(b"x", &key().sign(b"x")),
+        "the trailing newline is not part of the secret"
+    );
+    std::fs::write(&f, b"short\n").unwrap_or_else(|e| panic!("{e}"));
+    let e = Key::from_file(&f).map(|_| ()).unwrap_err();
+    assert!(
+        e.contains(&f.display().to_string()) && e.contains("at least 16"),
+        "{e}"
+    );
+    let e = Key::from_file(&dir.join("missing"))
+        .map(|_| ())
+        .unwrap_err();
+    assert!(e.contains("missing"), "{e}");
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+proptest! {
+    #[test]
+    fn arbitrary_bytes_never_panic_and_are_never_accepted(data in proptest::collection::vec(any::<u8>(), 0..2000)) {
+        let mut r = Receiver::new(key(), 1, policy());
+        prop_assert!(r.accept(LOCAL, &data, NOW).is_err());
+    }
+
+    /// Valid headers with arbitrary bodies: still never a panic.
+    #[test]
+    fn arbitrary_bodies_behind_a_valid_header_never_panic(body in proptest::collection::vec(any::<u8>(), 0..1400)) {
+        let mut data = one(5, 0, NOW)[..28].to_vec();
+        data.extend_from_slice(&body);
+        let mut r = Receiver::new(key(), 1, policy());
+        prop_assert!(r.accept(LOCAL, &data, NOW).is_err());
+        // Even correctly signed garbage only yields Malformed (or parses).
+        let (k, len) = (key(), data.len().min(MAX_DATAGRAM - 32));
+        data.truncate(len);
+        let mac = k.sign(&data);
+        data.extend_from_slice(&mac);
+        let _ = r.accept(LOCAL, &data, NOW);
+    }
+
+    /// Any change to a valid datagram is refused.
+    #[test]
+    fn any_bit_flip_is_refused(at in 0usize..4000, bit in 0u8..8) {
+        let good = one(5, 0, NOW);
+        let mut bad = good.clone();
+        let i = at % bad.len();
+        bad[i] ^= 1 << bit;
+        let mut r = Receiver::new(key(), 1, policy());
+        prop_assert!(r.accept(LOCAL, &bad, NOW).is_err());
+    }
+
+    #[test]
+    fn arbitrary_reports_round_trip(
+        report in proptest::collection::vec(
+            (proptest::collection::vec(any::<u8>(), 1..=255), 1u32..=u32::MAX), 0..300),
+        group in proptest::collection::vec(any::<u8>(), 1..=64),
+    ) {
+        let report: Vec<Entry> = report.into_iter().map(|(t, h)| (t.into_boxed_slice(), h)).collect();
+        let mut seq = 0;
+        let dgs = wire::encode(&key(), 9, &mut seq, NOW, &group, &report);
+        let mut r = Receiver::new(key(), 1, policy());
+        let mut got = Vec::new();
+        for dg in &dgs {
+            prop_assert!(dg.len() <= MAX_DATAGRAM);
+            let d = r.accept(LOCAL, dg, NOW);
+            prop_assert!(d.is_ok(), "{:?}", d);
+            if let Ok(d) = d {
+                prop_assert_eq!(&*d.group, &group[..]);
+                got.extend(d.entries);
+            }
+        }
+        prop_assert_eq!(got, report);
+    }
+}
+
+fn transport(peers: Vec<SocketAddr>) -> Transport {
+    transport_on("127.0.0.1:0", peers, None)
+}
+
+fn transport_on(listen: &str, peers: Vec<SocketAddr>, group: Option<SocketAddr>) -> Transport {
+    Transport::start(Config {
+        listen: listen.parse().unwrap_or(LOCAL),
+        peers,
+        group,
+        multicast_interface: Ipv4Addr::LOCALHOST,
+        multicast_ttl: 1,
+        key: key(),
+        policy: policy(),
+        inbound_capacity: 64,
+        outbound_capacity: 8,
+    })
+    .unwrap_or_else(|e| panic!("{e}"))
+}
+
+fn wait_for<T>(what: &str, mut f: impl FnMut() -> Option<T>) -> T {
+    let deadline = Instant::now() + Duration::from_secs(5);
+    loop {
+        if let Some(v) = f() {
+            return v;
+        }
+        assert!(Instant::now() < deadline, "timed out waiting for {what}");
+        std::thread::sleep(Duration::from_millis(2));
+    }
+}
+
+/// Two transports on loopback; a third socket records what one sends, then
+/// replays it and sends forgeries and garbage: only the original counts.
+#[test]
+fn transports_exchange_reports_on_loopback_and_refuse_replays_and_forgeries() {
+    let sniffer = UdpSocket::bind("127.0.0.1:0").unwrap_or_else(|e| panic!("{e}"));
+    sniffer
+        .set_read_timeout(Some(Duration::from_secs(5)))
+        .unwrap_or_else(|e| panic!("{e}"));
+    let b = transport(vec![]);
+    let a = transport(vec![b.local_addr(), sniffer.local_addr().unwrap_or(LOCAL)]);
+    let report = Outgoing {
+        group: Box::from(&b"rule"[..]),
+        entries: entries(3, 8),
+    };
+    assert!(a.send(report.clone()));
+    let d = wait_for("the report", || b.recv());
+    assert_eq!(
+        (d.sender, &*d.group, &d.entries),
+        (a.id(), &b"rule"[..], &report.entries)
+    );
+    let mut buf = [0u8; 2048];
+    let (n, _) = sniffer
+        .recv_from(&mut buf)
+        .unwrap_or_else(|e| panic!("{e}"));
+    let captured = buf[..n].to_vec();
+    // Replay, forgery, garbage, oversize.
+    let to = b.local_addr();
+    let send = |d: &[u8]| sniffer.send_to(d, to).unwrap_or_else(|e| panic!("{e}"));
+    send(&captured);
+    let mut forged = captured.clone();
+    forged[40] ^= 0x55;
+    send(&forged);
+    send(b"GET / HTTP/1.0\r\n\r\n and some more bytes to pass the minimum size check ....");
+    send(&[0u8; 1500]);
+    send(&captured[..20]);
+    let s = wait_for("the bad datagrams to be counted", || {
+        let s = b.stats();
+        (s.replay + s.bad_mac + s.garbage + s.oversized + s.truncated == 5).then_some(s)
+    });
+    assert_eq!(
+        (s.replay, s.bad_mac, s.garbage, s.oversized, s.truncated),
+        (1, 1, 1, 1, 1)
+    );
+    assert_eq!(b.recv(), None, "nothing bad was handed out");
+    assert_eq!(a.stats().reports_sent, 1);
+    assert_eq!(a.stats().datagrams_sent, 2);
+}
+
+/// Two members of a multicast group on one host (loopback interface): each
+/// hears the other, and not itself.
+#[test]
+fn multicast_members_hear_each_other_on_loopback() {
+    let port = {
+        let probe = UdpSocket::bind("127.0.0.1:0").unwrap_or_else(|e| panic!("{e}"));
+        probe.local_addr().map_or(47_000, |a| a.port())
+    };
+    let group: SocketAddr = format!("239.255.42.7:{port}").parse().unwrap_or(LOCAL);
+    let listen = format!("0.0.0.0:{port}");
+    let a = transport_on(&listen, vec![], Some(group));
+    let b = transport_on(&listen, vec![], Some(group));
+    let report = Outgoing {
+        group: Box::from(&b"g"[..]),
+        entries: entries(2, 4),
+    };
+    assert!(a.send(report.clone()));
+    let d = wait_for("the multicast report", || b.recv());
+    assert_eq!((d.sender, d.entries), (a.id(), report.entries));
+    std::thread::sleep(Duration::from_millis(50));
+    assert_eq!(a.recv(), None, "a member does not hear itself");
+}
