@@ -18,7 +18,7 @@ use limits::{Clock, MonotonicClock, Nanos};
 use parking_lot::Mutex;
 
 use crate::lists::{canonical, CidrList, Listed, Lists};
-use crate::options::{DefaultAction, DenyAction, EventKind, Options};
+use crate::options::{DefaultAction, DenyAction, EventKind, LogEvents, Options};
 use crate::state::{IpState, Phase, Step, View};
 use crate::Files;
 
@@ -98,11 +98,17 @@ pub struct Decision {
     pub key: u64,
     /// The state table was full of busy IPs: the request passed untracked.
     pub untracked: bool,
+    /// The rule's `--log-events` and `--log-only` when it was decided.
+    pub log_events: LogEvents,
+    pub log_only: bool,
 }
 
 impl Decision {
-    fn new(key: u64, would: Action, log_only: bool) -> Decision {
+    fn new(key: u64, would: Action, o: &Options) -> Decision {
+        let log_only = o.log_only;
         Decision {
+            log_events: o.log_events,
+            log_only,
             action: if log_only { Action::Pass } else { would },
             would,
             events: [None, None],
@@ -202,6 +208,13 @@ impl<C: Clock> Throttler<C> {
         self.clock.now()
     }
 
+    /// Whether the scope needs the request's (method, path): without
+    /// `--method-regex`/`--path-regex` the plugin need not read them.
+    pub fn scope_needs(&self) -> (bool, bool) {
+        let s = self.current.load();
+        (s.opts.method_regex.is_some(), s.opts.path_regex.is_some())
+    }
+
     /// The configuration in force.
     pub fn snapshot(&self) -> Arc<Snapshot> {
         self.current.load_full()
@@ -237,7 +250,7 @@ impl<C: Clock> Throttler<C> {
         let listed = snap.lists.classify(ip);
         let key = self.key(ip);
         if listed == Listed::Allow {
-            let mut d = Decision::new(key, Action::Pass, o.log_only);
+            let mut d = Decision::new(key, Action::Pass, o);
             d.push(Event {
                 kind: EventKind::Whitelisted,
                 phase: Phase::Allowed,
@@ -260,7 +273,7 @@ impl<C: Clock> Throttler<C> {
         };
         if !throttle {
             // Only a ban can stop it: look, but never insert an IP.
-            let mut d = Decision::new(key, Action::Pass, o.log_only);
+            let mut d = Decision::new(key, Action::Pass, o);
             let banned = self.table.get(key, |s| {
                 if s.advance(now, p) {
                     d.push(event(EventKind::Unban, s));
@@ -271,14 +284,14 @@ impl<C: Clock> Throttler<C> {
                 Some(e) => {
                     d = Decision {
                         events: d.events,
-                        ..Decision::new(key, Action::Forbid, o.log_only)
+                        ..Decision::new(key, Action::Forbid, o)
                     };
                     d.push(e);
                 }
                 None if listed == Listed::Deny => {
                     d = Decision {
                         events: d.events,
-                        ..Decision::new(key, Action::Forbid, o.log_only)
+                        ..Decision::new(key, Action::Forbid, o)
                     };
                     d.push(Event {
                         kind: EventKind::Blacklisted,
@@ -291,7 +304,7 @@ impl<C: Clock> Throttler<C> {
             }
             return d;
         }
-        let mut d = Decision::new(key, Action::Pass, o.log_only);
+        let mut d = Decision::new(key, Action::Pass, o);
         let got = self.table.with(key, |s| {
             if s.advance(now, p) {
                 d.push(event(EventKind::Unban, s));
