@@ -9,7 +9,7 @@ use std::time::Duration;
 use ats::sched::{Pool, Timer};
 use ats::{Done, HomeTxn, Parked};
 use ip_throttle_core::Delayed;
-use limits::Nanos;
+use limits::{Nanos, NANOS_PER_MS};
 use parking_lot::Mutex;
 
 use crate::Rule;
@@ -65,7 +65,10 @@ fn release(h: HomeTxn<'_>, w: Wait) -> Done {
 /// thread; holds the rule weakly, so a reloaded-away rule lets it go.
 pub(crate) fn unban_at(rule: &Arc<Rule>, key: u64, ip: IpAddr, until: Nanos) {
     let weak = Arc::downgrade(rule);
-    let after = Duration::from_nanos(until.saturating_sub(rule.throttler.now()));
+    // ATS schedules in whole milliseconds, cut down: round up and add one,
+    // so the timer never looks before the ban's end.
+    let left = until.saturating_sub(rule.throttler.now());
+    let after = Duration::from_millis(left.div_ceil(NANOS_PER_MS) + 1);
     let armed = Timer::after(after, Pool::Task, move || {
         let Some(rule) = weak.upgrade() else { return };
         if let Some(e) = rule.throttler.expire(key) {
