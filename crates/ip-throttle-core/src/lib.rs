@@ -6,6 +6,7 @@
 
 #![forbid(unsafe_code)]
 
+pub mod events;
 pub mod lists;
 pub mod options;
 pub mod state;
