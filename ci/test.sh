@@ -13,7 +13,7 @@ if [ "${1:-}" = "--no-run" ]; then
     # The plugin .so files the integration tests load, built as
     # tests/src/plugins.rs builds them on first use: same profile, same
     # packages (so the same features), hence fresh when the tests ask.
-    cargo build --locked -p throttle -p rate_limit -p ats-probe
+    cargo build --locked -p throttle -p rate_limit -p ip_throttle -p ats-probe
     exit 0
 fi
 cargo test --workspace --locked

@@ -11,6 +11,8 @@ use std::time::{Duration, Instant};
 #[derive(Debug, Clone)]
 pub struct Response {
     pub status: u16,
+    /// The status line's reason phrase.
+    pub reason: String,
     pub headers: Vec<(String, String)>,
     pub body: Vec<u8>,
     /// When the request was sent.
@@ -80,6 +82,19 @@ impl Conn {
         read_response(&mut self.reader, sent_at)
     }
 
+    /// Sends a request with `method` (and an empty body) and reads the
+    /// response; the connection stays open.
+    pub fn request(
+        &mut self,
+        method: &str,
+        host: &str,
+        path: &str,
+        headers: &[(&str, &str)],
+    ) -> io::Result<Response> {
+        let sent_at = self.send_method(method, host, path, headers, true)?;
+        read_response(&mut self.reader, sent_at)
+    }
+
     fn send(
         &mut self,
         host: &str,
@@ -87,7 +102,21 @@ impl Conn {
         headers: &[(&str, &str)],
         keep_alive: bool,
     ) -> io::Result<Instant> {
-        let mut req = format!("GET {path} HTTP/1.1\r\nHost: {host}\r\n");
+        self.send_method("GET", host, path, headers, keep_alive)
+    }
+
+    fn send_method(
+        &mut self,
+        method: &str,
+        host: &str,
+        path: &str,
+        headers: &[(&str, &str)],
+        keep_alive: bool,
+    ) -> io::Result<Instant> {
+        let mut req = format!("{method} {path} HTTP/1.1\r\nHost: {host}\r\n");
+        if method != "GET" && method != "HEAD" {
+            req.push_str("Content-Length: 0\r\n");
+        }
         for (k, v) in headers {
             req.push_str(&format!("{k}: {v}\r\n"));
         }
@@ -258,12 +287,18 @@ fn read_response<R: BufRead>(r: &mut R, sent_at: Instant) -> io::Result<Response
                 format!("bad status line {status_line:?}"),
             )
         })?;
+    let reason = status_line
+        .splitn(3, ' ')
+        .nth(2)
+        .unwrap_or_default()
+        .to_owned();
     let close = headers
         .iter()
         .any(|(k, v)| k.eq_ignore_ascii_case("Connection") && v.eq_ignore_ascii_case("close"));
     let body = read_body(r, &headers, close)?;
     Ok(Response {
         status,
+        reason,
         headers,
         body,
         sent_at,

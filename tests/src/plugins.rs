@@ -13,12 +13,13 @@ use std::sync::OnceLock;
 const PLUGINS: &[(&str, &str)] = &[
     ("throttle", "throttle"),
     ("rate_limit", "rate_limit"),
+    ("ip_throttle", "ip_throttle"),
     ("ats-probe", "probe"),
 ];
 
 static DIR: OnceLock<Result<PathBuf, String>> = OnceLock::new();
 
-/// Absolute path of `<name>.so` (`throttle`, `rate_limit` or `probe`).
+/// Absolute path of `<name>.so` (`throttle`, `rate_limit`, `ip_throttle` or `probe`).
 pub fn plugin(name: &str) -> String {
     let dir = match DIR.get_or_init(build) {
         Ok(d) => d,

@@ -366,7 +366,7 @@ impl TrafficServer {
             plugin_config: String::new(),
             files: Vec::new(),
             manager: false,
-            debug_tags: "throttle|rate_limit|probe".into(),
+            debug_tags: "throttle|rate_limit|ip_throttle|probe".into(),
             root: None,
             port: None,
         }

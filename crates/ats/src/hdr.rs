@@ -270,6 +270,29 @@ impl<'a> Header<'a> {
         u16::try_from(s.0).unwrap_or(0)
     }
 
+    /// The request method (`GET`, `POST`, ...); empty for responses.
+    pub fn method(&self) -> Vec<u8> {
+        let mut len: c_int = 0;
+        // SAFETY: live header; out pointer valid. The method lives in the
+        // header heap (or ATS's well-known strings) and is copied at once.
+        let p = unsafe { sys::TSHttpHdrMethodGet(self.buf, self.loc, &mut len) };
+        // SAFETY: (p, len) as returned above, read before any change to the header.
+        unsafe { ts_bytes(p, len) }.to_vec()
+    }
+
+    /// Sets the reason phrase of a response (`503 Too many connections`).
+    pub fn set_reason(&mut self, reason: &str) -> bool {
+        // SAFETY: live header; the phrase is passed with its length and copied by ATS.
+        unsafe {
+            sys::TSHttpHdrReasonSet(
+                self.buf,
+                self.loc,
+                reason.as_ptr().cast(),
+                c_len(reason.as_bytes()),
+            ) == sys::TSReturnCode::TS_SUCCESS
+        }
+    }
+
     /// The request URL's query string (without the '?'); `None` if there is none.
     pub fn url_query(&self) -> Option<Vec<u8>> {
         // SAFETY: a live URL loc of this header, passed by `url_part`.

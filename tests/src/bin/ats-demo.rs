@@ -38,6 +38,7 @@ fn main() {
     let origin = Origin::start();
     let rate = plugin("rate_limit");
     let throttle = plugin("throttle");
+    let ipt = plugin("ip_throttle");
     let o = origin.url();
     let remap = format!(
         "# Two slots, four queue places (3 s max), 429 with Retry-After beyond that.\n\
@@ -46,7 +47,10 @@ fn main() {
          # 5 requests per second, bursts of 5; over that: 429 at once.\n\
          map http://rps.demo/ {o} @plugin={rate} @pparam=--rate=5 @pparam=--queue=0 @pparam=--tag=rps\n\
          # Two uncached requests at a time; over that, stale copies up to 60 s old, else 503.\n\
-         map http://throttle.demo/ {o} @plugin={throttle} @pparam=id:demo @pparam=max:2 @pparam=stale:60 @pparam=statfreq:5000\n"
+         map http://throttle.demo/ {o} @plugin={throttle} @pparam=id:demo @pparam=max:2 @pparam=stale:60 @pparam=statfreq:5000\n\
+         # Perlbal-style per-IP throttling: 1 s delay doubling to 4 s, banned (403) for 10 s after 3 violations.\n\
+         map http://ip.demo/ {o} @plugin={ipt} @pparam=--initial-delay=1 @pparam=--max-delay=4 @pparam=--threshold=2 \
+         @pparam=--ban-threshold=3 @pparam=--ban-expiration=10\n"
     );
     let ts = TrafficServer::builder()
         .root(&dir)
@@ -64,6 +68,7 @@ Rules (remap.config: {root}/etc/remap.config):
   rate.demo      rate_limit.so --limit=2 --queue=4 --maxage=3000 --retry=1 --header=X-Queue-Delay --ratelimit-headers
   rps.demo       rate_limit.so --rate=5 --queue=0
   throttle.demo  throttle.so id:demo max:2 stale:60 statfreq:5000
+  ip.demo        ip_throttle.so --initial-delay=1 --max-delay=4 --threshold=2 --ban-threshold=3 --ban-expiration=10
 The demo origin obeys request headers: X-Origin-Delay: <ms>, X-Origin-Status, X-Origin-CC: <Cache-Control>.
 
 Try:
@@ -77,8 +82,10 @@ Try:
   for i in 1 2; do curl -s -o /dev/null -H 'Host: throttle.demo' -H 'X-Origin-Delay: 3000' {u}/slow$i & done; sleep 0.3
   curl -si -H 'Host: throttle.demo' {u}/page | grep -E 'HTTP|Warning'
   curl -si -H 'Host: throttle.demo' {u}/other | head -1    # 503: full and nothing stale
+  # Per-IP: one after another, delayed 0, 1, 2, 4, 4 s, then 403 (banned for 10 s)
+  for i in $(seq 7); do curl -s -o /dev/null -w '%{{http_code}} %{{time_total}}s\n' -H 'Host: ip.demo' {u}/; done
 
-Logs:    {root}/log/throttle.log (a line every 5 s), {root}/log/diags.log
+Logs:    {root}/log/throttle.log (a line every 5 s), {root}/log/ip_throttle.log (events), {root}/log/diags.log
 Metrics: TS_RUNROOT={root}/runroot.yaml traffic_ctl metric match 'rate_limiter|throttle'
          (values reach traffic_ctl up to ~10 s late in ATS 9.2)
 Press Ctrl-C to stop."#

@@ -1,0 +1,358 @@
+use std::net::IpAddr;
+use std::path::Path;
+use std::sync::Arc;
+
+use limits::ManualClock;
+
+use super::{MemFiles, MS, S};
+use crate::options::EventKind;
+use crate::state::Phase;
+use crate::throttler::{Action, ListName, Request, Snapshot, Throttler};
+use crate::{Files, Options};
+
+fn ip(s: &str) -> IpAddr {
+    s.parse().unwrap()
+}
+
+fn files() -> MemFiles {
+    MemFiles::with(&[
+        ("/etc/ts/allow.txt", "10.9.0.0/16\n2001:db8:aa::/48\n"),
+        ("/etc/ts/deny.txt", "10.0.0.0/8\n192.0.2.66\n"),
+    ])
+}
+
+const SMALL: &str =
+    "--initial-delay=1 --max-delay=4 --threshold=1 --ban-threshold=3 --ban-expiration=3";
+
+fn throttler(args: &str, f: &dyn Files) -> (Throttler<Arc<ManualClock>>, Arc<ManualClock>) {
+    let args: Vec<&str> = args.split_whitespace().collect();
+    let o = Options::parse(&args, Path::new("/etc/ts"), f).unwrap();
+    let clock = Arc::new(ManualClock::new(1000 * S));
+    (
+        Throttler::new(Snapshot::load(o, f).unwrap(), clock.clone()),
+        clock,
+    )
+}
+
+fn get(addr: &str) -> Request<'static> {
+    Request {
+        ip: ip(addr),
+        method: b"GET",
+        path: b"/",
+    }
+}
+
+fn kinds(d: &crate::Decision) -> Vec<EventKind> {
+    d.events().map(|e| e.kind).collect()
+}
+
+#[test]
+fn the_timeline_through_the_throttler() {
+    let (t, clock) = throttler(&format!("{SMALL} --max-concurrent=2"), &files());
+    let r = get("127.0.0.2");
+    let d = t.decide(&r);
+    assert_eq!((d.action, kinds(&d)), (Action::Pass, vec![]));
+    for want in [1, 2, 4, 4] {
+        let d = t.decide(&r);
+        assert_eq!(d.action, Action::Delay(want * S));
+        assert_eq!(kinds(&d), [EventKind::Throttled]);
+        assert!(d.delayed.is_some());
+        clock.advance(std::time::Duration::from_nanos(want * S + 10 * MS));
+        drop(d); // the delay ended
+    }
+    let d = t.decide(&r);
+    assert_eq!(
+        (d.action, kinds(&d)),
+        (Action::Forbid, vec![EventKind::Ban])
+    );
+    let ev = d.events[0].unwrap();
+    assert_eq!((ev.phase, ev.violations), (Phase::Banned, 4));
+    assert_eq!(d.banned_until, Some(clock.now_nanos() + 3 * S));
+    let d = t.decide(&r);
+    assert_eq!(
+        (d.action, kinds(&d)),
+        (Action::Forbid, vec![EventKind::Banned])
+    );
+    assert_eq!(t.show(r.ip).unwrap().phase, Phase::Banned);
+    clock.advance(std::time::Duration::from_secs(3));
+    let d = t.decide(&r);
+    assert_eq!(
+        (d.action, kinds(&d)),
+        (Action::Pass, vec![EventKind::Unban])
+    );
+    assert_eq!(t.show(r.ip).unwrap().phase, Phase::Probation);
+}
+
+trait NowNanos {
+    fn now_nanos(&self) -> u64;
+}
+
+impl NowNanos for Arc<ManualClock> {
+    fn now_nanos(&self) -> u64 {
+        limits::Clock::now(self)
+    }
+}
+
+#[test]
+fn max_concurrent_answers_too_many_and_frees_on_drop() {
+    let (t, _) = throttler(&format!("{SMALL} --max-concurrent=1"), &files());
+    let r = get("127.0.0.3");
+    t.decide(&r);
+    let first = t.decide(&r);
+    assert_eq!(first.action, Action::Delay(S));
+    let d = t.decide(&r);
+    assert_eq!(
+        (d.action, kinds(&d)),
+        (Action::TooMany, vec![EventKind::Concurrent])
+    );
+    assert_eq!(t.show(r.ip).unwrap().delayed, 1);
+    drop(first);
+    assert_eq!(t.show(r.ip).unwrap().delayed, 0);
+    assert_eq!(t.decide(&r).action, Action::Delay(4 * S));
+}
+
+#[test]
+fn allow_list_passes_and_logs_whitelisted() {
+    let (t, _) = throttler(
+        &format!("{SMALL} --allow-file=allow.txt --deny-file=deny.txt"),
+        &files(),
+    );
+    for _ in 0..10 {
+        let d = t.decide(&get("10.9.1.1"));
+        assert_eq!(
+            (d.action, kinds(&d)),
+            (Action::Pass, vec![EventKind::Whitelisted])
+        );
+    }
+    assert!(
+        t.show(ip("10.9.1.1")).is_none(),
+        "allow-listed IPs hold no state"
+    );
+    let d = t.decide(&get("2001:db8:aa:1::9"));
+    assert_eq!(d.action, Action::Pass);
+}
+
+#[test]
+fn deny_list_forbids_or_throttles() {
+    let (t, _) = throttler(&format!("{SMALL} --deny-file=deny.txt"), &files());
+    let d = t.decide(&get("10.1.1.1"));
+    assert_eq!(
+        (d.action, kinds(&d)),
+        (Action::Forbid, vec![EventKind::Blacklisted])
+    );
+    assert!(
+        t.show(ip("10.1.1.1")).is_none(),
+        "a denied IP holds no state"
+    );
+    let (t, _) = throttler(
+        &format!("{SMALL} --deny-file=deny.txt --deny-action=throttle --default-action=allow"),
+        &files(),
+    );
+    // Not deny-listed, default allow: never throttled.
+    for _ in 0..5 {
+        assert_eq!(t.decide(&get("127.0.0.5")).action, Action::Pass);
+    }
+    // Deny-listed with deny-action=throttle: throttled (whatever the scope).
+    let r = Request {
+        ip: ip("192.0.2.66"),
+        method: b"POST",
+        path: b"/anything",
+    };
+    let d = t.decide(&r);
+    assert_eq!(
+        (d.action, kinds(&d)),
+        (Action::Pass, vec![EventKind::Blacklisted])
+    );
+    let d = t.decide(&r);
+    assert_eq!(
+        (d.action, kinds(&d)),
+        (Action::Delay(S), vec![EventKind::Blacklisted])
+    );
+}
+
+#[test]
+fn scope_regexes_limit_what_is_throttled_but_a_ban_covers_all() {
+    let (t, _) = throttler(
+        &format!("{SMALL} --path-regex=^/webapp/ --method-regex=^GET$ --max-concurrent=9"),
+        &files(),
+    );
+    let outside = |m: &'static [u8], p: &'static [u8]| Request {
+        ip: ip("127.0.0.7"),
+        method: m,
+        path: p,
+    };
+    for _ in 0..5 {
+        assert_eq!(
+            t.decide(&outside(b"GET", b"/static/x")).action,
+            Action::Pass
+        );
+        assert_eq!(
+            t.decide(&outside(b"POST", b"/webapp/x")).action,
+            Action::Pass
+        );
+    }
+    assert!(
+        t.show(ip("127.0.0.7")).is_none(),
+        "out-of-scope requests create no state"
+    );
+    let inside = outside(b"GET", b"/webapp/x");
+    let steps: Vec<Action> = (0..6).map(|_| t.decide(&inside).action).collect();
+    assert_eq!(
+        steps,
+        [
+            Action::Pass,
+            Action::Delay(S),
+            Action::Delay(2 * S),
+            Action::Delay(4 * S),
+            Action::Delay(4 * S),
+            Action::Forbid
+        ]
+    );
+    let d = t.decide(&outside(b"GET", b"/static/x"));
+    assert_eq!(
+        (d.action, kinds(&d)),
+        (Action::Forbid, vec![EventKind::Banned])
+    );
+}
+
+#[test]
+fn log_only_decides_and_logs_but_always_passes() {
+    let (t, _) = throttler(
+        &format!("{SMALL} --max-concurrent=9 --log-only --deny-file=deny.txt"),
+        &files(),
+    );
+    let d = t.decide(&get("10.1.1.1"));
+    assert_eq!((d.action, d.would), (Action::Pass, Action::Forbid));
+    let r = get("127.0.0.8");
+    let mut seen = Vec::new();
+    let mut held = Vec::new();
+    for _ in 0..7 {
+        let mut d = t.decide(&r);
+        assert_eq!(d.action, Action::Pass);
+        seen.push((d.would, kinds(&d)));
+        held.extend(d.delayed.take());
+    }
+    use EventKind::*;
+    assert_eq!(
+        seen,
+        [
+            (Action::Pass, vec![]),
+            (Action::Delay(S), vec![Throttled]),
+            (Action::Delay(2 * S), vec![Throttled]),
+            (Action::Delay(4 * S), vec![Throttled]),
+            (Action::Delay(4 * S), vec![Throttled]),
+            (Action::Forbid, vec![Ban]),
+            (Action::Forbid, vec![Banned]),
+        ]
+    );
+    assert_eq!(t.show(r.ip).unwrap().delayed, 4);
+    drop(held);
+    assert_eq!(t.show(r.ip).unwrap().delayed, 0);
+}
+
+#[test]
+fn unban_show_and_expire() {
+    let (t, clock) = throttler(
+        &format!("{SMALL} --ban-threshold=1 --max-concurrent=9"),
+        &files(),
+    );
+    let r = get("127.0.0.9");
+    let d: Vec<_> = (0..4).map(|_| t.decide(&r)).collect();
+    assert_eq!(d[3].action, Action::Forbid);
+    let key = d[3].key;
+    assert_eq!(t.expire(key), None, "not expired yet");
+    let v = t.show(r.ip).unwrap();
+    assert_eq!((v.phase, v.remaining), (Phase::Banned, 3 * S));
+    let e = t.unban(r.ip).unwrap();
+    assert_eq!((e.kind, e.phase), (EventKind::Unban, Phase::Allowed));
+    assert_eq!(t.unban(r.ip), None);
+    assert_eq!(t.decide(&r).action, Action::Pass);
+    // Banned again, then the timer's expire() at the deadline.
+    let d: Vec<_> = (0..3).map(|_| t.decide(&r)).collect();
+    assert_eq!(d[2].action, Action::Forbid);
+    clock.advance(std::time::Duration::from_secs(3));
+    assert_eq!(t.expire(d[2].key).map(|e| e.kind), Some(EventKind::Unban));
+    assert_eq!(t.expire(d[2].key), None, "logged once");
+    assert!(t.show(ip("127.0.0.99")).is_none());
+}
+
+#[test]
+fn ipv6_clients_share_state_per_64() {
+    let (t, _) = throttler(&format!("{SMALL} --max-concurrent=9"), &files());
+    assert_eq!(t.decide(&get("2001:db8:1:2::1")).action, Action::Pass);
+    assert_eq!(
+        t.decide(&get("2001:db8:1:2:ffff::7")).action,
+        Action::Delay(S)
+    );
+    assert_eq!(t.decide(&get("2001:db8:1:3::1")).action, Action::Pass);
+    // IPv4-mapped addresses are the IPv4 client.
+    assert_eq!(t.decide(&get("127.0.0.10")).action, Action::Pass);
+    assert_eq!(t.decide(&get("::ffff:127.0.0.10")).action, Action::Delay(S));
+}
+
+#[test]
+fn a_full_table_of_busy_ips_passes_new_ones_untracked() {
+    let (t, _) = throttler(&format!("{SMALL} --keys=2 --max-concurrent=9"), &files());
+    let mut held = Vec::new();
+    for a in ["127.0.1.1", "127.0.1.2"] {
+        t.decide(&get(a));
+        held.push(t.decide(&get(a)));
+    }
+    let d = t.decide(&get("127.0.1.3"));
+    assert!(d.untracked);
+    assert_eq!(d.action, Action::Pass);
+    drop(held);
+    // Idle IPs are evicted to make room (and forgotten: allowed again).
+    let d = t.decide(&get("127.0.1.3"));
+    assert!(!d.untracked);
+}
+
+#[test]
+fn reloads_swap_lists_and_options_and_keep_state() {
+    let mut f = files();
+    let (t, _) = throttler(
+        &format!("{SMALL} --deny-file=deny.txt --max-concurrent=9"),
+        &f,
+    );
+    let r = get("127.0.0.11");
+    t.decide(&r);
+    assert_eq!(t.decide(&r).action, Action::Delay(S));
+    assert_eq!(t.decide(&get("10.1.1.1")).action, Action::Forbid);
+    f.0.insert("/etc/ts/deny.txt".into(), "127.0.0.11\n".into());
+    assert_eq!(t.reload_list(ListName::Deny, &f), Ok(1));
+    assert_eq!(t.decide(&get("10.1.1.1")).action, Action::Pass);
+    assert_eq!(t.decide(&r).action, Action::Forbid);
+    assert_eq!(
+        t.reload_list(ListName::Allow, &f),
+        Err("no --allow-file is configured".into())
+    );
+    f.0.insert("/etc/ts/deny.txt".into(), "300.0.0.1\n".into());
+    let e = t.reload_list(ListName::Deny, &f).unwrap_err();
+    assert!(
+        e.starts_with("--deny-file: /etc/ts/deny.txt:1: '300.0.0.1'"),
+        "{e}"
+    );
+    assert_eq!(
+        t.decide(&r).action,
+        Action::Forbid,
+        "a failed reload keeps the old list"
+    );
+    // Options: the state survives, the new delays apply.
+    let o = Options::parse(
+        &["--initial-delay=2", "--max-delay=8", "--max-concurrent=9"],
+        Path::new("/etc/ts"),
+        &f,
+    )
+    .unwrap();
+    t.reload(o, &f).unwrap();
+    assert_eq!(
+        t.decide(&r).action,
+        Action::Delay(2 * S),
+        "state kept: 1 s doubled"
+    );
+    let o = Options::parse(&["--keys=7"], Path::new("/etc/ts"), &f).unwrap();
+    assert!(t
+        .reload(o, &f)
+        .unwrap_err()
+        .starts_with("--keys and --key-prefix cannot change"));
+}

@@ -1,0 +1,86 @@
+//! Delays and ban ends: a delayed transaction is parked on a timer on its
+//! own thread (no thread blocks), and each ban arms a timer that logs its
+//! `unban` when it expires.
+
+use std::net::IpAddr;
+use std::sync::Arc;
+use std::time::Duration;
+
+use ats::sched::{Pool, Timer};
+use ats::{Done, HomeTxn, Parked};
+use ip_throttle_core::Delayed;
+use limits::{Nanos, NANOS_PER_MS};
+use parking_lot::Mutex;
+
+use crate::Rule;
+
+/// A delay decided in remap.
+pub(crate) struct Wait {
+    pub(crate) rule: Arc<Rule>,
+    pub(crate) delay: Nanos,
+    /// Counts the request against `--max-concurrent` while held.
+    pub(crate) counted: Delayed,
+}
+
+/// Holds a parked transaction for its delay, then lets it go on, unless
+/// its client left meanwhile: then it ends there and never reaches the
+/// origin. The IP's delay is not changed either way.
+pub(crate) fn hold(parked: Parked, w: Wait) {
+    let home = parked.home();
+    let after = Duration::from_nanos(w.delay);
+    // The timer owns the transaction; if it cannot be armed it comes back.
+    let cell = Arc::new(Mutex::new(Some((parked, w))));
+    let in_timer = cell.clone();
+    let armed = Timer::after(after, home, move || {
+        if let Some((parked, w)) = in_timer.lock().take() {
+            parked.on_home(move |h| release(h, w));
+        }
+    });
+    if let Err(e) = armed {
+        log::error!("cannot arm the delay timer ({e}): the request goes on undelayed");
+        if let Some((parked, w)) = cell.lock().take() {
+            parked.on_home(move |h| release(h, w));
+        }
+    }
+}
+
+/// The delay is over (on the transaction's thread).
+fn release(h: HomeTxn<'_>, w: Wait) -> Done {
+    let Wait { rule, counted, .. } = w;
+    // From here it is no longer delayed: it goes to the origin, or away.
+    drop(counted);
+    if h.client_gone() {
+        rule.report.abandoned();
+        // Nobody reads this answer; it ends the transaction without the origin.
+        h.txn()
+            .set_error_body("Client left during its delay.\n", "text/plain");
+        return h.fail(503);
+    }
+    rule.report.resumed();
+    h.resume()
+}
+
+/// Logs the `unban` of a ban that ends at `until`, if it still ends then
+/// (a request may have seen it end first, or `unban` lifted it). On a task
+/// thread; holds the rule weakly, so a reloaded-away rule lets it go.
+pub(crate) fn unban_at(rule: &Arc<Rule>, key: u64, ip: IpAddr, until: Nanos) {
+    let weak = Arc::downgrade(rule);
+    // ATS schedules in whole milliseconds, cut down: round up and add one,
+    // so the timer never looks before the ban's end.
+    let left = until.saturating_sub(rule.throttler.now());
+    let after = Duration::from_millis(left.div_ceil(NANOS_PER_MS) + 1);
+    let armed = Timer::after(after, Pool::Task, move || {
+        let Some(rule) = weak.upgrade() else { return };
+        if let Some(e) = rule.throttler.expire(key) {
+            let snap = rule.throttler.snapshot();
+            rule.report
+                .event(ip, &e, snap.opts.log_events, snap.opts.log_only);
+            rule.report.unbanned();
+        }
+    });
+    if let Err(e) = armed {
+        log::error!(
+            "cannot arm the unban timer ({e}): the unban is logged at the IP's next request"
+        );
+    }
+}

@@ -1,0 +1,266 @@
+//! ip_throttle.so: Perlbal::Plugin::Throttle for Traffic Server. Per client
+//! IP: delays that double while it keeps coming too fast, bans, at most
+//! `--max-concurrent` delayed requests, allow and deny lists.
+//!
+//! One transaction, top to bottom:
+//! 1. `do_remap`: the decision ([`Throttler::decide`]: lists, ban, scope,
+//!    the IP's state machine), its events to `ip_throttle.log` and its
+//!    metrics. Pass: nothing more. Forbid (403) / TooMany (503): the status
+//!    is set in remap, so ATS answers with its error page and never
+//!    contacts the origin. Delay: the wait is stored with the transaction
+//!    and POST_REMAP is hooked.
+//! 2. POST_REMAP: park the transaction on a timer on its own thread
+//!    ([`delay::hold`]); no thread blocks. When it fires: if the client left,
+//!    the request ends there (never reaching the origin); otherwise it goes
+//!    on. Either way it stops counting against `--max-concurrent`.
+//! 3. SEND_RESPONSE_HDR (503 only): the reason phrase `Too many connections`.
+//! 4. TXN_CLOSE: the transaction's state is dropped; a request still
+//!    counted as delayed (it never reached POST_REMAP, or `--log-only`)
+//!    stops counting.
+#![forbid(unsafe_code)]
+
+mod delay;
+mod report;
+
+use std::net::IpAddr;
+use std::path::PathBuf;
+use std::sync::{Arc, OnceLock};
+
+use ats::sched::Periodic;
+use ats::{
+    Done, Hook, HookCont, HookHandler, HookId, RemapArgs, RemapPlugin, RemapRequest, RemapStatus,
+    Txn, TxnSlot,
+};
+use ip_throttle_core::{Action, FsFiles, ListName, Options, Request, Snapshot, Throttler, View};
+use limits::MonotonicClock;
+use parking_lot::Mutex;
+
+use crate::delay::Wait;
+use crate::report::{Metrics, Reporter};
+
+/// Process-wide objects, created once in `init`.
+struct Globals {
+    hooks: HookCont,
+    txn: TxnSlot<TxnState>,
+}
+
+static GLOBALS: OnceLock<Globals> = OnceLock::new();
+
+/// One remap rule.
+pub struct Rule {
+    throttler: Arc<Throttler<MonotonicClock>>,
+    report: Reporter,
+    /// The rule's `@pparam`s and ATS's config dir, to build a new
+    /// configuration on a reload.
+    args: Vec<String>,
+    config_dir: PathBuf,
+    /// Publishes the keys gauge and evicted counter every second.
+    _table_metrics: Option<Periodic>,
+}
+
+/// Per-transaction state, dropped at TXN_CLOSE.
+struct TxnState {
+    /// Set in remap for a delayed request; taken at POST_REMAP. If never
+    /// taken, dropping it stops counting the request as delayed.
+    wait: Mutex<Option<Wait>>,
+}
+
+impl Rule {
+    fn new(args: &RemapArgs<'_>) -> Result<Rule, String> {
+        let config_dir = ats::config_dir();
+        let opts = Options::parse(args.options(), &config_dir, &FsFiles)?;
+        let snapshot = Snapshot::load(opts, &FsFiles)?;
+        let tag = rate_limit_core::tag::from_url(args.from_url).unwrap_or_else(|| "rule".into());
+        let metrics = Metrics::new(&tag);
+        let report = Reporter::new(tag, metrics)?;
+        log::info!(
+            "{}: {}; allow list {} prefixes, deny list {} prefixes",
+            args.from_url,
+            snapshot.opts.describe(),
+            snapshot.lists.allow.len(),
+            snapshot.lists.deny.len()
+        );
+        let throttler = Arc::new(Throttler::new(snapshot, MonotonicClock));
+        Ok(Rule {
+            _table_metrics: report::table_metrics(&throttler, &metrics),
+            throttler,
+            args: args.options().iter().map(|s| s.to_string()).collect(),
+            config_dir,
+            report,
+        })
+    }
+
+    /// Re-reads the rule's options (and `--config` file) and both lists,
+    /// and swaps them in; per-IP state is kept. Blocking file I/O: call it
+    /// on a task thread (the `reload config` management command).
+    #[allow(dead_code)] // wired by the plugin-message commands
+    pub(crate) fn reload_config(&self) -> Result<(), String> {
+        let args: Vec<&str> = self.args.iter().map(String::as_str).collect();
+        let opts = Options::parse(&args, &self.config_dir, &FsFiles)?;
+        self.throttler.reload(opts, &FsFiles)
+    }
+
+    /// Re-reads one list file and swaps it in (`reload allow|deny`); the
+    /// number of prefixes. Blocking file I/O: on a task thread.
+    #[allow(dead_code)] // wired by the plugin-message commands
+    pub(crate) fn reload_list(&self, which: ListName) -> Result<usize, String> {
+        self.throttler.reload_list(which, &FsFiles)
+    }
+
+    /// Lifts a ban now (`unban IP`), logging the `unban` event.
+    #[allow(dead_code)] // wired by the plugin-message commands
+    pub(crate) fn unban(&self, ip: IpAddr) -> bool {
+        match self.throttler.unban(ip) {
+            Some(e) => {
+                let log = self.throttler.snapshot();
+                self.report
+                    .event(ip, &e, log.opts.log_events, log.opts.log_only);
+                self.report.unbanned();
+                true
+            }
+            None => false,
+        }
+    }
+
+    /// The IP's state (`show IP`); `None`: not tracked, i.e. allowed.
+    #[allow(dead_code)] // wired by the plugin-message commands
+    pub(crate) fn show(&self, ip: IpAddr) -> Option<View> {
+        self.throttler.show(ip)
+    }
+
+    /// Answers the request per the decision's action.
+    fn apply(
+        self: &Arc<Self>,
+        g: &Globals,
+        txn: Txn<'_>,
+        ip: IpAddr,
+        d: ip_throttle_core::Decision,
+    ) {
+        if let Some(until) = d.banned_until {
+            delay::unban_at(self, d.key, ip, until);
+        }
+        match d.action {
+            Action::Pass => {
+                // --log-only: a would-be-delayed request counts against
+                // --max-concurrent until it completes.
+                if let Some(counted) = d.delayed {
+                    let _ = g.txn.set(
+                        txn,
+                        TxnState {
+                            wait: Mutex::new(Some(Wait {
+                                rule: self.clone(),
+                                delay: 0,
+                                counted,
+                            })),
+                        },
+                    );
+                }
+            }
+            Action::Delay(delay) => {
+                let Some(counted) = d.delayed else { return };
+                let state = TxnState {
+                    wait: Mutex::new(Some(Wait {
+                        rule: self.clone(),
+                        delay,
+                        counted,
+                    })),
+                };
+                if g.txn.set(txn, state).is_ok() {
+                    txn.hook(HookId::PostRemap, &g.hooks);
+                } else {
+                    log::error!("ip_throttle.so is listed twice on one remap rule: only the first instance throttles it");
+                }
+            }
+            Action::Forbid => txn.set_status(403),
+            Action::TooMany => {
+                txn.set_status(503);
+                txn.hook(HookId::SendResponseHdr, &g.hooks);
+            }
+        }
+    }
+}
+
+impl RemapPlugin for Rule {
+    const NAME: &'static str = "ip_throttle";
+
+    fn init() -> Result<(), String> {
+        if GLOBALS.get().is_none() {
+            let g = Globals {
+                hooks: HookCont::new(Hooks)?,
+                txn: TxnSlot::new("ip_throttle")?,
+            };
+            let _ = GLOBALS.set(g);
+        }
+        Ok(())
+    }
+
+    fn new_instance(args: &RemapArgs<'_>) -> Result<Self, String> {
+        Rule::new(args)
+    }
+
+    fn do_remap(self: &Arc<Self>, txn: Txn<'_>, req: &mut RemapRequest<'_>) -> RemapStatus {
+        let Some(g) = GLOBALS.get() else {
+            return RemapStatus::NoRemap;
+        };
+        if txn.is_internal() {
+            return RemapStatus::NoRemap;
+        }
+        let Some(ip) = txn.client_ip() else {
+            return RemapStatus::NoRemap;
+        };
+        // Read only what the scope regexes need (each read copies).
+        let (need_method, need_path) = self.throttler.scope_needs();
+        let hdr = req.request_header();
+        let method = match (&hdr, need_method) {
+            (Some(h), true) => h.method(),
+            _ => Vec::new(),
+        };
+        let path = match (&hdr, need_path) {
+            (Some(h), true) => {
+                let mut p = b"/".to_vec();
+                p.extend(h.url_path().unwrap_or_default());
+                p
+            }
+            _ => Vec::new(),
+        };
+        drop(hdr);
+        let d = self.throttler.decide(&Request {
+            ip,
+            method: &method,
+            path: &path,
+        });
+        self.report.decision(ip, &d);
+        self.apply(g, txn, ip, d);
+        RemapStatus::NoRemap
+    }
+}
+
+struct Hooks;
+
+impl HookHandler for Hooks {
+    fn on_txn(&self, hook: Hook<'_>) -> Done {
+        match hook.id() {
+            HookId::PostRemap => {
+                let wait = GLOBALS
+                    .get()
+                    .and_then(|g| g.txn.get(hook.txn()))
+                    .and_then(|st| st.wait.lock().take());
+                match wait {
+                    Some(w) if w.delay > 0 => hook.park(move |parked| delay::hold(parked, w)),
+                    _ => hook.resume(),
+                }
+            }
+            HookId::SendResponseHdr => {
+                if let Some(mut resp) = hook.txn().client_response() {
+                    if resp.status() == 503 {
+                        resp.set_reason("Too many connections");
+                    }
+                }
+                hook.resume()
+            }
+            _ => hook.resume(),
+        }
+    }
+}
+
+ats::remap_plugin!(Rule);

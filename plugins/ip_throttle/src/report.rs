@@ -1,0 +1,189 @@
+//! What a rule reports: metrics (`plugin.ip_throttle.<tag>.*`) and event
+//! lines in `ip_throttle.log`.
+
+use std::net::IpAddr;
+use std::sync::{Arc, OnceLock};
+use std::time::Duration;
+
+use ats::sched::{Periodic, Pool};
+use ats::stats::Stat;
+use ats::textlog::TextLog;
+use ip_throttle_core::options::fmt_seconds;
+use ip_throttle_core::{Action, Decision, Event, LogEvents, Throttler};
+use limits::MonotonicClock;
+use parking_lot::Mutex;
+
+/// A rule's metrics; one that could not be created is skipped (and logged).
+#[derive(Clone, Copy)]
+pub(crate) struct Metrics {
+    /// Requests passed at once (allowed, allow-listed or out of scope).
+    passed: Option<Stat>,
+    /// Requests delayed.
+    delayed: Option<Stat>,
+    /// Delayed requests that went on to the origin after their delay.
+    resumed: Option<Stat>,
+    /// Delayed requests whose client left during the delay.
+    abandoned: Option<Stat>,
+    /// 403: banned or deny-listed.
+    forbidden: Option<Stat>,
+    /// 503: over --max-concurrent.
+    too_many: Option<Stat>,
+    /// Bans added and ended.
+    bans: Option<Stat>,
+    unbans: Option<Stat>,
+    /// Requests passed untracked: the state table was full of busy IPs.
+    untracked: Option<Stat>,
+    /// IPs tracked (gauge) and IPs forgotten to make room (counter).
+    keys: Option<Stat>,
+    evicted: Option<Stat>,
+}
+
+fn bump(s: Option<Stat>, n: i64) {
+    if let Some(s) = s {
+        s.add(n);
+    }
+}
+
+impl Metrics {
+    pub(crate) fn new(tag: &str) -> Metrics {
+        let make = |m: &str| match Stat::find_or_create(&format!("plugin.ip_throttle.{tag}.{m}")) {
+            Ok(s) => Some(s),
+            Err(e) => {
+                log::error!("{e}");
+                None
+            }
+        };
+        Metrics {
+            passed: make("passed"),
+            delayed: make("delayed"),
+            resumed: make("resumed"),
+            abandoned: make("abandoned"),
+            forbidden: make("forbidden"),
+            too_many: make("too_many"),
+            bans: make("bans"),
+            unbans: make("unbans"),
+            untracked: make("untracked"),
+            keys: make("keys"),
+            evicted: make("evicted"),
+        }
+    }
+}
+
+/// One text log per .so (a second object named `ip_throttle` would write
+/// `ip_throttle_1.log`).
+static LOG: OnceLock<Result<TextLog, String>> = OnceLock::new();
+
+pub(crate) struct Reporter {
+    tag: String,
+    m: Metrics,
+    log: &'static TextLog,
+}
+
+impl Reporter {
+    pub(crate) fn new(tag: String, m: Metrics) -> Result<Reporter, String> {
+        let log = LOG
+            .get_or_init(|| TextLog::create("ip_throttle", true))
+            .as_ref()
+            .map_err(Clone::clone)?;
+        Ok(Reporter { tag, m, log })
+    }
+
+    /// Counts a decision (what it would do, with `--log-only`) and logs
+    /// its events.
+    pub(crate) fn decision(&self, ip: IpAddr, d: &Decision) {
+        let m = &self.m;
+        let counter = match d.would {
+            Action::Pass => m.passed,
+            Action::Delay(_) => m.delayed,
+            Action::Forbid => m.forbidden,
+            Action::TooMany => m.too_many,
+        };
+        bump(counter, 1);
+        if d.untracked {
+            bump(m.untracked, 1);
+        }
+        for e in d.events() {
+            match e.kind {
+                ip_throttle_core::EventKind::Ban => bump(m.bans, 1),
+                ip_throttle_core::EventKind::Unban => bump(m.unbans, 1),
+                _ => {}
+            }
+            self.event(ip, e, d.log_events, d.log_only);
+        }
+    }
+
+    /// One line in `ip_throttle.log` (after ATS's timestamp), if the rule
+    /// logs that event: `event=throttled ip=192.0.2.7 rule=http.example.com
+    /// state=throttled delay=2.000 violations=1`, and ` dry_run=1` with
+    /// `--log-only`.
+    pub(crate) fn event(&self, ip: IpAddr, e: &Event, events: LogEvents, log_only: bool) {
+        if !events.has(e.kind) {
+            return;
+        }
+        let dry = if log_only { " dry_run=1" } else { "" };
+        self.log.write(&format!(
+            "event={} ip={ip} rule={} state={} delay={} violations={}{dry}",
+            e.kind.name(),
+            self.tag,
+            e.phase.name(),
+            fmt_seconds(e.delay),
+            e.violations
+        ));
+    }
+
+    pub(crate) fn resumed(&self) {
+        bump(self.m.resumed, 1);
+    }
+
+    pub(crate) fn abandoned(&self) {
+        bump(self.m.abandoned, 1);
+    }
+
+    /// An unban outside a request (its timer, or the command).
+    pub(crate) fn unbanned(&self) {
+        bump(self.m.unbans, 1);
+    }
+}
+
+const TABLE_METRICS_EVERY: Duration = Duration::from_secs(1);
+
+/// Every second, adds what changed in the state table to the `keys` gauge
+/// and the `evicted` counter (deltas: rules may share a metric name). On a
+/// task thread; holds the throttler weakly, so a reloaded-away rule stops
+/// it, and then takes its keys back out of the shared gauge.
+pub(crate) fn table_metrics(t: &Arc<Throttler<MonotonicClock>>, m: &Metrics) -> Option<Periodic> {
+    let weak = Arc::downgrade(t);
+    let evicted = m.evicted;
+    let published = Published {
+        gauge: m.keys,
+        last: Mutex::new((0, 0)),
+    };
+    let started = Periodic::start(TABLE_METRICS_EVERY, Pool::Task, move || {
+        let Some(t) = weak.upgrade() else { return };
+        let (len, ev) = (t.table().len() as i64, t.table().evicted());
+        let mut last = published.last.lock();
+        bump(published.gauge, len - last.0);
+        bump(evicted, ev.saturating_sub(last.1) as i64);
+        *last = (len, ev);
+    });
+    match started {
+        Ok(p) => Some(p),
+        Err(e) => {
+            log::error!("cannot start the keys/evicted metrics task: {e}");
+            None
+        }
+    }
+}
+
+/// This rule's share of the `keys` gauge; dropped with the publisher's
+/// closure, it takes the share back out.
+struct Published {
+    gauge: Option<Stat>,
+    last: Mutex<(i64, u64)>,
+}
+
+impl Drop for Published {
+    fn drop(&mut self) {
+        bump(self.gauge, -self.last.get_mut().0);
+    }
+}
