@@ -19,71 +19,16 @@
 //! depends on timing). What is not per request (timers, the per-second
 //! stats sync) is counted too; the idle window measures it.
 
-use std::path::{Path, PathBuf};
-use std::process::ExitCode;
+use std::path::Path;
 use std::time::{Duration, Instant};
 
 use ats_tests::client::Conn;
 use ats_tests::TrafficServer;
 
 use crate::callgrind::{callgrind_control, take_dump, Profile};
+use crate::icount_cli::Args;
 use crate::load::{Variant, Workload, WORKLOADS};
 use crate::nginx::{Nginx, BODY};
-use crate::report::Context;
-
-pub const USAGE: &str = "\
-usage: ats-bench icount [--requests N] [--warmup N] [--reps N] [--out FILE] [--dumps DIR]
-
-  --requests N   requests per measured window (default 2000)
-  --warmup N     requests on the same connection before the counters are zeroed (default 200)
-  --reps N       repetitions of every configuration and workload (default 3)
-  --out FILE     update the generated icount section of FILE (e.g. BENCHMARKS.md)
-  --dumps DIR    keep callgrind's dump files there (default: a temp dir, removed)
-";
-
-#[derive(Clone, Debug)]
-pub struct Args {
-    pub requests: u64,
-    pub warmup: u64,
-    pub reps: usize,
-    pub out: Option<PathBuf>,
-    pub dumps: Option<PathBuf>,
-}
-
-pub fn parse_args(argv: &[String]) -> Result<Args, String> {
-    let mut a = Args {
-        requests: 2000,
-        warmup: 200,
-        reps: 3,
-        out: None,
-        dumps: None,
-    };
-    let mut it = argv.iter();
-    while let Some(arg) = it.next() {
-        let mut value = || {
-            it.next()
-                .cloned()
-                .ok_or_else(|| format!("{arg} needs a value"))
-        };
-        let num = |v: String| -> Result<u64, String> {
-            v.parse()
-                .map_err(|_| format!("{arg}: '{v}' is not a valid number"))
-        };
-        match arg.as_str() {
-            "--requests" => a.requests = num(value()?)?,
-            "--warmup" => a.warmup = num(value()?)?,
-            "--reps" => a.reps = num(value()?)? as usize,
-            "--out" => a.out = Some(PathBuf::from(value()?)),
-            "--dumps" => a.dumps = Some(PathBuf::from(value()?)),
-            "-h" | "--help" => return Err(String::new()),
-            other => return Err(format!("unknown argument '{other}'")),
-        }
-    }
-    if a.requests == 0 || a.reps == 0 {
-        return Err("--requests and --reps must be > 0".into());
-    }
-    Ok(a)
-}
 
 /// One measured window.
 #[derive(Debug)]
@@ -118,15 +63,6 @@ pub struct Results {
     pub idle_per_s: f64,
     pub args: Args,
 }
-
-/// Our rule with only a rate (never reached): admitted requests leave no
-/// state and no hook behind, the cheapest a remap plugin can be.
-pub const RATE_ONLY_OPTIONS: &[&str] = &["--rate=1000000", "--queue=1000"];
-/// Our keyed rule: the same limits, per client address.
-pub const KEYED_OPTIONS: &[&str] = &["--limit=1000000", "--queue=1000", "--key=ip"];
-/// ip_throttle.so's options once the plugin exists (measured only if its
-/// `.so` is built next to ours).
-pub const IP_THROTTLE_OPTIONS: &[&str] = &[];
 
 /// The measured requests all carry this Host, and each configuration is a
 /// rule for a path prefix of it (`/v0/`, `/v1/`, ...): one remap host
@@ -238,14 +174,12 @@ pub fn run(args: &Args, variants: Vec<Variant>, objects: Vec<String>) -> Result<
         );
     }
     // For load::verify's check that throttle.so counts the proxied requests.
-    if let Some(t) = variants.iter().find(|v| v.key == "throttle") {
-        let so = t.plugin.split_whitespace().next().unwrap_or_default();
-        remap += &format!(
-            "map http://{}/ {}/ {so} @pparam=max:0\n",
-            crate::load::THROTTLE_CHECK_HOST,
-            nginx.url()
-        );
-    }
+    remap += &format!(
+        "map http://{}/ {}/ @plugin={} @pparam=max:0\n",
+        crate::load::THROTTLE_CHECK_HOST,
+        nginx.url(),
+        ats_tests::plugin("throttle")
+    );
     let mut builder = TrafficServer::builder()
         .remap(remap.clone())
         .wrapper(&[
@@ -326,99 +260,4 @@ pub fn run(args: &Args, variants: Vec<Variant>, objects: Vec<String>) -> Result<
         idle_per_s,
         args: args.clone(),
     })
-}
-
-/// The configurations of `ats-bench icount`: the load bench's, plus a keyed
-/// rule of ours and, once it is built, ip_throttle.so.
-fn variants(ours_rl: &str, ours_throttle: &str) -> Vec<Variant> {
-    let mut v = crate::load_variants(ours_rl, ours_throttle);
-    let control = v.pop().expect("the load bench ends with its A/A control");
-    v.insert(
-        3,
-        Variant {
-            key: "keyed",
-            label: "our rate_limit.so, keyed (`--key=ip`)",
-            host: "keyed.bench",
-            plugin: format!("@plugin={ours_rl}{}", crate::pparams(KEYED_OPTIONS)),
-        },
-    );
-    v.insert(
-        3,
-        Variant {
-            key: "rate-only",
-            label: "our rate_limit.so, rate only (`--rate`)",
-            host: "rate-only.bench",
-            plugin: format!("@plugin={ours_rl}{}", crate::pparams(RATE_ONLY_OPTIONS)),
-        },
-    );
-    let ip_throttle = Path::new(ours_rl).with_file_name("ip_throttle.so");
-    if ip_throttle.is_file() {
-        v.push(Variant {
-            key: "ip_throttle",
-            label: "our ip_throttle.so",
-            host: "ip-throttle.bench",
-            plugin: format!(
-                "@plugin={}{}",
-                ip_throttle.display(),
-                crate::pparams(IP_THROTTLE_OPTIONS)
-            ),
-        });
-    }
-    v.push(control);
-    v
-}
-
-pub fn main(argv: &[String]) -> ExitCode {
-    let args = match parse_args(argv) {
-        Ok(a) => a,
-        Err(e) if e.is_empty() => {
-            print!("{}", USAGE);
-            return ExitCode::SUCCESS;
-        }
-        Err(e) => {
-            eprintln!("ats-bench icount: {e}\n\n{}", USAGE);
-            return ExitCode::from(2);
-        }
-    };
-    let ours_rl = ats_tests::plugin("rate_limit");
-    let ours_throttle = ats_tests::plugin("throttle");
-    let variants = variants(&ours_rl, &ours_throttle);
-    let objects = variants
-        .iter()
-        .map(|v| {
-            v.plugin
-                .strip_prefix("@plugin=")
-                .and_then(|p| p.split_whitespace().next())
-                .unwrap_or("")
-                .to_owned()
-        })
-        .collect();
-    match run(&args, variants, objects) {
-        Ok(res) => {
-            let machine = crate::sys::Machine::probe();
-            let argv: Vec<String> = std::env::args().collect();
-            let command = match std::env::var("ATS_BENCH_COMMAND") {
-                Ok(c) if !c.is_empty() => format!("{c}` (ran `{}", argv.join(" ")) + ")",
-                _ => argv.join(" "),
-            };
-            let ctx = Context {
-                machine: &machine,
-                command,
-            };
-            let body = crate::icount_report::section(&ctx, &res);
-            println!("{body}");
-            if let Some(out) = &args.out {
-                if let Err(e) = crate::report::update(out, &[("icount", body)]) {
-                    eprintln!("ats-bench icount: {e}");
-                    return ExitCode::FAILURE;
-                }
-                eprintln!("updated {}", out.display());
-            }
-            ExitCode::SUCCESS
-        }
-        Err(e) => {
-            eprintln!("ats-bench icount: {e}");
-            ExitCode::FAILURE
-        }
-    }
 }

@@ -10,6 +10,7 @@
 
 mod callgrind;
 mod icount;
+mod icount_cli;
 mod icount_report;
 mod load;
 mod micro;
@@ -345,7 +346,7 @@ fn run(args: &Args) -> Result<(), String> {
 fn main() -> ExitCode {
     let argv: Vec<String> = std::env::args().skip(1).collect();
     match argv.first().map(String::as_str) {
-        Some("icount") => return icount::main(&argv[1..]),
+        Some("icount") => return icount_cli::main(&argv[1..]),
         Some("micro-icount") => return micro_icount::main(&argv[1..]),
         _ => {}
     }
