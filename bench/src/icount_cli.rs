@@ -17,9 +17,9 @@ usage: ats-bench icount [--requests N] [--warmup N] [--reps N] [--out FILE] [--d
   --reps N       repetitions of every configuration and workload (default 3)
   --out FILE     update the generated icount section of FILE (e.g. BENCHMARKS.md)
   --dumps DIR    keep callgrind's dump files there (default: a temp dir, removed)
-  --only K,K,..  measure only these configurations (and always `none`): none,
-                 upstream, ours, rate-only, keyed, throttle, ip_throttle, control,
-                 or a --plugin key
+  --only K,K,..  measure only these configurations (always also `none` and every
+                 --plugin): upstream, ours, rate-only, keyed, throttle, ip_throttle,
+                 control
   --plugin 'KEY=/path/to/plugin.so [--opt ...]'
                  one more configuration (repeatable), e.g. a plugin built from
                  another branch: --plugin 'branch=/tmp/rate_limit.so --limit=1000000'
@@ -152,7 +152,13 @@ fn variants(args: &Args, ours_rl: &str, ours_throttle: &str) -> Vec<Variant> {
     }
     v.push(control);
     if let Some(only) = &args.only {
-        v.retain(|x| x.key == "none" || only.iter().any(|k| k == x.key));
+        // `none` is what the others are measured against; a --plugin was
+        // asked for by name.
+        v.retain(|x| {
+            x.key == "none"
+                || only.iter().any(|k| k == x.key)
+                || args.plugins.iter().any(|(k, _, _)| k == x.key)
+        });
     }
     v
 }
