@@ -94,8 +94,8 @@ pub fn parse_args(argv: &[String]) -> Result<Args, String> {
 pub const RATE_ONLY_OPTIONS: &[&str] = &["--rate=1000000", "--queue=1000"];
 /// Our keyed rule: the same limits, per client address.
 pub const KEYED_OPTIONS: &[&str] = &["--limit=1000000", "--queue=1000", "--key=ip"];
-/// ip_throttle.so's options once the plugin exists (measured only if its
-/// `.so` is built next to ours).
+/// ip_throttle.so's options once the plugin exists. It is measured when its
+/// `.so` sits next to ours, i.e. once tests/src/plugins.rs builds it too.
 pub const IP_THROTTLE_OPTIONS: &[&str] = &[];
 
 /// The configurations of `ats-bench icount`: the load bench's, plus a

@@ -222,7 +222,8 @@ pub fn section(ctx: &Context, r: &Results) -> String {
         s,
         "traffic_server under `valgrind --tool=callgrind` (same records as the load bench, plus \
          periodic records/stats syncs pushed out to once an hour; the cache's AIO threads, idle \
-         in both workloads, not counted), all rules in one process. Per configuration and repetition: one \
+         in both workloads, not counted), all rules in one process, each a path prefix (`/v0/`, `/v1/`, …) of one Host so that \
+         the remap lookup costs the same for all. Per configuration and repetition: one \
          keep-alive connection, {} warm-up requests, counters zeroed, **{} requests one after \
          the other** (each checked: 200 with nginx's body; proxied ones reached nginx exactly \
          once each), {} ms to let the last transaction close, dump. Ir = instructions executed \
