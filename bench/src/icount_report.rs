@@ -1,91 +1,16 @@
 //! What `ats-bench icount` found, as a markdown section: instructions per
 //! request per configuration and workload with every repetition, what each
-//! plugin adds over the no-plugin rule, and where those instructions go.
-//!
-//! Attribution of a plugin's added instructions, per request:
-//! - **own code**: the plugin object's own instructions (Rust std and
-//!   everything inlined into it included);
-//! - **TS API**: calls from the plugin into `TS*` functions, inclusive
-//!   (for `TSHttpTxnReenable`, which may run ATS's state machine on inside
-//!   the call, only its own instructions);
-//! - **runtime**: other calls out of the plugin (ld.so's `__tls_get_addr`,
-//!   libc's malloc/free/clock_gettime, libstdc++ for the C++ plugin);
-//! - **ATS machinery**: the rest of the difference to the no-plugin rule:
-//!   calling the remap plugin, hook registration and callouts, a longer
-//!   hook list on every later hook, re-enabling.
+//! plugin adds over the no-plugin rule, and where those instructions go
+//! (split as described in `attribution`).
 
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
 
-use crate::callgrind::{Func, Profile};
+use crate::attribution::{average, inside_api, share, Share};
+use crate::callgrind::Func;
 use crate::icount::{Results, Window};
 use crate::load::{Workload, WORKLOADS};
 use crate::report::Context;
-
-/// API calls that can continue the transaction inside the call.
-const REENTRANT: &[&str] = &["TSHttpTxnReenable", "TSHttpSsnReenable"];
-
-/// One window's plugin share, per request.
-#[derive(Debug, Default, Clone)]
-pub struct Share {
-    pub own: f64,
-    pub api: f64,
-    pub runtime: f64,
-    /// name -> Ir per request (own code: self cost).
-    pub own_fns: BTreeMap<String, f64>,
-    /// callee -> (calls, Ir) per request.
-    pub api_calls: BTreeMap<String, (f64, f64)>,
-    pub runtime_calls: BTreeMap<String, (f64, f64)>,
-    /// Entry points ATS calls, and how often per request.
-    pub entries: BTreeMap<String, f64>,
-}
-
-/// Splits what `object` (the plugin) executed in `p`, per request.
-pub fn share(p: &Profile, object: &str, requests: u64) -> Share {
-    let n = requests as f64;
-    let mut s = Share::default();
-    if object.is_empty() {
-        return s;
-    }
-    for (f, &ir) in &p.self_cost {
-        if f.object == object {
-            s.own += ir as f64 / n;
-            *s.own_fns.entry(f.name.clone()).or_default() += ir as f64 / n;
-        }
-    }
-    // All calls of each re-entrant function, to share out its own cost.
-    let mut all_calls: BTreeMap<&str, u64> = BTreeMap::new();
-    for ((_, callee), c) in &p.calls {
-        if REENTRANT.contains(&callee.name.as_str()) {
-            *all_calls.entry(callee.name.as_str()).or_default() += c.count;
-        }
-    }
-    for ((caller, callee), c) in &p.calls {
-        let (from, to) = (caller.object == object, callee.object == object);
-        if to && !from {
-            *s.entries.entry(callee.name.clone()).or_default() += c.count as f64 / n;
-        }
-        if !from || to {
-            continue;
-        }
-        let ir = if REENTRANT.contains(&callee.name.as_str()) {
-            let own = p.self_cost.get(callee).copied().unwrap_or(0) as f64;
-            own * c.count as f64 / all_calls[callee.name.as_str()].max(1) as f64
-        } else {
-            c.inclusive as f64
-        } / n;
-        let (total, calls) = if callee.name.starts_with("TS") {
-            (&mut s.api, &mut s.api_calls)
-        } else {
-            (&mut s.runtime, &mut s.runtime_calls)
-        };
-        *total += ir;
-        let e = calls.entry(callee.name.clone()).or_default();
-        e.0 += c.count as f64 / n;
-        e.1 += ir;
-    }
-    s
-}
 
 fn per_request(w: &Window) -> f64 {
     w.ir as f64 / w.requests as f64
@@ -164,43 +89,18 @@ fn row(r: &Results, v: usize, w: Workload) -> Row {
     }
 }
 
-fn average(shares: &[Share]) -> Share {
-    let k = shares.len().max(1) as f64;
-    let mut out = Share::default();
-    for s in shares {
-        out.own += s.own / k;
-        out.api += s.api / k;
-        out.runtime += s.runtime / k;
-        for (name, ir) in &s.own_fns {
-            *out.own_fns.entry(name.clone()).or_default() += ir / k;
-        }
-        for (src, dst) in [
-            (&s.api_calls, &mut out.api_calls),
-            (&s.runtime_calls, &mut out.runtime_calls),
-        ] {
-            for (name, (c, ir)) in src {
-                let e = dst.entry(name.clone()).or_default();
-                e.0 += c / k;
-                e.1 += ir / k;
-            }
-        }
-        for (name, c) in &s.entries {
-            *out.entries.entry(name.clone()).or_default() += c / k;
-        }
-    }
-    out
-}
-
-/// Mean self-cost difference per function outside `object` against the
-/// no-plugin windows of the same repetitions, per request, largest first.
+/// Mean self-cost difference per function outside the plugin and its API
+/// calls against the no-plugin windows of the same repetitions, per
+/// request, largest first: the ATS machinery.
 fn machinery_fns(r: &Results, v: usize, w: Workload, top: usize) -> Vec<(Func, f64)> {
     let mine = windows(r, v, w);
     let none = windows(r, 0, w);
     let mut diff: BTreeMap<Func, f64> = BTreeMap::new();
     let k = mine.len().max(1) as f64;
     for (a, b) in mine.iter().zip(&none) {
+        let api = inside_api(&a.profile, &r.objects[v]);
         for (f, &ir) in &a.profile.self_cost {
-            if f.object != r.objects[v] {
+            if f.object != r.objects[v] && !api.contains(f) {
                 *diff.entry(f.clone()).or_default() += ir as f64 / a.requests as f64 / k;
             }
         }
@@ -423,8 +323,8 @@ fn detail(r: &Results, vi: usize, label: &str) -> String {
             .collect();
         let _ = writeln!(
             s,
-            "Largest increases outside the plugin, {} (own instructions per request against no \
-             plugin; includes the inside of the API calls above): {}.\n",
+            "Largest increases in ATS, {} (own instructions per request against no plugin, \
+             leaving out functions that run only inside the API calls above): {}.\n",
             if wi == 0 { "hit" } else { "proxied" },
             list.join(", ")
         );

@@ -8,6 +8,7 @@
 //! Usually run through `ci/bench.sh`, which installs wrk and nginx, runs
 //! the criterion benches and then this.
 
+mod attribution;
 mod callgrind;
 mod icount;
 mod icount_cli;
