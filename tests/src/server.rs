@@ -119,8 +119,10 @@ impl TsBuilder {
         self
     }
 
-    /// Runs traffic_server through this command (e.g. `valgrind
-    /// --tool=callgrind ...`): the process keeps the wrapper's pid.
+    /// Starts traffic_server (or, with the manager, traffic_manager) through
+    /// this command, e.g. `valgrind --tool=callgrind`. The wrapper must run
+    /// it in its own process (as `nice` and valgrind do), so that the
+    /// child's pid stays traffic_server's.
     pub fn wrapper(mut self, argv: &[&str]) -> Self {
         self.wrapper = argv.iter().map(|a| (*a).to_owned()).collect();
         self
