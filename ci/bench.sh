@@ -10,26 +10,39 @@
 #                          a real traffic_server; updates BENCHMARKS.md.
 #   ci/bench.sh --smoke    for CI: every configuration once for a second and
 #                          the criterion benches once each in test mode (no
-#                          timing); asserts nothing about numbers, writes
-#                          nothing. Catches rot; under a minute once built.
+#                          timing), writes nothing; and the micro-benchmarks'
+#                          instruction counts (callgrind, ~2 s) checked against
+#                          bench/micro-icount/baseline.tsv: fails on a
+#                          regression above 5 % and 8 instructions.
+#   ci/bench.sh icount     instructions per request of traffic_server under
+#                          callgrind for every configuration (issue 15, ~5 min),
+#                          and the micro-benchmarks' counts; updates BENCHMARKS.md.
 #
 # Extra arguments go to ats-bench (see `cargo run -p ats-bench -- --help`),
 # e.g. `ci/bench.sh --rounds 9 --duration 15`.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-ci/install-deps.sh wrk nginx-light
+ci/install-deps.sh wrk nginx-light valgrind
 
 TARGET="${CARGO_TARGET_DIR:-target}"
 MICRO=(-p limits -p rate-limit-core -p throttle-core -p keyed --bench admission --bench options --bench gate --bench keyed)
 # Recorded in BENCHMARKS.md as the command that produced it.
 export ATS_BENCH_COMMAND="ci/bench.sh${*:+ $*}"
 
-cargo build --release --locked -p ats-bench -p rate_limit -p throttle
+cargo build --release --locked -p ats-bench -p rate_limit -p throttle -p micro-icount
+
+if [ "${1:-}" = "icount" ]; then
+    shift
+    # Measured and written even if a count regressed (the smoke run is the check).
+    cargo run --release --locked -p ats-bench -- micro-icount --out BENCHMARKS.md
+    exec cargo run --release --locked -p ats-bench -- icount --out BENCHMARKS.md "$@"
+fi
 
 if [ "${1:-}" = "--smoke" ]; then
     shift
     # `--test` runs each criterion benchmark once: it must work, timing is not taken.
     cargo bench --locked "${MICRO[@]}" -- --test
+    cargo run --release --locked -p ats-bench -- micro-icount --check
     exec cargo run --release --locked -p ats-bench -- --smoke --no-micro "$@"
 fi
 

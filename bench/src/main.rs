@@ -8,8 +8,14 @@
 //! Usually run through `ci/bench.sh`, which installs wrk and nginx, runs
 //! the criterion benches and then this.
 
+mod attribution;
+mod callgrind;
+mod icount;
+mod icount_cli;
+mod icount_report;
 mod load;
 mod micro;
+mod micro_icount;
 mod nginx;
 mod queue;
 mod report;
@@ -131,11 +137,11 @@ fn parse_args(argv: &[String]) -> Result<Args, String> {
     Ok(a)
 }
 
-fn pparams(options: &[&str]) -> String {
+pub(crate) fn pparams(options: &[&str]) -> String {
     options.iter().map(|o| format!(" @pparam={o}")).collect()
 }
 
-fn load_variants(ours_rl: &str, ours_throttle: &str) -> Vec<Variant> {
+pub(crate) fn load_variants(ours_rl: &str, ours_throttle: &str) -> Vec<Variant> {
     vec![
         Variant {
             key: "none",
@@ -191,7 +197,7 @@ const QUEUE_VARIANTS: [QueueVariant; 3] = [
 ];
 
 /// records.config overrides for the bench, and how the report describes them.
-const ATS_RECORDS: &[(&str, &str)] = &[
+pub(crate) const ATS_RECORDS: &[(&str, &str)] = &[
     ("proxy.config.diags.debug.enabled", "INT 0"),
     ("proxy.config.log.logging_enabled", "INT 0"),
     // The proxied workload's URL has a query string: no cache lookup at all.
@@ -340,6 +346,11 @@ fn run(args: &Args) -> Result<(), String> {
 
 fn main() -> ExitCode {
     let argv: Vec<String> = std::env::args().skip(1).collect();
+    match argv.first().map(String::as_str) {
+        Some("icount") => return icount_cli::main(&argv[1..]),
+        Some("micro-icount") => return micro_icount::main(&argv[1..]),
+        _ => {}
+    }
     let args = match parse_args(&argv) {
         Ok(a) => a,
         Err(e) if e.is_empty() => {

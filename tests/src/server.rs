@@ -26,6 +26,8 @@ pub struct TsBuilder {
     debug_tags: String,
     root: Option<PathBuf>,
     port: Option<u16>,
+    wrapper: Vec<String>,
+    start_timeout: Duration,
 }
 
 /// Why a start is retried: the manager's child keeps dying unheard.
@@ -117,6 +119,22 @@ impl TsBuilder {
         self
     }
 
+    /// Starts traffic_server (or, with the manager, traffic_manager) through
+    /// this command, e.g. `valgrind --tool=callgrind`. The wrapper must run
+    /// it in its own process (as `nice` and valgrind do), so that the
+    /// child's pid stays traffic_server's.
+    pub fn wrapper(mut self, argv: &[&str]) -> Self {
+        self.wrapper = argv.iter().map(|a| (*a).to_owned()).collect();
+        self
+    }
+
+    /// How long to wait for "fully initialized" (default 30 s; longer
+    /// under a wrapper such as valgrind).
+    pub fn start_timeout(mut self, timeout: Duration) -> Self {
+        self.start_timeout = timeout;
+        self
+    }
+
     /// Debug tags to enable (default: our plugins' tags).
     pub fn debug_tags(mut self, tags: &str) -> Self {
         self.debug_tags = tags.to_owned();
@@ -168,7 +186,14 @@ impl TsBuilder {
         } else {
             "traffic_server"
         };
-        let mut cmd = Command::new(bin);
+        let mut cmd = match self.wrapper.split_first() {
+            Some((prog, args)) => {
+                let mut c = Command::new(prog);
+                c.args(args).arg(bin);
+                c
+            }
+            None => Command::new(bin),
+        };
         cmd.env("TS_RUNROOT", &runroot)
             .current_dir(root)
             .stdin(Stdio::null())
@@ -206,12 +231,13 @@ impl TsBuilder {
                     .matches("Relaunching proxy")
                     .count()
                     >= 3;
-            if exited.is_some() || fatal.is_some() || silent || start.elapsed() > START_TIMEOUT {
+            if exited.is_some() || fatal.is_some() || silent || start.elapsed() > self.start_timeout
+            {
                 let reason = match (exited, fatal) {
                     (_, Some(line)) => format!("traffic_server failed: {line}"),
                     (Some(status), None) => format!("{bin} exited: {status}"),
                     (None, None) if silent => SILENT_RELAUNCHES.to_owned(),
-                    (None, None) => format!("not ready after {START_TIMEOUT:?}"),
+                    (None, None) => format!("not ready after {:?}", self.start_timeout),
                 };
                 ts.kill();
                 return Err(StartError {
@@ -369,6 +395,8 @@ impl TrafficServer {
             debug_tags: "throttle|rate_limit|ip_throttle|probe".into(),
             root: None,
             port: None,
+            wrapper: Vec::new(),
+            start_timeout: START_TIMEOUT,
         }
     }
 
