@@ -123,7 +123,9 @@ impl GcraParams {
 /// interval with the new burst once; each decision still sees a valid bucket.
 #[derive(Debug)]
 pub struct LiveParams {
+    // Stored as computed (tau too): decisions only load them.
     interval: AtomicU64,
+    tau: AtomicU64,
     burst: AtomicU32,
 }
 
@@ -131,20 +133,35 @@ impl LiveParams {
     pub fn new(p: GcraParams) -> LiveParams {
         LiveParams {
             interval: AtomicU64::new(p.interval),
+            tau: AtomicU64::new(p.tau),
             burst: AtomicU32::new(p.burst),
         }
     }
 
+    #[inline]
     pub fn get(&self) -> GcraParams {
-        GcraParams::new(
-            self.interval.load(Ordering::Relaxed),
-            self.burst.load(Ordering::Relaxed),
-        )
+        GcraParams {
+            interval: self.interval.load(Ordering::Relaxed),
+            tau: self.tau.load(Ordering::Relaxed),
+            burst: self.burst.load(Ordering::Relaxed),
+        }
+    }
+
+    /// Interval and tau only: all that taking and giving back tokens reads
+    /// (two loads, not three, on every decision).
+    #[inline]
+    fn for_reserve(&self) -> GcraParams {
+        GcraParams {
+            interval: self.interval.load(Ordering::Relaxed),
+            tau: self.tau.load(Ordering::Relaxed),
+            burst: 1,
+        }
     }
 
     /// Applies to the next decision; the bucket's level (its TAT) carries over.
     pub fn set(&self, p: GcraParams) {
         self.interval.store(p.interval, Ordering::Relaxed);
+        self.tau.store(p.tau, Ordering::Relaxed);
         self.burst.store(p.burst, Ordering::Relaxed);
     }
 }
@@ -195,7 +212,7 @@ impl Gcra {
     /// Takes a token now, or reserves one up to `max_wait` in the future
     /// (`None`: no waiting allowed).
     pub fn reserve(&self, now: Nanos, max_wait: Option<Nanos>) -> Reservation {
-        let params = self.params();
+        let params = self.params.for_reserve();
         let mut tat = self.tat.load(Ordering::Acquire);
         loop {
             let (r, next) = params.reserve(tat, now, max_wait);
@@ -224,7 +241,7 @@ impl Gcra {
     /// (refused for another reason, expired, abandoned). Never fills the
     /// bucket beyond full.
     pub fn refund(&self, now: Nanos) {
-        let params = self.params();
+        let params = self.params.for_reserve();
         let mut tat = self.tat.load(Ordering::Acquire);
         loop {
             let back = params.refund(tat, now);
