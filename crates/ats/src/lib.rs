@@ -25,6 +25,7 @@ mod cont;
 pub mod guard;
 mod hdr;
 pub mod log;
+pub mod msg;
 mod net;
 pub mod remap;
 pub mod sched;

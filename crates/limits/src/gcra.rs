@@ -22,6 +22,16 @@ pub enum Reservation {
     Denied(Nanos),
 }
 
+impl Reservation {
+    /// The wait it implies (0 for `Now`).
+    pub fn wait(self) -> Nanos {
+        match self {
+            Reservation::Now => 0,
+            Reservation::After(w) | Reservation::Denied(w) => w,
+        }
+    }
+}
+
 /// Remaining quota, for `RateLimit` response headers.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Quota {

@@ -151,6 +151,30 @@ enum KeyRate {
     Reject,
 }
 
+/// What a limiter holds right now (for `show`).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Usage {
+    /// Slots held.
+    pub active: u64,
+    /// Requests waiting (for the rate or a slot).
+    pub waiting: u64,
+    /// Keys held (keyed).
+    pub keys: Option<u64>,
+    /// Keys evicted so far (keyed).
+    pub evicted: Option<u64>,
+}
+
+/// One key's state (for `top`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct KeyUsage {
+    pub key: u64,
+    pub active: u32,
+    pub waiting: u32,
+    /// How far the key's bucket is past empty: the wait a request would
+    /// have now (0: it conforms).
+    pub over_rate: Nanos,
+}
+
 /// The decision for a new request.
 pub enum Admission<W: Waiter, C: Clock = MonotonicClock> {
     /// Go on now, holding a slot if the limiter has a concurrency limit.
@@ -252,6 +276,70 @@ impl<W: Waiter, C: Clock> Limiter<W, C> {
             params: None,
             clock,
         }
+    }
+
+    /// What the limiter holds now. Keyed, this visits every key (under
+    /// each shard's lock in turn): run it off request paths.
+    pub fn usage(&self) -> Usage {
+        match &self.keys {
+            None => Usage {
+                active: self.slots.as_ref().map_or(0, |s| u64::from(s.active())),
+                waiting: u64::from(self.budget.used()),
+                keys: None,
+                evicted: None,
+            },
+            Some(t) => {
+                let mut u = Usage {
+                    keys: Some(t.len() as u64),
+                    evicted: Some(t.evicted()),
+                    ..Usage::default()
+                };
+                t.for_each(|_, st| {
+                    if let Some(q) = &st.queues {
+                        if let Some(s) = &q.slots {
+                            u.active += u64::from(s.active());
+                        }
+                        if let Some(b) = &q.budget {
+                            u.waiting += u64::from(b.used());
+                        }
+                    }
+                });
+                u
+            }
+        }
+    }
+
+    /// The `n` keys holding the most slots and waiters, then furthest over
+    /// their rate (keyed; empty otherwise). Visits every key: off request paths.
+    pub fn top(&self, n: usize) -> Vec<KeyUsage> {
+        let Some(t) = &self.keys else {
+            return Vec::new();
+        };
+        let now = self.clock.now();
+        let params = self.key_params();
+        let mut all = Vec::new();
+        t.for_each(|key, st| {
+            let (active, waiting) = st.queues.as_ref().map_or((0, 0), |q| {
+                (
+                    q.slots.as_ref().map_or(0, |s| s.active()),
+                    q.budget.as_ref().map_or(0, |b| b.used()),
+                )
+            });
+            let over_rate = params.map_or(0, |p| p.reserve(st.tat, now, None).0.wait());
+            if active + waiting > 0 || over_rate > 0 {
+                all.push(KeyUsage {
+                    key,
+                    active,
+                    waiting,
+                    over_rate,
+                });
+            }
+        });
+        all.sort_by(|a, b| {
+            (b.active + b.waiting, b.over_rate).cmp(&(a.active + a.waiting, a.over_rate))
+        });
+        all.truncate(n);
+        all
     }
 
     /// Unique among the limiters of this process.

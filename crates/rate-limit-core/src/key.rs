@@ -20,6 +20,18 @@ pub enum Source {
     Query(String),
 }
 
+impl Source {
+    /// As written in `--key`.
+    pub fn name(&self) -> String {
+        match self {
+            Source::Ip => "ip".to_owned(),
+            Source::Header(n) => format!("header:{n}"),
+            Source::Cookie(n) => format!("cookie:{n}"),
+            Source::Query(n) => format!("query:{n}"),
+        }
+    }
+}
+
 /// What to do with a request that lacks a key source (`--key-missing`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Missing {
@@ -163,16 +175,7 @@ impl KeySpec {
 
     /// The sources as `--key` spells them, for the log.
     pub fn describe_sources(&self) -> String {
-        let names: Vec<String> = self
-            .sources
-            .iter()
-            .map(|s| match s {
-                Source::Ip => "ip".to_owned(),
-                Source::Header(n) => format!("header:{n}"),
-                Source::Cookie(n) => format!("cookie:{n}"),
-                Source::Query(n) => format!("query:{n}"),
-            })
-            .collect();
+        let names: Vec<String> = self.sources.iter().map(Source::name).collect();
         names.join(",")
     }
 
@@ -251,6 +254,35 @@ impl KeySpec {
         true
     }
 
+    /// A readable form of a key written by [`KeySpec::key`], for operators
+    /// (`top`): `ip=192.0.2.7`, `ip=2001:db8::/64`, `header:X-User="alice"`.
+    /// Values are quoted and shortened; nothing here is trusted.
+    pub fn display(&self, key: &[u8]) -> String {
+        let mut parts = Vec::new();
+        let mut rest = key;
+        for src in &self.sources {
+            let [_, hi, lo, tail @ ..] = rest else { break };
+            let len = usize::from(u16::from_be_bytes([*hi, *lo])).min(tail.len());
+            let (value, next) = tail.split_at(len);
+            rest = next;
+            let shown = match (src, value.len()) {
+                (Source::Ip, 4) => {
+                    let mut b = [0u8; 4];
+                    b.copy_from_slice(value);
+                    with_prefix(IpAddr::from(b), self.v4_prefix, 32)
+                }
+                (Source::Ip, 16) => {
+                    let mut b = [0u8; 16];
+                    b.copy_from_slice(value);
+                    with_prefix(IpAddr::from(b), self.v6_prefix, 128)
+                }
+                _ => limits::quote::quote(&String::from_utf8_lossy(value)),
+            };
+            parts.push(format!("{}={shown}", src.name()));
+        }
+        parts.join(",")
+    }
+
     /// The address bytes with everything past the rule's prefix zeroed.
     fn aggregate(&self, ip: IpAddr) -> Vec<u8> {
         match ip {
@@ -263,6 +295,14 @@ impl KeySpec {
                 bits.to_be_bytes().to_vec()
             }
         }
+    }
+}
+
+fn with_prefix(ip: IpAddr, prefix: u8, full: u8) -> String {
+    if prefix >= full {
+        ip.to_string()
+    } else {
+        format!("{ip}/{prefix}")
     }
 }
 

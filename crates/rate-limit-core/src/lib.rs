@@ -4,13 +4,14 @@
 //! RateLimit header values.
 
 pub mod admission;
+pub mod ctl;
 pub mod headers;
 pub mod key;
 pub mod options;
 pub mod registry;
 pub mod tag;
 
-pub use admission::{Admission, Limiter, Limits, RateToken, SlotWait, Wait};
+pub use admission::{Admission, KeyUsage, Limiter, Limits, RateToken, SlotWait, Usage, Wait};
 pub use options::{OptionError, Options};
 
 /// The metrics of one rule, as upstream names them plus ours.

@@ -213,12 +213,29 @@ impl<L> Registry<L> {
         self.entries.retain(|_, e| e.live.strong_count() > 0);
     }
 
-    /// Live limiters by identity (groups and rules), for reports.
-    pub fn live(&self) -> Vec<(String, Arc<L>)> {
-        self.entries
+    /// Live limiters by identity (groups and rules), with the options in
+    /// force, for reports and live changes.
+    pub fn live(&self) -> Vec<(String, Arc<L>, Options)> {
+        let mut v: Vec<_> = self
+            .entries
             .iter()
-            .filter_map(|(id, e)| e.live.upgrade().map(|l| (id.clone(), l)))
-            .collect()
+            .filter_map(|(id, e)| e.live.upgrade().map(|l| (id.clone(), l, e.opts.clone())))
+            .collect();
+        v.sort_by(|a, b| a.0.cmp(&b.0));
+        v
+    }
+
+    /// Records options set live (`traffic_ctl plugin msg … set`), so that
+    /// the next load of remap.config, which compares against them, puts the
+    /// file's values back. False if `id` has no live limiter.
+    pub fn set_live(&mut self, id: &str, opts: Options) -> bool {
+        match self.entries.get_mut(id) {
+            Some(e) if e.live.strong_count() > 0 => {
+                e.opts = opts;
+                true
+            }
+            _ => false,
+        }
     }
 }
 

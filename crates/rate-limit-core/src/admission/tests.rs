@@ -602,3 +602,40 @@ fn reconfigure_changes_every_key_and_the_rate_keeps_each_level() {
     ));
     drop((pa, p1, p2));
 }
+
+#[test]
+fn usage_and_top_report_what_keys_hold() {
+    let clock = Arc::new(ManualClock::new(NANOS_PER_SEC));
+    let l: Arc<Limiter<W, _>> =
+        Limiter::keyed(lim(Some(1), Some((1.0, 1)), 10, 0), 100, clock.clone());
+    let held: Held = Arc::default();
+    let Admission::Go(Some(p)) = l.admit(Some(7)) else {
+        panic!("first request of 7 goes")
+    };
+    clock.advance(Duration::from_secs(2));
+    let _t = queue_waiters(&l, Some(7), 1, 1, &held);
+    // Key 9 uses its token: over its rate for a second.
+    let Admission::Go(Some(q)) = l.admit(Some(9)) else {
+        panic!("9 goes")
+    };
+    drop(q);
+    assert_eq!(
+        l.usage(),
+        Usage {
+            active: 1,
+            waiting: 1,
+            keys: Some(2),
+            evicted: Some(0)
+        }
+    );
+    let top = l.top(10);
+    assert_eq!(top.len(), 2);
+    assert_eq!((top[0].key, top[0].active, top[0].waiting), (7, 1, 1));
+    assert_eq!((top[1].key, top[1].over_rate), (9, NANOS_PER_SEC));
+    assert_eq!(l.top(1).len(), 1);
+    let rule: Arc<Limiter<W, _>> = Limiter::new(lim(Some(2), None, 10, 0), clock);
+    let r = rule.admit(None);
+    assert_eq!(rule.usage().active, 1);
+    assert!(rule.top(5).is_empty());
+    drop((p, r));
+}

@@ -249,3 +249,28 @@ proptest! {
         prop_assert!(out.len() <= 4 * (3 + MAX_SOURCE_BYTES));
     }
 }
+
+#[test]
+fn keys_display_for_operators() {
+    let spec = KeySpec {
+        sources: vec![Source::Ip, Source::Header("X-User".into())],
+        v4_prefix: 24,
+        v6_prefix: 64,
+        trusted: vec![],
+        forwarded: ForwardedHeader::XForwardedFor,
+    };
+    let mut key = Vec::new();
+    push_part(&mut key, 0, &[192, 0, 2, 0]);
+    push_part(&mut key, 1, b"alice\n");
+    assert_eq!(spec.display(&key), r#"ip=192.0.2.0/24,header:X-User='alice\n'"#);
+    let v6 = KeySpec {
+        sources: vec![Source::Ip],
+        ..spec
+    };
+    let mut key = Vec::new();
+    push_part(&mut key, 0, &"2001:db8::".parse::<std::net::Ipv6Addr>().unwrap().octets());
+    assert_eq!(v6.display(&key), "ip=2001:db8::/64");
+    // Truncated or hostile bytes never panic.
+    assert_eq!(v6.display(&[0, 0xff, 0xff, 1]), "ip='\\u{1}'");
+    assert_eq!(v6.display(&[]), "");
+}

@@ -203,7 +203,28 @@ fn a_limiter_no_rule_holds_is_forgotten() {
     drop(first);
     assert!(weak.upgrade().is_none());
     let (_, changes) = load(&mut r, &[(&["--group=other"], "a")]);
-    assert!(r.live().iter().all(|(id, _)| id != "group g"));
+    assert!(r.live().iter().all(|(id, _, _)| id != "group g"));
     assert_eq!(changes.len(), 1);
     assert!(r.entries.len() <= 1, "no entry kept for a dead limiter");
+}
+
+#[test]
+fn a_live_change_lasts_until_the_file_is_loaded_again() {
+    let mut r = Registry::default();
+    let (first, _) = load(&mut r, &[(&["--group=g", "--limit=3"], "a")]);
+    let live = opts(&["--group=g", "--limit=8"]);
+    assert!(r.set_live("group g", live));
+    assert!(!r.set_live("group nobody", opts(&[])));
+    assert_eq!(r.live()[0].2.limit, Some(8));
+    // remap.config loaded again with its 3: the file wins.
+    let (_, changes) = load(&mut r, &[(&["--group=g", "--limit=3"], "a")]);
+    assert_eq!(
+        changes,
+        [Change::Changed {
+            id: "group g".into(),
+            values: vec![("limit", "8".into(), "3".into())]
+        }]
+    );
+    let l = first[0].as_ref().unwrap();
+    assert_eq!(l.applied.lock().last().and_then(|o| o.limit), Some(3));
 }

@@ -1,0 +1,254 @@
+//! Commands of `traffic_ctl plugin msg rate_limit …`: parsing and
+//! validation, without Traffic Server.
+//!
+//! traffic_ctl 9.2 forwards only the first word of its DATA argument, so a
+//! command with arguments is sent quoted, as one word:
+//! `traffic_ctl plugin msg rate_limit "set api limit=20"`. The verb may also
+//! be in the tag (`rate_limit.show`), as upstream's abuse_shield does.
+
+use limits::quote::quote;
+
+use crate::options::{Options, MAX_BURST_SECONDS, MAX_RATE};
+
+/// The plugin's message tag.
+pub const TAG: &str = "rate_limit";
+/// Longest command accepted.
+pub const MAX_COMMAND: usize = 4096;
+/// Default and largest `top` count.
+pub const TOP_DEFAULT: usize = 10;
+pub const TOP_MAX: usize = 1000;
+
+const USAGE: &str = "show [GROUP|TAG], top GROUP|TAG [N], set GROUP|TAG limit=N rate=R burst=B queue=Q maxage=MS";
+
+#[derive(Clone, Debug, PartialEq)]
+pub enum Command {
+    /// Every limiter, or those `target` names.
+    Show { target: Option<String> },
+    /// The keys of a keyed limiter holding the most slots or waiters, or
+    /// furthest over their rate.
+    Top { target: String, n: usize },
+    /// Changes a live limiter.
+    Set { target: String, settings: Vec<Setting> },
+}
+
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub enum Setting {
+    Limit(u32),
+    Rate(f64),
+    Burst(u32),
+    Queue(u32),
+    Maxage(u64),
+}
+
+impl Command {
+    pub fn verb(&self) -> &'static str {
+        match self {
+            Command::Show { .. } => "show",
+            Command::Top { .. } => "top",
+            Command::Set { .. } => "set",
+        }
+    }
+}
+
+/// The command in a message, `None` if the tag is not ours.
+pub fn parse(tag: &str, data: &[u8]) -> Option<Result<Command, String>> {
+    let verb_in_tag = match tag.strip_prefix(TAG)? {
+        "" => None,
+        rest => Some(rest.strip_prefix('.')?),
+    };
+    Some(parse_words(verb_in_tag, data))
+}
+
+fn parse_words(verb_in_tag: Option<&str>, data: &[u8]) -> Result<Command, String> {
+    if data.len() > MAX_COMMAND {
+        return Err(format!(
+            "command of {} bytes is too long: at most {MAX_COMMAND}",
+            data.len()
+        ));
+    }
+    let text = std::str::from_utf8(data)
+        .map_err(|_| "command is not UTF-8 text".to_owned())?;
+    let mut words = text.split_whitespace();
+    let verb = match verb_in_tag {
+        Some(v) => v,
+        None => words.next().unwrap_or(""),
+    };
+    let args: Vec<&str> = words.collect();
+    match (verb, args.as_slice()) {
+        ("show", []) => Ok(Command::Show { target: None }),
+        ("show", [t]) => Ok(Command::Show {
+            target: Some((*t).to_owned()),
+        }),
+        ("top", [t]) => Ok(Command::Top {
+            target: (*t).to_owned(),
+            n: TOP_DEFAULT,
+        }),
+        ("top", [t, n]) => {
+            let n = n
+                .parse::<usize>()
+                .ok()
+                .filter(|n| (1..=TOP_MAX).contains(n))
+                .ok_or_else(|| {
+                    format!("top: N has an invalid value {}: allowed 1 to {TOP_MAX}", quote(n))
+                })?;
+            Ok(Command::Top {
+                target: (*t).to_owned(),
+                n,
+            })
+        }
+        ("set", [t, settings @ ..]) if !settings.is_empty() => Ok(Command::Set {
+            target: (*t).to_owned(),
+            settings: settings
+                .iter()
+                .map(|s| parse_setting(s))
+                .collect::<Result<_, _>>()?,
+        }),
+        ("show" | "top" | "set", _) => Err(format!(
+            "{verb}: wrong arguments {}: usage {USAGE}",
+            quote(&args.join(" "))
+        )),
+        _ => Err(format!(
+            "unknown command {}: allowed {USAGE}",
+            quote(verb)
+        )),
+    }
+}
+
+fn parse_setting(s: &str) -> Result<Setting, String> {
+    let bad = |allowed: &str| format!("set: {} is invalid: allowed {allowed}", quote(s));
+    let (name, value) = s
+        .split_once('=')
+        .ok_or_else(|| bad("NAME=VALUE with NAME limit, rate, burst, queue or maxage"))?;
+    let uint = |min: u64, max: u64| -> Result<u64, String> {
+        value
+            .parse::<u64>()
+            .ok()
+            .filter(|v| value.bytes().all(|b| b.is_ascii_digit()) && (min..=max).contains(v))
+            .ok_or_else(|| bad(&format!("{name}= an integer from {min} to {max}")))
+    };
+    match name {
+        "limit" => Ok(Setting::Limit(uint(1, u64::from(u32::MAX))? as u32)),
+        "burst" => Ok(Setting::Burst(uint(1, u64::from(u32::MAX))? as u32)),
+        "queue" => Ok(Setting::Queue(uint(0, u64::from(u32::MAX))? as u32)),
+        "maxage" => Ok(Setting::Maxage(uint(0, u64::from(u32::MAX))?)),
+        "rate" => value
+            .parse::<f64>()
+            .ok()
+            .filter(|r| {
+                value.bytes().all(|b| b.is_ascii_digit() || b == b'.') && *r > 0.0 && *r <= MAX_RATE
+            })
+            .map(Setting::Rate)
+            .ok_or_else(|| bad("rate= a number greater than 0 and at most 1000000")),
+        _ => Err(bad("limit=, rate=, burst=, queue= or maxage=")),
+    }
+}
+
+/// The limiter options after `settings`, checked as remap.config's would
+/// be. The shape cannot change live: a limit or a rate can be changed, not
+/// added.
+pub fn apply(current: &Options, settings: &[Setting]) -> Result<Options, String> {
+    let mut o = current.clone();
+    for s in settings {
+        match *s {
+            Setting::Limit(l) if o.limit.is_some() => o.limit = Some(l),
+            Setting::Limit(_) => {
+                return Err("set: limit= on a limiter without a concurrency limit: a limit can be \
+                            changed live, not added (add --limit in remap.config)"
+                    .to_owned())
+            }
+            Setting::Rate(r) if o.rate.is_some() => o.rate = Some(r),
+            Setting::Burst(b) if o.rate.is_some() => o.burst = b,
+            Setting::Rate(_) | Setting::Burst(_) => {
+                return Err("set: rate= or burst= on a limiter without a rate: a rate can be \
+                            changed live, not added (add --rate in remap.config)"
+                    .to_owned())
+            }
+            Setting::Queue(q) => o.queue = q,
+            Setting::Maxage(m) => o.maxage_ms = m,
+        }
+    }
+    if let Some(r) = o.rate {
+        if f64::from(o.burst) / r > MAX_BURST_SECONDS {
+            return Err(format!(
+                "set: burst={} is too large for rate={r}: a full bucket may hold at most {MAX_BURST_SECONDS} s of requests",
+                o.burst
+            ));
+        }
+    }
+    Ok(o)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn cmd(tag: &str, data: &str) -> Result<Command, String> {
+        parse(tag, data.as_bytes()).expect("our tag")
+    }
+
+    #[test]
+    fn both_forms_parse() {
+        assert_eq!(cmd("rate_limit", "show"), Ok(Command::Show { target: None }));
+        assert_eq!(
+            cmd("rate_limit.show", "api"),
+            Ok(Command::Show {
+                target: Some("api".into())
+            })
+        );
+        assert_eq!(
+            cmd("rate_limit", " top  api 5 "),
+            Ok(Command::Top {
+                target: "api".into(),
+                n: 5
+            })
+        );
+        assert_eq!(
+            cmd("rate_limit", "set api limit=20 rate=2.5 queue=0"),
+            Ok(Command::Set {
+                target: "api".into(),
+                settings: vec![Setting::Limit(20), Setting::Rate(2.5), Setting::Queue(0)]
+            })
+        );
+        assert!(parse("throttle", b"show").is_none());
+        assert!(parse("rate_limiter", b"show").is_none());
+    }
+
+    #[test]
+    fn bad_commands_say_what_was_wrong() {
+        let e = |tag: &str, d: &str| cmd(tag, d).expect_err("must fail");
+        assert!(e("rate_limit", "shw").starts_with("unknown command 'shw': allowed show"));
+        assert!(e("rate_limit", "").starts_with("unknown command ''"));
+        assert!(e("rate_limit", "set api").starts_with("set: wrong arguments 'api'"));
+        assert!(e("rate_limit", "top").starts_with("top: wrong arguments"));
+        assert!(e("rate_limit", "top api 0").starts_with("top: N has an invalid value '0'"));
+        assert!(e("rate_limit", "set api limit=0").starts_with("set: 'limit=0' is invalid"));
+        assert!(e("rate_limit", "set api limit=-1").contains("an integer from 1"));
+        assert!(e("rate_limit", "set api rate=abc").contains("rate= a number"));
+        assert!(e("rate_limit", "set api speed=3").contains("allowed limit=, rate="));
+        assert!(e("rate_limit", "set api limit").contains("NAME=VALUE"));
+        let long = "x".repeat(MAX_COMMAND + 1);
+        assert!(e("rate_limit", &long).contains("too long"));
+        assert_eq!(
+            parse("rate_limit", &[0xff, 0xfe]),
+            Some(Err("command is not UTF-8 text".into()))
+        );
+    }
+
+    #[test]
+    fn apply_changes_values_not_the_shape() {
+        let o = Options::parse("http://a/", &["--limit=2", "--rate=10"]).unwrap();
+        let n = apply(&o, &[Setting::Limit(5), Setting::Burst(30), Setting::Maxage(100)]).unwrap();
+        assert_eq!((n.limit, n.rate, n.burst, n.maxage_ms), (Some(5), Some(10.0), 30, 100));
+        let rate_only = Options::parse("http://a/", &["--rate=10"]).unwrap();
+        assert!(apply(&rate_only, &[Setting::Limit(5)])
+            .unwrap_err()
+            .contains("not added"));
+        let limit_only = Options::parse("http://a/", &["--limit=2"]).unwrap();
+        assert!(apply(&limit_only, &[Setting::Burst(5)])
+            .unwrap_err()
+            .contains("without a rate"));
+        assert!(apply(&o, &[Setting::Rate(0.000001), Setting::Burst(u32::MAX)])
+            .unwrap_err()
+            .contains("too large"));
+    }
+}
