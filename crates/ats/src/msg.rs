@@ -54,7 +54,9 @@ pub fn register<H: MsgHandler>(name: &str, handler: H) -> Result<bool, String> {
         )
     };
     if rc != sys::TSReturnCode::TS_SUCCESS {
-        return Err(format!("cannot mark the {name} message handler (no free global user argument)"));
+        return Err(format!(
+            "cannot mark the {name} message handler (no free global user argument)"
+        ));
     }
     // SAFETY: no preconditions.
     let mutex = unsafe { sys::TSMutexCreate() };

@@ -18,7 +18,8 @@ pub const MAX_COMMAND: usize = 4096;
 pub const TOP_DEFAULT: usize = 10;
 pub const TOP_MAX: usize = 1000;
 
-const USAGE: &str = "show [GROUP|TAG], top GROUP|TAG [N], set GROUP|TAG limit=N rate=R burst=B queue=Q maxage=MS";
+const USAGE: &str =
+    "show [GROUP|TAG], top GROUP|TAG [N], set GROUP|TAG limit=N rate=R burst=B queue=Q maxage=MS";
 
 #[derive(Clone, Debug, PartialEq)]
 pub enum Command {
@@ -28,7 +29,10 @@ pub enum Command {
     /// furthest over their rate.
     Top { target: String, n: usize },
     /// Changes a live limiter.
-    Set { target: String, settings: Vec<Setting> },
+    Set {
+        target: String,
+        settings: Vec<Setting>,
+    },
 }
 
 #[derive(Clone, Copy, Debug, PartialEq)]
@@ -66,8 +70,7 @@ fn parse_words(verb_in_tag: Option<&str>, data: &[u8]) -> Result<Command, String
             data.len()
         ));
     }
-    let text = std::str::from_utf8(data)
-        .map_err(|_| "command is not UTF-8 text".to_owned())?;
+    let text = std::str::from_utf8(data).map_err(|_| "command is not UTF-8 text".to_owned())?;
     let mut words = text.split_whitespace();
     let verb = match verb_in_tag {
         Some(v) => v,
@@ -89,7 +92,10 @@ fn parse_words(verb_in_tag: Option<&str>, data: &[u8]) -> Result<Command, String
                 .ok()
                 .filter(|n| (1..=TOP_MAX).contains(n))
                 .ok_or_else(|| {
-                    format!("top: N has an invalid value {}: allowed 1 to {TOP_MAX}", quote(n))
+                    format!(
+                        "top: N has an invalid value {}: allowed 1 to {TOP_MAX}",
+                        quote(n)
+                    )
                 })?;
             Ok(Command::Top {
                 target: (*t).to_owned(),
@@ -107,10 +113,7 @@ fn parse_words(verb_in_tag: Option<&str>, data: &[u8]) -> Result<Command, String
             "{verb}: wrong arguments {}: usage {USAGE}",
             quote(&args.join(" "))
         )),
-        _ => Err(format!(
-            "unknown command {}: allowed {USAGE}",
-            quote(verb)
-        )),
+        _ => Err(format!("unknown command {}: allowed {USAGE}", quote(verb))),
     }
 }
 
@@ -152,16 +155,20 @@ pub fn apply(current: &Options, settings: &[Setting]) -> Result<Options, String>
         match *s {
             Setting::Limit(l) if o.limit.is_some() => o.limit = Some(l),
             Setting::Limit(_) => {
-                return Err("set: limit= on a limiter without a concurrency limit: a limit can be \
+                return Err(
+                    "set: limit= on a limiter without a concurrency limit: a limit can be \
                             changed live, not added (add --limit in remap.config)"
-                    .to_owned())
+                        .to_owned(),
+                )
             }
             Setting::Rate(r) if o.rate.is_some() => o.rate = Some(r),
             Setting::Burst(b) if o.rate.is_some() => o.burst = b,
             Setting::Rate(_) | Setting::Burst(_) => {
-                return Err("set: rate= or burst= on a limiter without a rate: a rate can be \
+                return Err(
+                    "set: rate= or burst= on a limiter without a rate: a rate can be \
                             changed live, not added (add --rate in remap.config)"
-                    .to_owned())
+                        .to_owned(),
+                )
             }
             Setting::Queue(q) => o.queue = q,
             Setting::Maxage(m) => o.maxage_ms = m,
@@ -188,7 +195,10 @@ mod tests {
 
     #[test]
     fn both_forms_parse() {
-        assert_eq!(cmd("rate_limit", "show"), Ok(Command::Show { target: None }));
+        assert_eq!(
+            cmd("rate_limit", "show"),
+            Ok(Command::Show { target: None })
+        );
         assert_eq!(
             cmd("rate_limit.show", "api"),
             Ok(Command::Show {
@@ -237,8 +247,15 @@ mod tests {
     #[test]
     fn apply_changes_values_not_the_shape() {
         let o = Options::parse("http://a/", &["--limit=2", "--rate=10"]).unwrap();
-        let n = apply(&o, &[Setting::Limit(5), Setting::Burst(30), Setting::Maxage(100)]).unwrap();
-        assert_eq!((n.limit, n.rate, n.burst, n.maxage_ms), (Some(5), Some(10.0), 30, 100));
+        let n = apply(
+            &o,
+            &[Setting::Limit(5), Setting::Burst(30), Setting::Maxage(100)],
+        )
+        .unwrap();
+        assert_eq!(
+            (n.limit, n.rate, n.burst, n.maxage_ms),
+            (Some(5), Some(10.0), 30, 100)
+        );
         let rate_only = Options::parse("http://a/", &["--rate=10"]).unwrap();
         assert!(apply(&rate_only, &[Setting::Limit(5)])
             .unwrap_err()
@@ -247,8 +264,10 @@ mod tests {
         assert!(apply(&limit_only, &[Setting::Burst(5)])
             .unwrap_err()
             .contains("without a rate"));
-        assert!(apply(&o, &[Setting::Rate(0.000001), Setting::Burst(u32::MAX)])
-            .unwrap_err()
-            .contains("too large"));
+        assert!(
+            apply(&o, &[Setting::Rate(0.000001), Setting::Burst(u32::MAX)])
+                .unwrap_err()
+                .contains("too large")
+        );
     }
 }

@@ -18,6 +18,7 @@
 //!    the slot and admits the next waiter.
 #![forbid(unsafe_code)]
 
+mod ctl;
 mod queue;
 mod state;
 
@@ -68,6 +69,8 @@ pub struct Rule {
     metrics: Metrics,
     /// With `--key`: publishes the `keys` gauge and `evicted` counter.
     _key_metrics: Option<Periodic>,
+    /// What `traffic_ctl plugin msg rate_limit` shows of the rule.
+    card: Arc<ctl::Card>,
     policy_header: Option<String>,
     /// A check for departed waiters is armed (only while anyone waits).
     watching: AtomicBool,
@@ -91,6 +94,7 @@ impl Rule {
         let metrics = Metrics::new(&opts);
         Ok(Rule {
             _key_metrics: key_metrics(&limiter, &metrics),
+            card: ctl::Card::new(from, &opts, &limiter, metrics),
             metrics,
             limiter,
             chained,
@@ -139,10 +143,22 @@ impl Rule {
         }
     }
 
+    /// Lets `top` show the client's key (just built in `KEY_BYTES`).
+    fn note_name(&self, key: Option<u64>) {
+        if let Some(k) = key {
+            KEY_BYTES.with(|b| {
+                if let Ok(b) = b.try_borrow() {
+                    self.card.note_name(k, &b);
+                }
+            });
+        }
+    }
+
     /// Refused in remap: ATS answers with its body-factory page
     /// (Cache-Control: no-store), skipping POST_REMAP and the origin.
     fn reject(self: &Arc<Self>, g: &Globals, txn: Txn<'_>, key: Option<u64>) {
         bump(self.metrics.rejected, 1);
+        self.note_name(key);
         self.attach(g, txn, Outcome::Refused, None, None, key);
         txn.set_status(self.opts.error);
     }
@@ -196,6 +212,7 @@ impl RemapPlugin for Rule {
                 ssn: SsnSlot::new("rate_limit")?,
             };
             let _ = GLOBALS.set(g);
+            ctl::init();
         }
         Ok(())
     }
@@ -305,6 +322,7 @@ impl RemapPlugin for Rule {
                 }
             }
             Admission::Wait(w) => {
+                self.note_name(key);
                 let wait = Wait {
                     place: self.place(w.place),
                     since: w.since,

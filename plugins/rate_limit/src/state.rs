@@ -14,6 +14,7 @@ use crate::queue::{Queued, RateToken};
 use crate::Rule;
 
 /// A rule's metrics; one that could not be created is skipped (and logged).
+#[derive(Clone, Copy)]
 pub(crate) struct Metrics {
     pub(crate) queued: Option<Stat>,
     pub(crate) rejected: Option<Stat>,

@@ -262,13 +262,20 @@ fn keys_display_for_operators() {
     let mut key = Vec::new();
     push_part(&mut key, 0, &[192, 0, 2, 0]);
     push_part(&mut key, 1, b"alice\n");
-    assert_eq!(spec.display(&key), r#"ip=192.0.2.0/24,header:X-User='alice\n'"#);
+    assert_eq!(
+        spec.display(&key),
+        r#"ip=192.0.2.0/24,header:X-User='alice\n'"#
+    );
     let v6 = KeySpec {
         sources: vec![Source::Ip],
         ..spec
     };
     let mut key = Vec::new();
-    push_part(&mut key, 0, &"2001:db8::".parse::<std::net::Ipv6Addr>().unwrap().octets());
+    push_part(
+        &mut key,
+        0,
+        &"2001:db8::".parse::<std::net::Ipv6Addr>().unwrap().octets(),
+    );
     assert_eq!(v6.display(&key), "ip=2001:db8::/64");
     // Truncated or hostile bytes never panic.
     assert_eq!(v6.display(&[0, 0xff, 0xff, 1]), "ip='\\u{1}'");

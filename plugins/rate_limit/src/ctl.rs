@@ -1,0 +1,343 @@
+//! Live inspection and tuning: `traffic_ctl plugin msg rate_limit "CMD …"`.
+//!
+//! ATS 9.2's message hook has no reply channel, so every answer is one JSON
+//! object per line in `rate_limit_ctl.log` (ATS's log directory), with a
+//! one-line summary in diags.log. The hook runs on traffic_server's
+//! management thread: it only parses, and the command runs on a task thread
+//! (a `top` visits every key). Nothing here takes a lock a request takes,
+//! except the registry's, which only configuration loads share.
+
+use std::collections::{HashMap, VecDeque};
+use std::sync::{Arc, OnceLock, Weak};
+use std::time::Duration;
+
+use ats::sched::{Pool, Timer};
+use ats::textlog::TextLog;
+use limits::quote::shorten;
+use parking_lot::Mutex;
+use rate_limit_core::ctl::{self, Command};
+use rate_limit_core::key::KeySpec;
+use rate_limit_core::{Limiter, Limits, Options};
+use serde_json::{json, Value};
+
+use crate::queue::Queued;
+use crate::state::Metrics;
+use crate::REGISTRY;
+
+/// What `show` and `top` tell about one rule. Held by the rule; listed
+/// weakly here, so a rule gone with a reload drops out.
+pub(crate) struct Card {
+    from: String,
+    metrics_name: String,
+    metrics: Metrics,
+    limiter: Weak<Limiter<Queued>>,
+    key: Option<KeySpec>,
+    /// Readable names of keys seen waiting or refused, for `top` (the key
+    /// table keeps only hashes). Bounded; filled only when uncontended.
+    names: Mutex<Names>,
+}
+
+static CARDS: Mutex<Vec<Weak<Card>>> = Mutex::new(Vec::new());
+static LOG: OnceLock<Option<TextLog>> = OnceLock::new();
+
+/// Most key names a rule remembers for `top`.
+const NAMES: usize = 1024;
+
+#[derive(Default)]
+struct Names {
+    by_key: HashMap<u64, String>,
+    order: VecDeque<u64>,
+}
+
+impl Card {
+    pub(crate) fn new(
+        from: &str,
+        o: &Options,
+        limiter: &Arc<Limiter<Queued>>,
+        metrics: Metrics,
+    ) -> Arc<Card> {
+        let card = Arc::new(Card {
+            from: from.to_owned(),
+            metrics_name: format!("{}.remap.{}", o.prefix, o.tag),
+            metrics,
+            limiter: Arc::downgrade(limiter),
+            key: o.key.clone(),
+            names: Mutex::new(Names::default()),
+        });
+        let mut cards = CARDS.lock();
+        cards.retain(|c| c.strong_count() > 0);
+        cards.push(Arc::downgrade(&card));
+        card
+    }
+
+    /// Remembers how to show `key` (written as `bytes` by `--key`). Called
+    /// for waiting and refused requests only, and skipped under contention.
+    pub(crate) fn note_name(&self, key: u64, bytes: &[u8]) {
+        let Some(spec) = &self.key else { return };
+        let Some(mut n) = self.names.try_lock() else {
+            return;
+        };
+        if n.by_key.contains_key(&key) {
+            return;
+        }
+        if n.order.len() >= NAMES {
+            if let Some(old) = n.order.pop_front() {
+                n.by_key.remove(&old);
+            }
+        }
+        n.order.push_back(key);
+        n.by_key.insert(key, spec.display(bytes));
+    }
+
+    fn name(&self, key: u64) -> Option<String> {
+        self.names.lock().by_key.get(&key).cloned()
+    }
+}
+
+/// Registers the message handler (once per process) and opens the answer log.
+pub(crate) fn init() {
+    LOG.get_or_init(|| match TextLog::create("rate_limit_ctl", false) {
+        Ok(l) => Some(l),
+        Err(e) => {
+            log::error!("{e}: traffic_ctl plugin msg rate_limit answers go to diags.log only");
+            None
+        }
+    });
+    match ats::msg::register("rate_limit.ctl", Ctl) {
+        Ok(true) => {}
+        Ok(false) => log::info!(
+            "another copy of rate_limit.so answers traffic_ctl plugin msg rate_limit (this copy's \
+             groups are not shown: pin one copy with a plugin.config line)"
+        ),
+        Err(e) => log::error!("traffic_ctl plugin msg rate_limit will not work: {e}"),
+    }
+}
+
+struct Ctl;
+
+impl ats::msg::MsgHandler for Ctl {
+    fn on_msg(&self, tag: &str, data: &[u8]) {
+        let Some(parsed) = ctl::parse(tag, data) else {
+            return;
+        };
+        let text = shorten(&format!("{tag} {}", String::from_utf8_lossy(data)));
+        let cmd = match parsed {
+            Ok(c) => c,
+            Err(e) => return answer_error(&text, &e),
+        };
+        let sent = text.clone();
+        if let Err(e) = Timer::after(Duration::ZERO, Pool::Task, move || run(&sent, cmd)) {
+            answer_error(&text, &format!("cannot schedule the command: {e}"));
+        }
+    }
+}
+
+fn run(text: &str, cmd: Command) {
+    let verb = cmd.verb();
+    let result = match cmd {
+        Command::Show { target } => show(target.as_deref()),
+        Command::Top { target, n } => top(&target, n),
+        Command::Set { target, settings } => set(&target, &settings),
+    };
+    match result {
+        Ok((summary, mut body)) => {
+            body["command"] = json!(text);
+            body["ok"] = json!(true);
+            write(&body);
+            log::info!("ctl {verb}: {summary} (answer in rate_limit_ctl.log)");
+        }
+        Err(e) => answer_error(text, &e),
+    }
+}
+
+fn answer_error(text: &str, error: &str) {
+    write(&json!({ "command": text, "ok": false, "error": error }));
+    log::error!("ctl: {error} (command {text})");
+}
+
+fn write(v: &Value) {
+    if let Some(Some(log)) = LOG.get() {
+        log.write(&v.to_string());
+        log.flush();
+    }
+}
+
+/// A live limiter with its identity, options in force and rules.
+struct Target {
+    id: String,
+    limiter: Arc<Limiter<Queued>>,
+    opts: Options,
+    cards: Vec<Arc<Card>>,
+}
+
+type Live = Vec<(String, Arc<Limiter<Queued>>, Options)>;
+
+/// The live limiters (from the registry) with their rules.
+fn targets(live: Live) -> Vec<Target> {
+    let cards: Vec<Arc<Card>> = CARDS.lock().iter().filter_map(Weak::upgrade).collect();
+    live.into_iter()
+        .map(|(id, limiter, opts)| Target {
+            cards: cards
+                .iter()
+                .filter(|c| std::ptr::eq(c.limiter.as_ptr(), Arc::as_ptr(&limiter)))
+                .cloned()
+                .collect(),
+            id,
+            limiter,
+            opts,
+        })
+        .collect()
+}
+
+impl Target {
+    /// Named by its group, or by a rule's metric tag or from-URL.
+    fn named(&self, name: &str) -> bool {
+        self.opts.group.as_deref() == Some(name)
+            || self.cards.iter().any(|c| {
+                c.from == name
+                    || c.metrics_name == name
+                    || c.metrics_name.ends_with(&format!(".remap.{name}"))
+            })
+    }
+}
+
+fn pick(live: Live, name: &str) -> Result<Target, String> {
+    let all = targets(live);
+    let known: Vec<String> = all.iter().map(|t| t.id.clone()).collect();
+    let mut found: Vec<Target> = all.into_iter().filter(|t| t.named(name)).collect();
+    match found.len() {
+        1 => Ok(found.remove(0)),
+        0 => Err(format!(
+            "no group or rule named {}; live: {}",
+            limits::quote::quote(name),
+            shorten(&known.join(", "))
+        )),
+        n => Err(format!(
+            "{} names {n} limiters: use the group name or the rule's --tag",
+            limits::quote::quote(name)
+        )),
+    }
+}
+
+type Answer = Result<(String, Value), String>;
+
+fn show(name: Option<&str>) -> Answer {
+    let live = REGISTRY.lock().live();
+    let list: Vec<Target> = match name {
+        Some(n) => vec![pick(live, n)?],
+        None => targets(live),
+    };
+    let shown: Vec<Value> = list.iter().map(describe).collect();
+    Ok((
+        format!("{} limiter(s)", shown.len()),
+        json!({ "limiters": shown }),
+    ))
+}
+
+fn describe(t: &Target) -> Value {
+    let o = &t.opts;
+    let u = t.limiter.usage();
+    let rules: Vec<Value> = t
+        .cards
+        .iter()
+        .map(|c| {
+            let m = &c.metrics;
+            let get = |s: Option<ats::stats::Stat>| s.map(|s| s.get());
+            json!({
+                "from": c.from,
+                "metrics": c.metrics_name,
+                "admitted": get(m.admitted),
+                "queued": get(m.queued),
+                "rejected": get(m.rejected),
+                "expired": get(m.expired),
+                "abandoned": get(m.abandoned),
+            })
+        })
+        .collect();
+    json!({
+        "id": t.id,
+        "group": o.group,
+        "limit": o.limit,
+        "rate": o.rate,
+        "burst": o.rate.map(|_| o.burst),
+        "queue": o.queue,
+        "maxage_ms": o.maxage_ms,
+        "key": o.key.as_ref().map(|k| k.describe_sources()),
+        "active": u.active,
+        "waiting": u.waiting,
+        "keys": u.keys,
+        "evicted": u.evicted,
+        "rules": rules,
+    })
+}
+
+fn top(name: &str, n: usize) -> Answer {
+    let t = pick(REGISTRY.lock().live(), name)?;
+    if t.opts.key.is_none() {
+        return Err(format!("top: {} has no --key: use show", t.id));
+    }
+    let keys: Vec<Value> = t
+        .limiter
+        .top(n)
+        .into_iter()
+        .map(|k| {
+            let shown = t
+                .cards
+                .iter()
+                .find_map(|c| c.name(k.key))
+                .unwrap_or_else(|| format!("#{:016x}", k.key));
+            json!({
+                "key": shown,
+                "active": k.active,
+                "waiting": k.waiting,
+                "over_rate_ms": k.over_rate / limits::NANOS_PER_MS,
+            })
+        })
+        .collect();
+    let first = keys
+        .first()
+        .and_then(|k| k["key"].as_str())
+        .unwrap_or("none")
+        .to_owned();
+    Ok((
+        format!("{}: {} key(s), first {first}", t.id, keys.len()),
+        json!({ "id": t.id, "keys": keys }),
+    ))
+}
+
+fn set(name: &str, settings: &[ctl::Setting]) -> Answer {
+    // Under the registry lock, so a configuration load cannot interleave.
+    let mut reg = REGISTRY.lock();
+    let t = pick(reg.live(), name)?;
+    let new = ctl::apply(&t.opts, settings)?;
+    t.limiter
+        .reconfigure(Limits::of(&new))
+        .map_err(|o| format!("set: {o} cannot change live"))?;
+    reg.set_live(&t.id, new.clone());
+    drop(reg);
+    let changed: Vec<(&str, String, String)> = t
+        .opts
+        .limiter_options()
+        .into_iter()
+        .zip(new.limiter_options())
+        .filter(|((_, a), (_, b))| a != b)
+        .map(|((name, a), (_, b))| (name, a, b))
+        .collect();
+    let list: Vec<String> = changed
+        .iter()
+        .map(|(n, a, b)| format!("--{n} {a} -> {b}"))
+        .collect();
+    log::info!(
+        "{}: set live: {} (until remap.config is next loaded)",
+        t.id,
+        list.join(", ")
+    );
+    let values: Vec<Value> = changed
+        .iter()
+        .map(|(n, a, b)| json!({ "option": n, "old": a, "new": b }))
+        .collect();
+    Ok((
+        format!("{}: {}", t.id, list.join(", ")),
+        json!({ "id": t.id, "changed": values }),
+    ))
+}

@@ -1,0 +1,201 @@
+//! `traffic_ctl plugin msg rate_limit "…"` against a real traffic_server
+//! under traffic_manager: answers in rate_limit_ctl.log, live changes, bad
+//! commands, and the file winning at the next load of remap.config.
+
+use std::collections::BTreeMap;
+use std::net::Ipv4Addr;
+use std::thread;
+use std::time::Duration;
+
+use ats_tests::client::{self, Conn};
+use ats_tests::{wait_until, Origin, TrafficServer};
+
+fn rule(host: &str, origin: &Origin, params: &str) -> String {
+    ats_tests::rule("rate_limit", host, origin, params)
+}
+
+const LOG: &str = "rate_limit_ctl.log";
+
+/// Sends one command and returns the answer line that echoes it (the first
+/// new line of rate_limit_ctl.log whose `command` is this one).
+fn ctl(ts: &TrafficServer, command: &str) -> String {
+    ctl_tagged(ts, "rate_limit", command)
+}
+
+fn ctl_tagged(ts: &TrafficServer, tag: &str, command: &str) -> String {
+    let before = ts.log(LOG).lines().count();
+    let out = ts.traffic_ctl(&["plugin", "msg", tag, command]);
+    assert!(out.status.success(), "traffic_ctl: {out:?}");
+    let echo = format!("\"command\":\"{tag} {command}\"");
+    let answer = |text: &str| {
+        text.lines()
+            .skip(before)
+            .find(|l| l.contains(&echo))
+            .map(str::to_owned)
+    };
+    let found = ts.wait_for_log(LOG, Duration::from_secs(10), |t| answer(t).is_some());
+    assert!(found, "no answer to {command:?} in {LOG}: {}", ts.log(LOG));
+    answer(&ts.log(LOG)).unwrap_or_default()
+}
+
+fn slow(
+    ts: &TrafficServer,
+    host: &'static str,
+    n: usize,
+    ms: u64,
+) -> thread::JoinHandle<BTreeMap<u16, usize>> {
+    let port = ts.port();
+    thread::spawn(move || {
+        let r = client::burst(n, move |i| {
+            client::get(
+                port,
+                host,
+                &format!("/s{i}"),
+                &[("X-Origin-Delay", &ms.to_string())],
+            )
+        });
+        client::status_counts(&r)
+    })
+}
+
+fn start(remap: String) -> TrafficServer {
+    TrafficServer::builder()
+        .remap(remap)
+        .with_manager()
+        .start()
+        .expect("start")
+}
+
+#[test]
+fn show_reports_live_counts_and_set_changes_the_limit_at_once() {
+    let origin = Origin::start();
+    let ts = start(rule("a.test", &origin, "--group=ctl1 --limit=2 --tag=ctl"));
+    let load = slow(&ts, "a.test", 5, 2500);
+    assert!(wait_until(Duration::from_secs(3), || origin.in_flight() == 2));
+    thread::sleep(Duration::from_millis(200));
+    let shown = ctl(&ts, "show ctl1");
+    for field in [
+        "\"ok\":true",
+        "\"id\":\"group ctl1\"",
+        "\"limit\":2",
+        "\"active\":2",
+        "\"waiting\":3",
+        "\"from\":\"http://a.test/\"",
+    ] {
+        assert!(shown.contains(field), "{field} in {shown}");
+    }
+    // The verb in the tag works too, and a rule is found by its tag.
+    let by_tag = ctl_tagged(&ts, "rate_limit.show", "ctl");
+    assert!(
+        by_tag.contains("\"ok\":true") && by_tag.contains("\"id\":\"group ctl1\""),
+        "{by_tag}"
+    );
+
+    let set = ctl(&ts, "set ctl1 limit=5");
+    assert!(
+        set.contains("\"ok\":true") && set.contains("\"new\":\"5\""),
+        "{set}"
+    );
+    assert!(
+        wait_until(Duration::from_secs(1), || origin.in_flight() == 5),
+        "raising the limit admitted the 3 waiters at once ({} at the origin)",
+        origin.in_flight()
+    );
+    assert!(ts.diags().contains("group ctl1: set live: --limit 2 -> 5"));
+    assert_eq!(load.join().expect("load"), BTreeMap::from([(200, 5)]));
+}
+
+#[test]
+fn top_names_the_flooding_client() {
+    let origin = Origin::start();
+    let ts = start(rule(
+        "k.test",
+        &origin,
+        "--key=ip --rate=1 --burst=2 --queue=0 --tag=top",
+    ));
+    let send = |last: u8, n: usize| {
+        let mut c = Conn::open_from(ts.port(), Ipv4Addr::new(127, 0, 0, last)).expect("connect");
+        (0..n)
+            .map(|_| c.get("k.test", "/", &[]).map_or(0, |r| r.status))
+            .collect::<Vec<_>>()
+    };
+    assert_eq!(send(3, 1), [200]);
+    let flood = send(2, 12);
+    assert!(
+        flood.iter().filter(|&&s| s == 429).count() >= 9,
+        "{flood:?}"
+    );
+    let top = ctl(&ts, "top top 5");
+    assert!(top.contains("\"ok\":true"), "{top}");
+    let first = top.find("\"key\":").map(|i| &top[i..]).unwrap_or("");
+    assert!(first.starts_with("\"key\":\"ip=127.0.0.2\""), "{top}");
+    assert!(ts.diags().contains("ctl top: "), "summary in diags.log");
+}
+
+#[test]
+fn bad_commands_are_answered_and_change_nothing() {
+    let origin = Origin::start();
+    let ts = start(rule("a.test", &origin, "--group=ctl2 --limit=2"));
+    for (command, error) in [
+        ("shw", "unknown command 'shw': allowed show"),
+        ("set nobody limit=3", "no group or rule named 'nobody'"),
+        (
+            "set ctl2 limit=abc",
+            "'limit=abc' is invalid: allowed limit= an integer",
+        ),
+        ("set ctl2 rate=5", "a rate can be changed live, not added"),
+        ("top ctl2", "has no --key"),
+        ("set ctl2", "set: wrong arguments"),
+    ] {
+        let answer = ctl(&ts, command);
+        assert!(answer.contains("\"ok\":false"), "{command}: {answer}");
+        assert!(answer.contains(error), "{command}: {answer}");
+    }
+    let shown = ctl(&ts, "show ctl2");
+    assert!(shown.contains("\"limit\":2"), "nothing changed: {shown}");
+    assert!(ts.diags().contains("ctl: unknown command 'shw'"));
+}
+
+#[test]
+fn loading_remap_config_again_restores_the_files_values() {
+    let origin = Origin::start();
+    let remap = |n: u32| format!("# {n}\n") + &rule("a.test", &origin, "--group=ctl3 --limit=2");
+    let ts = start(remap(0));
+    assert!(ctl(&ts, "set ctl3 limit=7 queue=9").contains("\"ok\":true"));
+    assert!(ctl(&ts, "show ctl3").contains("\"limit\":7"));
+    ts.reload_remap(&remap(1)).expect("reload");
+    assert!(ts
+        .diags()
+        .contains("group ctl3: applied live: --limit 7 -> 2, --queue 9 -> 4294967295"));
+    assert!(ctl(&ts, "show ctl3").contains("\"limit\":2"));
+}
+
+#[test]
+fn messages_during_reloads_under_load_do_no_harm() {
+    let origin = Origin::start();
+    let remap = |n: u32| {
+        format!("# {n}\n")
+            + &rule("a.test", &origin, "--group=ctl4 --limit=3")
+            + &rule("k.test", &origin, "--key=ip --rate=50 --limit=2 --tag=k4")
+    };
+    let mut ts = start(remap(0));
+    let load = slow(&ts, "a.test", 30, 100);
+    let keyed = slow(&ts, "k.test", 30, 50);
+    for n in 1..=5 {
+        for cmd in ["show", "top k4 3", "set ctl4 limit=4", "show ctl4", "bogus"] {
+            let out = ts.traffic_ctl(&["plugin", "msg", "rate_limit", cmd]);
+            assert!(out.status.success(), "{cmd}: {out:?}");
+        }
+        ts.reload_remap(&remap(n)).expect("reload");
+    }
+    assert_eq!(load.join().expect("load"), BTreeMap::from([(200, 30)]));
+    let k = keyed.join().expect("keyed");
+    assert_eq!(k.values().sum::<usize>(), 30, "{k:?}");
+    assert!(ts.is_running(), "traffic_server survived");
+    assert!(!ts.diags().contains("FATAL"));
+    assert!(
+        origin.max_in_flight() <= 4 + 2,
+        "max {}",
+        origin.max_in_flight()
+    );
+}
