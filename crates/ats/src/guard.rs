@@ -11,17 +11,32 @@
 //! after the unwind is over.
 
 use std::any::Any;
-use std::cell::RefCell;
+use std::cell::{Cell, RefCell};
 use std::panic::{self, AssertUnwindSafe};
 use std::sync::Once;
 
 thread_local! {
     /// Where the last panic on this thread happened, filled in by the hook.
     static LAST_PANIC: RefCell<Option<String>> = const { RefCell::new(None) };
+    /// The guard's per-thread state, in one thread-local: a dlopen'ed
+    /// cdylib pays a `__tls_get_addr` call per access, and `catch` makes two.
+    static GUARD: Guard = const {
+        Guard {
+            depth: Cell::new(0),
+            deferred: RefCell::new(Vec::new()),
+        }
+    };
+}
+
+struct Guard {
     /// How many `catch` frames are active on this thread.
-    static CATCH_DEPTH: std::cell::Cell<u32> = const { std::cell::Cell::new(0) };
+    depth: Cell<u32>,
     /// Fail-safe actions deferred by destructors that ran while unwinding.
-    static DEFERRED: RefCell<Vec<Box<dyn FnOnce()>>> = const { RefCell::new(Vec::new()) };
+    deferred: RefCell<Vec<Box<dyn FnOnce()>>>,
+}
+
+fn inside_catch() -> bool {
+    GUARD.try_with(|g| g.depth.get() > 0).unwrap_or(false)
 }
 
 /// Runs `action` now, or, if this thread is unwinding from a panic inside a
@@ -30,14 +45,13 @@ thread_local! {
 /// unwind would run ATS's state machine (and any plugin code it calls back)
 /// inside a half-unwound stack.
 pub fn defer(action: impl FnOnce() + 'static) {
-    let inside = CATCH_DEPTH.try_with(|d| d.get() > 0).unwrap_or(false);
-    if !(std::thread::panicking() && inside) {
+    if !(std::thread::panicking() && inside_catch()) {
         action();
         return;
     }
     let mut action = Some(Box::new(action) as Box<dyn FnOnce()>);
-    let _ = DEFERRED.try_with(|d| {
-        if let Ok(mut d) = d.try_borrow_mut() {
+    let _ = GUARD.try_with(|g| {
+        if let Ok(mut d) = g.deferred.try_borrow_mut() {
             d.extend(action.take());
         }
     });
@@ -51,9 +65,9 @@ pub fn defer(action: impl FnOnce() + 'static) {
 /// its own `catch_unwind` (one failing must not skip the others).
 fn run_deferred(site: &str, from: usize) {
     loop {
-        let next = DEFERRED
-            .try_with(|d| {
-                let mut d = d.try_borrow_mut().ok()?;
+        let next = GUARD
+            .try_with(|g| {
+                let mut d = g.deferred.try_borrow_mut().ok()?;
                 (d.len() > from).then(|| d.remove(from))
             })
             .ok()
@@ -91,8 +105,7 @@ pub fn install_panic_hook() {
             // Inside `catch` the message is reported with the entry point's
             // name; outside (a plugin-owned thread, a panic during unwinding
             // that aborts) it is logged here or never.
-            let caught = CATCH_DEPTH.try_with(|d| d.get() > 0).unwrap_or(false);
-            let stored = caught
+            let stored = inside_catch()
                 && LAST_PANIC
                     .try_with(|slot| {
                         slot.try_borrow_mut()
@@ -124,26 +137,30 @@ fn payload_message(payload: &(dyn Any + Send)) -> String {
 /// `site` names the entry point (e.g. `"TSRemapDoRemap"`), so the log line
 /// says which path failed safe.
 pub fn catch<R>(site: &str, fallback: impl FnOnce() -> R, f: impl FnOnce() -> R) -> R {
-    struct Depth;
-    impl Drop for Depth {
-        fn drop(&mut self) {
-            let _ = CATCH_DEPTH.try_with(|d| d.set(d.get().saturating_sub(1)));
-        }
-    }
     // Only what this frame's unwind deferred is ours to run: an outer frame
     // may itself be unwinding (a `catch` inside a destructor).
-    let deferred_from = DEFERRED
-        .try_with(|d| d.try_borrow().map_or(0, |d| d.len()))
+    let deferred_from = GUARD
+        .try_with(|g| {
+            g.depth.set(g.depth.get() + 1);
+            g.deferred.try_borrow().map_or(0, |d| d.len())
+        })
         .unwrap_or(0);
-    let _ = CATCH_DEPTH.try_with(|d| d.set(d.get() + 1));
-    let depth = Depth;
+    // `catch_unwind` stops every panic, so the depth is restored below on
+    // both paths.
     let result = panic::catch_unwind(AssertUnwindSafe(f));
-    drop(depth);
+    let deferred = GUARD
+        .try_with(|g| {
+            g.depth.set(g.depth.get().saturating_sub(1));
+            g.deferred
+                .try_borrow()
+                .map_or(true, |d| d.len() > deferred_from)
+        })
+        .unwrap_or(false);
     // Deferred actions run once no unwind is in progress: here, unless this
     // `catch` sits in a destructor of an outer unwind, whose own `catch`
     // runs them (also those deferred under a nested `catch_unwind` that
     // swallowed its panic).
-    let run_now = !std::thread::panicking();
+    let run_now = deferred && !std::thread::panicking();
     match result {
         Ok(r) => {
             if run_now {

@@ -596,9 +596,11 @@ impl<W: Waiter, C: Clock> Limiter<W, C> {
     }
 
     fn admit_rule(self: &Arc<Self>) -> Admission<W, C> {
-        let now = self.clock.now();
+        // The clock is read only when needed: a slot-only admission has no use for it.
+        let mut now = None;
         let mut place = None;
         if let Some(bucket) = &self.bucket {
+            let now = *now.insert(self.clock.now());
             if let Reservation::Denied(wait) = bucket.reserve(now, None) {
                 // Over the rate: wait if a queue place is free and maxage allows the wait.
                 let max_wait = self.max_wait();
@@ -633,7 +635,7 @@ impl<W: Waiter, C: Clock> Limiter<W, C> {
         match place.or_else(|| self.budget.try_take()) {
             Some(place) => Admission::Wait(Wait {
                 place,
-                since: now,
+                since: now.unwrap_or_else(|| self.clock.now()),
                 rate_delay: 0,
                 rate: self.rate_token(None),
             }),

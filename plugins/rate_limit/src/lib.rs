@@ -188,8 +188,7 @@ impl Rule {
             _ => {
                 // Fails only if this copy's state is there already, which a
                 // first entry cannot see: then it is not tracked (no slot).
-                g.txn.set(txn, state).ok()?;
-                let head = g.txn.get(txn)?;
+                let head = g.txn.set(txn, state).ok()?;
                 (head, head)
             }
         };
