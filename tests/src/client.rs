@@ -49,6 +49,13 @@ impl Conn {
         Conn::wrap(s, port)
     }
 
+    /// A connection to the proxy's IPv6 loopback listener, from ::1 (see
+    /// [`TsBuilder::ipv6`](crate::TsBuilder::ipv6)).
+    pub fn open_ipv6(port: u16) -> io::Result<Conn> {
+        let s = TcpStream::connect((std::net::Ipv6Addr::LOCALHOST, port))?;
+        Conn::wrap(s, port)
+    }
+
     /// A connection from a chosen loopback source address (127.0.0.2,
     /// 127.0.0.3, …), so one test can act as several client IPs.
     pub fn open_from(port: u16, from: std::net::Ipv4Addr) -> io::Result<Conn> {
