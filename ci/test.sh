@@ -7,7 +7,8 @@
 #                         tests without compiling)
 set -euo pipefail
 cd "$(dirname "$0")/.."
-ci/install-deps.sh
+# nginx: the side-by-side test against limit_req (tests/tests/keyed_nginx.rs).
+ci/install-deps.sh nginx-light
 if [ "${1:-}" = "--no-run" ]; then
     cargo test --workspace --locked --no-run
     # The plugin .so files the integration tests load, built as

@@ -49,6 +49,13 @@ impl Conn {
         Conn::wrap(s, port)
     }
 
+    /// A connection to the proxy's IPv6 loopback listener, from ::1 (see
+    /// [`TsBuilder::ipv6`](crate::TsBuilder::ipv6)).
+    pub fn open_ipv6(port: u16) -> io::Result<Conn> {
+        let s = TcpStream::connect((std::net::Ipv6Addr::LOCALHOST, port))?;
+        Conn::wrap(s, port)
+    }
+
     /// A connection from a chosen loopback source address (127.0.0.2,
     /// 127.0.0.3, …), so one test can act as several client IPs.
     pub fn open_from(port: u16, from: std::net::Ipv4Addr) -> io::Result<Conn> {
@@ -80,6 +87,30 @@ impl Conn {
     ) -> io::Result<Response> {
         let sent_at = self.send(host, path, headers, true)?;
         read_response(&mut self.reader, sent_at)
+    }
+
+    /// Sends one GET of `host` per entry of `headers` in a single write
+    /// (HTTP/1.1 pipelining), then reads the responses in order: many
+    /// requests at little cost in round trips and syscalls (bulk tests).
+    pub fn pipeline(
+        &mut self,
+        host: &str,
+        path: &str,
+        headers: &[Vec<(String, String)>],
+    ) -> io::Result<Vec<Response>> {
+        let mut reqs = String::new();
+        for h in headers {
+            reqs.push_str(&format!("GET {path} HTTP/1.1\r\nHost: {host}\r\n"));
+            for (k, v) in h {
+                reqs.push_str(&format!("{k}: {v}\r\n"));
+            }
+            reqs.push_str("\r\n");
+        }
+        let sent_at = Instant::now();
+        self.reader.get_mut().write_all(reqs.as_bytes())?;
+        (0..headers.len())
+            .map(|_| read_response(&mut self.reader, sent_at))
+            .collect()
     }
 
     /// Sends a request with `method` (and an empty body) and reads the

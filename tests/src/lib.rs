@@ -8,9 +8,12 @@
 //!   every request it receives.
 //! - [`client`]: a small HTTP/1.1 client (single requests, keep-alive
 //!   connections, concurrent bursts, aborts) with timings.
+//! - [`nginx`]: an nginx with the test's `server` blocks, for side-by-side
+//!   comparisons.
 //! - [`plugin`]: paths of the freshly built plugin `.so` files.
 
 pub mod client;
+pub mod nginx;
 mod origin;
 mod plugins;
 mod server;

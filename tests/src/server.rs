@@ -28,6 +28,7 @@ pub struct TsBuilder {
     port: Option<u16>,
     wrapper: Vec<String>,
     start_timeout: Duration,
+    ipv6: bool,
 }
 
 /// Why a start is retried: the manager's child keeps dying unheard.
@@ -110,6 +111,13 @@ impl TsBuilder {
     /// Run in this directory (emptied first) instead of a temp dir.
     pub fn root(mut self, dir: impl Into<PathBuf>) -> Self {
         self.root = Some(dir.into());
+        self
+    }
+
+    /// Also listen on [::1], the same port (reach it with
+    /// [`Conn::open_ipv6`](crate::client::Conn::open_ipv6)).
+    pub fn ipv6(mut self) -> Self {
+        self.ipv6 = true;
         self
     }
 
@@ -267,7 +275,11 @@ impl TsBuilder {
         let mut records: BTreeMap<String, String> = [
             (
                 "proxy.config.http.server_ports",
-                format!("STRING {port}:ip-in=127.0.0.1"),
+                if self.ipv6 {
+                    format!("STRING {port}:ip-in=127.0.0.1 {port}:ipv6:ip-in=[::1]")
+                } else {
+                    format!("STRING {port}:ip-in=127.0.0.1")
+                },
             ),
             ("proxy.config.admin.user_id", "STRING #-1".into()),
             ("proxy.config.crash_log_helper", "STRING NULL".into()),
@@ -397,6 +409,7 @@ impl TrafficServer {
             port: None,
             wrapper: Vec::new(),
             start_timeout: START_TIMEOUT,
+            ipv6: false,
         }
     }
 
