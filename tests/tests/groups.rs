@@ -211,8 +211,8 @@ fn a_reload_that_raises_the_limit_admits_waiters_at_once() {
     ts.reload_remap(&rule("a.test", &origin, "--limit=4"))
         .expect("reload");
     assert!(
-        wait_until(Duration::from_secs(1), || origin.in_flight() == 4),
-        "4 at the origin at once (the first has not ended) within 1 s of the reload; {} there",
+        wait_until(Duration::from_secs(3), || origin.in_flight() == 4),
+        "4 at the origin at once (the first, 6 s long, has not ended) within 3 s of the reload; {} there",
         origin.in_flight()
     );
     assert!(
@@ -302,8 +302,9 @@ fn touch(path: &std::path::Path) {
         .expect("mtime");
 }
 
-/// Holds 2 slots of a limit of 2 with 4 more waiting, replaces the .so file
-/// (a new mtime) and reloads; returns the most requests seen at the origin.
+/// Holds 2 slots of a limit of 2 with 2 more waiting (4 s each, so the old
+/// rule is busy for 8 s), replaces the .so file (a new mtime) and reloads;
+/// returns the most requests seen at the origin.
 fn replace_and_reload(pin: bool) -> (usize, String) {
     let origin = Origin::start();
     let so = private_copy(if pin { "pinned" } else { "unpinned" });

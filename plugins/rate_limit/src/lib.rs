@@ -179,7 +179,7 @@ impl Rule {
             key,
             outcome: AtomicU8::new(outcome as u8),
             held: Mutex::new(held),
-            wait: Mutex::new(wait),
+            wait: Mutex::new(wait.map(Box::new)),
             next: OnceLock::new(),
             decorating: AtomicBool::new(false),
         };
@@ -446,7 +446,7 @@ impl HookHandler for Hooks {
                 let Some((rule, wait)) = pending else {
                     return hook.resume();
                 };
-                hook.park(move |parked| park(rule, parked, wait))
+                hook.park(move |parked| park(rule, parked, *wait))
             }
             HookId::SendResponseHdr => {
                 decorate_response(txn, st);

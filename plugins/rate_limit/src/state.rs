@@ -110,9 +110,12 @@ pub(crate) struct TxnState {
     pub(crate) key: Option<u64>,
     pub(crate) outcome: AtomicU8,
     /// Slot held by this transaction (not with `--conntrack`).
+    /// Slot held by this transaction (not with `--conntrack`): set at
+    /// admission, or when a waiter is resumed (on its thread).
     pub(crate) held: Mutex<Option<Held>>,
     /// Set in DoRemap when the transaction must wait; taken at POST_REMAP.
-    pub(crate) wait: Mutex<Option<Wait>>,
+    /// Boxed: waits are the rare path, and a small state moves cheaply.
+    pub(crate) wait: Mutex<Option<Box<Wait>>>,
     /// The state of the next rate_limit entry on the same remap rule.
     pub(crate) next: OnceLock<Box<TxnState>>,
     /// SEND_RESPONSE_HDR is hooked (read on the chain's first state).
