@@ -7,6 +7,7 @@ pub mod admission;
 pub mod headers;
 pub mod key;
 pub mod options;
+pub mod peering;
 pub mod registry;
 pub mod tag;
 
