@@ -66,6 +66,9 @@ struct Shared {
     published: Mutex<(u64, u64)>,
 }
 
+/// A member's group name and its limiter, alive.
+type Live = Arc<Limiter<Queued>>;
+
 struct Member {
     group: Box<[u8]>,
     id: u64,
@@ -179,7 +182,7 @@ impl Shared {
     /// the counters.
     fn tick(&self) {
         let [sent, received, applied, rejected] = self.metrics;
-        let members: Vec<(Box<[u8]>, Arc<Limiter<Queued>>)> = self
+        let members: Vec<(Box<[u8]>, Live)> = self
             .members
             .lock()
             .iter()
