@@ -70,6 +70,9 @@ pub struct Limiter<W: Waiter, C: Clock = MonotonicClock> {
     waiting_queues: Mutex<HashMap<usize, Weak<Slots<W>>>>,
     /// Each key's bucket parameters (keyed).
     params: Option<LiveParams>,
+    /// Joins the peer exchange (`--peers`): keys carry their peer tag and
+    /// the hits not yet reported (see `peer.rs`).
+    peered: bool,
     clock: C,
 }
 
@@ -83,6 +86,8 @@ pub struct Keyed<W: Waiter> {
 struct KeyQueues<W: Waiter> {
     slots: Option<Arc<Slots<W>>>,
     budget: Option<Arc<Budget>>,
+    /// Peered limiters only: the key's tag and unreported hits.
+    peer: Option<PeerKey>,
 }
 
 impl<W: Waiter> Default for Keyed<W> {
@@ -100,6 +105,7 @@ impl<W: Waiter> Keyed<W> {
             Box::new(KeyQueues {
                 slots: None,
                 budget: None,
+                peer: None,
             })
         })
     }
@@ -133,6 +139,7 @@ impl<W: Waiter> KeyState for Keyed<W> {
                 .as_ref()
                 .is_some_and(|s| Arc::strong_count(s) > 1 || s.waiting() > 0)
                 || q.budget.as_ref().is_some_and(|b| Arc::strong_count(b) > 1)
+                || q.peer.as_ref().is_some_and(PeerKey::busy)
         })
     }
 }
@@ -274,6 +281,7 @@ impl<W: Waiter, C: Clock> Limiter<W, C> {
             keys: None,
             waiting_queues: Mutex::new(HashMap::new()),
             params: None,
+            peered: false,
             clock,
         }
     }
@@ -469,7 +477,10 @@ impl<W: Waiter, C: Clock> Limiter<W, C> {
         match (&self.keys, self.key_params(), key) {
             (Some(t), Some(p), Some(k)) => {
                 // A key evicted meanwhile was reset to full: nothing to give back.
-                let _ = t.get(k, |st| st.tat = p.refund(st.tat, now));
+                let _ = t.get(k, |st| {
+                    st.tat = p.refund(st.tat, now);
+                    st.unhit();
+                });
             }
             _ => {
                 if let Some(b) = &self.bucket {
@@ -492,15 +503,31 @@ impl<W: Waiter, C: Clock> Limiter<W, C> {
     /// refuses a request without one, and refuses when every key it holds
     /// is busy (the table is full of keys holding slots or waiters).
     pub fn admit(self: &Arc<Self>, key: Option<u64>) -> Admission<W, C> {
+        self.admit_tagged(key, &[])
+    }
+
+    /// [`admit`](Self::admit) for a peered limiter: `tag` is the key's peer
+    /// tag (whose hash is `key`), kept with the key for its reports. Other
+    /// limiters ignore it.
+    pub fn admit_tagged(self: &Arc<Self>, key: Option<u64>, tag: &[u8]) -> Admission<W, C> {
         match (&self.keys, key) {
             (None, _) => self.admit_rule(),
-            (Some(t), Some(k)) => self.admit_key(t, k),
+            (Some(t), Some(k)) => self.admit_key(t, k, tag),
             (Some(_), None) => Admission::Reject,
         }
     }
 
-    fn admit_key(self: &Arc<Self>, table: &KeyTable<Keyed<W>>, key: u64) -> Admission<W, C> {
+    fn admit_key(
+        self: &Arc<Self>,
+        table: &KeyTable<Keyed<W>>,
+        key: u64,
+        tag: &[u8],
+    ) -> Admission<W, C> {
         let now = self.clock.now();
+        let peered = self.peered;
+        if peered {
+            peer::set_now(now);
+        }
         let max_wait = self.max_wait();
         let (limit, queue) = (self.key_limit(), self.key_queue.load(Ordering::Relaxed));
         let params = self.key_params();
@@ -508,6 +535,7 @@ impl<W: Waiter, C: Clock> Limiter<W, C> {
         // its shard lock; slots are taken after, as for the rule-wide limiter.
         let grabbed = table.with(key, |st| {
             let mut taken_place = None;
+            let tat_before = st.tat;
             let rate = match params {
                 None => KeyRate::Go,
                 Some(p) => match p.reserve(st.tat, now, None) {
@@ -534,6 +562,12 @@ impl<W: Waiter, C: Clock> Limiter<W, C> {
                     _ => KeyRate::Reject,
                 },
             };
+            if peered && st.tat != tat_before {
+                if let Some(p) = params {
+                    // A token was taken: one hit for the next report.
+                    st.hit(tag, &p);
+                }
+            }
             let slots = match rate {
                 KeyRate::Reject => None,
                 _ => limit.map(|l| st.slots(l)),
@@ -721,5 +755,9 @@ impl<W: Waiter, C: Clock> Limiter<W, C> {
     }
 }
 
+mod peer;
 #[cfg(test)]
 mod tests;
+
+use peer::PeerKey;
+pub use peer::MAX_PEER_DEBT;

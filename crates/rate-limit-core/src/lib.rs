@@ -8,6 +8,7 @@ pub mod ctl;
 pub mod headers;
 pub mod key;
 pub mod options;
+pub mod peering;
 pub mod registry;
 pub mod tag;
 

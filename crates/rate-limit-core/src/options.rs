@@ -53,6 +53,9 @@ pub struct Options {
     pub key_missing: crate::key::Missing,
     /// `--group`: rules naming the same group share one limiter.
     pub group: Option<String>,
+    /// `--peers`/`--peer-group` and the other `--peer-…` options: the
+    /// limiter joins DThrottle's peer exchange (see `crate::peering`).
+    pub peer: Option<crate::peering::PeerOptions>,
     /// Accepted but probably unintended combinations, for the log.
     pub warnings: Vec<String>,
 }
@@ -70,7 +73,7 @@ impl fmt::Display for OptionError {
 impl std::error::Error for OptionError {}
 
 // The option comes first: ATS keeps only ~1 KB of a diagnostic.
-fn invalid(name: &str, value: &str, allowed: &str) -> OptionError {
+pub(crate) fn invalid(name: &str, value: &str, allowed: &str) -> OptionError {
     OptionError(format!(
         "--{name} has an invalid value {}: allowed {allowed}",
         quote(value)
@@ -97,6 +100,12 @@ const OPTIONS: &[(&str, bool)] = &[
     ("trusted-proxies", true),
     ("forwarded-header", true),
     ("group", true),
+    ("peers", true),
+    ("peer-group", true),
+    ("peer-listen", true),
+    ("peer-period", true),
+    ("peer-secret-file", true),
+    ("peer-max-tags", true),
 ];
 
 /// Longest `--group` name.
@@ -149,8 +158,10 @@ impl Options {
             keys: DEFAULT_KEYS,
             key_missing: crate::key::Missing::Shared,
             group: None,
+            peer: None,
             warnings: Vec::new(),
         };
+        let mut peer_raw: Vec<(&'static str, String)> = Vec::new();
         let mut burst = None;
         let mut tag = None;
         let (mut sources, mut prefix, mut trusted) = (None, None, None);
@@ -309,6 +320,7 @@ impl Options {
                     }
                     o.group = Some(value.to_owned());
                 }
+                n if crate::peering::NAMES.contains(&n) => peer_raw.push((n, value.to_owned())),
                 _ => unreachable!("every name in OPTIONS is handled"),
             }
         }
@@ -402,6 +414,12 @@ impl Options {
                 }
             }
         }
+        o.peer = crate::peering::parse(
+            &peer_raw,
+            o.key.is_some(),
+            o.rate.is_some(),
+            o.group.as_deref(),
+        )?;
         if o.queue == 0 {
             if o.maxage_ms > 0 {
                 o.warnings
@@ -457,6 +475,10 @@ impl Options {
                 "forwarded-header",
                 key.map_or_else(none, |k| format!("{:?}", k.forwarded)),
             ),
+            (
+                "peers",
+                self.peer.as_ref().map_or_else(none, |p| p.describe()),
+            ),
         ]
     }
 
@@ -491,7 +513,11 @@ impl Options {
             self.conntrack,
             self.group
                 .as_ref()
-                .map_or(String::new(), |g| format!(" group={g}")),
+                .map_or(String::new(), |g| format!(" group={g}"))
+                + &self
+                    .peer
+                    .as_ref()
+                    .map_or(String::new(), |p| format!(" peers={}", p.describe())),
             self.prefix,
             self.tag
         )
@@ -658,12 +684,13 @@ mod tests {
         }
         let e = err(&[&format!("--{}", "x".repeat(10240))]);
         assert!(
-            e.starts_with("unknown option '--xxx") && e.len() < 400,
+            // The known options are listed; well within ATS's ~1 KB.
+            e.starts_with("unknown option '--xxx") && e.len() < 512,
             "{e}"
         );
         let e = err(&[&digits]);
         assert!(
-            e.starts_with("unexpected argument '999") && e.len() < 400,
+            e.starts_with("unexpected argument '999") && e.len() < 512,
             "{e}"
         );
     }

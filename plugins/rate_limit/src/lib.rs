@@ -19,6 +19,7 @@
 #![forbid(unsafe_code)]
 
 mod ctl;
+mod peers;
 mod queue;
 mod state;
 
@@ -91,6 +92,7 @@ impl Rule {
             let id = Registry::<Limiter<Queued>>::identity(&opts, from, to, place);
             (reg.join(&id, &opts, from, new_limiter)?, place > 1)
         };
+        peers::join(&opts, &limiter)?;
         let metrics = Metrics::new(&opts);
         Ok(Rule {
             _key_metrics: key_metrics(&limiter, &metrics),
@@ -132,7 +134,16 @@ impl Rule {
         };
         let found = KEY_BYTES.with(|buf| {
             let mut buf = buf.borrow_mut();
-            spec.key(&view, &mut buf).then(|| table.hash(&buf))
+            if !spec.key(&view, &mut buf) {
+                // Empty: the shared key's peer tag (never exchanged).
+                buf.clear();
+                return None;
+            }
+            if self.opts.peer.is_some() {
+                // Peers name keys by their tag: the table hashes that.
+                rate_limit_core::peering::to_peer_tag(spec, &mut buf);
+            }
+            Some(table.hash(&buf))
         });
         match (found, self.opts.key_missing) {
             (Some(k), _) => ClientKey::Key(k),
@@ -302,7 +313,9 @@ impl RemapPlugin for Rule {
                 return RemapStatus::NoRemap;
             }
         };
-        match self.limiter.admit(key) {
+        // A peered limiter keeps the key's tag (left in KEY_BYTES by client_key).
+        let admission = KEY_BYTES.with(|tag| self.limiter.admit_tagged(key, &tag.borrow()));
+        match admission {
             Admission::Go(permit) => {
                 let held = permit.map(|p| Held::new(p, self));
                 bump(self.metrics.admitted, 1);
@@ -488,6 +501,7 @@ fn decorate_response(txn: Txn<'_>, head: &TxnState) {
 fn new_limiter(o: &Options) -> Arc<Limiter<Queued>> {
     let limits = Limits::of(o);
     match o.key {
+        Some(_) if o.peer.is_some() => Limiter::peered(limits, o.keys, MonotonicClock),
         Some(_) => Limiter::keyed(limits, o.keys, MonotonicClock),
         None => Limiter::new(limits, MonotonicClock),
     }

@@ -1,0 +1,189 @@
+//! A keyed limiter in DThrottle's peer exchange (`--peers`, issue 13).
+//!
+//! **How a peer's hits reach a key.** A keyed limiter's bucket is GCRA: one
+//! theoretical arrival time (TAT) per key. `h` hits served by a peer advance
+//! the key's TAT by `h` emission intervals (from `now` if the bucket had
+//! refilled), exactly as `h` local requests would. A TAT beyond
+//! `now + burst·interval` is a bucket below zero: that is DThrottle's debt,
+//! and it needs no new state. This is the same arithmetic as
+//! `crates/dthrottle` (its buckets are GCRA TATs too), so that crate's bound
+//! and convergence tests describe this path; but the admission core stays
+//! one (waits, slots, refunds, live rate changes and RateLimit fields work
+//! unchanged on peered rules), and the request path only adds a hit count.
+//! Debt is capped at [`MAX_PEER_DEBT`] ahead of now, so a TAT cannot
+//! overflow whatever peers report.
+//!
+//! **Identity.** Peers must name a key the same way, and our table's hashes
+//! are seeded randomly per limiter, so reports carry the key's peer tag
+//! (`crate::peering::to_peer_tag`): its text for one-source keys (what
+//! `dthrottled` clients send), bounded to 255 bytes. A peered limiter's
+//! table is keyed by the hash of that tag, so a received tag finds its key
+//! with one lookup.
+//!
+//! **Eviction.** A key with unreported hits (its peers have not heard of
+//! them) or in debt (forgetting it would hand the client a fresh burst) is
+//! busy and never evicted, as in `crates/dthrottle`.
+
+use std::cell::Cell;
+
+use dthrottle::Report;
+use limits::{Clock, GcraParams, Nanos, Waiter, NANOS_PER_SEC};
+
+use super::{Keyed, Limiter, LiveParams};
+use crate::Limits;
+use keyed::KeyTable;
+
+/// Most debt a peer's report can put on a key: one day of the bucket's
+/// time ahead of now. Far above any honest report (a period's hits), and
+/// it keeps TAT arithmetic away from `u64::MAX`.
+pub const MAX_PEER_DEBT: Nanos = 86_400 * NANOS_PER_SEC;
+
+thread_local! {
+    /// The time of the table call this thread is in: `KeyState::busy` has
+    /// no clock, and eviction scans run inside that call on this thread.
+    /// A stale value is older, which only keeps keys longer.
+    static NOW: Cell<Nanos> = const { Cell::new(0) };
+}
+
+pub(super) fn set_now(now: Nanos) {
+    NOW.with(|n| n.set(now));
+}
+
+/// A peered key's tag and the hits served here since the last report.
+pub(super) struct PeerKey {
+    tag: Box<[u8]>,
+    hits: u32,
+    /// Until when the bucket is below zero (0: not in debt).
+    debt_until: Nanos,
+}
+
+impl PeerKey {
+    pub(super) fn busy(&self) -> bool {
+        self.hits > 0 || self.debt_until > NOW.with(Cell::get)
+    }
+}
+
+impl<W: Waiter> Keyed<W> {
+    fn peer(&mut self, tag: &[u8], params: &GcraParams) -> &mut PeerKey {
+        let span = params.interval().saturating_mul(u64::from(params.burst()));
+        let debt_until = self.tat.saturating_sub(span);
+        let p = self.queues().peer.get_or_insert_with(|| PeerKey {
+            tag: tag.into(),
+            hits: 0,
+            debt_until: 0,
+        });
+        p.debt_until = debt_until;
+        p
+    }
+
+    /// A token was taken here for a request of `tag`.
+    pub(super) fn hit(&mut self, tag: &[u8], params: &GcraParams) {
+        let p = self.peer(tag, params);
+        p.hits = p.hits.saturating_add(1);
+    }
+
+    /// A token was given back: the hit is not reported (if it already was,
+    /// peers keep one hit too many, which errs towards limiting).
+    pub(super) fn unhit(&mut self) {
+        if let Some(p) = self.queues.as_mut().and_then(|q| q.peer.as_mut()) {
+            p.hits = p.hits.saturating_sub(1);
+        }
+    }
+}
+
+impl<W: Waiter, C: Clock> Limiter<W, C> {
+    /// A keyed limiter that joins the peer exchange: its table is keyed by
+    /// peer tags ([`Limiter::admit_tagged`]), and it reports and takes hits.
+    pub fn peered(limits: Limits, keys: usize, clock: C) -> std::sync::Arc<Self> {
+        std::sync::Arc::new(Limiter {
+            keys: Some(KeyTable::new(keys)),
+            params: limits
+                .rate
+                .map(|(r, b)| LiveParams::new(GcraParams::per_second(r, b))),
+            peered: true,
+            ..Limiter::base(limits, clock)
+        })
+    }
+
+    pub fn is_peered(&self) -> bool {
+        self.peered
+    }
+
+    /// Takes `hits` tokens from `tag`'s bucket, served by a peer (the bucket
+    /// may go below zero, down to [`MAX_PEER_DEBT`]). A tag not held is
+    /// added. False if nothing was applied: not a peered rate limiter, no
+    /// hits, or no room for the tag (every key of its shard is busy).
+    pub fn apply_peer(&self, tag: &[u8], hits: u32) -> bool {
+        let (Some(table), Some(params)) = (&self.keys, self.key_params()) else {
+            return false;
+        };
+        if !self.peered || hits == 0 || tag.is_empty() {
+            return false;
+        }
+        let now = self.clock.now();
+        set_now(now);
+        let debt = params.interval().saturating_mul(u64::from(hits));
+        let cap = now.saturating_add(MAX_PEER_DEBT);
+        table
+            .with(table.hash(tag), |st| {
+                st.tat = st.tat.max(now).saturating_add(debt).min(cap).max(st.tat);
+                st.peer(tag, &params);
+            })
+            .is_ok()
+    }
+
+    /// The hits served here since the last report, heaviest first, at most
+    /// `max_tags` of them (the rest counted as dropped), and resets them.
+    /// Visits every key (one shard lock at a time): once per period.
+    pub fn peer_report(&self, max_tags: usize) -> Report {
+        let mut report = Report::default();
+        let Some(table) = &self.keys else {
+            return report;
+        };
+        set_now(self.clock.now());
+        let mut seen: Vec<(u64, Box<[u8]>, u32)> = Vec::new();
+        table.for_each(|key, st| {
+            if let Some(p) = st.queues.as_ref().and_then(|q| q.peer.as_ref()) {
+                if p.hits > 0 {
+                    seen.push((key, p.tag.clone(), p.hits));
+                }
+            }
+        });
+        for (key, _, hits) in &seen {
+            // Subtract what is reported: hits served since the scan stay.
+            table.get(*key, |st| {
+                if let Some(p) = st.queues.as_mut().and_then(|q| q.peer.as_mut()) {
+                    p.hits = p.hits.saturating_sub(*hits);
+                }
+            });
+        }
+        let mut entries: Vec<(Box<[u8]>, u32)> =
+            seen.into_iter().map(|(_, tag, hits)| (tag, hits)).collect();
+        entries.sort_unstable_by(|a, b| b.1.cmp(&a.1).then_with(|| a.0.cmp(&b.0)));
+        if entries.len() > max_tags {
+            for (_, hits) in entries.drain(max_tags..) {
+                report.dropped_tags += 1;
+                report.dropped_hits += u64::from(hits);
+            }
+        }
+        // Hits of requests without a key (`--key-missing=shared`, empty tag)
+        // are never exchanged.
+        entries.retain(|(tag, _)| !tag.is_empty());
+        report.entries = entries;
+        report
+    }
+
+    /// Tokens in `tag`'s bucket now (negative: debt); `None` if not held.
+    pub fn peer_level(&self, tag: &[u8]) -> Option<f64> {
+        let (table, params) = (self.keys.as_ref()?, self.key_params()?);
+        let now = self.clock.now();
+        table.get(table.hash(tag), |st| {
+            let ahead = st.tat.saturating_sub(now) as f64 / params.interval() as f64;
+            f64::from(params.burst()) - ahead
+        })
+    }
+}
+
+#[cfg(test)]
+#[path = "peer_tests.rs"]
+mod tests;

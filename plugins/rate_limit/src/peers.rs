@@ -1,0 +1,236 @@
+//! DThrottle's peer exchange for keyed rate limits (`--peers`, issue 13).
+//!
+//! One UDP socket and one background thread per process (crates/peer's
+//! `Transport`), shared by every peered limiter: each exchanges under its
+//! `--group` name. The thread only does socket I/O, HMAC and parsing; it
+//! never calls the TS API. A periodic task on ATS's task pool ([`TICK`])
+//! drains the peers' datagrams from its bounded queue and applies their hits
+//! to the named limiters, sends each limiter's report when its
+//! `--peer-period` is due, and updates the metrics (only ever from there).
+//!
+//! The socket's settings (`--peer-listen`, `--peers`/`--peer-group`,
+//! `--peer-secret-file`) come from the first peered rule loaded; every later
+//! rule must name the same ones (a different one fails the rule, naming the
+//! option): changing them needs a restart. If the socket cannot be opened,
+//! the error is logged and the rules limit locally (the task still resets
+//! their hit counts, so keys do not stay busy).
+
+use std::net::IpAddr;
+use std::path::PathBuf;
+use std::sync::{Arc, LazyLock, Weak};
+use std::time::{Duration, Instant};
+
+use ats::sched::{Periodic, Pool};
+use ats::stats::Stat;
+use parking_lot::Mutex;
+use rate_limit_core::peering::PeerOptions;
+use rate_limit_core::{Limiter, Options};
+
+use crate::queue::Queued;
+use crate::state::bump;
+
+/// How often received reports are applied and due reports sent: adds at
+/// most this to the exchange's delay d.
+const TICK: Duration = Duration::from_millis(10);
+/// Most datagrams applied per tick (the queue holds [`INBOUND`]).
+const MAX_PER_TICK: usize = 1024;
+const INBOUND: usize = 4096;
+const OUTBOUND: usize = 64;
+/// Largest clock difference between peers, and replay state lifetime.
+const REPLAY_WINDOW_MS: u64 = 10_000;
+
+/// The process-wide metrics, `plugin.rate_limiter.<name>`: one socket serves
+/// every peered rule, and a rejected datagram belongs to none.
+const METRICS: [&str; 4] = [
+    "peer_reports_sent",
+    "peer_reports_received",
+    "peer_hits_applied",
+    "peer_rejected",
+];
+
+static EXCHANGE: LazyLock<Mutex<Option<Exchange>>> = LazyLock::new(Mutex::default);
+
+struct Exchange {
+    /// The socket's settings, as `(option, value)`, for agreement checks.
+    socket: Vec<(&'static str, String)>,
+    shared: Arc<Shared>,
+    /// Never stopped: the exchange lives as long as the process.
+    _task: Periodic,
+}
+
+struct Shared {
+    transport: Option<peer::Transport>,
+    members: Mutex<Vec<Member>>,
+    metrics: [Option<Stat>; 4],
+    /// Transport counters already published (reports sent, rejected).
+    published: Mutex<(u64, u64)>,
+}
+
+/// A member's group name and its limiter, alive.
+type Live = Arc<Limiter<Queued>>;
+
+struct Member {
+    group: Box<[u8]>,
+    id: u64,
+    limiter: Weak<Limiter<Queued>>,
+    period: Duration,
+    max_tags: usize,
+    next: Instant,
+}
+
+/// Adds a peered rule's limiter to the exchange, starting the exchange with
+/// the first one.
+pub(crate) fn join(opts: &Options, limiter: &Arc<Limiter<Queued>>) -> Result<(), String> {
+    let (Some(p), Some(group)) = (&opts.peer, &opts.group) else {
+        return Ok(());
+    };
+    let mut ex = EXCHANGE.lock();
+    let socket = p.socket_options();
+    match ex.as_ref() {
+        Some(e) => {
+            if let Some(((name, mine), (_, theirs))) =
+                socket.iter().zip(&e.socket).find(|((_, a), (_, b))| a != b)
+            {
+                return Err(format!(
+                    "--{name}={mine} differs from --{name}={theirs} of the running peer exchange: \
+                     one socket serves every rule of the process; restart traffic_server to change it"
+                ));
+            }
+        }
+        None => *ex = Some(start(p, socket)?),
+    }
+    let Some(e) = ex.as_ref() else {
+        return Ok(());
+    };
+    let mut members = e.shared.members.lock();
+    members.retain(|m| m.limiter.strong_count() > 0);
+    if !members.iter().any(|m| m.id == limiter.id()) {
+        let period = Duration::from_millis(p.period_ms);
+        members.push(Member {
+            group: group.as_bytes().into(),
+            id: limiter.id(),
+            limiter: Arc::downgrade(limiter),
+            period,
+            max_tags: p.max_tags,
+            next: Instant::now() + period,
+        });
+    }
+    Ok(())
+}
+
+fn start(p: &PeerOptions, socket: Vec<(&'static str, String)>) -> Result<Exchange, String> {
+    let path = PathBuf::from(&p.secret_file);
+    let path = if path.is_absolute() {
+        path
+    } else {
+        ats::config_dir().join(path)
+    };
+    let key = peer::Key::from_file(&path).map_err(|e| format!("--peer-secret-file: {e}"))?;
+    // Unicast: only the peers' addresses may send (the MAC applies anyway).
+    let allowed: Vec<IpAddr> = p.peers.iter().map(|a| a.ip()).collect();
+    let transport = peer::Transport::start(peer::Config {
+        listen: p.listen,
+        peers: p.peers.clone(),
+        group: p.group,
+        multicast_interface: std::net::Ipv4Addr::UNSPECIFIED,
+        multicast_ttl: 1,
+        key,
+        policy: peer::Policy {
+            allowed,
+            window_ms: REPLAY_WINDOW_MS,
+            max_senders: 1024,
+        },
+        inbound_capacity: INBOUND,
+        outbound_capacity: OUTBOUND,
+    });
+    let transport = match transport {
+        Ok(t) => {
+            log::info!(
+                "peer exchange on {} (sender id {:016x})",
+                t.local_addr(),
+                t.id()
+            );
+            Some(t)
+        }
+        Err(e) => {
+            log::error!("peer exchange disabled, limiting locally: {e}");
+            None
+        }
+    };
+    let metrics = METRICS.map(|m| {
+        Stat::find_or_create(&format!("{}.{m}", rate_limit_core::options::DEFAULT_PREFIX))
+            .map_err(|e| log::error!("{e}"))
+            .ok()
+    });
+    let shared = Arc::new(Shared {
+        transport,
+        members: Mutex::new(Vec::new()),
+        metrics,
+        published: Mutex::new((0, 0)),
+    });
+    let s = shared.clone();
+    let task = Periodic::start(TICK, Pool::Task, move || s.tick())?;
+    Ok(Exchange {
+        socket,
+        shared,
+        _task: task,
+    })
+}
+
+impl Shared {
+    /// On an ATS task thread: apply what arrived, send what is due, publish
+    /// the counters.
+    fn tick(&self) {
+        let [sent, received, applied, rejected] = self.metrics;
+        let members: Vec<(Box<[u8]>, Live)> = self
+            .members
+            .lock()
+            .iter()
+            .filter_map(|m| m.limiter.upgrade().map(|l| (m.group.clone(), l)))
+            .collect();
+        if let Some(t) = &self.transport {
+            let (mut datagrams, mut hits) = (0i64, 0i64);
+            for _ in 0..MAX_PER_TICK {
+                let Some(dg) = t.recv() else { break };
+                let mut ours = false;
+                for (_, l) in members.iter().filter(|(g, _)| *g == dg.group) {
+                    ours = true;
+                    for (tag, h) in &dg.entries {
+                        if l.apply_peer(tag, *h) {
+                            hits += i64::from(*h);
+                        }
+                    }
+                }
+                datagrams += i64::from(ours);
+            }
+            bump(received, datagrams);
+            bump(applied, hits);
+        }
+        let now = Instant::now();
+        let mut due = Vec::new();
+        for m in self.members.lock().iter_mut() {
+            if now >= m.next {
+                m.next = (m.next + m.period).max(now);
+                due.push((m.group.clone(), m.limiter.clone(), m.max_tags));
+            }
+        }
+        for (group, limiter, max_tags) in due {
+            let Some(l) = limiter.upgrade() else { continue };
+            let report = l.peer_report(max_tags);
+            if let (Some(t), false) = (&self.transport, report.entries.is_empty()) {
+                t.send(peer::Outgoing {
+                    group,
+                    entries: report.entries,
+                });
+            }
+        }
+        if let Some(t) = &self.transport {
+            let s = t.stats();
+            let (reports, refused) = (s.reports_sent, s.rejected() + s.bad());
+            let mut last = self.published.lock();
+            bump(sent, reports.saturating_sub(last.0) as i64);
+            bump(rejected, refused.saturating_sub(last.1) as i64);
+            *last = (reports, refused);
+        }
+    }
+}
