@@ -194,25 +194,18 @@ fn a_reload_that_raises_the_limit_admits_waiters_at_once() {
         .with_manager()
         .start()
         .expect("start");
-    let port = ts.port();
-    let load = thread::spawn(move || {
-        client::burst(4, move |i| {
-            client::get(
-                port,
-                "a.test",
-                &format!("/w{i}"),
-                &[("X-Origin-Delay", "3000")],
-            )
-        })
-    });
-    assert!(wait_until(Duration::from_secs(2), || origin.in_flight() == 1));
+    // Each request stays 30 s at the origin: longer than any reload takes
+    // (traffic_manager has been seen to take 6 s on a loaded machine), so
+    // "4 at once" can only mean the 3 waiters were admitted by the reload.
+    let load = slow_requests(ts.port(), "a.test", 4, 30_000);
+    assert!(wait_until(Duration::from_secs(3), || origin.in_flight() == 1));
     thread::sleep(Duration::from_millis(200));
     assert_eq!(origin.in_flight(), 1, "1 at the origin, 3 waiting");
     ts.reload_remap(&rule("a.test", &origin, "--limit=4"))
         .expect("reload");
     assert!(
-        wait_until(Duration::from_secs(3), || origin.in_flight() == 4),
-        "4 at the origin at once (the first, 6 s long, has not ended) within 3 s of the reload; {} there",
+        wait_until(Duration::from_secs(5), || origin.in_flight() == 4),
+        "4 at the origin at once within 5 s of the reload; {} there",
         origin.in_flight()
     );
     assert!(
@@ -220,10 +213,32 @@ fn a_reload_that_raises_the_limit_admits_waiters_at_once() {
         "{}",
         ts.diags()
     );
-    assert_eq!(
-        counts(&load.join().expect("load")),
-        BTreeMap::from([(200, 4)])
+    // Stopping traffic_server ends the clients' waits.
+    drop(ts);
+    let statuses = load.join().expect("load");
+    assert!(
+        !statuses.contains_key(&429),
+        "nobody was refused: {statuses:?}"
     );
+}
+
+/// `n` requests at once, each held `ms` at the origin, in the background.
+fn slow_requests(
+    port: u16,
+    host: &'static str,
+    n: usize,
+    ms: u64,
+) -> thread::JoinHandle<BTreeMap<u16, usize>> {
+    thread::spawn(move || {
+        counts(&client::burst(n, move |i| {
+            client::get(
+                port,
+                host,
+                &format!("/slow{i}"),
+                &[("X-Origin-Delay", &ms.to_string())],
+            )
+        }))
+    })
 }
 
 #[test]
@@ -302,9 +317,10 @@ fn touch(path: &std::path::Path) {
         .expect("mtime");
 }
 
-/// Holds 2 slots of a limit of 2 with 2 more waiting (4 s each, so the old
-/// rule is busy for 8 s), replaces the .so file (a new mtime) and reloads;
-/// returns the most requests seen at the origin.
+/// Holds the 2 slots of a group's limit of 2 with 2 more waiting (each
+/// request 30 s at the origin, so the old rule stays busy however long the
+/// reload takes), replaces the .so file (a new mtime), reloads, and sends 2
+/// new requests. Returns the most requests seen at the origin at once.
 fn replace_and_reload(pin: bool) -> (usize, String) {
     let origin = Origin::start();
     let so = private_copy(if pin { "pinned" } else { "unpinned" });
@@ -320,36 +336,22 @@ fn replace_and_reload(pin: bool) -> (usize, String) {
         b = b.plugin_config(format!("{}\n", so.display()));
     }
     let ts = b.start().expect("start");
-    let port = ts.port();
-    let load = thread::spawn(move || {
-        client::burst(6, move |i| {
-            client::get(
-                port,
-                "a.test",
-                &format!("/p{i}"),
-                &[("X-Origin-Delay", "1500")],
-            )
-        })
-    });
+    let old = slow_requests(ts.port(), "a.test", 4, 30_000);
     assert!(wait_until(Duration::from_secs(3), || origin.in_flight() == 2));
     touch(&so);
     ts.reload_remap(&line(2)).expect("reload");
-    // New requests after the reload go to the new rule.
-    let after = client::burst(2, move |i| {
-        client::get(
-            port,
-            "a.test",
-            &format!("/n{i}"),
-            &[("X-Origin-Delay", "200")],
-        )
-    });
-    assert_eq!(counts(&after), BTreeMap::from([(200, 2)]));
-    assert_eq!(
-        counts(&load.join().expect("load")),
-        BTreeMap::from([(200, 6)])
-    );
+    // New requests go to the reloaded rule: pinned, they queue behind the
+    // old ones in the one group; unpinned, a fresh group admits them.
+    let new = slow_requests(ts.port(), "a.test", 2, 30_000);
+    wait_until(Duration::from_secs(3), || origin.in_flight() > 2);
+    let (max, diags) = (origin.max_in_flight(), ts.diags());
+    drop(ts);
+    for t in [old, new] {
+        let statuses = t.join().expect("clients");
+        assert!(!statuses.contains_key(&429), "nobody refused: {statuses:?}");
+    }
     let _ = std::fs::remove_dir_all(so.parent().expect("dir"));
-    (origin.max_in_flight(), ts.diags())
+    (max, diags)
 }
 
 #[test]
@@ -362,4 +364,44 @@ fn a_plugin_config_line_pins_one_copy_so_a_replaced_file_keeps_the_count() {
     // what the README's advice prevents.
     let (max, _) = replace_and_reload(false);
     assert!(max > 2, "an unpinned replaced copy starts at 0 (max {max})");
+}
+
+#[test]
+fn several_entries_wait_for_one_entry_at_most_and_never_while_holding() {
+    let origin = Origin::start();
+    let so = plugin("rate_limit");
+    let remap = format!(
+        // Two concurrency entries with queues: a request that waits for the
+        // first may not also wait for (or hold) the second.
+        "map http://ab.test/ {o} @plugin={so} @pparam=--group=ga @pparam=--limit=1 @pparam=--queue=5 \
+         @plugin={so} @pparam=--group=gb @pparam=--limit=1 @pparam=--queue=5\n\
+         map http://ba.test/ {o} @plugin={so} @pparam=--group=gb @pparam=--limit=1 @pparam=--queue=5 \
+         @plugin={so} @pparam=--group=ga @pparam=--limit=1 @pparam=--queue=5\n\
+         map http://rq.test/ {o} @plugin={so} @pparam=--key=ip @pparam=--rate=100 @pparam=--queue=0 \
+         @plugin={so} @pparam=--limit=1 @pparam=--queue=5\n",
+        o = origin.url()
+    );
+    let ts = TrafficServer::builder()
+        .remap(remap)
+        .start()
+        .expect("start");
+    // A holds ga and gb; B (same order) waits for ga and is refused by gb
+    // rather than waiting for both; C (the other order) waits for gb and is
+    // refused by ga. Without the rule, B holding ga (after A) while waiting
+    // for gb, and C holding gb while waiting for ga, could deadlock.
+    let a = slow_requests(ts.port(), "ab.test", 1, 1500);
+    assert!(wait_until(Duration::from_secs(3), || origin.in_flight() == 1));
+    let b = client::get(ts.port(), "ab.test", "/b", &[]).expect("b");
+    let c = client::get(ts.port(), "ba.test", "/c", &[]).expect("c");
+    assert_eq!((b.status, c.status), (429, 429));
+    assert_eq!(counts_of(a), BTreeMap::from([(200, 1)]));
+    // A rate entry that never holds a slot does not stop the second entry's queue.
+    origin.reset_max_in_flight();
+    let queued = slow_requests(ts.port(), "rq.test", 3, 300);
+    assert_eq!(counts_of(queued), BTreeMap::from([(200, 3)]));
+    assert_eq!(origin.max_in_flight(), 1);
+}
+
+fn counts_of(t: thread::JoinHandle<BTreeMap<u16, usize>>) -> BTreeMap<u16, usize> {
+    t.join().expect("clients")
 }

@@ -529,8 +529,11 @@ impl<W: Waiter, C: Clock> Limiter<W, C> {
             peer::set_now(now);
         }
         let max_wait = self.max_wait();
-        let (limit, queue) = (self.key_limit(), self.key_queue.load(Ordering::Relaxed));
         let params = self.key_params();
+        // Read under the key's shard lock, never before it: `reconfigure`
+        // stores new values and then visits every shard under its lock, so
+        // a key created meanwhile gets the new values or is visited.
+        let queue = || self.key_queue.load(Ordering::Relaxed);
         // The key's bucket, and clones of its slots and queue places, under
         // its shard lock; slots are taken after, as for the rule-wide limiter.
         let grabbed = table.with(key, |st| {
@@ -543,7 +546,7 @@ impl<W: Waiter, C: Clock> Limiter<W, C> {
                         st.tat = next;
                         KeyRate::Go
                     }
-                    (Reservation::Denied(wait), _) if wait <= max_wait => match st.place(queue) {
+                    (Reservation::Denied(wait), _) if wait <= max_wait => match st.place(queue()) {
                         None => KeyRate::Reject,
                         Some(token) => match p.reserve(st.tat, now, Some(max_wait)) {
                             (Reservation::Now, next) => {
@@ -570,7 +573,7 @@ impl<W: Waiter, C: Clock> Limiter<W, C> {
             }
             let slots = match rate {
                 KeyRate::Reject => None,
-                _ => limit.map(|l| st.slots(l)),
+                _ => self.key_limit().map(|l| st.slots(l)),
             };
             KeyGrab {
                 rate,
@@ -611,7 +614,7 @@ impl<W: Waiter, C: Clock> Limiter<W, C> {
                 }
                 let place = g
                     .place
-                    .or_else(|| table.get(key, |st| st.place(queue)).flatten());
+                    .or_else(|| table.get(key, |st| st.place(queue())).flatten());
                 match place {
                     Some(place) => Admission::Wait(Wait {
                         place,
@@ -687,7 +690,8 @@ impl<W: Waiter, C: Clock> Limiter<W, C> {
         let slots = match (&self.keys, key, self.key_limit()) {
             (Some(_), _, None) => None,
             (Some(t), Some(k), Some(l)) => {
-                let s = t.with(k, |st| st.slots(l));
+                // The limit is read again under the shard lock (see admit_key).
+                let s = t.with(k, |st| st.slots(self.key_limit().unwrap_or(l)));
                 match s {
                     Ok(s) => Some(s),
                     // Cannot happen while the waiter's queue place pins the

@@ -154,6 +154,31 @@ impl Rule {
         }
     }
 
+    /// Several entries on one rule: a transaction never waits for one
+    /// entry's slot while it holds or waits for another's, so rules that
+    /// list shared groups in different orders cannot deadlock. A decision
+    /// that would do so is a refusal (what it took is given back).
+    fn no_hold_and_wait(
+        &self,
+        head: Option<&TxnState>,
+        admission: Admission<Queued>,
+    ) -> Admission<Queued> {
+        let Some(head) = head else { return admission };
+        let slot_wait = |s: &TxnState| s.rule.opts.limit.is_some() && s.wait.lock().is_some();
+        match admission {
+            Admission::Go(Some(_)) if head.chain().any(slot_wait) => Admission::Reject,
+            Admission::Wait(_)
+                if self.opts.limit.is_some()
+                    && head
+                        .chain()
+                        .any(|s| s.held.lock().is_some() || slot_wait(s)) =>
+            {
+                Admission::Reject
+            }
+            other => other,
+        }
+    }
+
     /// Lets `top` show the client's key (just built in `KEY_BYTES`).
     fn note_name(&self, key: Option<u64>) {
         if let Some(k) = key {
@@ -315,6 +340,11 @@ impl RemapPlugin for Rule {
         };
         // A peered limiter keeps the key's tag (left in KEY_BYTES by client_key).
         let admission = KEY_BYTES.with(|tag| self.limiter.admit_tagged(key, &tag.borrow()));
+        let admission = if self.chained {
+            self.no_hold_and_wait(g.txn.get(txn), admission)
+        } else {
+            admission
+        };
         match admission {
             Admission::Go(permit) => {
                 let held = permit.map(|p| Held::new(p, self));

@@ -157,8 +157,14 @@ impl<W: Waiter, C: Clock> Limiter<W, C> {
                 }
             });
         }
-        let mut entries: Vec<(Box<[u8]>, u32)> =
-            seen.into_iter().map(|(_, tag, hits)| (tag, hits)).collect();
+        // Hits of requests without a key (`--key-missing=shared`, empty tag)
+        // are never exchanged; left out before the cap, so they never push
+        // a real tag out.
+        let mut entries: Vec<(Box<[u8]>, u32)> = seen
+            .into_iter()
+            .filter(|(_, tag, _)| !tag.is_empty())
+            .map(|(_, tag, hits)| (tag, hits))
+            .collect();
         entries.sort_unstable_by(|a, b| b.1.cmp(&a.1).then_with(|| a.0.cmp(&b.0)));
         if entries.len() > max_tags {
             for (_, hits) in entries.drain(max_tags..) {
@@ -166,9 +172,6 @@ impl<W: Waiter, C: Clock> Limiter<W, C> {
                 report.dropped_hits += u64::from(hits);
             }
         }
-        // Hits of requests without a key (`--key-missing=shared`, empty tag)
-        // are never exchanged.
-        entries.retain(|(tag, _)| !tag.is_empty());
         report.entries = entries;
         report
     }
