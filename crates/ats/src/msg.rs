@@ -160,9 +160,7 @@ pub fn serve<C: Commands>(plugin: &'static str, commands: C) {
         let log = match TextLog::create(&format!("{plugin}_ctl"), false) {
             Ok(l) => Some(l),
             Err(e) => {
-                log::error!(
-                    "{e}: traffic_ctl plugin msg {plugin} answers go to diags.log only"
-                );
+                log::error!("{e}: traffic_ctl plugin msg {plugin} answers go to diags.log only");
                 None
             }
         };
@@ -220,10 +218,7 @@ impl<C: Commands> Desk<C> {
                 body["command"] = json!(text);
                 body["ok"] = json!(true);
                 self.write(&body);
-                log::info!(
-                    "ctl {verb}: {summary} (answer in {}_ctl.log)",
-                    self.plugin
-                );
+                log::info!("ctl {verb}: {summary} (answer in {}_ctl.log)", self.plugin);
             }
             Err(e) => self.error(text, &e),
         }

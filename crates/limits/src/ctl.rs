@@ -20,11 +20,7 @@ pub struct Words<'a> {
 
 /// The words of a message for `plugin`; `None` if the tag is not
 /// `plugin` or `plugin.VERB`. Data is bytes (hostile): bounded, UTF-8.
-pub fn words<'a>(
-    plugin: &str,
-    tag: &'a str,
-    data: &'a [u8],
-) -> Option<Result<Words<'a>, String>> {
+pub fn words<'a>(plugin: &str, tag: &'a str, data: &'a [u8]) -> Option<Result<Words<'a>, String>> {
     let verb_in_tag = match tag.strip_prefix(plugin)? {
         "" => None,
         rest => Some(rest.strip_prefix('.')?),
@@ -96,7 +92,10 @@ mod tests {
     #[test]
     fn hostile_data_is_refused() {
         let long = vec![b'a'; MAX_COMMAND + 1];
-        assert!(words("t", "t", &long).unwrap().unwrap_err().contains("too long"));
+        assert!(words("t", "t", &long)
+            .unwrap()
+            .unwrap_err()
+            .contains("too long"));
         assert_eq!(
             words("t", "t", &[0xff]).unwrap(),
             Err("command is not UTF-8 text".into())

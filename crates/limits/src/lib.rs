@@ -12,8 +12,8 @@
 //!   printable (shared by the plugins' option parsers).
 
 pub mod budget;
-pub mod ctl;
 pub mod clock;
+pub mod ctl;
 pub mod gcra;
 pub mod quote;
 pub mod slots;
