@@ -211,3 +211,60 @@ fn loading_remap_config_again_restores_the_files_values() {
         BTreeMap::from([(200, 2), (503, 2)])
     );
 }
+
+#[test]
+fn messages_during_reloads_under_load_do_no_harm() {
+    let origin = Origin::start();
+    let remap = |n: u32| {
+        format!("# {n}\n")
+            + &rule("h.test", &origin, "max:3 id:harm")
+            + &ats_tests::rule(
+                "ip_throttle",
+                "i.test",
+                &origin,
+                "--threshold=0 --instance=harm2",
+            )
+    };
+    let mut ts = start(remap(0));
+    let port = ts.port();
+    let load = |host: &'static str| {
+        thread::spawn(move || {
+            let r = client::burst(30, move |i| {
+                client::get(port, host, &format!("/p{i}"), &[("X-Origin-Delay", "100")])
+            });
+            client::status_counts(&r)
+        })
+    };
+    let (throttled, ip) = (load("h.test"), load("i.test"));
+    for n in 1..=4 {
+        for (tag, cmd) in [
+            ("throttle", "show"),
+            ("throttle", "set harm max=4"),
+            ("throttle", "bogus"),
+            ("ip_throttle", "show 127.0.0.1"),
+            ("ip_throttle", "reload config harm2"),
+            ("ip_throttle", "unban 127.0.0.1"),
+            ("ip_throttle", "reload deny"),
+        ] {
+            let out = ts.traffic_ctl(&["plugin", "msg", tag, cmd]);
+            assert!(out.status.success(), "{tag} {cmd}: {out:?}");
+        }
+        ts.reload_remap(&remap(n)).expect("reload");
+    }
+    let t = throttled.join().expect("throttle load");
+    assert_eq!(
+        t.values().sum::<usize>(),
+        30,
+        "every request answered: {t:?}"
+    );
+    assert!(t.keys().all(|s| *s == 200 || *s == 503), "{t:?}");
+    assert_eq!(ip.join().expect("ip load"), BTreeMap::from([(200, 30)]));
+    assert!(ts.is_running(), "traffic_server survived");
+    assert!(!ts.diags().contains("FATAL"));
+    // Commands still answer after the reloads, from the last load's rules.
+    let shown = ctl(&ts, "show harm");
+    assert!(shown.contains("\"max\":3"), "{shown}");
+    assert_eq!(shown.matches("\"id\":\"harm\"").count(), 1, "{shown}");
+    let ip_shown = ts.plugin_msg("ip_throttle", "show 127.0.0.1 harm2");
+    assert_eq!(ip_shown.matches("\"rule\":").count(), 1, "{ip_shown}");
+}
