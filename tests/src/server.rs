@@ -466,6 +466,31 @@ impl TrafficServer {
             .expect("cannot run traffic_ctl")
     }
 
+    /// Sends `traffic_ctl plugin msg TAG COMMAND` and returns the answer
+    /// line that echoes it: the first new line of `<plugin>_ctl.log` whose
+    /// `command` is `TAG COMMAND` (`plugin` is the tag up to its first dot).
+    pub fn plugin_msg(&self, tag: &str, command: &str) -> String {
+        let plugin = tag.split('.').next().unwrap_or(tag);
+        let log = format!("{plugin}_ctl.log");
+        let before = self.log(&log).lines().count();
+        let out = self.traffic_ctl(&["plugin", "msg", tag, command]);
+        assert!(out.status.success(), "traffic_ctl: {out:?}");
+        let echo = format!("\"command\":\"{tag} {command}\"");
+        let answer = |text: &str| {
+            text.lines()
+                .skip(before)
+                .find(|l| l.contains(&echo))
+                .map(str::to_owned)
+        };
+        let found = self.wait_for_log(&log, Duration::from_secs(30), |t| answer(t).is_some());
+        assert!(
+            found,
+            "no answer to {command:?} in {log}: {}",
+            self.log(&log)
+        );
+        answer(&self.log(&log)).unwrap_or_default()
+    }
+
     /// Current value of a metric, through `traffic_ctl metric get`.
     pub fn metric(&self, name: &str) -> Option<i64> {
         let out = self.traffic_ctl(&["metric", "get", name]);

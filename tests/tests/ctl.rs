@@ -14,28 +14,13 @@ fn rule(host: &str, origin: &Origin, params: &str) -> String {
     ats_tests::rule("rate_limit", host, origin, params)
 }
 
-const LOG: &str = "rate_limit_ctl.log";
-
-/// Sends one command and returns the answer line that echoes it (the first
-/// new line of rate_limit_ctl.log whose `command` is this one).
+/// Sends one command and returns the answer line that echoes it.
 fn ctl(ts: &TrafficServer, command: &str) -> String {
-    ctl_tagged(ts, "rate_limit", command)
+    ts.plugin_msg("rate_limit", command)
 }
 
 fn ctl_tagged(ts: &TrafficServer, tag: &str, command: &str) -> String {
-    let before = ts.log(LOG).lines().count();
-    let out = ts.traffic_ctl(&["plugin", "msg", tag, command]);
-    assert!(out.status.success(), "traffic_ctl: {out:?}");
-    let echo = format!("\"command\":\"{tag} {command}\"");
-    let answer = |text: &str| {
-        text.lines()
-            .skip(before)
-            .find(|l| l.contains(&echo))
-            .map(str::to_owned)
-    };
-    let found = ts.wait_for_log(LOG, Duration::from_secs(10), |t| answer(t).is_some());
-    assert!(found, "no answer to {command:?} in {LOG}: {}", ts.log(LOG));
-    answer(&ts.log(LOG)).unwrap_or_default()
+    ts.plugin_msg(tag, command)
 }
 
 fn slow(

@@ -14,6 +14,8 @@
 //! - [`HookCont`]/[`HookHandler`]: hook continuations with one generic trampoline.
 //! - [`TxnSlot`]/[`SsnSlot`]: per-transaction/session state dropped at close.
 //! - [`sched`]: one-shot (cancellable) and periodic work on ATS threads.
+//! - [`msg`]: `traffic_ctl plugin msg` commands ([`msg::serve`]: parsed on
+//!   the management thread, run on a task thread, JSON answers in a text log).
 //! - [`stats`], [`textlog`], [`log`]: metrics, text logs, diagnostics
 //!   (always through a fixed `"%s"` format).
 

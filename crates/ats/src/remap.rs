@@ -81,6 +81,10 @@ pub trait RemapPlugin: Sized + Send + Sync + 'static {
     /// message in diags.log and refuses the configuration.
     fn new_instance(args: &RemapArgs<'_>) -> Result<Self, String>;
 
+    /// The rule as ATS now holds it (after `new_instance` succeeded), e.g.
+    /// to list it weakly for management commands.
+    fn created(_rule: &Arc<Self>) {}
+
     /// Handles one request on the rule.
     fn do_remap(self: &Arc<Self>, txn: Txn<'_>, req: &mut RemapRequest<'_>) -> RemapStatus;
 
@@ -214,9 +218,11 @@ pub mod entry {
         );
         match result {
             Ok(instance) => {
+                let rule = Arc::new(instance);
+                guard::catch("TSRemapNewInstance (created)", || (), || P::created(&rule));
                 // SAFETY: ATS passes a valid out pointer; ownership of one Arc
                 // reference goes to ATS until TSRemapDeleteInstance.
-                unsafe { *ih = Arc::into_raw(Arc::new(instance)) as *mut c_void };
+                unsafe { *ih = Arc::into_raw(rule) as *mut c_void };
                 sys::TSReturnCode::TS_SUCCESS
             }
             Err(msg) => {

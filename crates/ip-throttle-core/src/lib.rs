@@ -2,10 +2,12 @@
 //! per-IP state machine ([`state`]), the options ([`options`]), CIDR allow
 //! and deny lists ([`lists`]) and the decision for one request over them
 //! ([`throttler`]), with reloads that build off the request path and swap
-//! in whole. No TS symbols; time is injected (`limits::Clock`).
+//! in whole, and the management commands ([`ctl`]). No TS symbols; time is
+//! injected (`limits::Clock`).
 
 #![forbid(unsafe_code)]
 
+pub mod ctl;
 pub mod events;
 pub mod lists;
 pub mod options;

@@ -7,11 +7,13 @@
 //! - [`gcra::Gcra`]: a rate bucket in one `AtomicU64`.
 //! - [`slots::Slots`]: a concurrency limit with FIFO hand-off to waiters.
 //! - [`budget::Budget`]: a bounded counter whose tokens give back on drop.
+//! - [`ctl`]: the words of a `traffic_ctl plugin msg` command.
 //! - [`quote`]: configuration values shown in error messages, short and
 //!   printable (shared by the plugins' option parsers).
 
 pub mod budget;
 pub mod clock;
+pub mod ctl;
 pub mod gcra;
 pub mod quote;
 pub mod slots;

@@ -13,7 +13,7 @@ use crate::options::{Options, MAX_BURST_SECONDS, MAX_RATE};
 /// The plugin's message tag.
 pub const TAG: &str = "rate_limit";
 /// Longest command accepted.
-pub const MAX_COMMAND: usize = 4096;
+pub const MAX_COMMAND: usize = limits::ctl::MAX_COMMAND;
 /// Default and largest `top` count.
 pub const TOP_DEFAULT: usize = 10;
 pub const TOP_MAX: usize = 1000;
@@ -56,28 +56,11 @@ impl Command {
 
 /// The command in a message, `None` if the tag is not ours.
 pub fn parse(tag: &str, data: &[u8]) -> Option<Result<Command, String>> {
-    let verb_in_tag = match tag.strip_prefix(TAG)? {
-        "" => None,
-        rest => Some(rest.strip_prefix('.')?),
-    };
-    Some(parse_words(verb_in_tag, data))
+    Some(limits::ctl::words(TAG, tag, data)?.and_then(|w| parse_words(w.verb, &w.args)))
 }
 
-fn parse_words(verb_in_tag: Option<&str>, data: &[u8]) -> Result<Command, String> {
-    if data.len() > MAX_COMMAND {
-        return Err(format!(
-            "command of {} bytes is too long: at most {MAX_COMMAND}",
-            data.len()
-        ));
-    }
-    let text = std::str::from_utf8(data).map_err(|_| "command is not UTF-8 text".to_owned())?;
-    let mut words = text.split_whitespace();
-    let verb = match verb_in_tag {
-        Some(v) => v,
-        None => words.next().unwrap_or(""),
-    };
-    let args: Vec<&str> = words.collect();
-    match (verb, args.as_slice()) {
+fn parse_words(verb: &str, args: &[&str]) -> Result<Command, String> {
+    match (verb, args) {
         ("show", []) => Ok(Command::Show { target: None }),
         ("show", [t]) => Ok(Command::Show {
             target: Some((*t).to_owned()),
@@ -109,11 +92,8 @@ fn parse_words(verb_in_tag: Option<&str>, data: &[u8]) -> Result<Command, String
                 .map(|s| parse_setting(s))
                 .collect::<Result<_, _>>()?,
         }),
-        ("show" | "top" | "set", _) => Err(format!(
-            "{verb}: wrong arguments {}: usage {USAGE}",
-            quote(&args.join(" "))
-        )),
-        _ => Err(format!("unknown command {}: allowed {USAGE}", quote(verb))),
+        ("show" | "top" | "set", _) => Err(limits::ctl::wrong_arguments(verb, args, USAGE)),
+        _ => Err(limits::ctl::unknown(verb, USAGE)),
     }
 }
 

@@ -17,7 +17,8 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 /// One rule's admission state.
 #[derive(Debug)]
 pub struct Gate {
-    max: u64,
+    /// Changeable live ([`Gate::set_max`]).
+    max: AtomicU64,
     in_flight: AtomicU64,
     high: AtomicU64,
     unavailable: AtomicU64,
@@ -38,7 +39,7 @@ pub struct Interval {
 impl Gate {
     pub fn new(max: u32) -> Gate {
         Gate {
-            max: u64::from(max),
+            max: AtomicU64::new(u64::from(max)),
             in_flight: AtomicU64::new(0),
             high: AtomicU64::new(0),
             unavailable: AtomicU64::new(0),
@@ -47,12 +48,19 @@ impl Gate {
     }
 
     pub fn max(&self) -> u64 {
-        self.max
+        self.max.load(Ordering::Relaxed)
+    }
+
+    /// Changes `max` on a live gate. Raising it admits the next entries at
+    /// once; lowering it preempts nobody: those in flight stay until they
+    /// leave, and nobody enters until fewer than the new `max` are in flight.
+    pub fn set_max(&self, max: u32) {
+        self.max.store(u64::from(max), Ordering::Relaxed);
     }
 
     /// Enters if fewer than `max` are in flight.
     pub fn try_enter(&self) -> bool {
-        let max = self.max;
+        let max = self.max();
         match cas_update(&self.in_flight, |n| (n < max).then_some(n + 1)) {
             Ok(prev) => {
                 self.high.fetch_max(prev + 1, Ordering::AcqRel);
@@ -210,6 +218,25 @@ mod tests {
         assert_eq!(g.in_flight(), 2);
         let z = Gate::new(0);
         assert!(!z.try_enter());
+    }
+
+    #[test]
+    fn max_changes_live() {
+        let g = Gate::new(1);
+        assert!(g.try_enter());
+        assert!(!g.try_enter());
+        g.set_max(3);
+        assert_eq!(g.max(), 3);
+        assert!(g.try_enter() && g.try_enter(), "raising admits at once");
+        assert!(!g.try_enter());
+        g.set_max(1);
+        assert_eq!(g.in_flight(), 3, "lowering preempts nobody");
+        g.leave();
+        assert!(!g.try_enter(), "2 in flight, max 1");
+        g.leave();
+        g.leave();
+        assert!(g.try_enter());
+        assert!(!g.try_enter());
     }
 
     #[test]

@@ -3,9 +3,11 @@
 //!
 //! - [`params`]: the `@pparam` parser, including `file:` includes;
 //! - [`stale`]: how stale a cached response is and whether it may be served;
+//! - [`ctl`]: the `traffic_ctl plugin msg throttle` commands;
 //! - [`gate`]: lock-free admission counting and the per-interval statistics;
 //! - [`log_line`]: the text of a `throttle.log` line.
 
+pub mod ctl;
 pub mod gate;
 pub mod httpdate;
 pub mod params;

@@ -17,8 +17,11 @@
 //! 4. TXN_CLOSE: the transaction's state is dropped; a request still
 //!    counted as delayed (it never reached POST_REMAP, or `--log-only`)
 //!    stops counting.
+//!
+//! Management commands (`traffic_ctl plugin msg ip_throttle`): [`ctl`].
 #![forbid(unsafe_code)]
 
+mod ctl;
 mod delay;
 mod report;
 
@@ -28,8 +31,8 @@ use std::sync::{Arc, OnceLock};
 
 use ats::sched::Periodic;
 use ats::{
-    Done, Hook, HookCont, HookHandler, HookId, RemapArgs, RemapPlugin, RemapRequest, RemapStatus,
-    Txn, TxnSlot,
+    Done, Hook, HookCont, HookHandler, HookId, ReloadStatus, RemapArgs, RemapPlugin, RemapRequest,
+    RemapStatus, Txn, TxnSlot,
 };
 use ip_throttle_core::{Action, FsFiles, ListName, Options, Request, Snapshot, Throttler, View};
 use limits::MonotonicClock;
@@ -50,6 +53,8 @@ static GLOBALS: OnceLock<Globals> = OnceLock::new();
 pub struct Rule {
     throttler: Arc<Throttler<MonotonicClock>>,
     report: Reporter,
+    /// The rule's from-URL (a name for the management commands).
+    from: String,
     /// The rule's `@pparam`s and ATS's config dir, to build a new
     /// configuration on a reload.
     args: Vec<String>,
@@ -85,15 +90,34 @@ impl Rule {
             _table_metrics: report::table_metrics(&throttler, &metrics),
             throttler,
             args: args.options().iter().map(|s| s.to_string()).collect(),
+            from: args.from_url.to_owned(),
             config_dir,
             report,
         })
     }
 
+    /// Its tag (`http.example.com`: ip_throttle.log's `rule=`, metric names).
+    pub(crate) fn tag(&self) -> &str {
+        self.report.tag()
+    }
+
+    /// Whether `name` names this rule: its tag, from-URL or `--instance`.
+    pub(crate) fn named(&self, name: &str) -> bool {
+        self.tag() == name || self.from == name || self.throttler.snapshot().opts.instance == name
+    }
+
+    /// Whether the rule has that list file configured.
+    pub(crate) fn has_list(&self, which: ListName) -> bool {
+        let o = &self.throttler.snapshot().opts;
+        match which {
+            ListName::Allow => o.allow_file.is_some(),
+            ListName::Deny => o.deny_file.is_some(),
+        }
+    }
+
     /// Re-reads the rule's options (and `--config` file) and both lists,
     /// and swaps them in; per-IP state is kept. Blocking file I/O: call it
     /// on a task thread (the `reload config` management command).
-    #[allow(dead_code)] // wired by the plugin-message commands
     pub(crate) fn reload_config(&self) -> Result<(), String> {
         let args: Vec<&str> = self.args.iter().map(String::as_str).collect();
         let opts = Options::parse(&args, &self.config_dir, &FsFiles)?;
@@ -102,13 +126,11 @@ impl Rule {
 
     /// Re-reads one list file and swaps it in (`reload allow|deny`); the
     /// number of prefixes. Blocking file I/O: on a task thread.
-    #[allow(dead_code)] // wired by the plugin-message commands
     pub(crate) fn reload_list(&self, which: ListName) -> Result<usize, String> {
         self.throttler.reload_list(which, &FsFiles)
     }
 
     /// Lifts a ban now (`unban IP`), logging the `unban` event.
-    #[allow(dead_code)] // wired by the plugin-message commands
     pub(crate) fn unban(&self, ip: IpAddr) -> bool {
         match self.throttler.unban(ip) {
             Some(e) => {
@@ -123,7 +145,6 @@ impl Rule {
     }
 
     /// The IP's state (`show IP`); `None`: not tracked, i.e. allowed.
-    #[allow(dead_code)] // wired by the plugin-message commands
     pub(crate) fn show(&self, ip: IpAddr) -> Option<View> {
         self.throttler.show(ip)
     }
@@ -190,12 +211,25 @@ impl RemapPlugin for Rule {
                 txn: TxnSlot::new("ip_throttle")?,
             };
             let _ = GLOBALS.set(g);
+            ctl::init();
         }
         Ok(())
     }
 
     fn new_instance(args: &RemapArgs<'_>) -> Result<Self, String> {
         Rule::new(args)
+    }
+
+    fn created(rule: &Arc<Self>) {
+        ctl::enlist(rule);
+    }
+
+    fn pre_reload() {
+        ctl::pre_reload();
+    }
+
+    fn post_reload(status: ReloadStatus) {
+        ctl::post_reload(status);
     }
 
     fn do_remap(self: &Arc<Self>, txn: Txn<'_>, req: &mut RemapRequest<'_>) -> RemapStatus {

@@ -88,6 +88,10 @@ impl Reporter {
         Ok(Reporter { tag, m, log })
     }
 
+    pub(crate) fn tag(&self) -> &str {
+        &self.tag
+    }
+
     /// Counts a decision (what it would do, with `--log-only`) and logs
     /// its events.
     pub(crate) fn decision(&self, ip: IpAddr, d: &Decision) {

@@ -1,18 +1,14 @@
 //! Live inspection and tuning: `traffic_ctl plugin msg rate_limit "CMD …"`.
 //!
-//! ATS 9.2's message hook has no reply channel, so every answer is one JSON
-//! object per line in `rate_limit_ctl.log` (ATS's log directory), with a
-//! one-line summary in diags.log. The hook runs on traffic_server's
-//! management thread: it only parses, and the command runs on a task thread
-//! (a `top` visits every key). Nothing here takes a lock a request takes,
+//! Served by [`ats::msg::serve`]: every answer is one JSON object per line
+//! in `rate_limit_ctl.log` (ATS's log directory), with a one-line summary
+//! in diags.log. Parsing happens on traffic_server's management thread, and
+//! the command runs on a task thread (a `top` visits every key). Nothing here takes a lock a request takes,
 //! except the registry's, which only configuration loads share.
 
 use std::collections::{HashMap, VecDeque};
-use std::sync::{Arc, OnceLock, Weak};
-use std::time::Duration;
+use std::sync::{Arc, Weak};
 
-use ats::sched::{Pool, Timer};
-use ats::textlog::TextLog;
 use limits::quote::shorten;
 use parking_lot::Mutex;
 use rate_limit_core::ctl::{self, Command};
@@ -38,7 +34,6 @@ pub(crate) struct Card {
 }
 
 static CARDS: Mutex<Vec<Weak<Card>>> = Mutex::new(Vec::new());
-static LOG: OnceLock<Option<TextLog>> = OnceLock::new();
 
 /// Most key names a rule remembers for `top`.
 const NAMES: usize = 1024;
@@ -94,71 +89,30 @@ impl Card {
     }
 }
 
-/// Registers the message handler (once per process) and opens the answer log.
+/// Serves `traffic_ctl plugin msg rate_limit …` (once per process).
 pub(crate) fn init() {
-    LOG.get_or_init(|| match TextLog::create("rate_limit_ctl", false) {
-        Ok(l) => Some(l),
-        Err(e) => {
-            log::error!("{e}: traffic_ctl plugin msg rate_limit answers go to diags.log only");
-            None
-        }
-    });
-    match ats::msg::register("rate_limit.ctl", Ctl) {
-        Ok(true) => {}
-        Ok(false) => log::info!(
-            "another copy of rate_limit.so answers traffic_ctl plugin msg rate_limit (this copy's \
-             groups are not shown: pin one copy with a plugin.config line)"
-        ),
-        Err(e) => log::error!("traffic_ctl plugin msg rate_limit will not work: {e}"),
-    }
+    ats::msg::serve(ctl::TAG, Ctl);
 }
 
 struct Ctl;
 
-impl ats::msg::MsgHandler for Ctl {
-    fn on_msg(&self, tag: &str, data: &[u8]) {
-        let Some(parsed) = ctl::parse(tag, data) else {
-            return;
-        };
-        let text = shorten(&format!("{tag} {}", String::from_utf8_lossy(data)));
-        let cmd = match parsed {
-            Ok(c) => c,
-            Err(e) => return answer_error(&text, &e),
-        };
-        let sent = text.clone();
-        if let Err(e) = Timer::after(Duration::ZERO, Pool::Task, move || run(&sent, cmd)) {
-            answer_error(&text, &format!("cannot schedule the command: {e}"));
-        }
+impl ats::msg::Commands for Ctl {
+    type Command = Command;
+
+    fn parse(&self, tag: &str, data: &[u8]) -> Option<Result<Command, String>> {
+        ctl::parse(tag, data)
     }
-}
 
-fn run(text: &str, cmd: Command) {
-    let verb = cmd.verb();
-    let result = match cmd {
-        Command::Show { target } => show(target.as_deref()),
-        Command::Top { target, n } => top(&target, n),
-        Command::Set { target, settings } => set(&target, &settings),
-    };
-    match result {
-        Ok((summary, mut body)) => {
-            body["command"] = json!(text);
-            body["ok"] = json!(true);
-            write(&body);
-            log::info!("ctl {verb}: {summary} (answer in rate_limit_ctl.log)");
-        }
-        Err(e) => answer_error(text, &e),
+    fn verb(cmd: &Command) -> &'static str {
+        cmd.verb()
     }
-}
 
-fn answer_error(text: &str, error: &str) {
-    write(&json!({ "command": text, "ok": false, "error": error }));
-    log::error!("ctl: {error} (command {text})");
-}
-
-fn write(v: &Value) {
-    if let Some(Some(log)) = LOG.get() {
-        log.write(&v.to_string());
-        log.flush();
+    fn run(&self, cmd: Command) -> Answer {
+        match cmd {
+            Command::Show { target } => show(target.as_deref()),
+            Command::Top { target, n } => top(&target, n),
+            Command::Set { target, settings } => set(&target, &settings),
+        }
     }
 }
 
@@ -219,7 +173,11 @@ fn pick(live: Live, name: &str) -> Result<Target, String> {
     }
 }
 
-type Answer = Result<(String, Value), String>;
+type Answer = Result<ats::msg::Answer, String>;
+
+fn answer(summary: String, body: Value) -> Answer {
+    Ok(ats::msg::Answer { summary, body })
+}
 
 fn show(name: Option<&str>) -> Answer {
     let live = REGISTRY.lock().live();
@@ -228,10 +186,10 @@ fn show(name: Option<&str>) -> Answer {
         None => targets(live),
     };
     let shown: Vec<Value> = list.iter().map(describe).collect();
-    Ok((
+    answer(
         format!("{} limiter(s)", shown.len()),
         json!({ "limiters": shown }),
-    ))
+    )
 }
 
 fn describe(t: &Target) -> Value {
@@ -299,10 +257,10 @@ fn top(name: &str, n: usize) -> Answer {
         .and_then(|k| k["key"].as_str())
         .unwrap_or("none")
         .to_owned();
-    Ok((
+    answer(
         format!("{}: {} key(s), first {first}", t.id, keys.len()),
         json!({ "id": t.id, "keys": keys }),
-    ))
+    )
 }
 
 fn set(name: &str, settings: &[ctl::Setting]) -> Answer {
@@ -336,8 +294,8 @@ fn set(name: &str, settings: &[ctl::Setting]) -> Answer {
         .iter()
         .map(|(n, a, b)| json!({ "option": n, "old": a, "new": b }))
         .collect();
-    Ok((
+    answer(
         format!("{}: {}", t.id, list.join(", ")),
         json!({ "id": t.id, "changed": values }),
-    ))
+    )
 }

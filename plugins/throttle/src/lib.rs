@@ -14,9 +14,12 @@
 //!
 //! Every `statfreq` ms a timer writes the rule's interval figures to
 //! `throttle.log`; the same events feed `plugin.throttle.<id>.*` metrics.
+//! `traffic_ctl plugin msg throttle` shows and changes live rules ([`ctl`]).
 #![forbid(unsafe_code)]
 
-use std::sync::atomic::{AtomicU8, Ordering};
+mod ctl;
+
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU8, Ordering};
 use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
@@ -43,9 +46,16 @@ struct Throttle {
 
 struct Rule {
     id: String,
-    stale: u64,
+    /// The rule's from-URL (a name for `traffic_ctl plugin msg throttle`).
+    from: String,
+    /// The stale allowance in seconds; changeable live, as the gate's max.
+    stale: AtomicU32,
+    statfreq_ms: u32,
     gate: Gate,
     metrics: Metrics,
+    /// Cleared when ATS deletes the rule (a reload): the commands skip it
+    /// while its last transactions finish.
+    live: AtomicBool,
 }
 
 impl AsRef<Gate> for Rule {
@@ -136,6 +146,7 @@ impl RemapPlugin for Throttle {
                 state: TxnSlot::new("throttle")?,
             };
             let _ = GLOBALS.set(g);
+            ctl::init();
         }
         Ok(())
     }
@@ -148,8 +159,11 @@ impl RemapPlugin for Throttle {
         let rule = Arc::new(Rule {
             metrics: Metrics::new(&id)?,
             id,
-            stale: u64::from(p.stale),
+            from: args.from_url.to_owned(),
+            stale: AtomicU32::new(p.stale),
+            statfreq_ms: p.statfreq_ms,
             gate: Gate::new(p.max),
+            live: AtomicBool::new(true),
         });
         let stats = if p.statfreq_ms > 0 {
             let log = text_log()?;
@@ -169,6 +183,7 @@ impl RemapPlugin for Throttle {
             p.stale,
             p.statfreq_ms
         );
+        ctl::enlist(&rule);
         Ok(Throttle {
             rule,
             _stats: stats,
@@ -195,6 +210,7 @@ impl RemapPlugin for Throttle {
 
 impl Drop for Throttle {
     fn drop(&mut self) {
+        self.rule.live.store(false, Ordering::Release);
         log::debug!("rule {} deleted", self.rule.id);
     }
 }
@@ -325,7 +341,8 @@ fn stale_verdict(txn: Txn<'_>, rule: &Rule) -> Verdict {
         expires.as_deref(),
         cc.iter().map(Vec::as_slice),
     );
-    stale::decide(&cached, throttle_core::httpdate::now(), rule.stale)
+    let allowance = u64::from(rule.stale.load(Ordering::Relaxed));
+    stale::decide(&cached, throttle_core::httpdate::now(), allowance)
 }
 
 ats::remap_plugin!(Throttle);

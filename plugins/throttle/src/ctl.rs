@@ -1,0 +1,157 @@
+//! Live inspection and tuning: `traffic_ctl plugin msg throttle "CMD …"`,
+//! served by [`ats::msg::serve`] (answers in `throttle_ctl.log`, summaries
+//! in diags.log, commands run on a task thread).
+//!
+//! Rules are listed weakly here when ATS creates them; the list's mutex is
+//! taken by rule creation and commands only, never by a request. A rule is
+//! named by its `id` (or its from-URL); several rules may share an id (and
+//! their metrics): `set` changes them all.
+//!
+//! A live change lasts until remap.config is next loaded: ATS then builds
+//! every rule anew from the file.
+
+use std::sync::atomic::Ordering;
+use std::sync::{Arc, Weak};
+
+use ats::msg::{Answer, Commands};
+use limits::quote::{quote, shorten};
+use parking_lot::Mutex;
+use serde_json::{json, Value};
+use throttle_core::ctl::{self, Command, Setting};
+
+use crate::Rule;
+
+static RULES: Mutex<Vec<Weak<Rule>>> = Mutex::new(Vec::new());
+
+/// Serves `traffic_ctl plugin msg throttle …` (once per process).
+pub(crate) fn init() {
+    ats::msg::serve(ctl::TAG, Ctl);
+}
+
+/// Lists a new rule for the commands.
+pub(crate) fn enlist(rule: &Arc<Rule>) {
+    let mut rules = RULES.lock();
+    rules.retain(|r| r.upgrade().is_some_and(|r| r.live.load(Ordering::Acquire)));
+    rules.push(Arc::downgrade(rule));
+}
+
+/// The rules ATS holds now, in the order they were created.
+fn live() -> Vec<Arc<Rule>> {
+    RULES
+        .lock()
+        .iter()
+        .filter_map(Weak::upgrade)
+        .filter(|r| r.live.load(Ordering::Acquire))
+        .collect()
+}
+
+/// The live rules `name` names (id or from-URL); none is an error listing
+/// the ids there are.
+fn named(name: &str) -> Result<Vec<Arc<Rule>>, String> {
+    let all = live();
+    let ids: Vec<&str> = all.iter().map(|r| r.id.as_str()).collect();
+    let known = shorten(&ids.join(", "));
+    let found: Vec<Arc<Rule>> = all
+        .iter()
+        .filter(|r| r.id == name || r.from == name)
+        .cloned()
+        .collect();
+    if found.is_empty() {
+        return Err(format!("no rule with id {}; live: {known}", quote(name)));
+    }
+    Ok(found)
+}
+
+struct Ctl;
+
+impl Commands for Ctl {
+    type Command = Command;
+
+    fn parse(&self, tag: &str, data: &[u8]) -> Option<Result<Command, String>> {
+        ctl::parse(tag, data)
+    }
+
+    fn verb(cmd: &Command) -> &'static str {
+        cmd.verb()
+    }
+
+    fn run(&self, cmd: Command) -> Result<Answer, String> {
+        match cmd {
+            Command::Show { id } => show(id.as_deref()),
+            Command::Set { id, settings } => set(&id, &settings),
+        }
+    }
+}
+
+fn show(id: Option<&str>) -> Result<Answer, String> {
+    let rules = match id {
+        Some(name) => named(name)?,
+        None => live(),
+    };
+    let shown: Vec<Value> = rules.iter().map(|r| describe(r)).collect();
+    Ok(Answer {
+        summary: format!("{} rule(s)", shown.len()),
+        body: json!({ "rules": shown }),
+    })
+}
+
+fn describe(r: &Rule) -> Value {
+    let m = &r.metrics;
+    json!({
+        "id": r.id,
+        "from": r.from,
+        "max": r.gate.max(),
+        "stale": r.stale.load(Ordering::Relaxed),
+        "statfreq_ms": r.statfreq_ms,
+        "inflight": r.gate.in_flight(),
+        // Cumulative metrics, shared by the rules of one id.
+        "counters": {
+            "admitted": m.admitted.get(),
+            "fresh": m.fresh.get(),
+            "stale": m.stale.get(),
+            "unavailable": m.unavailable.get(),
+        },
+    })
+}
+
+fn set(id: &str, settings: &[Setting]) -> Result<Answer, String> {
+    let rules = named(id)?;
+    let mut answers = Vec::new();
+    let mut lines = Vec::new();
+    for r in &rules {
+        let mut changed = Vec::new();
+        for s in settings {
+            let old = match *s {
+                Setting::Max(v) => {
+                    let old = r.gate.max();
+                    r.gate.set_max(v);
+                    old
+                }
+                Setting::Stale(v) => u64::from(r.stale.swap(v, Ordering::Relaxed)),
+            };
+            changed.push((s.name(), old, s.value()));
+        }
+        let list: Vec<String> = changed
+            .iter()
+            .map(|(n, a, b)| format!("{n} {a} -> {b}"))
+            .collect();
+        log::info!(
+            "rule {} id={}: set live: {} (until remap.config is next loaded)",
+            r.from,
+            r.id,
+            list.join(", ")
+        );
+        lines.push(list.join(", "));
+        answers.push(json!({
+            "from": r.from,
+            "changed": changed
+                .iter()
+                .map(|(n, a, b)| json!({ "option": n, "old": a, "new": b }))
+                .collect::<Vec<_>>(),
+        }));
+    }
+    Ok(Answer {
+        summary: format!("{id}: {} rule(s): {}", rules.len(), lines.join("; ")),
+        body: json!({ "id": id, "rules": answers }),
+    })
+}
