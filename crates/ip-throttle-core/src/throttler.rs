@@ -352,7 +352,14 @@ impl<C: Clock> Throttler<C> {
 
     /// Ends a ban that has expired (the `unban` timer). The event if it did.
     pub fn expire(&self, key: u64) -> Option<Event> {
-        let now = self.clock.now();
+        self.expire_by(key, 0)
+    }
+
+    /// As [`Throttler::expire`], taking the time as at least `due`: for a
+    /// timer armed for `due` that fires a hair early (ATS's timers run off
+    /// a cached clock that can lag the real one by a few milliseconds).
+    pub fn expire_by(&self, key: u64, due: Nanos) -> Option<Event> {
+        let now = self.clock.now().max(due);
         let p = self.current.load().opts.params;
         self.table
             .get(key, |s| {

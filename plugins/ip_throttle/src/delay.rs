@@ -3,7 +3,7 @@
 //! `unban` when it expires.
 
 use std::net::IpAddr;
-use std::sync::Arc;
+use std::sync::{Arc, Weak};
 use std::time::Duration;
 
 use ats::sched::{Pool, Timer};
@@ -63,15 +63,38 @@ fn release(h: HomeTxn<'_>, w: Wait) -> Done {
 /// Logs the `unban` of a ban that ends at `until`, if it still ends then
 /// (a request may have seen it end first, or `unban` lifted it). On a task
 /// thread; holds the rule weakly, so a reloaded-away rule lets it go.
+///
+/// ATS runs a timer off its thread's cached clock, which can lag the real
+/// one: measured here, a timer fired about 0.5 ms before its time, and one
+/// re-armed from inside a timer ran at once, again and again. So a timer
+/// within `EARLY` of the ban's end ends it as due; one further off (which
+/// ATS should never do) is armed again, a bounded number of times.
 pub(crate) fn unban_at(rule: &Arc<Rule>, key: u64, ip: IpAddr, until: Nanos) {
-    let weak = Arc::downgrade(rule);
-    // ATS schedules in whole milliseconds, cut down: round up and add one,
-    // so the timer never looks before the ban's end.
-    let left = until.saturating_sub(rule.throttler.now());
+    arm_unban(
+        Arc::downgrade(rule),
+        rule.throttler.now(),
+        key,
+        ip,
+        until,
+        0,
+    );
+}
+
+const EARLY: Nanos = 20 * NANOS_PER_MS;
+const UNBAN_TRIES: u32 = 10;
+
+fn arm_unban(weak: Weak<Rule>, now: Nanos, key: u64, ip: IpAddr, until: Nanos, tries: u32) {
+    // ATS schedules in whole milliseconds, cut down: round up and add one.
+    let left = until.saturating_sub(now);
     let after = Duration::from_millis(left.div_ceil(NANOS_PER_MS) + 1);
+    let again = weak.clone();
     let armed = Timer::after(after, Pool::Task, move || {
         let Some(rule) = weak.upgrade() else { return };
-        if let Some(e) = rule.throttler.expire(key) {
+        let now = rule.throttler.now();
+        if until.saturating_sub(now) > EARLY && tries < UNBAN_TRIES {
+            return arm_unban(again, now, key, ip, until, tries + 1);
+        }
+        if let Some(e) = rule.throttler.expire_by(key, until) {
             let snap = rule.throttler.snapshot();
             rule.report
                 .event(ip, &e, snap.opts.log_events, snap.opts.log_only);

@@ -296,6 +296,9 @@ proptest! {
     /// exactly violation ban_threshold + 1.
     #[test]
     fn a_sequential_client_doubles_then_is_banned(p in params()) {
+        // Requests come 0.5 ms apart: with a shorter threshold the client
+        // is back to allowed before each one (Perlbal's semantics), never throttled.
+        prop_assume!(p.threshold > MS / 2);
         let mut s = IpState::default();
         let mut now = 1_000 * S;
         prop_assert_eq!(req(&mut s, now, &p), Step::Pass);
