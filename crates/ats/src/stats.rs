@@ -72,3 +72,48 @@ impl Stat {
         unsafe { sys::TSStatIntGet(self.0) }
     }
 }
+
+/// Publishes what `read` returns, a level and a running count, into a
+/// gauge and a counter every `every`, on a task thread. As deltas: rules may
+/// share a metric name, so each adds only what changed since its last look.
+/// `read` returns `None` once its source is gone (e.g. a reloaded-away
+/// rule's table, held weakly). Dropping the returned task stops it, and the
+/// publisher then takes its share back out of the gauge.
+pub fn publish_deltas(
+    every: std::time::Duration,
+    gauge: Option<Stat>,
+    counter: Option<Stat>,
+    read: impl Fn() -> Option<(i64, u64)> + Send + Sync + 'static,
+) -> Result<crate::sched::Periodic, String> {
+    let share = Share {
+        gauge,
+        last: std::sync::Mutex::new((0, 0)),
+    };
+    crate::sched::Periodic::start(every, crate::sched::Pool::Task, move || {
+        let Some((level, count)) = read() else { return };
+        let mut last = share.last.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some(g) = share.gauge {
+            g.add(level - last.0);
+        }
+        if let Some(c) = counter {
+            c.add(count.saturating_sub(last.1) as i64);
+        }
+        *last = (level, count);
+    })
+}
+
+/// A publisher's share of a gauge; dropped with its task's closure (on a
+/// task thread, under the guard), it takes the share back out.
+struct Share {
+    gauge: Option<Stat>,
+    last: std::sync::Mutex<(i64, u64)>,
+}
+
+impl Drop for Share {
+    fn drop(&mut self) {
+        if let Some(g) = self.gauge {
+            let last = self.last.get_mut().unwrap_or_else(|e| e.into_inner());
+            g.add(-last.0);
+        }
+    }
+}

@@ -5,13 +5,12 @@ use std::net::IpAddr;
 use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
-use ats::sched::{Periodic, Pool};
+use ats::sched::Periodic;
 use ats::stats::Stat;
 use ats::textlog::TextLog;
 use ip_throttle_core::options::fmt_seconds;
 use ip_throttle_core::{Action, Decision, Event, LogEvents, Throttler};
 use limits::MonotonicClock;
-use parking_lot::Mutex;
 
 /// A rule's metrics; one that could not be created is skipped (and logged).
 #[derive(Clone, Copy)]
@@ -152,42 +151,19 @@ impl Reporter {
 const TABLE_METRICS_EVERY: Duration = Duration::from_secs(1);
 
 /// Every second, adds what changed in the state table to the `keys` gauge
-/// and the `evicted` counter (deltas: rules may share a metric name). On a
-/// task thread; holds the throttler weakly, so a reloaded-away rule stops
-/// it, and then takes its keys back out of the shared gauge.
+/// and the `evicted` counter. Holds the throttler weakly, so a reloaded-away
+/// rule stops publishing and takes its keys back out of the shared gauge.
 pub(crate) fn table_metrics(t: &Arc<Throttler<MonotonicClock>>, m: &Metrics) -> Option<Periodic> {
     let weak = Arc::downgrade(t);
-    let evicted = m.evicted;
-    let published = Published {
-        gauge: m.keys,
-        last: Mutex::new((0, 0)),
+    let read = move || {
+        let t = weak.upgrade()?;
+        Some((t.table().len() as i64, t.table().evicted()))
     };
-    let started = Periodic::start(TABLE_METRICS_EVERY, Pool::Task, move || {
-        let Some(t) = weak.upgrade() else { return };
-        let (len, ev) = (t.table().len() as i64, t.table().evicted());
-        let mut last = published.last.lock();
-        bump(published.gauge, len - last.0);
-        bump(evicted, ev.saturating_sub(last.1) as i64);
-        *last = (len, ev);
-    });
-    match started {
+    match ats::stats::publish_deltas(TABLE_METRICS_EVERY, m.keys, m.evicted, read) {
         Ok(p) => Some(p),
         Err(e) => {
             log::error!("cannot start the keys/evicted metrics task: {e}");
             None
         }
-    }
-}
-
-/// This rule's share of the `keys` gauge; dropped with the publisher's
-/// closure, it takes the share back out.
-struct Published {
-    gauge: Option<Stat>,
-    last: Mutex<(i64, u64)>,
-}
-
-impl Drop for Published {
-    fn drop(&mut self) {
-        bump(self.gauge, -self.last.get_mut().0);
     }
 }

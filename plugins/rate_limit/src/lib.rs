@@ -29,8 +29,7 @@ use std::sync::atomic::{AtomicBool, AtomicU8, Ordering};
 use std::sync::{Arc, LazyLock, OnceLock};
 use std::time::Duration;
 
-use ats::sched::{Periodic, Pool};
-use ats::stats::Stat;
+use ats::sched::Periodic;
 use ats::Header;
 use rate_limit_core::key::{Missing, RequestView};
 
@@ -424,46 +423,22 @@ impl RequestView for KeyView<'_> {
 }
 
 /// Every second, adds what changed in the key table to the `keys` gauge and
-/// the `evicted` counter (deltas: rules may share a metric name). On a task
-/// thread; holds the limiter weakly, so a reloaded-away rule stops it, and
-/// then takes its keys back out of the shared gauge.
+/// the `evicted` counter. Holds the limiter weakly, so a reloaded-away rule
+/// stops publishing and takes its keys back out of the shared gauge.
 fn key_metrics(limiter: &Arc<Limiter<Queued>>, m: &Metrics) -> Option<Periodic> {
     limiter.keys()?;
     let weak = Arc::downgrade(limiter);
-    let evicted_stat = m.evicted;
-    let published = Published {
-        gauge: m.keys,
-        keys: Mutex::new((0, 0)),
+    let read = move || {
+        let l = weak.upgrade()?;
+        let t = l.keys()?;
+        Some((t.len() as i64, t.evicted()))
     };
-    let started = Periodic::start(KEY_METRICS_EVERY, Pool::Task, move || {
-        let Some(l) = weak.upgrade() else { return };
-        let Some(t) = l.keys() else { return };
-        let (len, evicted) = (t.len() as i64, t.evicted());
-        let mut last = published.keys.lock();
-        bump(published.gauge, len - last.0);
-        bump(evicted_stat, evicted.saturating_sub(last.1) as i64);
-        *last = (len, evicted);
-    });
-    match started {
+    match ats::stats::publish_deltas(KEY_METRICS_EVERY, m.keys, m.evicted, read) {
         Ok(p) => Some(p),
         Err(e) => {
             log::error!("cannot start the keys/evicted metrics task: {e}");
             None
         }
-    }
-}
-
-/// This rule's share of the `keys` gauge (and the `evicted` count it last
-/// saw). Dropped with the publisher's closure (on a task thread, under the
-/// guard), it takes the share back out.
-struct Published {
-    gauge: Option<Stat>,
-    keys: Mutex<(i64, u64)>,
-}
-
-impl Drop for Published {
-    fn drop(&mut self) {
-        bump(self.gauge, -self.keys.get_mut().0);
     }
 }
 
