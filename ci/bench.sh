@@ -29,7 +29,7 @@ MICRO=(-p limits -p rate-limit-core -p throttle-core -p keyed --bench admission 
 # Recorded in BENCHMARKS.md as the command that produced it.
 export ATS_BENCH_COMMAND="ci/bench.sh${*:+ $*}"
 
-cargo build --release --locked -p ats-bench -p rate_limit -p throttle -p micro-icount
+cargo build --release --locked -p ats-bench -p rate_limit -p throttle -p ip_throttle -p micro-icount
 
 if [ "${1:-}" = "icount" ]; then
     shift
