@@ -338,7 +338,13 @@ impl RemapPlugin for Rule {
             }
         };
         // A peered limiter keeps the key's tag (left in KEY_BYTES by client_key).
-        let admission = KEY_BYTES.with(|tag| self.limiter.admit_tagged(key, &tag.borrow()));
+        // Only a peered limiter needs the key's bytes (its peer tag): the
+        // others skip the thread-local access.
+        let admission = if self.limiter.is_peered() {
+            KEY_BYTES.with(|tag| self.limiter.admit_tagged(key, &tag.borrow()))
+        } else {
+            self.limiter.admit_tagged(key, &[])
+        };
         let admission = if self.chained {
             self.no_hold_and_wait(g.txn.get(txn), admission)
         } else {
