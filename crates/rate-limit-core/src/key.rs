@@ -229,7 +229,8 @@ impl KeySpec {
             let found = match src {
                 Source::Ip => match self.client_ip(req) {
                     Some(ip) => {
-                        push_part(out, tag, &self.aggregate(ip));
+                        let (bytes, len) = self.aggregate(ip);
+                        push_part(out, tag, &bytes[..len]);
                         true
                     }
                     None => false,
@@ -283,16 +284,19 @@ impl KeySpec {
         parts.join(",")
     }
 
-    /// The address bytes with everything past the rule's prefix zeroed.
-    fn aggregate(&self, ip: IpAddr) -> Vec<u8> {
+    /// The address bytes with everything past the rule's prefix zeroed, in
+    /// a buffer of 16 (4 used for IPv4): no allocation per request.
+    fn aggregate(&self, ip: IpAddr) -> ([u8; 16], usize) {
+        let mut out = [0u8; 16];
         match ip {
             IpAddr::V4(a) => {
                 let bits = u32::from(a) & mask32(self.v4_prefix);
-                bits.to_be_bytes().to_vec()
+                out[..4].copy_from_slice(&bits.to_be_bytes());
+                (out, 4)
             }
             IpAddr::V6(a) => {
                 let bits = u128::from(a) & mask128(self.v6_prefix);
-                bits.to_be_bytes().to_vec()
+                (bits.to_be_bytes(), 16)
             }
         }
     }
