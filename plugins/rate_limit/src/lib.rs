@@ -218,9 +218,12 @@ impl Rule {
             next: OnceLock::new(),
             decorating: AtomicBool::new(false),
         };
-        let (head, mine) = match g.txn.get(txn) {
-            Some(head) if self.chained => (head, head.push(state)?),
-            _ => {
+        // Only a later entry can find an earlier one's state: the first
+        // skips the lookup.
+        let earlier = if self.chained { g.txn.get(txn) } else { None };
+        let (head, mine) = match earlier {
+            Some(head) => (head, head.push(state)?),
+            None => {
                 // Fails only if this copy's state is there already, which a
                 // first entry cannot see: then it is not tracked (no slot).
                 let head = g.txn.set(txn, state).ok()?;
