@@ -11,152 +11,52 @@
 //! one worker, needs no `user` switch when started as root (no worker to
 //! drop privileges), and dies with the one signal `Child::kill` sends.
 
-use std::fs;
-use std::net::TcpListener;
-use std::path::Path;
-use std::process::{Child, Command, Stdio};
-use std::time::{Duration, Instant};
-
 use ats_tests::client;
 
 /// The body of both paths: small, so the bench measures request handling
 /// rather than copying.
 pub const BODY: &str = "ats-bench origin: a small static body of exactly 64 bytes......\n";
 
-pub struct Nginx {
-    child: Child,
-    port: u16,
-    _dir: tempfile::TempDir,
-}
+/// The test harness's nginx (own prefix, pid, logs and loopback port), with
+/// the bench's limits and paths.
+pub struct Nginx(ats_tests::nginx::Nginx);
 
-/// Temp-path directives that `nginx -V` shows were compiled in with an
-/// absolute default (e.g. /var/lib/nginx/body): nginx creates those at start
-/// and fails without permission, so each is pointed into our prefix.
-const TEMP_PATHS: &[(&str, &str)] = &[
-    ("--http-client-body-temp-path", "client_body_temp_path"),
-    ("--http-proxy-temp-path", "proxy_temp_path"),
-    ("--http-fastcgi-temp-path", "fastcgi_temp_path"),
-    ("--http-uwsgi-temp-path", "uwsgi_temp_path"),
-    ("--http-scgi-temp-path", "scgi_temp_path"),
-];
+/// More connections than the test default: wrk opens hundreds.
+const MAIN: &str = "worker_rlimit_nofile 8192;\nevents { worker_connections 4096; }";
 
-fn config(dir: &Path, port: u16, build_flags: &str) -> String {
-    let d = dir.display();
-    let temp: String = TEMP_PATHS
-        .iter()
-        .filter(|(flag, _)| build_flags.contains(flag))
-        .map(|(_, directive)| format!("    {directive} {d}/{directive};\n"))
-        .collect();
+fn http() -> String {
     format!(
-        "pid {d}/nginx.pid;\n\
-         error_log {d}/error.log warn;\n\
-         worker_rlimit_nofile 8192;\n\
-         events {{ worker_connections 4096; }}\n\
-         http {{\n\
-         \x20   access_log off;\n\
-         \x20   default_type text/plain;\n\
-         \x20   # ATS keeps its origin connections: never make it reconnect mid-run.\n\
+        "    # ATS keeps its origin connections: never make it reconnect mid-run.\n\
          \x20   keepalive_requests 100000000;\n\
          \x20   keepalive_timeout 600s;\n\
-         {temp}\
          \x20   server {{\n\
-         \x20       listen 127.0.0.1:{port};\n\
+         \x20       {{listen}}\n\
          \x20       location = /hit {{ add_header Cache-Control \"public, max-age=86400\" always; return 200 \"{BODY}\"; }}\n\
          \x20       location = /miss {{ add_header Cache-Control \"no-store\" always; return 200 \"{BODY}\"; }}\n\
          \x20       location = /nginx_status {{ stub_status; }}\n\
-         \x20   }}\n\
-         }}\n"
+         \x20   }}\n"
     )
 }
 
-fn free_port() -> Result<u16, String> {
-    TcpListener::bind("127.0.0.1:0")
-        .and_then(|l| l.local_addr())
-        .map(|a| a.port())
-        .map_err(|e| format!("no free loopback port: {e}"))
-}
-
 impl Nginx {
-    /// Starts nginx and waits until it answers.
+    /// Starts nginx and waits until it answers (installing it if missing).
     pub fn start() -> Result<Nginx, String> {
-        let flags = crate::sys::command_output("nginx", &["-V"]).ok_or(
-            "cannot run nginx (install it: apt-get install nginx-light, or run ci/bench.sh)",
-        )?;
-        let mut last = String::new();
-        // The free port can be taken before nginx binds it: retry on that.
-        for _ in 0..3 {
-            match Self::try_start(&flags) {
-                Ok(n) => return Ok(n),
-                Err(e) => last = e,
-            }
-        }
-        Err(last)
-    }
-
-    fn try_start(flags: &str) -> Result<Nginx, String> {
-        let dir = tempfile::Builder::new()
-            .prefix("ats-bench-nginx-")
-            .tempdir()
-            .map_err(|e| format!("temp dir for nginx: {e}"))?;
-        let port = free_port()?;
-        let conf = dir.path().join("nginx.conf");
-        fs::write(&conf, config(dir.path(), port, flags))
-            .map_err(|e| format!("writing {}: {e}", conf.display()))?;
-        let log = |name: &str| {
-            fs::File::create(dir.path().join(name)).map_err(|e| format!("creating {name}: {e}"))
-        };
-        let child = Command::new("nginx")
-            .arg("-p")
-            .arg(dir.path())
-            .arg("-e")
-            .arg(dir.path().join("error.log"))
-            .arg("-c")
-            .arg(&conf)
-            .args(["-g", "daemon off; master_process off;"])
-            .stdin(Stdio::null())
-            .stdout(log("stdout.txt")?)
-            .stderr(log("stderr.txt")?)
-            .spawn()
-            .map_err(|e| format!("cannot run nginx: {e}"))?;
-        let mut n = Nginx {
-            child,
-            port,
-            _dir: dir,
-        };
-        let end = Instant::now() + Duration::from_secs(10);
-        loop {
-            if n.requests().is_ok() {
-                return Ok(n);
-            }
-            let exited = n.child.try_wait().ok().flatten();
-            if exited.is_some() || Instant::now() > end {
-                let logs = ["error.log", "stderr.txt"]
-                    .iter()
-                    .map(|f| fs::read_to_string(n._dir.path().join(f)).unwrap_or_default())
-                    .collect::<Vec<_>>()
-                    .join("");
-                return Err(format!(
-                    "nginx did not start ({}):\n{logs}",
-                    exited.map_or("no answer after 10 s".into(), |s| s.to_string())
-                ));
-            }
-            std::thread::sleep(Duration::from_millis(20));
-        }
+        ats_tests::nginx::Nginx::start_with(MAIN, &http()).map(Nginx)
     }
 
     /// `http://127.0.0.1:<port>`, for remap rules and direct wrk runs.
     pub fn url(&self) -> String {
-        format!("http://127.0.0.1:{}", self.port)
+        format!("http://127.0.0.1:{}", self.0.port())
     }
 
     pub fn pid(&self) -> u32 {
-        self.child.id()
+        self.0.pid()
     }
 
     /// nginx's count of requests served so far (stub_status), including the
     /// status request that reads it.
     pub fn requests(&self) -> Result<u64, String> {
-        let r = client::get(self.port, "127.0.0.1", "/nginx_status", &[])
+        let r = client::get(self.0.port(), "127.0.0.1", "/nginx_status", &[])
             .map_err(|e| format!("nginx status: {e}"))?;
         if r.status != 200 {
             return Err(format!("nginx status: HTTP {}", r.status));
@@ -172,13 +72,6 @@ fn parse_requests(status: &str) -> Option<u64> {
     lines.next()?.split_whitespace().nth(2)?.parse().ok()
 }
 
-impl Drop for Nginx {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -191,15 +84,10 @@ mod tests {
     }
 
     #[test]
-    fn config_points_compiled_temp_paths_into_the_prefix() {
-        let c = config(
-            Path::new("/tmp/x"),
-            1234,
-            "--http-proxy-temp-path=/var/lib/nginx/proxy",
-        );
-        assert!(c.contains("proxy_temp_path /tmp/x/proxy_temp_path;"));
-        assert!(!c.contains("uwsgi_temp_path"));
-        assert!(c.contains("listen 127.0.0.1:1234;"));
+    fn the_bench_paths_and_body() {
+        let h = http();
+        assert!(h.contains("{listen}"), "the harness puts the port there");
+        assert!(h.contains("location = /hit") && h.contains("location = /miss"));
         assert_eq!(BODY.len(), 64);
     }
 }

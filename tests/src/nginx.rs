@@ -74,16 +74,39 @@ fn free_port() -> Result<u16, String> {
         .map_err(|e| format!("no free loopback port: {e}"))
 }
 
+/// The whole nginx.conf: pid and error log in `dir`, the compiled-in temp
+/// paths pointed into `dir`, `main` at top level, and `http` in `http { }`
+/// with every `{listen}` made this instance's `listen` directive.
+fn config(dir: &Path, port: u16, build_flags: &str, main: &str, http: &str) -> String {
+    let d = dir.display();
+    let temp: String = TEMP_PATHS
+        .iter()
+        .filter(|(flag, _)| build_flags.contains(flag))
+        .map(|(_, directive)| format!("    {directive} {d}/{directive};\n"))
+        .collect();
+    let http = http.replace("{listen}", &format!("listen 127.0.0.1:{port};"));
+    format!(
+        "pid {d}/nginx.pid;\nerror_log {d}/error.log warn;\n{main}\n\
+         http {{\n    access_log off;\n    default_type text/plain;\n    root {d}/html;\n{temp}{http}\n}}\n"
+    )
+}
+
 impl Nginx {
     /// Starts nginx with `http` inside its `http { }` block and waits until
     /// it answers. Every `{listen}` in `http` becomes the `listen` directive
     /// of this instance's port; `root` is the directory holding `ok`.
     pub fn start(http: &str) -> Result<Nginx, String> {
+        Self::start_with("events { worker_connections 1024; }", http)
+    }
+
+    /// As [`Nginx::start`], with `main` as the top-level directives (at
+    /// least the `events` block): e.g. the load bench's larger limits.
+    pub fn start_with(main: &str, http: &str) -> Result<Nginx, String> {
         let flags = build_flags()?;
         let mut last = String::new();
         // The free port can be taken before nginx binds it: retry on that.
         for _ in 0..3 {
-            match Self::try_start(&flags, http) {
+            match Self::try_start(&flags, main, http) {
                 Ok(n) => return Ok(n),
                 Err(e) => last = e,
             }
@@ -91,23 +114,13 @@ impl Nginx {
         Err(last)
     }
 
-    fn try_start(flags: &str, http: &str) -> Result<Nginx, String> {
+    fn try_start(flags: &str, main: &str, http: &str) -> Result<Nginx, String> {
         let dir = tempfile::Builder::new()
             .prefix("ats-test-nginx-")
             .tempdir()
             .map_err(|e| format!("temp dir for nginx: {e}"))?;
         let port = free_port()?;
-        let d = dir.path().display();
-        let temp: String = TEMP_PATHS
-            .iter()
-            .filter(|(flag, _)| flags.contains(flag))
-            .map(|(_, directive)| format!("    {directive} {d}/{directive};\n"))
-            .collect();
-        let http = http.replace("{listen}", &format!("listen 127.0.0.1:{port};"));
-        let conf = format!(
-            "pid {d}/nginx.pid;\nerror_log {d}/error.log warn;\nevents {{ worker_connections 1024; }}\n\
-             http {{\n    access_log off;\n    default_type text/plain;\n    root {d}/html;\n{temp}{http}\n}}\n"
-        );
+        let conf = config(dir.path(), port, flags, main, http);
         let io = |what: &str, e: std::io::Error| format!("{what}: {e}");
         fs::create_dir(dir.path().join("html")).map_err(|e| io("html dir", e))?;
         fs::write(dir.path().join("html/ok"), "ok\n").map_err(|e| io("html/ok", e))?;
@@ -151,6 +164,10 @@ impl Nginx {
         self.port
     }
 
+    pub fn pid(&self) -> u32 {
+        self.child.id()
+    }
+
     /// error.log and stderr, for failure reports.
     pub fn logs(&self) -> String {
         ["error.log", "stderr.txt"]
@@ -167,5 +184,25 @@ impl Drop for Nginx {
         if std::thread::panicking() {
             eprintln!("=== nginx logs ===\n{}", self.logs());
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn config_points_compiled_temp_paths_into_the_prefix() {
+        let c = config(
+            Path::new("/tmp/x"),
+            1234,
+            "--http-proxy-temp-path=/var/lib/nginx/proxy",
+            "events { worker_connections 8; }",
+            "server { {listen} }",
+        );
+        assert!(c.contains("proxy_temp_path /tmp/x/proxy_temp_path;"));
+        assert!(!c.contains("uwsgi_temp_path"));
+        assert!(c.contains("server { listen 127.0.0.1:1234; }"));
+        assert!(c.contains("events { worker_connections 8; }"));
     }
 }
