@@ -18,25 +18,30 @@ use std::sync::Once;
 thread_local! {
     /// Where the last panic on this thread happened, filled in by the hook.
     static LAST_PANIC: RefCell<Option<String>> = const { RefCell::new(None) };
-    /// The guard's per-thread state, in one thread-local: a dlopen'ed
-    /// cdylib pays a `__tls_get_addr` call per access, and `catch` makes two.
-    static GUARD: Guard = const {
-        Guard {
+    /// What `catch` reads on every entry and exit. No destructor: each
+    /// access is one `__tls_get_addr` in a dlopen'ed cdylib and nothing more
+    /// (a thread-local with one also checks its lazy state), and it is
+    /// usable even while the thread exits.
+    static COUNTS: Counts = const {
+        Counts {
             depth: Cell::new(0),
-            deferred: RefCell::new(Vec::new()),
+            deferred: Cell::new(0),
         }
     };
+    /// Fail-safe actions deferred by destructors that ran while unwinding
+    /// (touched only when there are some).
+    static DEFERRED: RefCell<Vec<Box<dyn FnOnce()>>> = const { RefCell::new(Vec::new()) };
 }
 
-struct Guard {
+struct Counts {
     /// How many `catch` frames are active on this thread.
     depth: Cell<u32>,
-    /// Fail-safe actions deferred by destructors that ran while unwinding.
-    deferred: RefCell<Vec<Box<dyn FnOnce()>>>,
+    /// `DEFERRED`'s length.
+    deferred: Cell<usize>,
 }
 
 fn inside_catch() -> bool {
-    GUARD.try_with(|g| g.depth.get() > 0).unwrap_or(false)
+    COUNTS.with(|c| c.depth.get() > 0)
 }
 
 /// Runs `action` now, or, if this thread is unwinding from a panic inside a
@@ -50,9 +55,10 @@ pub fn defer(action: impl FnOnce() + 'static) {
         return;
     }
     let mut action = Some(Box::new(action) as Box<dyn FnOnce()>);
-    let _ = GUARD.try_with(|g| {
-        if let Ok(mut d) = g.deferred.try_borrow_mut() {
+    let _ = DEFERRED.try_with(|d| {
+        if let Ok(mut d) = d.try_borrow_mut() {
             d.extend(action.take());
+            COUNTS.with(|c| c.deferred.set(d.len()));
         }
     });
     // The list is gone (thread exiting) or busy: better now than never.
@@ -65,10 +71,12 @@ pub fn defer(action: impl FnOnce() + 'static) {
 /// its own `catch_unwind` (one failing must not skip the others).
 fn run_deferred(site: &str, from: usize) {
     loop {
-        let next = GUARD
-            .try_with(|g| {
-                let mut d = g.deferred.try_borrow_mut().ok()?;
-                (d.len() > from).then(|| d.remove(from))
+        let next = DEFERRED
+            .try_with(|d| {
+                let mut d = d.try_borrow_mut().ok()?;
+                let next = (d.len() > from).then(|| d.remove(from));
+                COUNTS.with(|c| c.deferred.set(d.len()));
+                next
             })
             .ok()
             .flatten();
@@ -139,23 +147,17 @@ fn payload_message(payload: &(dyn Any + Send)) -> String {
 pub fn catch<R>(site: &str, fallback: impl FnOnce() -> R, f: impl FnOnce() -> R) -> R {
     // Only what this frame's unwind deferred is ours to run: an outer frame
     // may itself be unwinding (a `catch` inside a destructor).
-    let deferred_from = GUARD
-        .try_with(|g| {
-            g.depth.set(g.depth.get() + 1);
-            g.deferred.try_borrow().map_or(0, |d| d.len())
-        })
-        .unwrap_or(0);
+    let deferred_from = COUNTS.with(|c| {
+        c.depth.set(c.depth.get() + 1);
+        c.deferred.get()
+    });
     // `catch_unwind` stops every panic, so the depth is restored below on
     // both paths.
     let result = panic::catch_unwind(AssertUnwindSafe(f));
-    let deferred = GUARD
-        .try_with(|g| {
-            g.depth.set(g.depth.get().saturating_sub(1));
-            g.deferred
-                .try_borrow()
-                .map_or(true, |d| d.len() > deferred_from)
-        })
-        .unwrap_or(false);
+    let deferred = COUNTS.with(|c| {
+        c.depth.set(c.depth.get().saturating_sub(1));
+        c.deferred.get() > deferred_from
+    });
     // Deferred actions run once no unwind is in progress: here, unless this
     // `catch` sits in a destructor of an outer unwind, whose own `catch`
     // runs them (also those deferred under a nested `catch_unwind` that
