@@ -107,6 +107,11 @@ impl IpState {
         self.phase
     }
 
+    /// When the ban ends, if banned.
+    pub fn banned_until(&self) -> Option<Nanos> {
+        (self.phase == Phase::Banned).then_some(self.at)
+    }
+
     pub fn delay(&self) -> Nanos {
         self.delay
     }

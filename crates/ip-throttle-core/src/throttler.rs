@@ -355,15 +355,22 @@ impl<C: Clock> Throttler<C> {
         self.expire_by(key, 0)
     }
 
-    /// As [`Throttler::expire`], taking the time as at least `due`: for a
-    /// timer armed for `due` that fires a hair early (ATS's timers run off
-    /// a cached clock that can lag the real one by a few milliseconds).
+    /// As [`Throttler::expire`], for a timer armed for a ban's end `due`
+    /// that fires a hair early (ATS's timers run off a cached clock that can
+    /// lag the real one): a ban that still ends at or before `due` ends now.
+    /// Any other state (the ban was lifted, or replaced) advances on the real
+    /// clock only.
     pub fn expire_by(&self, key: u64, due: Nanos) -> Option<Event> {
-        let now = self.clock.now().max(due);
+        let now = self.clock.now();
         let p = self.current.load().opts.params;
         self.table
             .get(key, |s| {
-                s.advance(now, &p).then(|| event(EventKind::Unban, s))
+                let banned_until = s.banned_until();
+                let t = match banned_until {
+                    Some(end) if end <= due => now.max(end),
+                    _ => now,
+                };
+                s.advance(t, &p).then(|| event(EventKind::Unban, s))
             })
             .flatten()
     }

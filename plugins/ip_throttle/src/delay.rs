@@ -91,8 +91,13 @@ fn arm_unban(weak: Weak<Rule>, now: Nanos, key: u64, ip: IpAddr, until: Nanos, t
     let armed = Timer::after(after, Pool::Task, move || {
         let Some(rule) = weak.upgrade() else { return };
         let now = rule.throttler.now();
-        if until.saturating_sub(now) > EARLY && tries < UNBAN_TRIES {
-            return arm_unban(again, now, key, ip, until, tries + 1);
+        if until.saturating_sub(now) > EARLY {
+            // Too early to call it due: wait again, a bounded number of
+            // times; past that, the IP's next request ends the ban and logs it.
+            if tries < UNBAN_TRIES {
+                arm_unban(again, now, key, ip, until, tries + 1);
+            }
+            return;
         }
         if let Some(e) = rule.throttler.expire_by(key, until) {
             let snap = rule.throttler.snapshot();

@@ -153,28 +153,23 @@ impl Rule {
         }
     }
 
-    /// Several entries on one rule: a transaction never waits for one
-    /// entry's slot while it holds or waits for another's, so rules that
-    /// list shared groups in different orders cannot deadlock. A decision
-    /// that would do so is a refusal (what it took is given back).
-    fn no_hold_and_wait(
-        &self,
-        head: Option<&TxnState>,
-        admission: Admission<Queued>,
-    ) -> Admission<Queued> {
-        let Some(head) = head else { return admission };
+    /// Several entries on one rule: what earlier entries left on this
+    /// transaction, for the no-hold-and-wait rule (see `do_remap`).
+    fn earlier(&self, g: &Globals, txn: Txn<'_>) -> Earlier {
+        let Some(head) = g.txn.get(txn) else {
+            return Earlier::default();
+        };
         let slot_wait = |s: &TxnState| s.rule.opts.limit.is_some() && s.wait.lock().is_some();
-        match admission {
-            Admission::Go(Some(_)) if head.chain().any(slot_wait) => Admission::Reject,
-            Admission::Wait(_)
-                if self.opts.limit.is_some()
-                    && head
-                        .chain()
-                        .any(|s| s.held.lock().is_some() || slot_wait(s)) =>
-            {
-                Admission::Reject
-            }
-            other => other,
+        // A --conntrack entry keeps its slot in the session, not the transaction.
+        let session_holds = || {
+            txn.ssn()
+                .and_then(|ss| g.ssn.get(ss))
+                .is_some_and(|s| s.holds_any())
+        };
+        Earlier {
+            refused: head.refused(),
+            waits: head.chain().any(slot_wait),
+            holds: head.chain().any(|s| s.held.lock().is_some()) || session_holds(),
         }
     }
 
@@ -305,7 +300,12 @@ impl RemapPlugin for Rule {
         let Some(g) = GLOBALS.get() else {
             return RemapStatus::NoRemap;
         };
-        if self.chained && g.txn.get(txn).is_some_and(|st| st.refused()) {
+        let earlier = if self.chained {
+            self.earlier(g, txn)
+        } else {
+            Earlier::default()
+        };
+        if earlier.refused {
             // An earlier rate_limit entry on this rule refused the request.
             return RemapStatus::NoRemap;
         }
@@ -331,6 +331,10 @@ impl RemapPlugin for Rule {
                 }
             }
         }
+        if self.opts.limit.is_some() && earlier.waits {
+            self.reject(g, txn, None);
+            return RemapStatus::NoRemap;
+        }
         let key = match self.client_key(txn, req) {
             ClientKey::Rule => None,
             ClientKey::Key(k) => Some(k),
@@ -348,10 +352,15 @@ impl RemapPlugin for Rule {
         } else {
             self.limiter.admit_tagged(key, &[])
         };
-        let admission = if self.chained {
-            self.no_hold_and_wait(g.txn.get(txn), admission)
-        } else {
-            admission
+        // No hold and wait across entries: a request waits for one entry's
+        // slots at most and never while holding another's, so rules that
+        // list shared groups in different orders cannot deadlock. Taking a
+        // slot while an earlier entry waits is refused before anything is
+        // taken; a wait while an earlier slot is held is refused after
+        // (dropping the wait gives its queue place and rate token back).
+        let admission = match admission {
+            Admission::Wait(_) if self.opts.limit.is_some() && earlier.holds => Admission::Reject,
+            other => other,
         };
         match admission {
             Admission::Go(permit) => {
@@ -392,6 +401,16 @@ impl RemapPlugin for Rule {
         }
         RemapStatus::NoRemap
     }
+}
+
+/// What earlier rate_limit entries on the same rule left on a transaction.
+#[derive(Default)]
+struct Earlier {
+    refused: bool,
+    /// One waits for a slot (or for its rate, then a slot).
+    waits: bool,
+    /// A slot is held: by the transaction, or (`--conntrack`) its session.
+    holds: bool,
 }
 
 /// Whose limits a request is counted against.

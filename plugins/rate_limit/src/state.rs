@@ -191,6 +191,11 @@ pub(crate) struct SessionSlots {
 }
 
 impl SessionSlots {
+    /// Holds a slot of any limiter.
+    pub(crate) fn holds_any(&self) -> bool {
+        self.held.lock().iter().any(|(_, h)| h.is_some())
+    }
+
     pub(crate) fn admitted(&self, limiter: u64) -> bool {
         self.held.lock().iter().any(|(r, _)| *r == limiter)
     }

@@ -356,3 +356,28 @@ fn reloads_swap_lists_and_options_and_keep_state() {
         .unwrap_err()
         .starts_with("--keys and --key-prefix cannot change"));
 }
+
+#[test]
+fn a_timer_a_hair_early_ends_only_the_ban_it_was_armed_for() {
+    let (t, clock) = throttler(
+        &format!("{SMALL} --ban-threshold=1 --max-concurrent=9"),
+        &files(),
+    );
+    let r = get("127.0.0.9");
+    let d: Vec<_> = (0..4).map(|_| t.decide(&r)).collect();
+    assert_eq!(d[3].action, Action::Forbid);
+    let key = d[3].key;
+    let ends = limits::Clock::now(&clock) + 3 * S;
+    // 2 ms before the end, a timer armed for it ends the ban.
+    clock.advance(std::time::Duration::from_millis(2998));
+    assert_eq!(t.expire(key), None, "the real clock says not yet");
+    assert_eq!(
+        t.expire_by(key, ends).map(|e| e.kind),
+        Some(EventKind::Unban)
+    );
+    // Banned again: a timer armed for the old end does not end the new ban.
+    let d: Vec<_> = (0..4).map(|_| t.decide(&r)).collect();
+    assert_eq!(d[3].action, Action::Forbid);
+    assert_eq!(t.expire_by(key, ends), None);
+    assert_eq!(t.show(r.ip).map(|v| v.phase), Some(Phase::Banned));
+}
