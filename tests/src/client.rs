@@ -336,3 +336,23 @@ fn read_response<R: BufRead>(r: &mut R, sent_at: Instant) -> io::Result<Response
         elapsed: sent_at.elapsed(),
     })
 }
+
+/// In the background: `n` requests to `host` at once, each held `delay_ms`
+/// at the origin (`X-Origin-Delay`); the join gives their status counts.
+pub fn slow_burst(
+    port: u16,
+    host: &'static str,
+    n: usize,
+    delay_ms: u64,
+) -> thread::JoinHandle<std::collections::BTreeMap<u16, usize>> {
+    thread::spawn(move || {
+        status_counts(&burst(n, move |i| {
+            get(
+                port,
+                host,
+                &format!("/slow{i}"),
+                &[("X-Origin-Delay", &delay_ms.to_string())],
+            )
+        }))
+    })
+}

@@ -23,26 +23,6 @@ fn ctl_tagged(ts: &TrafficServer, tag: &str, command: &str) -> String {
     ts.plugin_msg(tag, command)
 }
 
-fn slow(
-    ts: &TrafficServer,
-    host: &'static str,
-    n: usize,
-    ms: u64,
-) -> thread::JoinHandle<BTreeMap<u16, usize>> {
-    let port = ts.port();
-    thread::spawn(move || {
-        let r = client::burst(n, move |i| {
-            client::get(
-                port,
-                host,
-                &format!("/s{i}"),
-                &[("X-Origin-Delay", &ms.to_string())],
-            )
-        });
-        client::status_counts(&r)
-    })
-}
-
 fn start(remap: String) -> TrafficServer {
     TrafficServer::builder()
         .remap(remap)
@@ -55,7 +35,7 @@ fn start(remap: String) -> TrafficServer {
 fn show_reports_live_counts_and_set_changes_the_limit_at_once() {
     let origin = Origin::start();
     let ts = start(rule("a.test", &origin, "--group=ctl1 --limit=2 --tag=ctl"));
-    let load = slow(&ts, "a.test", 5, 2500);
+    let load = client::slow_burst(ts.port(), "a.test", 5, 2500);
     assert!(wait_until(Duration::from_secs(3), || origin.in_flight() == 2));
     thread::sleep(Duration::from_millis(200));
     let shown = ctl(&ts, "show ctl1");
@@ -164,8 +144,8 @@ fn messages_during_reloads_under_load_do_no_harm() {
             + &rule("k.test", &origin, "--key=ip --rate=50 --limit=2 --tag=k4")
     };
     let mut ts = start(remap(0));
-    let load = slow(&ts, "a.test", 30, 100);
-    let keyed = slow(&ts, "k.test", 30, 50);
+    let load = client::slow_burst(ts.port(), "a.test", 30, 100);
+    let keyed = client::slow_burst(ts.port(), "k.test", 30, 50);
     for n in 1..=5 {
         for cmd in ["show", "top k4 3", "set ctl4 limit=4", "show ctl4", "bogus"] {
             let out = ts.traffic_ctl(&["plugin", "msg", "rate_limit", cmd]);

@@ -197,7 +197,7 @@ fn a_reload_that_raises_the_limit_admits_waiters_at_once() {
     // Each request stays 30 s at the origin: longer than any reload takes
     // (traffic_manager has been seen to take 6 s on a loaded machine), so
     // "4 at once" can only mean the 3 waiters were admitted by the reload.
-    let load = slow_requests(ts.port(), "a.test", 4, 30_000);
+    let load = client::slow_burst(ts.port(), "a.test", 4, 30_000);
     assert!(wait_until(Duration::from_secs(3), || origin.in_flight() == 1));
     thread::sleep(Duration::from_millis(200));
     assert_eq!(origin.in_flight(), 1, "1 at the origin, 3 waiting");
@@ -220,25 +220,6 @@ fn a_reload_that_raises_the_limit_admits_waiters_at_once() {
         !statuses.contains_key(&429),
         "nobody was refused: {statuses:?}"
     );
-}
-
-/// `n` requests at once, each held `ms` at the origin, in the background.
-fn slow_requests(
-    port: u16,
-    host: &'static str,
-    n: usize,
-    ms: u64,
-) -> thread::JoinHandle<BTreeMap<u16, usize>> {
-    thread::spawn(move || {
-        counts(&client::burst(n, move |i| {
-            client::get(
-                port,
-                host,
-                &format!("/slow{i}"),
-                &[("X-Origin-Delay", &ms.to_string())],
-            )
-        }))
-    })
 }
 
 #[test]
@@ -336,13 +317,13 @@ fn replace_and_reload(pin: bool) -> (usize, String) {
         b = b.plugin_config(format!("{}\n", so.display()));
     }
     let ts = b.start().expect("start");
-    let old = slow_requests(ts.port(), "a.test", 4, 30_000);
+    let old = client::slow_burst(ts.port(), "a.test", 4, 30_000);
     assert!(wait_until(Duration::from_secs(3), || origin.in_flight() == 2));
     touch(&so);
     ts.reload_remap(&line(2)).expect("reload");
     // New requests go to the reloaded rule: pinned, they queue behind the
     // old ones in the one group; unpinned, a fresh group admits them.
-    let new = slow_requests(ts.port(), "a.test", 2, 30_000);
+    let new = client::slow_burst(ts.port(), "a.test", 2, 30_000);
     wait_until(Duration::from_secs(3), || origin.in_flight() > 2);
     let (max, diags) = (origin.max_in_flight(), ts.diags());
     drop(ts);
@@ -389,7 +370,7 @@ fn several_entries_wait_for_one_entry_at_most_and_never_while_holding() {
     // rather than waiting for both; C (the other order) waits for gb and is
     // refused by ga. Without the rule, B holding ga (after A) while waiting
     // for gb, and C holding gb while waiting for ga, could deadlock.
-    let a = slow_requests(ts.port(), "ab.test", 1, 1500);
+    let a = client::slow_burst(ts.port(), "ab.test", 1, 1500);
     assert!(wait_until(Duration::from_secs(3), || origin.in_flight() == 1));
     let b = client::get(ts.port(), "ab.test", "/b", &[]).expect("b");
     let c = client::get(ts.port(), "ba.test", "/c", &[]).expect("c");
@@ -397,7 +378,7 @@ fn several_entries_wait_for_one_entry_at_most_and_never_while_holding() {
     assert_eq!(counts_of(a), BTreeMap::from([(200, 1)]));
     // A rate entry that never holds a slot does not stop the second entry's queue.
     origin.reset_max_in_flight();
-    let queued = slow_requests(ts.port(), "rq.test", 3, 300);
+    let queued = client::slow_burst(ts.port(), "rq.test", 3, 300);
     assert_eq!(counts_of(queued), BTreeMap::from([(200, 3)]));
     assert_eq!(origin.max_in_flight(), 1);
 }
