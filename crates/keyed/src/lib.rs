@@ -69,11 +69,13 @@ use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use parking_lot::Mutex;
 
 mod shard;
+mod sip;
 
 #[cfg(test)]
 mod tests;
 
 use shard::Shard;
+use sip::Sip;
 
 /// The state kept per key.
 pub trait KeyState: Default + Send + 'static {
@@ -116,11 +118,19 @@ struct Padded<S> {
     evicted: AtomicU64,
 }
 
+/// A random 128-bit SipHash key: std's `RandomState` holds one drawn from
+/// the OS's random source (per thread, then varied per call), and does not
+/// expose it; two of its outputs are as unpredictable as the key itself.
+fn random_key() -> Sip {
+    let s = RandomState::new();
+    Sip::new(s.hash_one(0u64), s.hash_one(1u64))
+}
+
 /// A bounded table of per-key states, shared by threads.
 pub struct KeyTable<S: KeyState> {
     shards: Box<[Padded<S>]>,
     capacity: usize,
-    seed: RandomState,
+    seed: Sip,
 }
 
 impl<S: KeyState> KeyTable<S> {
@@ -145,19 +155,19 @@ impl<S: KeyState> KeyTable<S> {
         KeyTable {
             shards,
             capacity,
-            // SipHash-1-3 with a random 128-bit key per table.
-            seed: RandomState::new(),
+            seed: random_key(),
         }
     }
 
-    /// The key for `bytes` (an address, a header value, a tag, ...): SipHash
-    /// keyed with a random seed of this table, so clients cannot craft keys
+    /// The key for `bytes` (an address, a header value, a tag, ...):
+    /// SipHash-1-3 keyed with a random 128-bit key of this table (the PRF of
+    /// std's `RandomState`, see `sip.rs`), so clients cannot craft keys
     /// that collide or that crowd one shard. Two byte strings with the same
     /// 64-bit hash share one state: at 1 M keys the chance that any two
     /// clients collide is about 3 in 100 million (birthday bound, 2^-64 per
     /// pair), and then both are limited as one client.
     pub fn hash(&self, bytes: &[u8]) -> u64 {
-        self.seed.hash_one(bytes)
+        self.seed.hash(bytes)
     }
 
     /// Runs `f` on `key`'s state, inserting a default state first if the key
