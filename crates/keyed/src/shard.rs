@@ -146,9 +146,9 @@ impl<S: KeyState> Shard<S> {
                 self.touch(i);
                 i
             }
-            Err(_) => {
+            Err(empty) => {
                 self.churning = true;
-                self.insert(key, preloaded)?
+                self.insert(key, empty, preloaded)?
             }
         };
         Some(f(&mut self.slots[i].state))
@@ -214,9 +214,10 @@ impl<S: KeyState> Shard<S> {
         }
     }
 
-    /// Inserts `key` (absent) with the default state; `None` if the shard is
-    /// full and every key in it is busy.
-    fn insert(&mut self, key: u64, preloaded: bool) -> Option<usize> {
+    /// Inserts `key` (absent; `empty` is the empty slot that ended its
+    /// probe) with the default state; `None` if the shard is full and every
+    /// key in it is busy.
+    fn insert(&mut self, key: u64, empty: usize, preloaded: bool) -> Option<usize> {
         // At the bound, start loading the likely victim's slot (probation's
         // front key) and the ghost entry together: their cache misses then
         // overlap instead of following each other (~15 % of an insert).
@@ -228,22 +229,34 @@ impl<S: KeyState> Shard<S> {
             }
         }
         let main = self.ghost_take(key);
-        if self.len == self.cap && !self.make_room() {
-            if main {
-                self.ghost_put(key);
+        let mut freed = None;
+        if self.len == self.cap {
+            freed = self.make_room();
+            if freed.is_none() {
+                if main {
+                    self.ghost_put(key);
+                }
+                return None;
             }
-            return None;
         }
-        self.grow_if_needed();
+        let grown = self.grow_if_needed();
         if !main && self.small.len() >= self.small_target {
             // Below the bound nothing is evicted, but probation stays at its
             // size: its oldest key moves on to main (where an untouched one
             // is CLOCK's first candidate later).
             self.graduate_front();
         }
-        // Evictions and growth may have moved slots: find the spot again.
-        let i = match self.probe(key) {
-            Ok(i) | Err(i) => i,
+        let i = match freed {
+            // Growth moved every slot: probe again.
+            _ if grown => match self.probe(key) {
+                Ok(i) | Err(i) => i,
+            },
+            // The eviction's backward shift left exactly one slot empty
+            // (`f`) and moved nothing into `empty`. If `f` lies on the key's
+            // probe path (between its home and `empty`), it is now the first
+            // empty slot there; otherwise that path is unchanged.
+            Some(f) if self.on_path(key, f, empty) => f,
+            _ => empty,
         };
         let slot = &mut self.slots[i];
         slot.key = key;
@@ -257,8 +270,17 @@ impl<S: KeyState> Shard<S> {
         Some(i)
     }
 
-    /// Evicts one idle key; false if every key is busy.
-    fn make_room(&mut self) -> bool {
+    /// True if slot `f` lies cyclically in `[home of key, end)`.
+    fn on_path(&self, key: u64, f: usize, end: usize) -> bool {
+        let n = self.slots.len();
+        let home = reduce(key, n);
+        let dist = |i: usize| if i >= home { i - home } else { i + n - home };
+        dist(f) < dist(end)
+    }
+
+    /// Evicts one idle key and returns the slot left empty (after the
+    /// backward shift); `None` if every key is busy.
+    fn make_room(&mut self) -> Option<usize> {
         // Probation first while it holds its share: a flood of one-off keys
         // evicts itself and never reaches main.
         while self.small.len() >= self.small_target {
@@ -268,26 +290,23 @@ impl<S: KeyState> Shard<S> {
             let Ok(i) = self.probe(key) else { continue };
             let s = &mut self.slots[i];
             if s.meta & FREQ == 0 && !s.state.busy() {
-                self.evict(i, true);
-                return true;
+                return Some(self.evict(i, true));
             }
             // Touched during probation (or busy): main, counter restarted.
             s.meta = OCCUPIED;
         }
         if let Some(i) = self.clock() {
-            self.evict(i, false);
-            return true;
+            return Some(self.evict(i, false));
         }
         // Main is all busy: any idle probation key goes, touched or not.
         while let Some(key) = self.small.pop_front() {
             let Ok(i) = self.probe(key) else { continue };
             if !self.slots[i].state.busy() {
-                self.evict(i, true);
-                return true;
+                return Some(self.evict(i, true));
             }
             self.slots[i].meta = OCCUPIED;
         }
-        false
+        None
     }
 
     /// CLOCK over main: the first idle key with a zero counter, decrementing
@@ -331,19 +350,22 @@ impl<S: KeyState> Shard<S> {
         }
     }
 
-    fn evict(&mut self, i: usize, remember: bool) {
+    /// Evicts the key in slot `i`; returns the slot left empty.
+    fn evict(&mut self, i: usize, remember: bool) -> usize {
         let key = self.slots[i].key;
-        self.remove_at(i);
+        let empty = self.remove_at(i);
         if remember {
             self.ghost_put(key);
         }
         self.len -= 1;
         self.evicted += 1;
+        empty
     }
 
     /// Empties slot `hole` and closes the gap (backward-shift deletion), so
-    /// the table never accumulates tombstones under churn.
-    fn remove_at(&mut self, mut hole: usize) {
+    /// the table never accumulates tombstones under churn. Returns the slot
+    /// left empty at the end (`hole` itself if nothing moved).
+    fn remove_at(&mut self, mut hole: usize) -> usize {
         let n = self.slots.len();
         self.slots[hole].state = S::default();
         self.slots[hole].meta = 0;
@@ -354,7 +376,7 @@ impl<S: KeyState> Shard<S> {
                 j = 0;
             }
             if self.slots[j].meta & OCCUPIED == 0 {
-                return;
+                return hole;
             }
             let home = reduce(self.slots[j].key, n);
             // The entry at j stays if its home lies cyclically in (hole, j]:
@@ -371,10 +393,12 @@ impl<S: KeyState> Shard<S> {
         }
     }
 
-    fn grow_if_needed(&mut self) {
+    /// Doubles the slot array when it is 2/3 full (up to `max_slots`);
+    /// true if it did (every slot moved).
+    fn grow_if_needed(&mut self) -> bool {
         let n = self.slots.len();
         if n >= self.max_slots || self.len < n - n / 3 {
-            return;
+            return false;
         }
         let new_n = n.saturating_mul(2).min(self.max_slots);
         let old = std::mem::replace(
@@ -389,6 +413,7 @@ impl<S: KeyState> Shard<S> {
             }
         }
         self.hand = 0;
+        true
     }
 
     fn ghost_at(&self, key: u64) -> (usize, u32) {
