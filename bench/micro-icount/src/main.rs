@@ -187,6 +187,18 @@ fn keyed_admission(l: &Arc<Limiter<Nobody>>, mut i: u32) {
     }
 }
 
+/// The same decision for addresses never seen (a churn attack): each one
+/// inserts a key and evicts an idle one, as `keyed_admission/new_key_at_bound_1_thread`.
+#[inline(never)]
+fn keyed_admission_new_key(l: &Arc<Limiter<Nobody>>, first: u32) {
+    let t = l.keys().expect("keyed");
+    for n in 0..N as u32 {
+        let a = (first + n).wrapping_mul(2_654_435_761).to_be_bytes();
+        let k = t.hash(&[0, 0, 4, a[0], a[1], a[2], a[3]]);
+        assert!(matches!(l.admit(Some(k)), Admission::Go(_)));
+    }
+}
+
 #[inline(never)]
 fn keyed_with_live_key(t: &KeyTable<S>, keys: &[u64]) {
     for i in 0..N as usize {
@@ -275,6 +287,8 @@ fn main() {
     }
     op("keyed_admission/100k_keys_1_thread", &keyed_admission);
     keyed_admission(&l, 0);
+    op("keyed_admission/new_key_at_bound", &keyed_admission_new_key);
+    keyed_admission_new_key(&l, KEYS as u32);
 
     let table = KeyTable::<S>::new(KEYS);
     let mut n = 0;

@@ -2,6 +2,10 @@
 //! with 2 threads contending, no global lock): the whole decision a keyed
 //! rule makes per request, from the client's address bytes: the keyed
 //! hash, the table lookup under the key's shard lock, and the GCRA step.
+//! `new_key_at_bound_1_thread`: the same decision for addresses never seen
+//! (a churn attack; issue 9's "within 2× of steady state").
+//! `floor_one_dependent_miss_48MB` is what one random memory access costs
+//! on the machine when nothing overlaps it (see BENCHMARKS.md).
 //!
 //! Run: `cargo bench -p rate-limit-core --bench keyed_admission`.
 
@@ -31,8 +35,12 @@ fn addr(i: u32) -> [u8; 7] {
 }
 
 fn decide(l: &Arc<Limiter<Nobody>>, i: u32) -> bool {
+    decide_addr(l, i % KEYS)
+}
+
+fn decide_addr(l: &Arc<Limiter<Nobody>>, n: u32) -> bool {
     let Some(t) = l.keys() else { return false };
-    let key = t.hash(&addr(i % KEYS));
+    let key = t.hash(&addr(n));
     matches!(l.admit(Some(key)), Admission::Go(_))
 }
 
@@ -76,7 +84,46 @@ fn keyed_admission(c: &mut Criterion) {
     });
     stop.store(true, Ordering::Relaxed);
     let _ = other.join();
+    // A churn attack at the level of the whole decision: every address is
+    // new (numbers above the live ones; `addr` is a bijection on u32), so
+    // each decision inserts a key and evicts an idle one.
+    let mut n = KEYS;
+    g.bench_function("new_key_at_bound_1_thread", |b| {
+        b.iter(|| {
+            n = n.wrapping_add(1).max(KEYS);
+            black_box(decide_addr(&l, black_box(n)))
+        })
+    });
+    // The floor under any table at 1 M keys: one cache miss whose address
+    // depends on the previous load (no overlap between iterations), over a
+    // buffer the size of the table's slot array (1.5 M slots x 32 B).
+    let chain = chain(1_500_000 * 32 / 64);
+    let mut p = 0usize;
+    g.bench_function("floor_one_dependent_miss_48MB", |b| {
+        b.iter(|| {
+            p = chain[p] as usize;
+            p
+        })
+    });
     g.finish();
+}
+
+/// A random cycle through `lines` cache lines (Sattolo's shuffle), one u64
+/// used per 64-byte line: `v[i]` is the index of the next line's word.
+fn chain(lines: usize) -> Vec<u64> {
+    let mut order: Vec<usize> = (0..lines).collect();
+    let mut x = 0x2545_f491_4f6c_dd1d_u64;
+    for i in (1..lines).rev() {
+        x ^= x << 13;
+        x ^= x >> 7;
+        x ^= x << 17;
+        order.swap(i, (x % i as u64) as usize);
+    }
+    let mut v = vec![0u64; lines * 8];
+    for (i, &at) in order.iter().enumerate() {
+        v[at * 8] = (order[(i + 1) % lines] * 8) as u64;
+    }
+    v
 }
 
 criterion_group!(benches, keyed_admission);
