@@ -15,6 +15,7 @@
 //! - [`plugin`]: paths of the freshly built plugin `.so` files.
 
 pub mod client;
+pub mod memcached;
 pub mod nginx;
 mod origin;
 mod plugins;

@@ -14,7 +14,7 @@ use std::net::{Shutdown, TcpListener, TcpStream};
 use std::path::Path;
 use std::process::{Child, Command, Stdio};
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, OnceLock};
+use std::sync::Arc;
 use std::thread;
 use std::time::{Duration, Instant};
 
@@ -24,35 +24,50 @@ pub struct Redis {
     dir: tempfile::TempDir,
 }
 
-/// Installs redis-server if it is missing (once per test binary).
-fn ensure_installed() -> Result<(), String> {
-    static DONE: OnceLock<Result<(), String>> = OnceLock::new();
-    DONE.get_or_init(|| {
-        let present = || {
-            Command::new("redis-server")
-                .arg("--version")
-                .output()
-                .is_ok_and(|o| o.status.success())
-        };
-        if present() {
-            return Ok(());
-        }
-        let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("../ci/install-deps.sh");
-        let out = Command::new(&script)
-            .args(["redis-server", "redis-tools"])
+/// Installs `packages` with `ci/install-deps.sh` if `cmd ARGS` does not
+/// run (checked once per command and test binary).
+pub(crate) fn ensure_package(cmd: &str, args: &[&str], packages: &[&str]) -> Result<(), String> {
+    static DONE: std::sync::Mutex<Vec<(String, Result<(), String>)>> =
+        std::sync::Mutex::new(Vec::new());
+    let mut done = DONE.lock().unwrap_or_else(|p| p.into_inner());
+    if let Some((_, r)) = done.iter().find(|(c, _)| c == cmd) {
+        return r.clone();
+    }
+    let present = || {
+        Command::new(cmd)
+            .args(args)
             .output()
-            .map_err(|e| format!("redis-server is missing and {} failed: {e}", script.display()))?;
-        if present() {
-            Ok(())
-        } else {
-            Err(format!(
-                "redis-server is missing and `ci/install-deps.sh redis-server redis-tools` did not install it:\n{}{}",
+            .is_ok_and(|o| o.status.success())
+    };
+    let r = if present() {
+        Ok(())
+    } else {
+        let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("../ci/install-deps.sh");
+        match Command::new(&script).args(packages).output() {
+            Err(e) => Err(format!(
+                "{cmd} is missing and {} failed: {e}",
+                script.display()
+            )),
+            Ok(_) if present() => Ok(()),
+            Ok(out) => Err(format!(
+                "{cmd} is missing and `ci/install-deps.sh {}` did not install it:\n{}{}",
+                packages.join(" "),
                 String::from_utf8_lossy(&out.stdout),
                 String::from_utf8_lossy(&out.stderr)
-            ))
+            )),
         }
-    })
-    .clone()
+    };
+    done.push((cmd.to_owned(), r.clone()));
+    r
+}
+
+/// Installs redis-server if it is missing.
+fn ensure_installed() -> Result<(), String> {
+    ensure_package(
+        "redis-server",
+        &["--version"],
+        &["redis-server", "redis-tools"],
+    )
 }
 
 pub(crate) fn free_port() -> Result<u16, String> {

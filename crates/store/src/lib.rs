@@ -16,6 +16,7 @@
 //! [`Backend`] and reuses the rest.
 
 mod client;
+pub mod memcached;
 pub mod redis;
 
 pub use client::{Backend, BatchError, Client, Completion, Config, Outcome, Stats, SubmitError};
