@@ -25,7 +25,10 @@ use std::path::Path;
 pub use lists::{CidrList, Listed, Lists};
 pub use options::{DefaultAction, DenyAction, EventKind, LogEvents, Options};
 pub use state::{IpState, Params, Phase, Step, View};
-pub use throttler::{Action, Decision, Delayed, Event, ListName, Request, Snapshot, Throttler};
+pub use throttler::{
+    Action, Decision, Delayed, Event, ListName, Machine, Request, Scope, Snapshot, Throttler,
+    ToStep,
+};
 
 /// Reads configuration and list files; injected so tests need no file system.
 pub trait Files: Send + Sync {

@@ -256,6 +256,17 @@ impl IpState {
         }
     }
 
+    /// This state after another copy of it (`other`, the same step run on
+    /// the shared record) took `step`: its shared part, and this proxy's
+    /// own count of delayed requests, plus one if `step` delays.
+    pub(crate) fn adopt(self, other: &IpState, step: Step) -> IpState {
+        let delayed = match step {
+            Step::Delay(_) => self.delayed.saturating_add(1),
+            _ => self.delayed,
+        };
+        IpState { delayed, ..*other }
+    }
+
     /// True while the IP must not be forgotten: requests of it are delayed
     /// (their release must find the state), or it is banned.
     pub fn busy(&self) -> bool {
