@@ -26,6 +26,11 @@ pub const DEFAULT_MAX_CONCURRENT: u32 = 2;
 pub const DEFAULT_BAN_THRESHOLD: u32 = 0;
 pub const DEFAULT_BAN_EXPIRATION: Nanos = 60 * NANOS_PER_SEC;
 pub const DEFAULT_INSTANCE: &str = "Throttle";
+/// `--store-timeout` default and bounds, in ms.
+pub const DEFAULT_STORE_TIMEOUT_MS: u64 = 50;
+pub const MAX_STORE_TIMEOUT_MS: u64 = 10_000;
+/// Most memcached servers in one `--store`.
+pub const MAX_STORE_SERVERS: usize = 64;
 /// Per-IP states held at once unless `--keys` says otherwise (as rate_limit).
 pub const DEFAULT_KEYS: usize = 100_000;
 pub const MAX_KEYS: u64 = 16 << 20;
@@ -72,6 +77,11 @@ pub struct Options {
     /// Prefix lengths addresses are aggregated to (`--key-prefix`).
     pub v4_prefix: u8,
     pub v6_prefix: u8,
+    /// `--store=memcached://HOST:PORT,...`: the servers (`HOST:PORT`) that
+    /// share per-IP state with other proxies of the same `--instance`.
+    pub store: Option<Vec<String>>,
+    /// `--store-timeout`: longest a request waits for the store, in ms.
+    pub store_timeout_ms: u64,
 }
 
 impl Default for Options {
@@ -97,6 +107,8 @@ impl Default for Options {
             keys: DEFAULT_KEYS,
             v4_prefix: 32,
             v6_prefix: 64,
+            store: None,
+            store_timeout_ms: DEFAULT_STORE_TIMEOUT_MS,
         }
     }
 }
@@ -120,6 +132,8 @@ pub const OPTIONS: &[(&str, bool)] = &[
     ("instance", true),
     ("keys", true),
     ("key-prefix", true),
+    ("store", true),
+    ("store-timeout", true),
     ("config", true),
 ];
 
@@ -423,6 +437,10 @@ impl Options {
                 self.v4_prefix = a;
                 self.v6_prefix = b;
             }
+            "store" => {
+                self.store = Some(store_servers(v).map_err(|why| invalid(name, v, at, &why))?)
+            }
+            "store-timeout" => self.store_timeout_ms = uint(name, v, at, 1, MAX_STORE_TIMEOUT_MS)?,
             // A flag given a value in a file, or a name `lookup` knows.
             _ => return Err(format!("unknown option --{name}{}", at.suffix())),
         }
@@ -431,6 +449,14 @@ impl Options {
 
     /// Checks that need several options.
     fn check(&self) -> Result<(), String> {
+        if self.store.is_some() && !crate::shared::valid_instance(&self.instance) {
+            return Err(format!(
+                "--instance has an invalid value {} for a --store: allowed 1 to {} printable \
+                 characters without spaces (it is part of the store's keys)",
+                quote(&self.instance),
+                crate::shared::MAX_INSTANCE
+            ));
+        }
         let p = &self.params;
         if p.max_delay < p.initial_delay {
             return Err(format!(
@@ -453,10 +479,18 @@ impl Options {
             f.as_ref()
                 .map_or("none".to_owned(), |f| f.display().to_string())
         };
+        let store = match &self.store {
+            Some(s) => format!(
+                " store=memcached://{} store-timeout={}ms",
+                s.join(","),
+                self.store_timeout_ms
+            ),
+            None => String::new(),
+        };
         format!(
             "initial-delay={} max-delay={} threshold={} max-concurrent={} ban-threshold={} \
              ban-expiration={} path-regex={} method-regex={} allow-file={} deny-file={} \
-             default-action={:?} deny-action={:?} log-events={} log-only={} instance={} keys={} key-prefix={}/{}",
+             default-action={:?} deny-action={:?} log-events={} log-only={} instance={} keys={} key-prefix={}/{}{store}",
             fmt_seconds(p.initial_delay),
             fmt_seconds(p.max_delay),
             fmt_seconds(p.threshold),
@@ -487,4 +521,37 @@ fn lookup(name: &str) -> Option<bool> {
 pub fn fmt_seconds(n: Nanos) -> String {
     let ms = n / 1_000_000;
     format!("{}.{:03}", ms / 1000, ms % 1000)
+}
+
+/// `memcached://HOST:PORT[,HOST:PORT...]` (also `memcache://`): the servers,
+/// in the order given (every proxy must list them in the same order: a
+/// key's server is chosen by its hash over the list).
+pub fn store_servers(v: &str) -> Result<Vec<String>, String> {
+    const ALLOWED: &str = "memcached://HOST:PORT[,HOST:PORT...] with host names, IPv4 \
+                           addresses or [IPv6] addresses and ports from 1 to 65535";
+    let rest = v
+        .strip_prefix("memcached://")
+        .or_else(|| v.strip_prefix("memcache://"))
+        .ok_or(ALLOWED)?;
+    let servers: Vec<String> = rest.split(',').map(str::to_owned).collect();
+    if servers.len() > MAX_STORE_SERVERS {
+        return Err(format!("at most {MAX_STORE_SERVERS} servers"));
+    }
+    for s in &servers {
+        let ok = s.rsplit_once(':').is_some_and(|(h, p)| {
+            let host_ok = match h.strip_prefix('[').and_then(|h| h.strip_suffix(']')) {
+                Some(v6) => v6.parse::<std::net::Ipv6Addr>().is_ok(),
+                None => {
+                    !h.is_empty()
+                        && h.bytes()
+                            .all(|b| b.is_ascii_alphanumeric() || b == b'.' || b == b'-')
+                }
+            };
+            host_ok && p.parse::<u16>().is_ok_and(|p| p > 0)
+        });
+        if !ok {
+            return Err(ALLOWED.to_owned());
+        }
+    }
+    Ok(servers)
 }

@@ -36,8 +36,8 @@ use crate::state::{IpState, Params, Phase, Step};
 pub const VERSION: u32 = 1;
 /// Longest record accepted (a written one is at most ~60 bytes).
 pub const MAX_RECORD: usize = 96;
-/// Longest `--instance` name: keys stay far below memcached's 250 bytes.
-pub const MAX_INSTANCE: usize = 64;
+/// Longest `--instance` with a store: keys stay below memcached's 250 bytes.
+pub const MAX_INSTANCE: usize = 200;
 /// memcached reads an expiry above 30 days as an absolute time.
 pub const MAX_TTL_SECS: u64 = 30 * 24 * 3600;
 
@@ -164,13 +164,10 @@ pub fn key(instance: &str, ip: IpAddr) -> String {
     format!("ipt:{instance}:{}", crate::lists::canonical(ip))
 }
 
-/// Checks an `--instance` name: it becomes part of store keys.
+/// Checks an `--instance` name: it becomes part of store keys, which
+/// memcached wants printable, without spaces, at most 250 bytes.
 pub fn valid_instance(name: &str) -> bool {
-    !name.is_empty()
-        && name.len() <= MAX_INSTANCE
-        && name
-            .bytes()
-            .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'_' | b'-' | b'.'))
+    !name.is_empty() && name.len() <= MAX_INSTANCE && name.bytes().all(|b| b.is_ascii_graphic())
 }
 
 /// What to write back to the store.

@@ -58,23 +58,6 @@ pub struct Rmw<M> {
     pub modify: M,
 }
 
-/// `memcached://HOST:PORT[,HOST:PORT...]` (also `memcache://`): the servers.
-pub fn parse_url(url: &str) -> Result<Vec<String>, String> {
-    let rest = url
-        .strip_prefix("memcached://")
-        .or_else(|| url.strip_prefix("memcache://"))
-        .ok_or_else(|| format!("'{url}': expected memcached://HOST:PORT[,HOST:PORT...]"))?;
-    let servers: Vec<String> = rest.split(',').map(str::to_owned).collect();
-    for s in &servers {
-        let port = s.rsplit_once(':').map(|(h, p)| (h, p.parse::<u16>()));
-        match port {
-            Some((h, Ok(p))) if !h.is_empty() && p > 0 => {}
-            _ => return Err(format!("'{s}' in '{url}': expected HOST:PORT")),
-        }
-    }
-    Ok(servers)
-}
-
 /// A valid memcached key: 1–250 bytes, no spaces or control characters.
 pub fn valid_key(k: &str) -> bool {
     !k.is_empty() && k.len() <= MAX_KEY && k.bytes().all(|b| b.is_ascii_graphic())
@@ -428,27 +411,6 @@ impl<M: Modify> Backend for Memcached<M> {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn server_lists_parse_or_say_what_is_wrong() {
-        assert_eq!(
-            parse_url("memcached://10.0.0.1:11211,cache.example:11212"),
-            Ok(vec!["10.0.0.1:11211".into(), "cache.example:11212".into()])
-        );
-        assert_eq!(
-            parse_url("memcache://[::1]:11211"),
-            Ok(vec!["[::1]:11211".into()])
-        );
-        for bad in [
-            "redis://h:1",
-            "memcached://",
-            "memcached://h",
-            "memcached://h:0",
-            "memcached://h:1,",
-        ] {
-            assert!(parse_url(bad).is_err(), "{bad}");
-        }
-    }
 
     #[test]
     fn keys_follow_memcacheds_rules() {

@@ -213,8 +213,14 @@ fn keys_and_instance_names() {
         "one key per client"
     );
     assert_eq!(key("web", v6), "ipt:web:2001:db8::1");
-    assert!(valid_instance("my-web_app.1"));
-    for bad in ["", "a b", "a:b", "ü", &"x".repeat(shared::MAX_INSTANCE + 1)] {
+    assert!(valid_instance("my-web_app.1:x"));
+    for bad in [
+        "",
+        "a b",
+        "a\tb",
+        "ü",
+        &"x".repeat(shared::MAX_INSTANCE + 1),
+    ] {
         assert!(!valid_instance(bad), "{bad:?}");
     }
 }
