@@ -29,6 +29,7 @@ mod hdr;
 pub mod log;
 pub mod msg;
 mod net;
+pub mod poller;
 pub mod remap;
 pub mod sched;
 mod slot;
@@ -40,7 +41,9 @@ pub use cont::{HookCont, HookHandler};
 pub use hdr::Header;
 pub use remap::{ReloadStatus, RemapArgs, RemapPlugin, RemapRequest, RemapStatus};
 pub use slot::{SsnSlot, TxnSlot};
-pub use txn::{CacheLookup, Done, EventThread, HomeTxn, Hook, HookId, Parked, Ssn, SsnHook, Txn};
+pub use txn::{
+    error_page, CacheLookup, Done, EventThread, HomeTxn, Hook, HookId, Parked, Ssn, SsnHook, Txn,
+};
 
 /// The Traffic Server version the bindings were generated from.
 pub const TS_VERSION: &str = match std::ffi::CStr::from_bytes_with_nul(sys::TS_VERSION_STRING) {

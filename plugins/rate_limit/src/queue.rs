@@ -280,10 +280,5 @@ pub(crate) fn refuse(
 }
 
 pub(crate) fn error_page(status: u16) -> String {
-    let reason = match status {
-        429 => "Too Many Requests",
-        503 => "Service Unavailable",
-        _ => "Request Refused",
-    };
-    format!("<HTML>\n<HEAD>\n<TITLE>{reason}</TITLE>\n</HEAD>\n<BODY>\n<H1>{reason}</H1>\n<HR>\n</BODY>\n</HTML>\n")
+    ats::error_page(status)
 }
