@@ -18,5 +18,6 @@
 mod client;
 pub mod memcached;
 pub mod redis;
+pub mod rmw;
 
 pub use client::{Backend, BatchError, Client, Completion, Config, Outcome, Stats, SubmitError};

@@ -1,16 +1,7 @@
-//! memcached: state that proxies share by read, modify and compare-and-swap
-//! (ip_throttle's per-IP records; Perlbal's `memcached_servers`).
-//!
-//! An op is a key and a [`Modify`]: a pure function from the key's current
-//! value to a reply and what to write back. A batch is served in rounds:
-//! 1. one pipelined `gets` per server for every key of the round;
-//! 2. each op's `apply` on what it read, then one pipelined write per
-//!    server: `cas` against the value read, `add` if there was none,
-//!    `delete`, or nothing;
-//! 3. an op whose write lost a race (`EXISTS`, `NOT_FOUND`, `NOT_STORED`:
-//!    another proxy wrote first) runs again from step 1, at most
-//!    [`MAX_ROUNDS`] times, so no update is lost (Perlbal's get then set
-//!    raced).
+//! memcached as a [`CasStore`] (ip_throttle's shared per-IP records;
+//! Perlbal's `memcached_servers`): `gets` reads a key with its CAS unique,
+//! `cas` writes it back only if that still holds, `add` if it was absent,
+//! `delete` removes it (an absent key is deleted already).
 //!
 //! Keys go to servers by a fixed hash (FNV-1a), so every proxy that lists
 //! the same servers in the same order agrees on where a key lives. A batch
@@ -26,10 +17,9 @@ use std::io::{BufRead, BufReader, Read, Write};
 use std::net::{SocketAddr, TcpStream, ToSocketAddrs};
 use std::time::Instant;
 
-use crate::client::{Backend, BatchError};
+use crate::client::BatchError;
+use crate::rmw::{CasStore, CasWrite};
 
-/// Rounds of read and compare-and-swap for one op before it gives up.
-pub const MAX_ROUNDS: usize = 4;
 /// Longest value read back; a longer one breaks the connection (no value
 /// of ours is near it, so it is not ours).
 pub const MAX_VALUE: usize = 4096;
@@ -37,26 +27,6 @@ pub const MAX_VALUE: usize = 4096;
 const MAX_LINE: usize = 512;
 /// memcached's key limit.
 pub const MAX_KEY: usize = 250;
-
-/// What to write back after reading a key.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Put {
-    Keep,
-    Set { value: Vec<u8>, ttl_secs: u32 },
-    Delete,
-}
-
-/// A read-modify-write: pure, as it may run again after a lost race.
-pub trait Modify: Send + 'static {
-    type Out: Send + 'static;
-    fn apply(&self, current: Option<&[u8]>) -> (Self::Out, Put);
-}
-
-/// One op: a key and what to do with its value.
-pub struct Rmw<M> {
-    pub key: String,
-    pub modify: M,
-}
 
 /// A valid memcached key: 1–250 bytes, no spaces or control characters.
 pub fn valid_key(k: &str) -> bool {
@@ -78,18 +48,16 @@ struct Conn {
     writer: TcpStream,
 }
 
-pub struct Memcached<M> {
+pub struct Memcached {
     servers: Vec<String>,
     conns: Vec<Conn>,
-    _m: std::marker::PhantomData<fn(M)>,
 }
 
-impl<M> Memcached<M> {
+impl Memcached {
     pub fn new(servers: Vec<String>) -> Self {
         Memcached {
             servers,
             conns: Vec::new(),
-            _m: std::marker::PhantomData,
         }
     }
 }
@@ -185,76 +153,21 @@ fn write_store(cmds: &mut Vec<u8>, head: &str, value: &[u8]) {
     cmds.extend_from_slice(b"\r\n");
 }
 
-/// What a `gets` found for a key: the value and its CAS unique.
-type Found = Option<(Vec<u8>, u64)>;
+impl CasStore for Memcached {
+    /// The CAS unique `gets` returned.
+    type Version = u64;
 
-impl<M: Modify> Memcached<M> {
-    /// `gets` of `keys` (all on server `s`), pipelined as one command.
-    fn gets(
-        &mut self,
-        s: usize,
-        keys: &[&str],
-        deadline: Instant,
-    ) -> Result<Vec<Found>, BatchError> {
-        let mut cmd = String::from("gets");
-        for k in keys {
-            cmd.push(' ');
-            cmd.push_str(k);
-        }
-        cmd.push_str("\r\n");
-        let c = &mut self.conns[s];
-        c.send(cmd.as_bytes(), deadline)?;
-        let mut found: Vec<Found> = vec![None; keys.len()];
-        loop {
-            let line = c.line(deadline)?;
-            if line == "END" {
-                return Ok(found);
-            }
-            // VALUE <key> <flags> <bytes> <cas>
-            let f: Vec<&str> = line.split(' ').collect();
-            let (key, bytes, cas) = match f.as_slice() {
-                ["VALUE", key, _flags, bytes, cas] => (
-                    key.to_string(),
-                    bytes.parse::<usize>().ok(),
-                    cas.parse::<u64>().ok(),
-                ),
-                _ => {
-                    return Err(BatchError::Failed(format!(
-                        "memcached: unexpected '{line}'"
-                    )))
-                }
-            };
-            let (Some(bytes), Some(cas)) = (bytes, cas) else {
-                return Err(BatchError::Failed(format!(
-                    "memcached: bad VALUE line '{line}'"
-                )));
-            };
-            if bytes > MAX_VALUE {
-                return Err(BatchError::Failed(format!(
-                    "memcached: a {bytes}-byte value for '{key}' (at most {MAX_VALUE})"
-                )));
-            }
-            let v = c.exact(bytes, deadline)?;
-            for (i, k) in keys.iter().enumerate() {
-                if *k == key {
-                    found[i] = Some((v.clone(), cas));
-                }
-            }
-        }
+    fn valid_key(&self, key: &str) -> bool {
+        valid_key(key)
     }
-}
 
-/// What an op sent after its read.
-#[derive(Clone, Copy, PartialEq, Eq)]
-enum Sent {
-    Nothing,
-    Store,
-    Delete,
-}
+    fn server_of(&self, key: &str) -> usize {
+        server_of(key, self.servers.len())
+    }
 
-impl<M: Modify> Backend for Memcached<M> {
-    type Op = Rmw<M>;
-    type Reply = M::Out;
+    fn servers(&self) -> usize {
+        self.servers.len()
+    }
 
     fn is_connected(&self) -> bool {
         !self.servers.is_empty() && self.conns.len() == self.servers.len()
@@ -272,139 +185,91 @@ impl<M: Modify> Backend for Memcached<M> {
         self.conns.clear();
     }
 
-    fn run(
+    /// One `gets` of every key.
+    fn read(
         &mut self,
-        ops: &[&Rmw<M>],
+        server: usize,
+        keys: &[&str],
         deadline: Instant,
-        out: &mut Vec<Result<M::Out, String>>,
-    ) -> Result<(), BatchError> {
-        let n = self.servers.len();
-        let mut answers: Vec<Option<Result<M::Out, String>>> = Vec::with_capacity(ops.len());
-        let mut todo: Vec<usize> = Vec::with_capacity(ops.len());
-        for (i, op) in ops.iter().enumerate() {
-            if valid_key(&op.key) {
-                answers.push(None);
-                todo.push(i);
-            } else {
-                answers.push(Some(Err(format!("invalid memcached key '{}'", op.key))));
+    ) -> Result<Vec<Option<(Vec<u8>, u64)>>, BatchError> {
+        let mut cmd = String::from("gets");
+        for k in keys {
+            cmd.push(' ');
+            cmd.push_str(k);
+        }
+        cmd.push_str("\r\n");
+        let c = &mut self.conns[server];
+        c.send(cmd.as_bytes(), deadline)?;
+        let mut found = vec![None; keys.len()];
+        loop {
+            let line = c.line(deadline)?;
+            if line == "END" {
+                return Ok(found);
+            }
+            // VALUE <key> <flags> <bytes> <cas>
+            let f: Vec<&str> = line.split(' ').collect();
+            let ["VALUE", key, _flags, bytes, cas] = f.as_slice() else {
+                return Err(BatchError::Failed(format!(
+                    "memcached: unexpected '{line}'"
+                )));
+            };
+            let (Ok(bytes), Ok(cas)) = (bytes.parse::<usize>(), cas.parse::<u64>()) else {
+                return Err(BatchError::Failed(format!(
+                    "memcached: bad VALUE line '{line}'"
+                )));
+            };
+            if bytes > MAX_VALUE {
+                return Err(BatchError::Failed(format!(
+                    "memcached: a {bytes}-byte value for '{key}' (at most {MAX_VALUE})"
+                )));
+            }
+            let key = key.to_string();
+            let v = c.exact(bytes, deadline)?;
+            if let Some(i) = keys.iter().position(|k| *k == key) {
+                found[i] = Some((v, cas));
             }
         }
-        for _round in 0..MAX_ROUNDS {
-            if todo.is_empty() {
-                break;
+    }
+
+    /// `cas`, `add` or `delete` per key, pipelined.
+    fn write(
+        &mut self,
+        server: usize,
+        writes: &[CasWrite<'_, u64>],
+        deadline: Instant,
+    ) -> Result<Vec<bool>, BatchError> {
+        let mut cmds = Vec::with_capacity(writes.len() * 64);
+        for w in writes {
+            let k = w.key;
+            match (w.value, w.read) {
+                (Some((v, ttl)), Some(cas)) => {
+                    write_store(&mut cmds, &format!("cas {k} 0 {ttl} {} {cas}", v.len()), v)
+                }
+                (Some((v, ttl)), None) => {
+                    write_store(&mut cmds, &format!("add {k} 0 {ttl} {}", v.len()), v)
+                }
+                (None, _) => cmds.extend_from_slice(format!("delete {k}\r\n").as_bytes()),
             }
-            let mut raced = Vec::new();
-            for s in 0..n {
-                let mine: Vec<usize> = todo
-                    .iter()
-                    .copied()
-                    .filter(|&i| server_of(&ops[i].key, n) == s)
-                    .collect();
-                if mine.is_empty() {
-                    continue;
-                }
-                // Ops on one key run one after the other on the value the
-                // previous one left, and the key is written once.
-                let mut keys: Vec<&str> = Vec::new();
-                let mut of_key: Vec<Vec<usize>> = Vec::new();
-                for &i in &mine {
-                    let k = ops[i].key.as_str();
-                    match keys.iter().position(|&x| x == k) {
-                        Some(j) => of_key[j].push(i),
-                        None => {
-                            keys.push(k);
-                            of_key.push(vec![i]);
-                        }
-                    }
-                }
-                let found = self.gets(s, &keys, deadline)?;
-                let mut cmds = Vec::with_capacity(keys.len() * 64);
-                let mut sent = Vec::with_capacity(keys.len());
-                let mut replies: Vec<Vec<(usize, M::Out)>> = Vec::with_capacity(keys.len());
-                for ((k, group), f) in keys.iter().zip(&of_key).zip(&found) {
-                    let mut value: Option<Vec<u8>> = f.as_ref().map(|(v, _)| v.clone());
-                    let mut ttl = 0;
-                    let mut changed = false;
-                    let mut mine = Vec::with_capacity(group.len());
-                    for &i in group {
-                        let (reply, put) = ops[i].modify.apply(value.as_deref());
-                        match put {
-                            Put::Keep => {}
-                            Put::Set { value: v, ttl_secs } => {
-                                value = Some(v);
-                                ttl = ttl_secs;
-                                changed = true;
-                            }
-                            Put::Delete => {
-                                value = None;
-                                changed = true;
-                            }
-                        }
-                        mine.push((i, reply));
-                    }
-                    replies.push(mine);
-                    sent.push(match (changed, value, f) {
-                        (false, _, _) | (true, None, None) => Sent::Nothing,
-                        (true, Some(v), Some((_, cas))) => {
-                            write_store(
-                                &mut cmds,
-                                &format!("cas {k} 0 {ttl} {} {cas}", v.len()),
-                                &v,
-                            );
-                            Sent::Store
-                        }
-                        (true, Some(v), None) => {
-                            write_store(&mut cmds, &format!("add {k} 0 {ttl} {}", v.len()), &v);
-                            Sent::Store
-                        }
-                        (true, None, Some(_)) => {
-                            cmds.extend_from_slice(format!("delete {k}\r\n").as_bytes());
-                            Sent::Delete
-                        }
-                    });
-                }
-                if !cmds.is_empty() {
-                    self.conns[s].send(&cmds, deadline)?;
-                }
-                for (sent, mine) in sent.into_iter().zip(replies) {
-                    let raced_here = match sent {
-                        Sent::Nothing => false,
-                        _ => match (self.conns[s].line(deadline)?.as_str(), sent) {
-                            ("STORED", _) | ("DELETED", _) => false,
-                            // Deleting what is already gone is as good as done.
-                            ("NOT_FOUND", Sent::Delete) => false,
-                            // Another proxy changed, added or removed it first.
-                            ("EXISTS", _) | ("NOT_STORED", _) | ("NOT_FOUND", _) => true,
-                            (other, _) => {
-                                return Err(BatchError::Failed(format!(
-                                    "memcached: unexpected '{other}'"
-                                )))
-                            }
-                        },
-                    };
-                    for (i, reply) in mine {
-                        if raced_here {
-                            raced.push(i);
-                        } else {
-                            answers[i] = Some(Ok(reply));
-                        }
-                    }
-                }
-            }
-            todo = raced;
         }
-        for i in todo {
-            answers[i] = Some(Err(format!(
-                "'{}': lost {MAX_ROUNDS} compare-and-swap races in a row",
-                ops[i].key
-            )));
+        let c = &mut self.conns[server];
+        c.send(&cmds, deadline)?;
+        let mut lost = Vec::with_capacity(writes.len());
+        for w in writes {
+            let raced = match c.line(deadline)?.as_str() {
+                "STORED" | "DELETED" => false,
+                // Deleting what is already gone is as good as done.
+                "NOT_FOUND" if w.value.is_none() => false,
+                // Another proxy changed, added or removed it first.
+                "EXISTS" | "NOT_STORED" | "NOT_FOUND" => true,
+                other => {
+                    return Err(BatchError::Failed(format!(
+                        "memcached: unexpected '{other}'"
+                    )))
+                }
+            };
+            lost.push(raced);
         }
-        out.extend(
-            answers
-                .into_iter()
-                .map(|a| a.unwrap_or_else(|| Err("no answer".into()))),
-        );
-        Ok(())
+        Ok(lost)
     }
 }
 

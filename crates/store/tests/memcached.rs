@@ -5,7 +5,8 @@ use std::time::{Duration, Instant};
 
 use ats_tests::memcached::Memcached as Server;
 use ats_tests::redis::DelayProxy;
-use store::memcached::{server_of, Memcached, Modify, Put, Rmw};
+use store::memcached::{server_of, Memcached};
+use store::rmw::{CasBackend, Modify, Put, Rmw};
 use store::{Client, Config, Outcome};
 
 /// Adds `by` to a decimal counter (absent = 0) and returns the new value;
@@ -34,10 +35,15 @@ impl Modify for Add {
     }
 }
 
-type C = Client<Memcached<Add>, u32>;
+type C = Client<CasBackend<Memcached, Add>, u32>;
 
 fn client(servers: Vec<String>) -> C {
-    Client::start("mc-test", Memcached::new(servers), Config::default()).expect("thread")
+    Client::start(
+        "mc-test",
+        CasBackend::new(Memcached::new(servers)),
+        Config::default(),
+    )
+    .expect("thread")
 }
 
 fn addr(port: u16) -> String {
@@ -135,7 +141,7 @@ fn two_proxies_racing_on_one_key_lose_nothing() {
     assert!(
         ok >= 390,
         "few may give up after {} races: {ok}",
-        store::memcached::MAX_ROUNDS
+        store::rmw::MAX_ROUNDS
     );
 }
 

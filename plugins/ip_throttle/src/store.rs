@@ -31,7 +31,8 @@ use ip_throttle_core::shared::{self, Update, Write};
 use ip_throttle_core::{Action, Decision, IpState, Machine, Options, Params, ToStep};
 use parking_lot::Mutex;
 // `::store`: the store client crate (this module shares its name).
-use ::store::memcached::{Memcached, Modify, Put, Rmw};
+use ::store::memcached::Memcached;
+use ::store::rmw::{CasBackend, Modify, Put, Rmw};
 use ::store::{Client, Completion, Config, Outcome};
 
 use crate::delay::{self, Wait};
@@ -93,7 +94,7 @@ pub(crate) enum Token {
 pub(crate) struct Store {
     servers: Vec<String>,
     timeout: Duration,
-    client: Client<Memcached<Step>, Token>,
+    client: Client<CasBackend<Memcached, Step>, Token>,
     poller: Poller,
     /// When the last error was logged (ms since `epoch`; 0: never).
     logged_ms: AtomicU64,
@@ -118,7 +119,7 @@ impl Store {
         }
         let client = Client::start(
             "ipt-store",
-            Memcached::new(servers.clone()),
+            CasBackend::new(Memcached::new(servers.clone())),
             Config::default(),
         )
         .map_err(|e| format!("--store: cannot start its I/O thread: {e}"))?;
