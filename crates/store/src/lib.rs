@@ -18,6 +18,7 @@
 mod client;
 pub mod memcached;
 pub mod redis;
+pub mod redis_cas;
 pub mod rmw;
 
 pub use client::{Backend, BatchError, Client, Completion, Config, Outcome, Stats, SubmitError};

@@ -193,7 +193,7 @@ impl Redis {
     }
 }
 
-fn left(deadline: Instant) -> Result<Duration, BatchError> {
+pub(crate) fn left(deadline: Instant) -> Result<Duration, BatchError> {
     let d = deadline.saturating_duration_since(Instant::now());
     if d.is_zero() {
         Err(BatchError::Timeout)
@@ -202,7 +202,7 @@ fn left(deadline: Instant) -> Result<Duration, BatchError> {
     }
 }
 
-fn batch_error(e: redis::RedisError) -> BatchError {
+pub(crate) fn batch_error(e: redis::RedisError) -> BatchError {
     if e.is_timeout() {
         BatchError::Timeout
     } else {
@@ -210,18 +210,26 @@ fn batch_error(e: redis::RedisError) -> BatchError {
     }
 }
 
-fn set_timeouts(conn: &redis::Connection, d: Duration) -> Result<(), BatchError> {
+pub(crate) fn set_timeouts(conn: &redis::Connection, d: Duration) -> Result<(), BatchError> {
     conn.set_read_timeout(Some(d)).map_err(batch_error)?;
     conn.set_write_timeout(Some(d)).map_err(batch_error)
 }
 
-fn load_script(conn: &mut redis::Connection, deadline: Instant) -> Result<String, BatchError> {
+/// Loads `script`; its SHA1 for EVALSHA.
+pub(crate) fn load_script(
+    conn: &mut redis::Connection,
+    script: &str,
+    deadline: Instant,
+) -> Result<String, BatchError> {
     set_timeouts(conn, left(deadline)?)?;
     redis::cmd("SCRIPT")
         .arg("LOAD")
-        .arg(DECIDE)
+        .arg(script)
         .query::<String>(conn)
-        .map_err(batch_error)
+        .map_err(|e| match batch_error(e) {
+            BatchError::Failed(e) => BatchError::Failed(format!("cannot load a script: {e}")),
+            t => t,
+        })
 }
 
 fn int(v: &Value) -> Option<i64> {
@@ -313,10 +321,7 @@ impl Backend for Redis {
             .client
             .get_connection_with_timeout(left(deadline)?)
             .map_err(batch_error)?;
-        self.sha = load_script(&mut conn, deadline).map_err(|e| match e {
-            BatchError::Failed(e) => BatchError::Failed(format!("cannot load the script: {e}")),
-            t => t,
-        })?;
+        self.sha = load_script(&mut conn, DECIDE, deadline)?;
         self.conn = Some(conn);
         Ok(())
     }
@@ -346,7 +351,7 @@ impl Backend for Redis {
                 .conn
                 .as_mut()
                 .ok_or_else(|| BatchError::Failed("not connected".into()))?;
-            self.sha = load_script(conn, deadline)?;
+            self.sha = load_script(conn, DECIDE, deadline)?;
             let again: Vec<&Op> = missing.iter().map(|&i| ops[i]).collect();
             let retried = self.round_trip(&again, deadline)?;
             for (i, v) in missing.into_iter().zip(retried) {
