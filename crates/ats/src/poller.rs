@@ -3,7 +3,8 @@
 //!
 //! Such threads may not call the TS API, so they cannot schedule the
 //! wake-up themselves. Instead the ATS thread that hands them work arms a
-//! [`Poller`]: a one-shot timer on the task pool that drains what is ready
+//! [`Poller`]: a one-shot timer on the net pool (requests arm it, so not
+//! ET_TASK: see [`Pool::Task`]) that drains what is ready
 //! and arms itself again while anything is still outstanding, so an idle
 //! plugin costs nothing and a busy one is looked at every `every`.
 
@@ -16,7 +17,7 @@ use crate::sched::{Pool, Timer};
 /// Something with outstanding work to take back on the task pool.
 pub trait Drain: Send + Sync + 'static {
     fn poller(&self) -> &Poller;
-    /// Handles what is ready (on a task thread).
+    /// Handles what is ready (on a net thread: keep it short).
     fn drain(self: &Arc<Self>);
     /// Whether anything is still to come back.
     fn outstanding(&self) -> bool;
@@ -44,7 +45,7 @@ impl Poller {
             return;
         }
         let me = d.clone();
-        if let Err(e) = Timer::after(p.every, Pool::Task, move || run(me)) {
+        if let Err(e) = Timer::after(p.every, Pool::Net, move || run(me)) {
             p.armed.store(false, Ordering::SeqCst);
             crate::log::error(&format!("cannot arm a poller: {e}"));
         }

@@ -24,7 +24,15 @@ use crate::{guard, sys};
 pub enum Pool {
     /// ET_NET: where transactions run; for short work that touches them.
     Net,
-    /// ET_TASK: for slower housekeeping (logging, file I/O).
+    /// ET_TASK: for slower housekeeping (logging, file I/O). Never from a
+    /// request path: 9.2 opens its ports (`start_HttpProxyServer`) before
+    /// it starts the task threads, and an event scheduled onto ET_TASK
+    /// between the pool's registration and its threads' start dereferences
+    /// a thread that does not exist yet (`ProtectedQueue::enqueue`; seen
+    /// crashing a freshly started server in 2 runs of 14). Work a request
+    /// schedules goes to [`Pool::Net`] or to its own thread; rules schedule
+    /// onto ET_TASK when they are created (before the ports open, or after
+    /// the task threads run), and so do management commands.
     Task,
 }
 

@@ -10,7 +10,7 @@
 //!    I/O thread ([`ask`]), which reads the record, runs the step on it
 //!    (`shared::request`, pure) and compare-and-swaps it back, again after
 //!    a lost race.
-//! 3. A poller on ATS's task pool, armed while steps are outstanding,
+//! 3. A poller on ATS's net pool, armed while steps are outstanding,
 //!    takes the results: this proxy's state adopts the step, its events
 //!    and metrics are reported, and the transaction is resumed, delayed or
 //!    refused on its own thread. If the store failed or did not answer by
@@ -240,7 +240,7 @@ pub(crate) fn unban(rule: &Arc<Rule>, ip: IpAddr) {
 }
 
 impl Store {
-    /// A result (on a task thread).
+    /// A result (on a net thread).
     fn completed(&self, c: Completion<Option<Update>, Token>) {
         let (rule, parked, step) = match c.token {
             Token::Asked { rule, parked, step } => (rule, parked, step),
