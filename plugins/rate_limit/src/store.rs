@@ -7,7 +7,7 @@
 //! 2. POST_REMAP parks the transaction and submits a decision to the
 //!    store's client (crates/store: a bounded queue to its I/O thread,
 //!    which never calls the TS API) ([`ask`]).
-//! 3. A drainer on ATS's task pool, armed only while decisions are
+//! 3. A drainer on ATS's net pool, armed only while decisions are
 //!    outstanding, takes the completions every millisecond, counts the
 //!    metrics and resumes each transaction on its own thread
 //!    (`Parked::on_home`): admitted (with its lease), refused, or, when the
@@ -255,13 +255,17 @@ impl Store {
             return;
         }
         let s = self.clone();
-        if let Err(e) = Timer::after(DRAIN_EVERY, Pool::Task, move || s.drain()) {
+        // On the net pool, not the task pool: a first request right after
+        // startup scheduled onto ET_TASK crashed 9.2 inside
+        // TSContScheduleOnPool (ProtectedQueue::enqueue, 1 run in 9). The
+        // drainer's work is short: pop completions, schedule resumptions.
+        if let Err(e) = Timer::after(DRAIN_EVERY, Pool::Net, move || s.drain()) {
             self.draining.store(false, Ordering::SeqCst);
             log::error!("cannot arm the store drainer: {e}");
         }
     }
 
-    /// On a task thread: handles what completed, and looks again in a
+    /// On a net thread: handles what completed, and looks again in a
     /// millisecond while anything is outstanding.
     fn drain(self: Arc<Self>) {
         for _ in 0..DRAIN_MAX {
@@ -324,6 +328,7 @@ fn completed(c: Completion<Reply, Token>) {
 }
 
 /// The store failed or did not answer in time: `--store-failure`.
+/// (On the drainer's thread, or on the transaction's if the queue was full.)
 fn failed(a: Asked) {
     let failure = a
         .rule
