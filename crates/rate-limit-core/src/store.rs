@@ -1,0 +1,307 @@
+//! The global mode's options (`--store`, `--store-timeout`,
+//! `--store-failure`, `--lease-ttl`): a rule's limits are decided in Redis,
+//! exactly across every proxy that names the same store and namespace.
+
+use limits::quote::quote;
+
+use crate::options::{invalid, OptionError};
+
+/// The options named `store…`/`lease-ttl` (the parser hands them here).
+pub const NAMES: &[&str] = &["store", "store-timeout", "store-failure", "lease-ttl"];
+
+pub const DEFAULT_TIMEOUT_MS: u64 = 50;
+pub const MAX_TIMEOUT_MS: u64 = 10_000;
+pub const DEFAULT_LEASE_TTL_S: u64 = 60;
+pub const MAX_LEASE_TTL_S: u64 = 86_400;
+pub const DEFAULT_PORT: u16 = 6379;
+pub const MAX_DB: i64 = 65_535;
+/// Longest namespace (`--group`, or `--tag`) in a Redis key.
+pub const MAX_NAMESPACE: usize = 64;
+
+/// What a request gets when the store does not answer in time or fails.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Failure {
+    /// Admitted.
+    Open,
+    /// Refused with the rule's `--error`.
+    Closed,
+    /// Decided by this proxy's own limiter (the rule's local limits).
+    Local,
+}
+
+impl Failure {
+    pub fn name(self) -> &'static str {
+        match self {
+            Failure::Open => "open",
+            Failure::Closed => "closed",
+            Failure::Local => "local",
+        }
+    }
+}
+
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct StoreOptions {
+    pub host: String,
+    pub port: u16,
+    pub db: i64,
+    pub timeout_ms: u64,
+    pub failure: Failure,
+    pub lease_ttl_s: u64,
+    /// Names the rule's keys: its `--group`, else its metric `--tag`.
+    pub namespace: String,
+}
+
+impl StoreOptions {
+    /// `redis://HOST:PORT/DB`, normalised.
+    pub fn url(&self) -> String {
+        let host = if self.host.contains(':') {
+            format!("[{}]", self.host)
+        } else {
+            self.host.clone()
+        };
+        format!("redis://{host}:{}/{}", self.port, self.db)
+    }
+
+    pub fn describe(&self) -> String {
+        format!(
+            "{} timeout={}ms failure={} lease-ttl={}s namespace={}",
+            self.url(),
+            self.timeout_ms,
+            self.failure.name(),
+            self.lease_ttl_s,
+            self.namespace
+        )
+    }
+}
+
+const URL_ALLOWED: &str = "redis://HOST[:PORT][/DB] with a host name, IPv4 address or [IPv6] address, a port from 1 to 65535 (default 6379) and a database from 0 to 65535 (default 0)";
+
+fn parse_url(value: &str) -> Result<(String, u16, i64), OptionError> {
+    let bad = || invalid("store", value, URL_ALLOWED);
+    if value.starts_with("redis+cluster://") || value.starts_with("rediss://") {
+        return Err(OptionError(format!(
+            "--store has an unsupported value {}: this version speaks to one Redis server \
+             (redis://HOST:PORT[/DB]); Redis Cluster and TLS are not built yet",
+            quote(value)
+        )));
+    }
+    let rest = value.strip_prefix("redis://").ok_or_else(bad)?;
+    let (hostport, db) = match rest.split_once('/') {
+        Some((hp, "")) => (hp, 0),
+        Some((hp, db)) => {
+            let ok = db.len() <= 5 && db.bytes().all(|b| b.is_ascii_digit());
+            match db.parse::<i64>() {
+                Ok(n) if ok && n <= MAX_DB => (hp, n),
+                _ => return Err(bad()),
+            }
+        }
+        None => (rest, 0),
+    };
+    let (host, port) = if let Some(v6) = hostport.strip_prefix('[') {
+        let (h, after) = v6.split_once(']').ok_or_else(bad)?;
+        h.parse::<std::net::Ipv6Addr>().map_err(|_| bad())?;
+        (h, after.strip_prefix(':'))
+    } else {
+        match hostport.split_once(':') {
+            Some((h, p)) => (h, Some(p)),
+            None => (hostport, None),
+        }
+    };
+    let host_ok = host.contains(':')
+        || (!host.is_empty()
+            && host.len() <= 253
+            && host
+                .bytes()
+                .all(|b| b.is_ascii_alphanumeric() || b == b'.' || b == b'-'));
+    if !host_ok {
+        return Err(bad());
+    }
+    let port = match port {
+        None => DEFAULT_PORT,
+        Some(p) if !p.is_empty() && p.len() <= 5 && p.bytes().all(|b| b.is_ascii_digit()) => {
+            match p.parse::<u16>() {
+                Ok(n) if n > 0 => n,
+                _ => return Err(bad()),
+            }
+        }
+        Some(_) => return Err(bad()),
+    };
+    Ok((host.to_owned(), port, db))
+}
+
+fn parse_uint(name: &str, value: &str, min: u64, max: u64, unit: &str) -> Result<u64, OptionError> {
+    let allowed = || format!("an integer from {min} to {max} ({unit})");
+    if value.is_empty() || value.len() > 20 || !value.bytes().all(|b| b.is_ascii_digit()) {
+        return Err(invalid(name, value, &allowed()));
+    }
+    match value.parse::<u64>() {
+        Ok(v) if (min..=max).contains(&v) => Ok(v),
+        _ => Err(invalid(name, value, &allowed())),
+    }
+}
+
+/// Validates the store options of a rule. `raw`: `(option, value)` as given.
+pub fn parse(
+    raw: &[(&'static str, String)],
+    group: Option<&str>,
+    tag: &str,
+    conntrack: bool,
+    peered: bool,
+) -> Result<Option<StoreOptions>, OptionError> {
+    let get = |n: &str| {
+        raw.iter()
+            .find(|(name, _)| *name == n)
+            .map(|(_, v)| v.as_str())
+    };
+    // Values first (each error names its own option), then what needs what.
+    let addr = get("store").map(parse_url).transpose()?;
+    let timeout_ms = match get("store-timeout") {
+        Some(v) => parse_uint("store-timeout", v, 1, MAX_TIMEOUT_MS, "milliseconds")?,
+        None => DEFAULT_TIMEOUT_MS,
+    };
+    let failure = match get("store-failure") {
+        None | Some("local") => Failure::Local,
+        Some("open") => Failure::Open,
+        Some("closed") => Failure::Closed,
+        Some(v) => return Err(invalid("store-failure", v, "open, closed or local")),
+    };
+    let lease_ttl_s = match get("lease-ttl") {
+        Some(v) => parse_uint("lease-ttl", v, 1, MAX_LEASE_TTL_S, "seconds")?,
+        None => DEFAULT_LEASE_TTL_S,
+    };
+    let Some((host, port, db)) = addr else {
+        if let Some((name, _)) = raw.first() {
+            return Err(OptionError(format!(
+                "--{name} needs --store (it configures the global mode)"
+            )));
+        }
+        return Ok(None);
+    };
+    if conntrack {
+        return Err(OptionError(
+            "--store does not work with --conntrack: a lease belongs to a transaction".to_owned(),
+        ));
+    }
+    if peered {
+        return Err(OptionError(
+            "--store and --peers exclude each other: the store is exact, the peer exchange approximate"
+                .to_owned(),
+        ));
+    }
+    let namespace = match group {
+        Some(g) => g.to_owned(),
+        None if tag.len() <= MAX_NAMESPACE && !tag.contains(['{', '}']) => tag.to_owned(),
+        None => {
+            return Err(OptionError(format!(
+                "--store needs --group here: the metric tag {} cannot name Redis keys \
+                 (at most {MAX_NAMESPACE} bytes, no braces)",
+                quote(tag)
+            )))
+        }
+    };
+    Ok(Some(StoreOptions {
+        host,
+        port,
+        db,
+        timeout_ms,
+        failure,
+        lease_ttl_s,
+        namespace,
+    }))
+}
+
+#[cfg(test)]
+mod tests {
+    use crate::options::Options;
+
+    use super::*;
+
+    fn parse(args: &[&str]) -> Result<Options, OptionError> {
+        Options::parse("http://cdn.example.com/", args)
+    }
+
+    fn err(args: &[&str]) -> String {
+        parse(args).expect_err("must be rejected").0
+    }
+
+    #[test]
+    fn defaults_and_every_option() {
+        let o = parse(&["--rate=5", "--store=redis://127.0.0.1:6380"]).unwrap();
+        let s = o.store.unwrap();
+        assert_eq!((s.host.as_str(), s.port, s.db), ("127.0.0.1", 6380, 0));
+        assert_eq!(
+            (s.timeout_ms, s.failure, s.lease_ttl_s),
+            (50, Failure::Local, 60)
+        );
+        assert_eq!(s.namespace, "http.cdn.example.com");
+        let o = parse(&[
+            "--limit=3",
+            "--group=api",
+            "--store=redis://[::1]:7000/2",
+            "--store-timeout=20",
+            "--store-failure=closed",
+            "--lease-ttl=5",
+        ])
+        .unwrap();
+        let s = o.store.unwrap();
+        assert_eq!((s.host.as_str(), s.port, s.db), ("::1", 7000, 2));
+        assert_eq!(
+            (s.timeout_ms, s.failure, s.lease_ttl_s),
+            (20, Failure::Closed, 5)
+        );
+        assert_eq!(
+            (s.url().as_str(), s.namespace.as_str()),
+            ("redis://[::1]:7000/2", "api")
+        );
+        assert_eq!(
+            parse(&["--store=redis://cache.local"])
+                .unwrap()
+                .store
+                .unwrap()
+                .port,
+            6379
+        );
+        assert!(parse(&["--limit=1"]).unwrap().store.is_none());
+    }
+
+    #[test]
+    fn errors_name_option_value_and_allowed() {
+        for bad in [
+            "http://x:1",
+            "redis://",
+            "redis://h:0",
+            "redis://h:65536",
+            "redis://h:1/x",
+            "redis://h:1/70000",
+            "redis://bad host:1",
+            "redis://[zz]:1",
+        ] {
+            let e = err(&[&format!("--store={bad}")]);
+            assert!(
+                e.starts_with(&format!(
+                    "--store has an invalid value '{bad}': allowed redis://HOST"
+                )),
+                "{e}"
+            );
+        }
+        assert!(
+            err(&["--store=redis+cluster://h:1"]).starts_with("--store has an unsupported value")
+        );
+        assert_eq!(
+            err(&["--store=redis://h", "--store-timeout=0"]),
+            "--store-timeout has an invalid value '0': allowed an integer from 1 to 10000 (milliseconds)"
+        );
+        assert_eq!(
+            err(&["--store=redis://h", "--store-failure=maybe"]),
+            "--store-failure has an invalid value 'maybe': allowed open, closed or local"
+        );
+        assert!(err(&["--store=redis://h", "--lease-ttl=0"])
+            .starts_with("--lease-ttl has an invalid value '0'"));
+        assert_eq!(
+            err(&["--lease-ttl=5"]),
+            "--lease-ttl needs --store (it configures the global mode)"
+        );
+        assert!(err(&["--store=redis://h", "--conntrack"]).contains("--conntrack"));
+        assert!(err(&["--store=redis://h", "--tag=a{b}"]).starts_with("--store needs --group here"));
+    }
+}
