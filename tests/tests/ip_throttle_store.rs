@@ -1,8 +1,8 @@
-//! ip_throttle.so sharing per-IP state through a real memcached
-//! (`--store`), across real traffic_servers: violations counted by two
-//! proxies add up to one ban, which both enforce; another `--instance`
-//! keeps its own state; `unban` clears the shared record; with memcached
-//! down each proxy decides on its own state, within the timeout.
+//! ip_throttle.so sharing per-IP state through a real memcached or a real
+//! redis-server (`--store`), across real traffic_servers: violations
+//! counted by two proxies add up to one ban, which both enforce; another
+//! `--instance` keeps its own state; `unban` clears the shared record; with
+//! the store down each proxy decides on its own state, within the timeout.
 //!
 //! Clients bind their own loopback sources (127.0.0.60 and up here).
 
@@ -11,7 +11,55 @@ use std::time::{Duration, Instant};
 
 use ats_tests::client::{Conn, Response};
 use ats_tests::memcached::Memcached;
+use ats_tests::redis::Redis;
 use ats_tests::{Origin, TrafficServer};
+
+/// The store under test.
+enum Store {
+    Memcached(Memcached),
+    Redis(Redis),
+}
+
+impl Store {
+    fn memcached() -> Store {
+        Store::Memcached(Memcached::start().expect("memcached"))
+    }
+
+    fn redis() -> Store {
+        Store::Redis(Redis::start().expect("redis-server"))
+    }
+
+    fn url(&self) -> String {
+        match self {
+            Store::Memcached(m) => m.url(),
+            Store::Redis(r) => r.url(),
+        }
+    }
+
+    fn get(&self, key: &str) -> Option<String> {
+        match self {
+            Store::Memcached(m) => m.get(key).expect("get"),
+            Store::Redis(r) => {
+                let a = r.command(&["GET", key]).expect("GET");
+                (!a.starts_with("$-1")).then(|| a.split("\r\n").nth(1).unwrap_or("").to_owned())
+            }
+        }
+    }
+
+    fn stop(&mut self) {
+        match self {
+            Store::Memcached(m) => m.stop(),
+            Store::Redis(r) => r.stop(),
+        }
+    }
+
+    fn restart(&mut self) {
+        match self {
+            Store::Memcached(m) => m.restart().expect("restart"),
+            Store::Redis(r) => r.restart().expect("restart"),
+        }
+    }
+}
 
 fn ip(last: u8) -> Ipv4Addr {
     Ipv4Addr::new(127, 0, 0, last)
@@ -26,7 +74,7 @@ fn get(ts: &TrafficServer, src: Ipv4Addr, host: &str) -> Response {
 const FAST: &str = "--initial-delay=0.1 --max-delay=0.2 --threshold=5 --ban-threshold=2 \
                     --ban-expiration=600";
 
-fn proxy(origin: &Origin, mc: &Memcached, manager: bool) -> TrafficServer {
+fn proxy(origin: &Origin, mc: &Store, manager: bool) -> TrafficServer {
     let store = format!("--store={} --store-timeout=200", mc.url());
     let remap = ats_tests::rule(
         "ip_throttle",
@@ -47,11 +95,20 @@ fn proxy(origin: &Origin, mc: &Memcached, manager: bool) -> TrafficServer {
 }
 
 #[test]
-fn two_proxies_add_up_violations_and_both_enforce_the_ban() {
+fn two_proxies_add_up_violations_and_both_enforce_the_ban_memcached() {
+    two_proxies_add_up_violations_and_both_enforce_the_ban(Store::memcached(), 60);
+}
+
+#[test]
+fn two_proxies_add_up_violations_and_both_enforce_the_ban_redis() {
+    two_proxies_add_up_violations_and_both_enforce_the_ban(Store::redis(), 62);
+}
+
+fn two_proxies_add_up_violations_and_both_enforce_the_ban(mc: Store, last: u8) {
     let origin = Origin::start();
-    let mc = Memcached::start().expect("memcached");
     let (a, b) = (proxy(&origin, &mc, true), proxy(&origin, &mc, false));
-    let me = ip(60);
+    let me = ip(last);
+    let key = format!("ipt:shop:127.0.0.{last}");
     // Alternating proxies: pass, delayed (violations 0, 1, 2), then 3 > 2.
     // Each proxy alone saw at most three requests, too few for a ban.
     let mut got = Vec::new();
@@ -72,29 +129,26 @@ fn two_proxies_add_up_violations_and_both_enforce_the_ban() {
     // Both proxies refuse it now; the record says why.
     assert_eq!(get(&b, me, "s.test").status, 403);
     assert_eq!(get(&a, me, "s.test").status, 403);
-    let record = mc
-        .get("ipt:shop:127.0.0.60")
-        .expect("get")
-        .expect("a record");
+    let record = mc.get(&key).expect("a record");
     assert!(record.starts_with("1 banned "), "{record}");
-    // Another instance on the same memcached keeps its own state.
+    // Another instance on the same store keeps its own state.
     assert_eq!(get(&a, me, "o.test").status, 200);
     // `unban` on A clears the shared record: B lets the client in again.
-    let answer = a.plugin_msg("ip_throttle", "unban 127.0.0.60");
+    let answer = a.plugin_msg("ip_throttle", &format!("unban 127.0.0.{last}"));
     assert!(answer.contains("\"ok\":true"), "{answer}");
     let end = Instant::now() + Duration::from_secs(5);
-    while mc.get("ipt:shop:127.0.0.60").expect("get").is_some() {
+    while mc.get(&key).is_some() {
         assert!(Instant::now() < end, "the record outlived the unban");
         std::thread::sleep(Duration::from_millis(20));
     }
     assert_eq!(get(&b, me, "s.test").status, 200);
     // A logged the ban it set; B the refusals of a ban it learned.
     for (ts, line) in [
-        (&a, "event=ban ip=127.0.0.60"),
-        (&b, "event=banned ip=127.0.0.60"),
+        (&a, format!("event=ban ip=127.0.0.{last}")),
+        (&b, format!("event=banned ip=127.0.0.{last}")),
     ] {
         let seen = ts.wait_for_log("ip_throttle.log", Duration::from_secs(10), |t| {
-            t.contains(line)
+            t.contains(&line)
         });
         assert!(seen, "no '{line}':\n{}", ts.log("ip_throttle.log"));
     }
@@ -102,10 +156,18 @@ fn two_proxies_add_up_violations_and_both_enforce_the_ban() {
 
 #[test]
 fn with_memcached_down_each_proxy_decides_alone_within_the_timeout() {
+    with_the_store_down_each_proxy_decides_alone_within_the_timeout(Store::memcached(), 61);
+}
+
+#[test]
+fn with_redis_down_each_proxy_decides_alone_within_the_timeout() {
+    with_the_store_down_each_proxy_decides_alone_within_the_timeout(Store::redis(), 63);
+}
+
+fn with_the_store_down_each_proxy_decides_alone_within_the_timeout(mut mc: Store, last: u8) {
     let origin = Origin::start();
-    let mut mc = Memcached::start().expect("memcached");
     let a = proxy(&origin, &mc, true);
-    let me = ip(61);
+    let me = ip(last);
     assert_eq!(get(&a, me, "s.test").status, 200);
     mc.stop();
     // Local state from here: it knew the IP in probation, so delayed next.
@@ -152,11 +214,11 @@ fn with_memcached_down_each_proxy_decides_alone_within_the_timeout() {
         "errors {errors}, timeouts {timeouts}"
     );
     // Back: shared again (the record of this request appears).
-    mc.restart().expect("restart");
+    mc.restart();
     let end = Instant::now() + Duration::from_secs(5);
     loop {
         get(&a, me, "s.test");
-        if mc.get("ipt:shop:127.0.0.61").expect("get").is_some() {
+        if mc.get(&format!("ipt:shop:127.0.0.{last}")).is_some() {
             break;
         }
         assert!(Instant::now() < end, "never wrote to memcached again");

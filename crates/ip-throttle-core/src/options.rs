@@ -12,6 +12,7 @@ use std::path::{Path, PathBuf};
 use limits::quote::{quote, shorten_to};
 use limits::{Nanos, NANOS_PER_SEC};
 use regex::bytes::Regex;
+use store::url::{StoreUrl, UrlError};
 
 pub use crate::events::{EventKind, LogEvents};
 use crate::state::Params;
@@ -29,8 +30,7 @@ pub const DEFAULT_INSTANCE: &str = "Throttle";
 /// `--store-timeout` default and bounds, in ms.
 pub const DEFAULT_STORE_TIMEOUT_MS: u64 = 50;
 pub const MAX_STORE_TIMEOUT_MS: u64 = 10_000;
-/// Most memcached servers in one `--store`.
-pub const MAX_STORE_SERVERS: usize = 64;
+
 /// Per-IP states held at once unless `--keys` says otherwise (as rate_limit).
 pub const DEFAULT_KEYS: usize = 100_000;
 pub const MAX_KEYS: u64 = 16 << 20;
@@ -77,9 +77,9 @@ pub struct Options {
     /// Prefix lengths addresses are aggregated to (`--key-prefix`).
     pub v4_prefix: u8,
     pub v6_prefix: u8,
-    /// `--store=memcached://HOST:PORT,...`: the servers (`HOST:PORT`) that
-    /// share per-IP state with other proxies of the same `--instance`.
-    pub store: Option<Vec<String>>,
+    /// `--store=memcached://HOST:PORT,...` or `redis://HOST:PORT/DB`: where
+    /// proxies of the same `--instance` share per-IP state.
+    pub store: Option<StoreUrl>,
     /// `--store-timeout`: longest a request waits for the store, in ms.
     pub store_timeout_ms: u64,
 }
@@ -438,7 +438,14 @@ impl Options {
                 self.v6_prefix = b;
             }
             "store" => {
-                self.store = Some(store_servers(v).map_err(|why| invalid(name, v, at, &why))?)
+                self.store = Some(store::url::parse(v).map_err(|e| match e {
+                    UrlError::Invalid(allowed) => invalid(name, v, at, allowed),
+                    UrlError::Unsupported(why) => format!(
+                        "--store has an unsupported value {}{}: {why}",
+                        quote(v),
+                        at.suffix()
+                    ),
+                })?)
             }
             "store-timeout" => self.store_timeout_ms = uint(name, v, at, 1, MAX_STORE_TIMEOUT_MS)?,
             // A flag given a value in a file, or a name `lookup` knows.
@@ -481,8 +488,8 @@ impl Options {
         };
         let store = match &self.store {
             Some(s) => format!(
-                " store=memcached://{} store-timeout={}ms",
-                s.join(","),
+                " store={} store-timeout={}ms",
+                s.url(),
                 self.store_timeout_ms
             ),
             None => String::new(),
@@ -521,37 +528,4 @@ fn lookup(name: &str) -> Option<bool> {
 pub fn fmt_seconds(n: Nanos) -> String {
     let ms = n / 1_000_000;
     format!("{}.{:03}", ms / 1000, ms % 1000)
-}
-
-/// `memcached://HOST:PORT[,HOST:PORT...]` (also `memcache://`): the servers,
-/// in the order given (every proxy must list them in the same order: a
-/// key's server is chosen by its hash over the list).
-pub fn store_servers(v: &str) -> Result<Vec<String>, String> {
-    const ALLOWED: &str = "memcached://HOST:PORT[,HOST:PORT...] with host names, IPv4 \
-                           addresses or [IPv6] addresses and ports from 1 to 65535";
-    let rest = v
-        .strip_prefix("memcached://")
-        .or_else(|| v.strip_prefix("memcache://"))
-        .ok_or(ALLOWED)?;
-    let servers: Vec<String> = rest.split(',').map(str::to_owned).collect();
-    if servers.len() > MAX_STORE_SERVERS {
-        return Err(format!("at most {MAX_STORE_SERVERS} servers"));
-    }
-    for s in &servers {
-        let ok = s.rsplit_once(':').is_some_and(|(h, p)| {
-            let host_ok = match h.strip_prefix('[').and_then(|h| h.strip_suffix(']')) {
-                Some(v6) => v6.parse::<std::net::Ipv6Addr>().is_ok(),
-                None => {
-                    !h.is_empty()
-                        && h.bytes()
-                            .all(|b| b.is_ascii_alphanumeric() || b == b'.' || b == b'-')
-                }
-            };
-            host_ok && p.parse::<u16>().is_ok_and(|p| p > 0)
-        });
-        if !ok {
-            return Err(ALLOWED.to_owned());
-        }
-    }
-    Ok(servers)
 }

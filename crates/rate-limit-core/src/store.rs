@@ -4,6 +4,8 @@
 
 use limits::quote::quote;
 
+use store::url::UrlError;
+
 use crate::options::{invalid, OptionError};
 
 /// The options named `store…`/`lease-ttl` (the parser hands them here).
@@ -13,8 +15,6 @@ pub const DEFAULT_TIMEOUT_MS: u64 = 50;
 pub const MAX_TIMEOUT_MS: u64 = 10_000;
 pub const DEFAULT_LEASE_TTL_S: u64 = 60;
 pub const MAX_LEASE_TTL_S: u64 = 86_400;
-pub const DEFAULT_PORT: u16 = 6379;
-pub const MAX_DB: i64 = 65_535;
 /// Longest namespace (`--group`, or `--tag`) in a Redis key.
 pub const MAX_NAMESPACE: usize = 64;
 
@@ -74,59 +74,15 @@ impl StoreOptions {
     }
 }
 
-const URL_ALLOWED: &str = "redis://HOST[:PORT][/DB] with a host name, IPv4 address or [IPv6] address, a port from 1 to 65535 (default 6379) and a database from 0 to 65535 (default 0)";
-
 fn parse_url(value: &str) -> Result<(String, u16, i64), OptionError> {
-    let bad = || invalid("store", value, URL_ALLOWED);
-    if value.starts_with("redis+cluster://") || value.starts_with("rediss://") {
-        return Err(OptionError(format!(
-            "--store has an unsupported value {}: this version speaks to one Redis server \
-             (redis://HOST:PORT[/DB]); Redis Cluster and TLS are not built yet",
+    match store::url::redis(value) {
+        Ok(a) => Ok((a.host, a.port, a.db)),
+        Err(UrlError::Invalid(allowed)) => Err(invalid("store", value, allowed)),
+        Err(UrlError::Unsupported(why)) => Err(OptionError(format!(
+            "--store has an unsupported value {}: {why}",
             quote(value)
-        )));
+        ))),
     }
-    let rest = value.strip_prefix("redis://").ok_or_else(bad)?;
-    let (hostport, db) = match rest.split_once('/') {
-        Some((hp, "")) => (hp, 0),
-        Some((hp, db)) => {
-            let ok = db.len() <= 5 && db.bytes().all(|b| b.is_ascii_digit());
-            match db.parse::<i64>() {
-                Ok(n) if ok && n <= MAX_DB => (hp, n),
-                _ => return Err(bad()),
-            }
-        }
-        None => (rest, 0),
-    };
-    let (host, port) = if let Some(v6) = hostport.strip_prefix('[') {
-        let (h, after) = v6.split_once(']').ok_or_else(bad)?;
-        h.parse::<std::net::Ipv6Addr>().map_err(|_| bad())?;
-        (h, after.strip_prefix(':'))
-    } else {
-        match hostport.split_once(':') {
-            Some((h, p)) => (h, Some(p)),
-            None => (hostport, None),
-        }
-    };
-    let host_ok = host.contains(':')
-        || (!host.is_empty()
-            && host.len() <= 253
-            && host
-                .bytes()
-                .all(|b| b.is_ascii_alphanumeric() || b == b'.' || b == b'-'));
-    if !host_ok {
-        return Err(bad());
-    }
-    let port = match port {
-        None => DEFAULT_PORT,
-        Some(p) if !p.is_empty() && p.len() <= 5 && p.bytes().all(|b| b.is_ascii_digit()) => {
-            match p.parse::<u16>() {
-                Ok(n) if n > 0 => n,
-                _ => return Err(bad()),
-            }
-        }
-        Some(_) => return Err(bad()),
-    };
-    Ok((host.to_owned(), port, db))
 }
 
 fn parse_uint(name: &str, value: &str, min: u64, max: u64, unit: &str) -> Result<u64, OptionError> {

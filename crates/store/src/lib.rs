@@ -20,5 +20,6 @@ pub mod memcached;
 pub mod redis;
 pub mod redis_cas;
 pub mod rmw;
+pub mod url;
 
 pub use client::{Backend, BatchError, Client, Completion, Config, Outcome, Stats, SubmitError};

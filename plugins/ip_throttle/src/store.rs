@@ -1,15 +1,16 @@
-//! Shared per-IP state (`--store=memcached://…`): proxies of one
-//! `--instance` run each request's state-machine step on one record per IP
-//! in memcached, so a ban earned on one is enforced on all, and their
-//! violations add up (Perlbal's `memcached_servers`).
+//! Shared per-IP state (`--store=memcached://…` or `redis://…`): proxies
+//! of one `--instance` run each request's state-machine step on one record
+//! per IP in the store, so a ban earned on one is enforced on all, and
+//! their violations add up (Perlbal's `memcached_servers`).
 //!
 //! One transaction whose IP the state machine decides:
 //! 1. DoRemap leaves the request's [`ToStep`] on the transaction and hooks
 //!    POST_REMAP (lists, bans seen here and the scope were decided there).
 //! 2. POST_REMAP parks the transaction and hands the step to the store's
 //!    I/O thread ([`ask`]), which reads the record, runs the step on it
-//!    (`shared::request`, pure) and compare-and-swaps it back, again after
-//!    a lost race.
+//!    (`shared::request`, pure) and compare-and-swaps it back (memcached
+//!    `cas`, or a Redis script comparing the value), again after a lost
+//!    race.
 //! 3. A poller on ATS's net pool, armed while steps are outstanding,
 //!    takes the results: this proxy's state adopts the step, its events
 //!    and metrics are reported, and the transaction is resumed, delayed or
@@ -32,8 +33,10 @@ use ip_throttle_core::{Action, Decision, IpState, Machine, Options, Params, ToSt
 use parking_lot::Mutex;
 // `::store`: the store client crate (this module shares its name).
 use ::store::memcached::Memcached;
+use ::store::redis_cas::RedisCas;
 use ::store::rmw::{CasBackend, Modify, Put, Rmw};
-use ::store::{Client, Completion, Config, Outcome};
+use ::store::url::StoreUrl;
+use ::store::{Client, Completion, Config, Outcome, SubmitError};
 
 use crate::delay::{self, Wait};
 use crate::Rule;
@@ -90,11 +93,45 @@ pub(crate) enum Token {
     Unban(Arc<Rule>),
 }
 
+/// The client of either kind of store.
+enum Backing {
+    Memcached(Client<CasBackend<Memcached, Step>, Token>),
+    Redis(Client<CasBackend<RedisCas, Step>, Token>),
+}
+
+impl Backing {
+    fn submit(
+        &self,
+        op: Rmw<Step>,
+        t: Token,
+        timeout: Duration,
+    ) -> Result<(), (Token, SubmitError)> {
+        match self {
+            Backing::Memcached(c) => c.submit(op, t, timeout),
+            Backing::Redis(c) => c.submit(op, t, timeout),
+        }
+    }
+
+    fn try_complete(&self) -> Option<Completion<Option<Update>, Token>> {
+        match self {
+            Backing::Memcached(c) => c.try_complete(),
+            Backing::Redis(c) => c.try_complete(),
+        }
+    }
+
+    fn outstanding(&self) -> usize {
+        match self {
+            Backing::Memcached(c) => c.outstanding(),
+            Backing::Redis(c) => c.outstanding(),
+        }
+    }
+}
+
 /// A store's client and its poller.
 pub(crate) struct Store {
-    servers: Vec<String>,
+    url: StoreUrl,
     timeout: Duration,
-    client: Client<CasBackend<Memcached, Step>, Token>,
+    client: Backing,
     poller: Poller,
     /// When the last error was logged (ms since `epoch`; 0: never).
     logged_ms: AtomicU64,
@@ -106,25 +143,35 @@ impl Store {
     /// same servers and timeout), started with the first; `None` without
     /// `--store`.
     pub(crate) fn for_rule(o: &Options) -> Result<Option<Arc<Store>>, String> {
-        let Some(servers) = &o.store else {
+        let Some(url) = &o.store else {
             return Ok(None);
         };
         let timeout = Duration::from_millis(o.store_timeout_ms);
         let mut stores = STORES.lock();
         if let Some(s) = stores
             .iter()
-            .find(|s| &s.servers == servers && s.timeout == timeout)
+            .find(|s| &s.url == url && s.timeout == timeout)
         {
             return Ok(Some(s.clone()));
         }
-        let client = Client::start(
-            "ipt-store",
-            CasBackend::new(Memcached::new(servers.clone())),
-            Config::default(),
-        )
-        .map_err(|e| format!("--store: cannot start its I/O thread: {e}"))?;
+        let started = match url {
+            StoreUrl::Memcached(servers) => Client::start(
+                "ipt-store",
+                CasBackend::new(Memcached::new(servers.clone())),
+                Config::default(),
+            )
+            .map(Backing::Memcached),
+            StoreUrl::Redis(addr) => {
+                let backend =
+                    RedisCas::new(addr).map_err(|e| format!("--store={}: {e}", url.url()))?;
+                Client::start("ipt-store", CasBackend::new(backend), Config::default())
+                    .map(Backing::Redis)
+            }
+        };
+        let client = started
+            .map_err(|e| format!("--store={}: cannot start its I/O thread: {e}", url.url()))?;
         let s = Arc::new(Store {
-            servers: servers.clone(),
+            url: url.clone(),
             timeout,
             client,
             poller: Poller::new(POLL_EVERY),
@@ -140,7 +187,7 @@ impl Store {
         let timeout = Duration::from_millis(o.store_timeout_ms);
         match (this, &o.store) {
             (None, None) => true,
-            (Some(s), Some(servers)) => &s.servers == servers && s.timeout == timeout,
+            (Some(s), Some(url)) => &s.url == url && s.timeout == timeout,
             _ => false,
         }
     }
@@ -158,9 +205,9 @@ impl Store {
             .is_ok()
         {
             log::warn!(
-                "--store=memcached://{}: {what}; deciding on this proxy's own state \
+                "--store={}: {what}; deciding on this proxy's own state \
                  (logged at most every {} s)",
-                self.servers.join(","),
+                self.url.url(),
                 LOG_EVERY.as_secs()
             );
         }

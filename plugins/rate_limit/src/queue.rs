@@ -111,8 +111,10 @@ impl Rule {
             return;
         }
         let rule = self.clone();
-        // On a task thread: the look is a syscall per waiter.
-        if let Err(e) = Timer::after(WATCH_EVERY, Pool::Task, move || rule.drop_departed()) {
+        // On the net pool: a request arms it, and ET_TASK may not exist yet
+        // (see `ats::sched::Pool::Task`). The look is a non-blocking peek
+        // per waiter, at most WATCH_MAX (~10 ms) a second.
+        if let Err(e) = Timer::after(WATCH_EVERY, Pool::Net, move || rule.drop_departed()) {
             self.watching.store(false, Ordering::Release);
             log::error!("cannot arm the queue watch: {e}");
         }

@@ -17,11 +17,10 @@
 //! One client (one I/O thread and connection) serves every rule naming the
 //! same store URL and `--store-timeout`.
 
-use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, LazyLock};
 use std::time::Duration;
 
-use ats::sched::{Pool, Timer};
+use ats::poller::{Drain, Poller};
 use ats::stats::Stat;
 use ats::{Done, HomeTxn, Parked, Txn};
 use parking_lot::Mutex;
@@ -49,7 +48,7 @@ pub(crate) struct Store {
     url: String,
     timeout: Duration,
     client: Client<Redis, Token>,
-    draining: AtomicBool,
+    poller: Poller,
     ids: LeaseIds,
 }
 
@@ -139,7 +138,7 @@ impl RuleStore {
                     url,
                     timeout,
                     client,
-                    draining: AtomicBool::new(false),
+                    poller: Poller::new(DRAIN_EVERY),
                     ids: LeaseIds::default(),
                 });
                 stores.push(x.clone());
@@ -192,7 +191,7 @@ impl Drop for Lease {
         };
         let s = &self.store;
         match s.client.submit(op, Token::Release(self.metrics), s.timeout) {
-            Ok(()) => s.arm(),
+            Ok(()) => Poller::arm(s),
             Err(_) => bump(self.metrics.errors, 1),
         }
     }
@@ -239,7 +238,7 @@ pub(crate) fn ask(rule: Arc<Rule>, parked: Parked, base: String, key: Option<u64
         key,
     }));
     match store.client.submit(op, token, store.timeout) {
-        Ok(()) => store.arm(),
+        Ok(()) => Poller::arm(&store),
         Err((Token::Decide(a), _)) => {
             bump(rs.metrics.errors, 1);
             failed(*a);
@@ -248,37 +247,24 @@ pub(crate) fn ask(rule: Arc<Rule>, parked: Parked, base: String, key: Option<u64
     }
 }
 
-impl Store {
-    /// Arms the drainer unless it runs already.
-    fn arm(self: &Arc<Self>) {
-        if self.draining.swap(true, Ordering::SeqCst) {
-            return;
-        }
-        let s = self.clone();
-        // On the net pool, not the task pool: a first request right after
-        // startup scheduled onto ET_TASK crashed 9.2 inside
-        // TSContScheduleOnPool (ProtectedQueue::enqueue, 1 run in 9). The
-        // drainer's work is short: pop completions, schedule resumptions.
-        if let Err(e) = Timer::after(DRAIN_EVERY, Pool::Net, move || s.drain()) {
-            self.draining.store(false, Ordering::SeqCst);
-            log::error!("cannot arm the store drainer: {e}");
-        }
+impl Drain for Store {
+    fn poller(&self) -> &Poller {
+        &self.poller
     }
 
-    /// On a net thread: handles what completed, and looks again in a
-    /// millisecond while anything is outstanding.
-    fn drain(self: Arc<Self>) {
+    /// On a net thread (requests arm the poller: see `ats::sched::Pool::Task`
+    /// for why not the task pool): pops completions, schedules resumptions.
+    fn drain(self: &Arc<Self>) {
         for _ in 0..DRAIN_MAX {
             let Some(c) = self.client.try_complete() else {
                 break;
             };
             completed(c);
         }
-        self.draining.store(false, Ordering::SeqCst);
-        // A submit that saw `draining` set counted on this re-check.
-        if self.client.outstanding() > 0 {
-            self.arm();
-        }
+    }
+
+    fn outstanding(&self) -> bool {
+        self.client.outstanding() > 0
     }
 }
 

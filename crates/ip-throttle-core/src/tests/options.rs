@@ -1,5 +1,7 @@
 use std::path::Path;
 
+use store::url::StoreUrl;
+
 use super::{MemFiles, MS, S};
 use crate::options::{parse_seconds, DefaultAction, DenyAction, EventKind, LogEvents, Options};
 
@@ -248,11 +250,11 @@ fn store_options() {
     .unwrap();
     assert_eq!(
         o.store,
-        Some(vec![
+        Some(StoreUrl::Memcached(vec![
             "10.0.0.1:11211".to_owned(),
             "cache.example:11212".to_owned(),
             "[::1]:11213".to_owned()
-        ])
+        ]))
     );
     assert_eq!(o.store_timeout_ms, 20);
     assert!(o.describe().ends_with(
@@ -260,8 +262,17 @@ fn store_options() {
     ));
     let d = parse(&[]).unwrap();
     assert_eq!((d.store, d.store_timeout_ms), (None, 50));
+    let r = parse(&["--store=redis://127.0.0.1:7000/2"]).unwrap();
+    assert!(r
+        .describe()
+        .ends_with(" store=redis://127.0.0.1:7000/2 store-timeout=50ms"));
+    let e = parse(&["--store=redis+cluster://h:1"]).unwrap_err();
+    assert!(
+        e.starts_with("--store has an unsupported value 'redis+cluster://h:1': "),
+        "{e}"
+    );
     for bad in [
-        "redis://h:6379",
+        "http://h:6379",
         "memcached://",
         "memcached://h",
         "memcached://h:0",
