@@ -7,18 +7,20 @@
 //! 2. POST_REMAP parks the transaction and submits a decision to the
 //!    store's client (crates/store: a bounded queue to its I/O thread,
 //!    which never calls the TS API) ([`ask`]).
-//! 3. A drainer on ATS's net pool, armed only while decisions are
-//!    outstanding, takes the completions every millisecond, counts the
-//!    metrics and resumes each transaction on its own thread
+//! 3. The I/O thread wakes an ATS net thread through a socket ATS polls
+//!    (`ats::wake`); there the completions are taken, the metrics counted
+//!    and each transaction resumed on its own thread
 //!    (`Parked::on_home`): admitted (with its lease), refused, or, when the
-//!    store failed or timed out, as `--store-failure` says.
+//!    store failed or timed out, as `--store-failure` says. A timer drainer,
+//!    armed only while decisions are outstanding, is the fallback (ATS
+//!    fires it ~10 ms late).
 //! 4. TXN_CLOSE drops the transaction's lease, which submits its `ZREM`.
 //!
 //! One client (one I/O thread and connection) serves every rule naming the
 //! same store URL and `--store-timeout`.
 
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, LazyLock};
+use std::sync::{Arc, LazyLock, OnceLock};
 use std::time::Duration;
 
 use ats::sched::{Pool, Timer};
@@ -51,6 +53,11 @@ pub(crate) struct Store {
     client: Client<Redis, Token>,
     draining: AtomicBool,
     ids: LeaseIds,
+    /// The I/O thread's wake-up of the drainer, started on first use (on a
+    /// net thread, which it then runs on).
+    waker: OnceLock<()>,
+    /// A wake is on its way: the I/O thread need not send another.
+    wake_pending: Arc<AtomicBool>,
 }
 
 /// What a completion resumes.
@@ -141,6 +148,8 @@ impl RuleStore {
                     client,
                     draining: AtomicBool::new(false),
                     ids: LeaseIds::default(),
+                    waker: OnceLock::new(),
+                    wake_pending: Arc::new(AtomicBool::new(false)),
                 });
                 stores.push(x.clone());
                 x
@@ -238,6 +247,7 @@ pub(crate) fn ask(rule: Arc<Rule>, parked: Parked, base: String, key: Option<u64
         member,
         key,
     }));
+    store.start_waker();
     match store.client.submit(op, token, store.timeout) {
         Ok(()) => store.arm(),
         Err((Token::Decide(a), _)) => {
@@ -249,6 +259,43 @@ pub(crate) fn ask(rule: Arc<Rule>, parked: Parked, base: String, key: Option<u64
 }
 
 impl Store {
+    /// On a net thread (POST_REMAP), once: the I/O thread wakes this thread
+    /// through a socket ATS polls (`ats::wake`) whenever it has handed back
+    /// completions, so a decision resumes its transaction within
+    /// microseconds. The timer drainer stays as the fallback.
+    fn start_waker(self: &Arc<Self>) {
+        self.waker.get_or_init(|| {
+            let weak = Arc::downgrade(self);
+            let woken = move || {
+                if let Some(s) = weak.upgrade() {
+                    s.wake_pending.store(false, Ordering::SeqCst);
+                    s.take_completions();
+                }
+            };
+            match ats::wake::start(woken) {
+                Ok(w) => {
+                    let pending = self.wake_pending.clone();
+                    self.client.set_notify(move || {
+                        if !pending.swap(true, Ordering::SeqCst) {
+                            w.wake();
+                        }
+                    });
+                }
+                Err(e) => log::error!("store {}: no wake-up channel, timers only: {e}", self.url),
+            }
+        });
+    }
+
+    /// Handles what completed (at most [`DRAIN_MAX`]).
+    fn take_completions(&self) {
+        for _ in 0..DRAIN_MAX {
+            let Some(c) = self.client.try_complete() else {
+                break;
+            };
+            completed(c);
+        }
+    }
+
     /// Arms the drainer unless it runs already.
     fn arm(self: &Arc<Self>) {
         if self.draining.swap(true, Ordering::SeqCst) {
@@ -268,12 +315,7 @@ impl Store {
     /// On a net thread: handles what completed, and looks again in a
     /// millisecond while anything is outstanding.
     fn drain(self: Arc<Self>) {
-        for _ in 0..DRAIN_MAX {
-            let Some(c) = self.client.try_complete() else {
-                break;
-            };
-            completed(c);
-        }
+        self.take_completions();
         self.draining.store(false, Ordering::SeqCst);
         // A submit that saw `draining` set counted on this re-check.
         if self.client.outstanding() > 0 {
