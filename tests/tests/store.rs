@@ -369,3 +369,46 @@ fn decisions_resume_without_waiting_for_a_timer() {
     assert!(took[20] < Duration::from_millis(5), "median {:?}", took[20]);
     assert!(!ts.diags().contains("wake channel ended"), "{}", ts.diags());
 }
+
+/// A reload keeps the store client (one per store URL and timeout) and
+/// applies a changed failure policy to the new rules.
+#[test]
+fn a_reload_keeps_deciding_and_applies_a_new_failure_policy() {
+    let mut redis = Redis::start().unwrap();
+    let origin = Origin::start();
+    let rule = |policy: &str| {
+        ats_tests::rule(
+            "rate_limit",
+            HOST,
+            &origin,
+            &format!(
+                "--limit=1 --tag=reload --group=reload --store={} --store-failure={policy}",
+                redis.url()
+            ),
+        )
+    };
+    let ts = server(&origin, "--limit=1 --tag=reload");
+    ts.reload_remap(&rule("closed")).expect("reload to --store");
+    let status = |delay: &str| {
+        client::get(ts.port(), HOST, "/", &[("X-Origin-Delay", delay)])
+            .map(|r| r.status)
+            .unwrap_or(0)
+    };
+    assert_eq!(status("0"), 200);
+    // One lease held for 8 s (reloads take seconds): a second request is
+    // refused by Redis.
+    let port = ts.port();
+    let holder = thread::spawn(move || {
+        client::get(port, HOST, "/", &[("X-Origin-Delay", "8000")]).map(|r| r.status)
+    });
+    assert!(wait_until(Duration::from_secs(2), || redis
+        .int(&["ZCARD", "rl:{reload}:leases"])
+        == Ok(1)));
+    assert_eq!(status("0"), 429);
+    ts.reload_remap(&rule("open"))
+        .expect("reload with --store-failure=open");
+    assert_eq!(status("0"), 429, "the store still decides after the reload");
+    assert_eq!(holder.join().unwrap().unwrap(), 200);
+    redis.stop();
+    assert_eq!(status("0"), 200, "open: admitted while Redis is down");
+}
