@@ -33,7 +33,7 @@ use rate_limit_core::{metric_name, Admission, Options};
 use ::store::redis::{self, key_base, Decide, LeaseIds, Op, Redis, Reply};
 use ::store::{Client, Completion, Config, Outcome};
 
-use crate::queue::{error_page, park, state};
+use crate::queue::{error_page, park, state, Queued};
 use crate::state::{bump, Held, Home, Outcome as TxnOutcome, Wait};
 use crate::{Globals, Rule};
 
@@ -43,6 +43,8 @@ const DRAIN_EVERY: Duration = Duration::from_millis(1);
 const DRAIN_MAX: usize = 4096;
 /// Upper bounds of the `store_latency.le_*` buckets, in ms (then `le_inf`).
 const LATENCY_MS: [u64; 7] = [1, 2, 5, 10, 20, 50, 100];
+
+mod sync;
 
 static STORES: LazyLock<Mutex<Vec<Arc<Store>>>> = LazyLock::new(Mutex::default);
 
@@ -64,6 +66,8 @@ pub(crate) struct Store {
 pub(crate) enum Token {
     Decide(Box<Asked>),
     Release(StoreMetrics),
+    /// `--store-sync`: a key's exchange (its tag and the hits sent).
+    Sync(Arc<sync::Syncer>, Box<[u8]>, u32),
 }
 
 pub(crate) struct Asked {
@@ -126,7 +130,10 @@ impl StoreMetrics {
 impl RuleStore {
     /// The rule's store client (shared with every rule naming the same
     /// store and timeout), started with the first.
-    pub(crate) fn new(o: &Options) -> Result<Option<RuleStore>, String> {
+    pub(crate) fn new(
+        o: &Options,
+        limiter: &Arc<rate_limit_core::Limiter<Queued>>,
+    ) -> Result<Option<RuleStore>, String> {
         let Some(s) = &o.store else { return Ok(None) };
         let url = s.url();
         let timeout = Duration::from_millis(s.timeout_ms);
@@ -155,11 +162,21 @@ impl RuleStore {
                 x
             }
         };
+        drop(stores);
+        let metrics = StoreMetrics::new(o);
+        if let Some(ms) = s.sync_ms {
+            sync::join(&store, limiter, &s.namespace, ms, metrics)?;
+        }
         Ok(Some(RuleStore {
             store,
             opts: s.clone(),
-            metrics: StoreMetrics::new(o),
+            metrics,
         }))
+    }
+
+    /// One decision in Redis per request (not `--store-sync`).
+    pub(crate) fn exact(&self) -> bool {
+        self.opts.sync_ms.is_none()
     }
 }
 
@@ -237,7 +254,7 @@ pub(crate) fn ask(rule: Arc<Rule>, parked: Parked, base: String, key: Option<u64
     });
     let member = match &op {
         Op::Decide(d) => d.member.clone(),
-        Op::Release { .. } => String::new(),
+        _ => String::new(),
     };
     let store = rs.store.clone();
     let token = Token::Decide(Box::new(Asked {
@@ -254,7 +271,7 @@ pub(crate) fn ask(rule: Arc<Rule>, parked: Parked, base: String, key: Option<u64
             bump(rs.metrics.errors, 1);
             failed(*a);
         }
-        Err((Token::Release(_), _)) => {}
+        Err(_) => {}
     }
 }
 
@@ -336,6 +353,7 @@ fn completed(c: Completion<Reply, Token>) {
             return;
         }
         Token::Decide(a) => *a,
+        Token::Sync(s, tag, hits) => return s.completed(tag, hits, c.outcome),
     };
     let Some(rs) = &a.rule.store else {
         return admit(a.rule, a.parked, None);
