@@ -431,18 +431,20 @@ impl Options {
             o.rate.is_some(),
             o.group.as_deref(),
         )?;
-        o.store = crate::store::parse(
-            &store_raw,
-            crate::store::Context {
-                group: o.group.as_deref(),
-                tag: &o.tag,
-                conntrack: o.conntrack,
-                peered: o.peer.is_some(),
-                keyed: o.key.is_some(),
-                rate: o.rate.is_some(),
-                limit: limit.is_some(),
-            },
-        )?;
+        if !store_raw.is_empty() {
+            o.store = crate::store::parse(
+                &store_raw,
+                crate::store::Context {
+                    group: o.group.as_deref(),
+                    tag: &o.tag,
+                    conntrack: o.conntrack,
+                    peered: o.peer.is_some(),
+                    keyed: o.key.is_some(),
+                    rate: o.rate.is_some(),
+                    limit: limit.is_some(),
+                },
+            )?;
+        }
         if o.store.is_some() && queue.is_some_and(|q| q > 0) {
             o.warnings.push(
                 "with --store a request over the limit is refused at once (Redis keeps no queue): \
