@@ -16,6 +16,8 @@
 //! - [`sched`]: one-shot (cancellable) and periodic work on ATS threads.
 //! - [`msg`]: `traffic_ctl plugin msg` commands ([`msg::serve`]: parsed on
 //!   the management thread, run on a task thread, JSON answers in a text log).
+//! - [`wake`]: a plugin's own thread wakes an ATS net thread promptly by
+//!   writing to a socket pair that ATS polls (no TS call off ATS threads).
 //! - [`stats`], [`textlog`], [`log`]: metrics, text logs, diagnostics
 //!   (always through a fixed `"%s"` format).
 
@@ -36,6 +38,7 @@ mod slot;
 pub mod stats;
 pub mod textlog;
 mod txn;
+pub mod wake;
 
 pub use cont::{HookCont, HookHandler};
 pub use hdr::Header;

@@ -260,7 +260,8 @@ struct PeriodicInner {
 unsafe impl Sync for PeriodicInner {}
 
 impl Periodic {
-    /// Starts running `work` every `every` on `pool`. Must be called on an ATS thread.
+    /// Starts running `work` every `every`: first on `pool`, then on the
+    /// thread that ran it first. Must be called on an ATS thread.
     pub fn start(
         every: Duration,
         pool: Pool,
@@ -339,8 +340,15 @@ unsafe extern "C" fn periodic_handler(
     let delay = next
         .saturating_duration_since(now)
         .max(Duration::from_millis(1));
-    // SAFETY: live continuation, on an ATS thread (we are in its handler).
-    unsafe { sys::TSContScheduleOnPool(cont, millis(delay), inner.pool.sys()) };
+    // Again on this thread rather than the pool: a task started with the
+    // rules runs first close to when 9.2 starts its task threads, and a
+    // schedule onto ET_TASK in that window crashes it (see `Pool::Task`;
+    // seen in 1 run of 5 with a 10 ms task). Staying put never looks the
+    // pool up; the work keeps the thread its first run got.
+    let here = EventThread::current().map_or(Target::Pool(inner.pool), Target::Thread);
+    // SAFETY: live continuation, on an ATS thread (we are in its handler,
+    // which holds the continuation's mutex).
+    unsafe { here.schedule(cont, delay) };
     0
 }
 

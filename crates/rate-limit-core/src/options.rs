@@ -113,6 +113,7 @@ const OPTIONS: &[(&str, bool)] = &[
     ("store-timeout", true),
     ("store-failure", true),
     ("lease-ttl", true),
+    ("store-sync", true),
 ];
 
 /// Longest `--group` name.
@@ -430,13 +431,20 @@ impl Options {
             o.rate.is_some(),
             o.group.as_deref(),
         )?;
-        o.store = crate::store::parse(
-            &store_raw,
-            o.group.as_deref(),
-            &o.tag,
-            o.conntrack,
-            o.peer.is_some(),
-        )?;
+        if !store_raw.is_empty() {
+            o.store = crate::store::parse(
+                &store_raw,
+                crate::store::Context {
+                    group: o.group.as_deref(),
+                    tag: &o.tag,
+                    conntrack: o.conntrack,
+                    peered: o.peer.is_some(),
+                    keyed: o.key.is_some(),
+                    rate: o.rate.is_some(),
+                    limit: limit.is_some(),
+                },
+            )?;
+        }
         if o.store.is_some() && queue.is_some_and(|q| q > 0) {
             o.warnings.push(
                 "with --store a request over the limit is refused at once (Redis keeps no queue): \
@@ -717,12 +725,12 @@ mod tests {
         let e = err(&[&format!("--{}", "x".repeat(10240))]);
         assert!(
             // The known options are listed; well within ATS's ~1 KB.
-            e.starts_with("unknown option '--xxx") && e.len() < 512,
+            e.starts_with("unknown option '--xxx") && e.len() < 768,
             "{e}"
         );
         let e = err(&[&digits]);
         assert!(
-            e.starts_with("unexpected argument '999") && e.len() < 512,
+            e.starts_with("unexpected argument '999") && e.len() < 768,
             "{e}"
         );
     }

@@ -9,7 +9,15 @@ use store::url::UrlError;
 use crate::options::{invalid, OptionError};
 
 /// The options named `store…`/`lease-ttl` (the parser hands them here).
-pub const NAMES: &[&str] = &["store", "store-timeout", "store-failure", "lease-ttl"];
+pub const NAMES: &[&str] = &[
+    "store",
+    "store-timeout",
+    "store-failure",
+    "lease-ttl",
+    "store-sync",
+];
+pub const MIN_SYNC_MS: u64 = 10;
+pub const MAX_SYNC_MS: u64 = 60_000;
 
 pub const DEFAULT_TIMEOUT_MS: u64 = 50;
 pub const MAX_TIMEOUT_MS: u64 = 10_000;
@@ -47,6 +55,9 @@ pub struct StoreOptions {
     pub timeout_ms: u64,
     pub failure: Failure,
     pub lease_ttl_s: u64,
+    /// `--store-sync`: decide locally and exchange counts through Redis
+    /// every this many ms (the hybrid mode), instead of one decision per request.
+    pub sync_ms: Option<u64>,
     /// Names the rule's keys: its `--group`, else its metric `--tag`.
     pub namespace: String,
 }
@@ -63,8 +74,12 @@ impl StoreOptions {
     }
 
     pub fn describe(&self) -> String {
+        let mode = match self.sync_ms {
+            Some(ms) => format!("sync every {ms}ms"),
+            None => "exact".to_owned(),
+        };
         format!(
-            "{} timeout={}ms failure={} lease-ttl={}s namespace={}",
+            "{} {mode} timeout={}ms failure={} lease-ttl={}s namespace={}",
             self.url(),
             self.timeout_ms,
             self.failure.name(),
@@ -96,14 +111,29 @@ fn parse_uint(name: &str, value: &str, min: u64, max: u64, unit: &str) -> Result
     }
 }
 
+/// What else the rule has, for the checks that combine options.
+pub struct Context<'a> {
+    pub group: Option<&'a str>,
+    pub tag: &'a str,
+    pub conntrack: bool,
+    pub peered: bool,
+    pub keyed: bool,
+    pub rate: bool,
+    pub limit: bool,
+}
+
 /// Validates the store options of a rule. `raw`: `(option, value)` as given.
 pub fn parse(
     raw: &[(&'static str, String)],
-    group: Option<&str>,
-    tag: &str,
-    conntrack: bool,
-    peered: bool,
+    cx: Context<'_>,
 ) -> Result<Option<StoreOptions>, OptionError> {
+    let Context {
+        group,
+        tag,
+        conntrack,
+        peered,
+        ..
+    } = cx;
     let get = |n: &str| {
         raw.iter()
             .find(|(name, _)| *name == n)
@@ -125,6 +155,16 @@ pub fn parse(
         Some(v) => parse_uint("lease-ttl", v, 1, MAX_LEASE_TTL_S, "seconds")?,
         None => DEFAULT_LEASE_TTL_S,
     };
+    let sync_ms = match get("store-sync") {
+        Some(v) => Some(parse_uint(
+            "store-sync",
+            v,
+            MIN_SYNC_MS,
+            MAX_SYNC_MS,
+            "milliseconds",
+        )?),
+        None => None,
+    };
     let Some((host, port, db)) = addr else {
         if let Some((name, _)) = raw.first() {
             return Err(OptionError(format!(
@@ -141,6 +181,18 @@ pub fn parse(
     if peered {
         return Err(OptionError(
             "--store and --peers exclude each other: the store is exact, the peer exchange approximate"
+                .to_owned(),
+        ));
+    }
+    if sync_ms.is_some() && !(cx.keyed && cx.rate) {
+        return Err(OptionError(
+            "--store-sync needs --key and --rate: it shares per-client rate counts".to_owned(),
+        ));
+    }
+    if sync_ms.is_some() && cx.limit {
+        return Err(OptionError(
+            "--store-sync shares rates only: drop --limit, or drop --store-sync for exact \
+             concurrency leases"
                 .to_owned(),
         ));
     }
@@ -162,6 +214,7 @@ pub fn parse(
         timeout_ms,
         failure,
         lease_ttl_s,
+        sync_ms,
         namespace,
     }))
 }
@@ -259,5 +312,27 @@ mod tests {
         );
         assert!(err(&["--store=redis://h", "--conntrack"]).contains("--conntrack"));
         assert!(err(&["--store=redis://h", "--tag=a{b}"]).starts_with("--store needs --group here"));
+        let o = parse(&[
+            "--rate=5",
+            "--key=ip",
+            "--store=redis://h",
+            "--store-sync=100",
+        ])
+        .unwrap();
+        assert_eq!(o.store.unwrap().sync_ms, Some(100));
+        assert!(err(&["--rate=5", "--store=redis://h", "--store-sync=100"])
+            .starts_with("--store-sync needs --key"));
+        assert!(err(&[
+            "--rate=5",
+            "--limit=2",
+            "--key=ip",
+            "--store=redis://h",
+            "--store-sync=100"
+        ])
+        .starts_with("--store-sync shares rates only"));
+        assert_eq!(
+            err(&["--store=redis://h", "--store-sync=5"]),
+            "--store-sync has an invalid value '5': allowed an integer from 10 to 60000 (milliseconds)"
+        );
     }
 }

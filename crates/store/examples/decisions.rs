@@ -61,6 +61,43 @@ fn main() -> Result<(), String> {
         std::thread::yield_now();
     }
     let t = start.elapsed().as_secs_f64();
+    // One at a time: the round trip a lone request sees (thread wake-ups
+    // and Redis included, ATS not).
+    while c.outstanding() > 0 {
+        if c.try_complete().is_none() {
+            std::thread::yield_now();
+        }
+    }
+    let mut lone = Vec::new();
+    for i in 0..2000 {
+        let op = Op::Decide(Decide {
+            base: bases[i % 1000].clone(),
+            interval_us: 1000,
+            burst: 100,
+            limit: 50,
+            member: ids.next(),
+            lease_ttl_ms: 1000,
+        });
+        let s = Instant::now();
+        c.submit(op, (), Duration::from_secs(1))
+            .map_err(|_| "full")?;
+        loop {
+            if c.try_complete().is_some() {
+                break;
+            }
+            std::hint::spin_loop();
+        }
+        lone.push(s.elapsed());
+    }
+    lone.sort();
+    let us = |p: f64| lone[((lone.len() - 1) as f64 * p) as usize].as_secs_f64() * 1e6;
+    println!(
+        "one at a time: p50 {:.0} µs, p90 {:.0} µs, p99 {:.0} µs, max {:.0} µs",
+        us(0.5),
+        us(0.9),
+        us(0.99),
+        us(1.0)
+    );
     let rt = c.stats().round_trips.load(Ordering::Relaxed);
     println!(
         "{done} decisions in {t:.1} s: {:.0}/s, {:.0} per round trip, {admitted} admitted, {failed} failed",

@@ -1,7 +1,7 @@
 //! The I/O thread, its two bounded queues, deadlines and reconnection.
 
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
 use std::thread::{self, JoinHandle};
 use std::time::{Duration, Instant};
 
@@ -116,6 +116,8 @@ struct Shared<O, R, T> {
     sleeping: AtomicBool,
     stop: AtomicBool,
     stats: Stats,
+    /// Called by the I/O thread after it has handed back completions.
+    notify: OnceLock<Box<dyn Fn() + Send + Sync>>,
 }
 
 /// A store client: one I/O thread, two bounded queues.
@@ -135,6 +137,7 @@ impl<B: Backend, T: Send + 'static> Client<B, T> {
             sleeping: AtomicBool::new(false),
             stop: AtomicBool::new(false),
             stats: Stats::default(),
+            notify: OnceLock::new(),
         });
         let s = shared.clone();
         let thread = thread::Builder::new()
@@ -192,6 +195,13 @@ impl<B: Backend, T: Send + 'static> Client<B, T> {
 
     pub fn stats(&self) -> &Stats {
         &self.shared.stats
+    }
+
+    /// Sets what the I/O thread calls (on its own thread) after handing
+    /// back completions, e.g. a wake-up of whoever takes them. Once only:
+    /// false if one was set already.
+    pub fn set_notify(&self, f: impl Fn() + Send + Sync + 'static) -> bool {
+        self.shared.notify.set(Box::new(f)).is_ok()
     }
 }
 
@@ -256,6 +266,9 @@ impl<B: Backend, T: Send + 'static> IoThread<B, T> {
                 continue;
             }
             self.serve(&mut batch, &mut replies);
+            if let Some(f) = self.shared.notify.get() {
+                f();
+            }
         }
     }
 

@@ -68,6 +68,24 @@ end
 return {1, 0, 0, held}
 "#;
 
+/// The hybrid mode's script (`--store-sync`): adds this proxy's hits of one
+/// key to the key's counter for the current period of the server's clock
+/// (`KEYS[1]:P`, P = server ms / period, kept five periods) and returns
+/// `{P, total of P-1, total of P-2}` (two, so a proxy whose sync skipped a
+/// period still learns it). ARGV: period in ms, hits.
+pub const SYNC: &str = r#"
+local t = redis.call('TIME')
+local ms = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+local period = tonumber(ARGV[1])
+local p = math.floor(ms / period)
+local function key(n) return KEYS[1] .. ':' .. string.format('%.0f', n) end
+redis.call('INCRBY', key(p), ARGV[2])
+redis.call('PEXPIRE', key(p), period * 5)
+local prev1 = redis.call('GET', key(p - 1))
+local prev2 = redis.call('GET', key(p - 2))
+return {p, tonumber(prev1 or '0'), tonumber(prev2 or '0')}
+"#;
+
 /// Where the server is: `redis://HOST:PORT/DB`.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Addr {
@@ -131,6 +149,13 @@ pub enum Op {
         base: String,
         member: String,
     },
+    /// `--store-sync`: adds `hits` served here to the key's counter of the
+    /// current period ([`SYNC`] on `base:sync`) and learns the previous one's total.
+    Sync {
+        base: String,
+        period_ms: u64,
+        hits: u32,
+    },
 }
 
 /// What a decision found.
@@ -148,6 +173,12 @@ pub enum Reply {
         retry_after: Duration,
     },
     Released,
+    /// The server's period number and the totals, all proxies, of the two
+    /// periods before it (the last first).
+    Synced {
+        period: u64,
+        previous: [u64; 2],
+    },
 }
 
 /// Lease members unique across the fleet: a random per-process prefix and a counter.
@@ -180,6 +211,7 @@ pub struct Redis {
     client: redis::Client,
     conn: Option<redis::Connection>,
     sha: String,
+    sync_sha: String,
 }
 
 impl Redis {
@@ -189,6 +221,7 @@ impl Redis {
             client,
             conn: None,
             sha: String::new(),
+            sync_sha: String::new(),
         })
     }
 }
@@ -232,6 +265,31 @@ pub(crate) fn load_script(
         })
 }
 
+/// Loads both scripts in one round trip: (decide, sync) hashes.
+fn load_scripts(
+    conn: &mut redis::Connection,
+    deadline: Instant,
+) -> Result<(String, String), BatchError> {
+    let packed = redis::pipe()
+        .cmd("SCRIPT")
+        .arg("LOAD")
+        .arg(DECIDE)
+        .cmd("SCRIPT")
+        .arg("LOAD")
+        .arg(SYNC)
+        .get_packed_pipeline();
+    let v = exchange(conn, &packed, 2, deadline)?;
+    let sha = |v: &Value| match v {
+        Value::BulkString(b) => String::from_utf8(b.clone()).ok(),
+        Value::SimpleString(s) => Some(s.clone()),
+        _ => None,
+    };
+    match (sha(&v[0]), sha(&v[1])) {
+        (Some(a), Some(b)) => Ok((a, b)),
+        _ => Err(BatchError::Failed(format!("SCRIPT LOAD answered {v:?}"))),
+    }
+}
+
 fn int(v: &Value) -> Option<i64> {
     match v {
         Value::Int(i) => Some(*i),
@@ -257,6 +315,21 @@ fn parse_decision(v: &Value) -> Result<Reply, String> {
     })
 }
 
+fn parse_sync(v: &Value) -> Result<Reply, String> {
+    let Value::Array(items) = v else {
+        return Err(format!("unexpected answer {v:?}"));
+    };
+    let n: Vec<i64> = items.iter().filter_map(int).collect();
+    let &[period, p1, p2] = n.as_slice() else {
+        return Err(format!("unexpected answer {v:?}"));
+    };
+    let u = |x: i64| x.max(0) as u64;
+    Ok(Reply::Synced {
+        period: u(period),
+        previous: [u(p1), u(p2)],
+    })
+}
+
 impl Redis {
     fn pipeline(&self, ops: &[&Op]) -> redis::Pipeline {
         let mut p = redis::Pipeline::with_capacity(ops.len());
@@ -277,6 +350,18 @@ impl Redis {
                 Op::Release { base, member } => {
                     p.cmd("ZREM").arg(format!("{base}:leases")).arg(member);
                 }
+                Op::Sync {
+                    base,
+                    period_ms,
+                    hits,
+                } => {
+                    p.cmd("EVALSHA")
+                        .arg(&self.sync_sha)
+                        .arg(1)
+                        .arg(format!("{base}:sync"))
+                        .arg(*period_ms)
+                        .arg(*hits);
+                }
             }
         }
         p
@@ -289,19 +374,29 @@ impl Redis {
             .conn
             .as_mut()
             .ok_or_else(|| BatchError::Failed("not connected".into()))?;
-        set_timeouts(conn, left(deadline)?)?;
-        conn.send_packed_command(&packed).map_err(batch_error)?;
-        // Read answer by answer, each read bounded by what is left of the
-        // deadline: the pipeline's own `query` fails the whole batch on one
-        // error reply, and keeps reading (a timeout each) after a timeout.
-        let mut values = Vec::with_capacity(ops.len());
-        for _ in 0..ops.len() {
-            conn.set_read_timeout(Some(left(deadline)?))
-                .map_err(batch_error)?;
-            values.push(conn.recv_response().map_err(batch_error)?);
-        }
-        Ok(values)
+        exchange(conn, &packed, ops.len(), deadline)
     }
+}
+
+/// Sends `packed` (`n` commands) and reads the `n` answers, each read
+/// bounded by what is left of the deadline: the pipeline's own `query`
+/// fails the whole batch on one error reply, and keeps reading (a whole
+/// timeout each) after a timeout.
+pub(crate) fn exchange(
+    conn: &mut redis::Connection,
+    packed: &[u8],
+    n: usize,
+    deadline: Instant,
+) -> Result<Vec<Value>, BatchError> {
+    set_timeouts(conn, left(deadline)?)?;
+    conn.send_packed_command(packed).map_err(batch_error)?;
+    let mut values = Vec::with_capacity(n);
+    for _ in 0..n {
+        conn.set_read_timeout(Some(left(deadline)?))
+            .map_err(batch_error)?;
+        values.push(conn.recv_response().map_err(batch_error)?);
+    }
+    Ok(values)
 }
 
 fn is_noscript(v: &Value) -> bool {
@@ -321,7 +416,11 @@ impl Backend for Redis {
             .client
             .get_connection_with_timeout(left(deadline)?)
             .map_err(batch_error)?;
-        self.sha = load_script(&mut conn, DECIDE, deadline)?;
+        let named = |e| match e {
+            BatchError::Failed(e) => BatchError::Failed(format!("cannot load the scripts: {e}")),
+            t => t,
+        };
+        (self.sha, self.sync_sha) = load_scripts(&mut conn, deadline).map_err(named)?;
         self.conn = Some(conn);
         Ok(())
     }
@@ -351,7 +450,7 @@ impl Backend for Redis {
                 .conn
                 .as_mut()
                 .ok_or_else(|| BatchError::Failed("not connected".into()))?;
-            self.sha = load_script(conn, DECIDE, deadline)?;
+            (self.sha, self.sync_sha) = load_scripts(conn, deadline)?;
             let again: Vec<&Op> = missing.iter().map(|&i| ops[i]).collect();
             let retried = self.round_trip(&again, deadline)?;
             for (i, v) in missing.into_iter().zip(retried) {
@@ -367,6 +466,7 @@ impl Backend for Redis {
                 )),
                 (Op::Decide(_), v) => parse_decision(v),
                 (Op::Release { .. }, _) => Ok(Reply::Released),
+                (Op::Sync { .. }, v) => parse_sync(v),
             });
         }
         Ok(())

@@ -12,7 +12,7 @@ use std::time::Instant;
 use redis::Value;
 
 use crate::client::BatchError;
-use crate::redis::{batch_error, left, load_script, Addr};
+use crate::redis::{batch_error, exchange, left, load_script, Addr};
 use crate::rmw::{CasStore, CasWrite};
 
 /// Longest value read back; a longer one is not ours.
@@ -65,16 +65,7 @@ impl RedisCas {
             .conn
             .as_mut()
             .ok_or_else(|| BatchError::Failed("not connected".into()))?;
-        crate::redis::set_timeouts(conn, left(deadline)?)?;
-        conn.send_packed_command(&p.get_packed_pipeline())
-            .map_err(batch_error)?;
-        let mut values = Vec::with_capacity(n);
-        for _ in 0..n {
-            conn.set_read_timeout(Some(left(deadline)?))
-                .map_err(batch_error)?;
-            values.push(conn.recv_response().map_err(batch_error)?);
-        }
-        Ok(values)
+        exchange(conn, &p.get_packed_pipeline(), n, deadline)
     }
 }
 

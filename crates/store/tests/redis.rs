@@ -319,3 +319,50 @@ fn collect_one(c: &C, op: Op) -> (Outcome<Reply>, Duration) {
     let (_, o, waited) = collect(c, 1).remove(0);
     (o, waited)
 }
+
+#[test]
+fn sync_counts_every_proxys_hits_per_period_of_the_servers_clock() {
+    let s = Server::start().unwrap();
+    let (a, b) = (client(s.port()), client(s.port()));
+    let base = key_base("sync", Some(b"client-1"));
+    let sync = |c: &C, hits: u32| -> (u64, [u64; 2]) {
+        let op = Op::Sync {
+            base: base.clone(),
+            period_ms: 300,
+            hits,
+        };
+        match ask(c, vec![op]).remove(0) {
+            Outcome::Reply(Reply::Synced { period, previous }) => (period, previous),
+            o => panic!("{o:?}"),
+        }
+    };
+    // Two proxies' hits in one period (retried if a boundary fell between).
+    let mut period = 0;
+    for _ in 0..5 {
+        let (p1, _) = sync(&a, 5);
+        let (p2, _) = sync(&b, 7);
+        if p1 == p2 {
+            period = p1;
+            break;
+        }
+    }
+    assert!(period > 0, "never two syncs in one period");
+    // Next period: both learn its total, 12 (a retry's hits went to an
+    // earlier period).
+    assert!(ats_tests::wait_until(Duration::from_secs(2), || sync(
+        &a, 0
+    )
+    .0 == period
+        + 1));
+    let (p, previous) = sync(&b, 0);
+    assert_eq!((p, previous[0]), (period + 1, 12));
+    // Two periods on, it is still told (a sync may skip a period).
+    assert!(ats_tests::wait_until(Duration::from_secs(2), || sync(
+        &a, 0
+    )
+    .0 == period
+        + 2));
+    assert_eq!(sync(&b, 0), (period + 2, [0, 12]));
+    let counter = format!("{base}:sync:{period}");
+    assert!(s.int(&["PTTL", &counter]).unwrap() > 0, "periods expire");
+}

@@ -11,8 +11,9 @@
 //!    (`shared::request`, pure) and compare-and-swaps it back (memcached
 //!    `cas`, or a Redis script comparing the value), again after a lost
 //!    race.
-//! 3. A poller on ATS's net pool, armed while steps are outstanding,
-//!    takes the results: this proxy's state adopts the step, its events
+//! 3. The I/O thread wakes a net thread through the store's wake channel
+//!    (a timer on the net pool is the fallback; `ats::poller`), which takes
+//!    the results: this proxy's state adopts the step, its events
 //!    and metrics are reported, and the transaction is resumed, delayed or
 //!    refused on its own thread. If the store failed or did not answer by
 //!    `--store-timeout`, the step runs on local state instead, and the
@@ -125,6 +126,13 @@ impl Backing {
             Backing::Redis(c) => c.outstanding(),
         }
     }
+
+    fn set_notify(&self, f: Box<dyn Fn() + Send + Sync>) {
+        match self {
+            Backing::Memcached(c) => c.set_notify(f),
+            Backing::Redis(c) => c.set_notify(f),
+        };
+    }
 }
 
 /// A store's client and its poller.
@@ -219,7 +227,7 @@ impl Drain for Store {
         &self.poller
     }
 
-    fn drain(self: &Arc<Self>) {
+    fn drain(&self) {
         for _ in 0..DRAIN_MAX {
             let Some(c) = self.client.try_complete() else {
                 break;
@@ -251,6 +259,9 @@ pub(crate) fn ask(rule: Arc<Rule>, parked: Parked, step: ToStep) {
         modify: Step::Request { local, now, params },
     };
     let token = Token::Asked { rule, parked, step };
+    // On this net thread, once: the I/O thread wakes it when results are
+    // back (microseconds); the timer stays as the fallback.
+    Poller::open_wake(&store, |notify| store.client.set_notify(notify));
     match store.client.submit(op, token, store.timeout) {
         Ok(()) => Poller::arm(&store),
         Err((token, why)) => {

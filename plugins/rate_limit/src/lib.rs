@@ -96,7 +96,7 @@ impl Rule {
         };
         peers::join(&opts, &limiter)?;
         let metrics = Metrics::new(&opts);
-        let store = crate::store::RuleStore::new(&opts)?;
+        let store = crate::store::RuleStore::new(&opts, &limiter)?;
         Ok(Rule {
             store,
             _key_metrics: key_metrics(&limiter, &metrics),
@@ -143,8 +143,8 @@ impl Rule {
                 buf.clear();
                 return None;
             }
-            if self.opts.peer.is_some() {
-                // Peers name keys by their tag: the table hashes that.
+            if self.limiter.is_peered() {
+                // Peers (and --store-sync) name keys by their tag: the table hashes that.
                 rate_limit_core::peering::to_peer_tag(spec, &mut buf);
             }
             Some(table.hash(&buf))
@@ -350,7 +350,7 @@ impl RemapPlugin for Rule {
                 return RemapStatus::NoRemap;
             }
         };
-        if self.store.is_some() {
+        if self.store.as_ref().is_some_and(|s| s.exact()) {
             // Decided in Redis at POST_REMAP (store.rs).
             crate::store::remap(self, g, txn, key);
             return RemapStatus::NoRemap;
@@ -553,7 +553,10 @@ fn decorate_response(txn: Txn<'_>, head: &TxnState) {
 fn new_limiter(o: &Options) -> Arc<Limiter<Queued>> {
     let limits = Limits::of(o);
     match o.key {
-        Some(_) if o.peer.is_some() => Limiter::peered(limits, o.keys, MonotonicClock),
+        // --store-sync exchanges counts as peers do (store/sync.rs).
+        Some(_) if o.peer.is_some() || o.store.as_ref().is_some_and(|s| s.sync_ms.is_some()) => {
+            Limiter::peered(limits, o.keys, MonotonicClock)
+        }
         Some(_) => Limiter::keyed(limits, o.keys, MonotonicClock),
         None => Limiter::new(limits, MonotonicClock),
     }

@@ -7,11 +7,13 @@
 //! 2. POST_REMAP parks the transaction and submits a decision to the
 //!    store's client (crates/store: a bounded queue to its I/O thread,
 //!    which never calls the TS API) ([`ask`]).
-//! 3. A drainer on ATS's net pool, armed only while decisions are
-//!    outstanding, takes the completions every millisecond, counts the
-//!    metrics and resumes each transaction on its own thread
+//! 3. The I/O thread wakes an ATS net thread through a socket ATS polls
+//!    (`ats::wake`); there the completions are taken, the metrics counted
+//!    and each transaction resumed on its own thread
 //!    (`Parked::on_home`): admitted (with its lease), refused, or, when the
-//!    store failed or timed out, as `--store-failure` says.
+//!    store failed or timed out, as `--store-failure` says. A timer drainer,
+//!    armed only while decisions are outstanding, is the fallback (ATS
+//!    fires it ~10 ms late).
 //! 4. TXN_CLOSE drops the transaction's lease, which submits its `ZREM`.
 //!
 //! One client (one I/O thread and connection) serves every rule naming the
@@ -30,7 +32,7 @@ use rate_limit_core::{metric_name, Admission, Options};
 use ::store::redis::{self, key_base, Decide, LeaseIds, Op, Redis, Reply};
 use ::store::{Client, Completion, Config, Outcome};
 
-use crate::queue::{error_page, park, state};
+use crate::queue::{error_page, park, state, Queued};
 use crate::state::{bump, Held, Home, Outcome as TxnOutcome, Wait};
 use crate::{Globals, Rule};
 
@@ -41,6 +43,8 @@ const DRAIN_MAX: usize = 4096;
 /// Upper bounds of the `store_latency.le_*` buckets, in ms (then `le_inf`).
 const LATENCY_MS: [u64; 7] = [1, 2, 5, 10, 20, 50, 100];
 
+mod sync;
+
 static STORES: LazyLock<Mutex<Vec<Arc<Store>>>> = LazyLock::new(Mutex::default);
 
 /// A store's client and its drainer.
@@ -48,6 +52,7 @@ pub(crate) struct Store {
     url: String,
     timeout: Duration,
     client: Client<Redis, Token>,
+    /// Brings completions back: the wake channel, a timer as the fallback.
     poller: Poller,
     ids: LeaseIds,
 }
@@ -56,6 +61,8 @@ pub(crate) struct Store {
 pub(crate) enum Token {
     Decide(Box<Asked>),
     Release(StoreMetrics),
+    /// `--store-sync`: a key's exchange (its tag and the hits sent).
+    Sync(Arc<sync::Syncer>, Box<[u8]>, u32),
 }
 
 pub(crate) struct Asked {
@@ -118,7 +125,10 @@ impl StoreMetrics {
 impl RuleStore {
     /// The rule's store client (shared with every rule naming the same
     /// store and timeout), started with the first.
-    pub(crate) fn new(o: &Options) -> Result<Option<RuleStore>, String> {
+    pub(crate) fn new(
+        o: &Options,
+        limiter: &Arc<rate_limit_core::Limiter<Queued>>,
+    ) -> Result<Option<RuleStore>, String> {
         let Some(s) = &o.store else { return Ok(None) };
         let url = s.url();
         let timeout = Duration::from_millis(s.timeout_ms);
@@ -145,11 +155,21 @@ impl RuleStore {
                 x
             }
         };
+        drop(stores);
+        let metrics = StoreMetrics::new(o);
+        if let Some(ms) = s.sync_ms {
+            sync::join(&store, limiter, &s.namespace, ms, metrics)?;
+        }
         Ok(Some(RuleStore {
             store,
             opts: s.clone(),
-            metrics: StoreMetrics::new(o),
+            metrics,
         }))
+    }
+
+    /// One decision in Redis per request (not `--store-sync`).
+    pub(crate) fn exact(&self) -> bool {
+        self.opts.sync_ms.is_none()
     }
 }
 
@@ -227,7 +247,7 @@ pub(crate) fn ask(rule: Arc<Rule>, parked: Parked, base: String, key: Option<u64
     });
     let member = match &op {
         Op::Decide(d) => d.member.clone(),
-        Op::Release { .. } => String::new(),
+        _ => String::new(),
     };
     let store = rs.store.clone();
     let token = Token::Decide(Box::new(Asked {
@@ -237,13 +257,26 @@ pub(crate) fn ask(rule: Arc<Rule>, parked: Parked, base: String, key: Option<u64
         member,
         key,
     }));
+    store.start_waker();
     match store.client.submit(op, token, store.timeout) {
         Ok(()) => Poller::arm(&store),
         Err((Token::Decide(a), _)) => {
             bump(rs.metrics.errors, 1);
             failed(*a);
         }
-        Err((Token::Release(_), _)) => {}
+        Err(_) => {}
+    }
+}
+
+impl Store {
+    /// On a net thread (POST_REMAP), once: the I/O thread wakes this
+    /// thread through a socket ATS polls (`ats::wake`) whenever it has
+    /// handed back completions, so a decision resumes its transaction within
+    /// microseconds. The timer drainer stays as the fallback.
+    fn start_waker(self: &Arc<Self>) {
+        Poller::open_wake(self, |notify| {
+            self.client.set_notify(notify);
+        });
     }
 }
 
@@ -252,9 +285,8 @@ impl Drain for Store {
         &self.poller
     }
 
-    /// On a net thread (requests arm the poller: see `ats::sched::Pool::Task`
-    /// for why not the task pool): pops completions, schedules resumptions.
-    fn drain(self: &Arc<Self>) {
+    /// On a net thread: handles what completed (at most [`DRAIN_MAX`]).
+    fn drain(&self) {
         for _ in 0..DRAIN_MAX {
             let Some(c) = self.client.try_complete() else {
                 break;
@@ -280,6 +312,7 @@ fn completed(c: Completion<Reply, Token>) {
             return;
         }
         Token::Decide(a) => *a,
+        Token::Sync(s, tag, hits) => return s.completed(tag, hits, c.outcome),
     };
     let Some(rs) = &a.rule.store else {
         return admit(a.rule, a.parked, None);
