@@ -7,8 +7,10 @@
 #                         tests without compiling)
 set -euo pipefail
 cd "$(dirname "$0")/.."
-# nginx: the side-by-side test against limit_req (tests/tests/keyed_nginx.rs).
-ci/install-deps.sh nginx-light
+# nginx: the side-by-side test against limit_req (tests/tests/keyed_nginx.rs);
+# redis-server: the store tests (crates/store, tests/tests/store.rs); memcached
+# for ip_throttle's shared state (issue 14, later).
+ci/install-deps.sh nginx-light redis-server redis-tools memcached
 if [ "${1:-}" = "--no-run" ]; then
     cargo test --workspace --locked --no-run
     # The plugin .so files the integration tests load, built as

@@ -10,12 +10,16 @@
 //!   connections, concurrent bursts, aborts) with timings.
 //! - [`nginx`]: an nginx with the test's `server` blocks, for side-by-side
 //!   comparisons.
+//! - [`redis`]: a redis-server per test (and a delaying relay in front of
+//!   it) for the store tests.
 //! - [`plugin`]: paths of the freshly built plugin `.so` files.
 
 pub mod client;
+pub mod memcached;
 pub mod nginx;
 mod origin;
 mod plugins;
+pub mod redis;
 mod server;
 
 pub use origin::{Origin, Received};

@@ -16,6 +16,8 @@
 //! - [`sched`]: one-shot (cancellable) and periodic work on ATS threads.
 //! - [`msg`]: `traffic_ctl plugin msg` commands ([`msg::serve`]: parsed on
 //!   the management thread, run on a task thread, JSON answers in a text log).
+//! - [`wake`]: a plugin's own thread wakes an ATS net thread promptly by
+//!   writing to a socket pair that ATS polls (no TS call off ATS threads).
 //! - [`stats`], [`textlog`], [`log`]: metrics, text logs, diagnostics
 //!   (always through a fixed `"%s"` format).
 
@@ -29,18 +31,22 @@ mod hdr;
 pub mod log;
 pub mod msg;
 mod net;
+pub mod poller;
 pub mod remap;
 pub mod sched;
 mod slot;
 pub mod stats;
 pub mod textlog;
 mod txn;
+pub mod wake;
 
 pub use cont::{HookCont, HookHandler};
 pub use hdr::Header;
 pub use remap::{ReloadStatus, RemapArgs, RemapPlugin, RemapRequest, RemapStatus};
 pub use slot::{SsnSlot, TxnSlot};
-pub use txn::{CacheLookup, Done, EventThread, HomeTxn, Hook, HookId, Parked, Ssn, SsnHook, Txn};
+pub use txn::{
+    error_page, CacheLookup, Done, EventThread, HomeTxn, Hook, HookId, Parked, Ssn, SsnHook, Txn,
+};
 
 /// The Traffic Server version the bindings were generated from.
 pub const TS_VERSION: &str = match std::ffi::CStr::from_bytes_with_nul(sys::TS_VERSION_STRING) {

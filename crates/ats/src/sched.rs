@@ -24,7 +24,15 @@ use crate::{guard, sys};
 pub enum Pool {
     /// ET_NET: where transactions run; for short work that touches them.
     Net,
-    /// ET_TASK: for slower housekeeping (logging, file I/O).
+    /// ET_TASK: for slower housekeeping (logging, file I/O). Never from a
+    /// request path: 9.2 opens its ports (`start_HttpProxyServer`) before
+    /// it starts the task threads, and an event scheduled onto ET_TASK
+    /// between the pool's registration and its threads' start dereferences
+    /// a thread that does not exist yet (`ProtectedQueue::enqueue`; seen
+    /// crashing a freshly started server in 2 runs of 14). Work a request
+    /// schedules goes to [`Pool::Net`] or to its own thread; rules schedule
+    /// onto ET_TASK when they are created (before the ports open, or after
+    /// the task threads run), and so do management commands.
     Task,
 }
 
@@ -252,7 +260,8 @@ struct PeriodicInner {
 unsafe impl Sync for PeriodicInner {}
 
 impl Periodic {
-    /// Starts running `work` every `every` on `pool`. Must be called on an ATS thread.
+    /// Starts running `work` every `every`: first on `pool`, then on the
+    /// thread that ran it first. Must be called on an ATS thread.
     pub fn start(
         every: Duration,
         pool: Pool,
@@ -331,8 +340,15 @@ unsafe extern "C" fn periodic_handler(
     let delay = next
         .saturating_duration_since(now)
         .max(Duration::from_millis(1));
-    // SAFETY: live continuation, on an ATS thread (we are in its handler).
-    unsafe { sys::TSContScheduleOnPool(cont, millis(delay), inner.pool.sys()) };
+    // Again on this thread rather than the pool: a task started with the
+    // rules runs first close to when 9.2 starts its task threads, and a
+    // schedule onto ET_TASK in that window crashes it (see `Pool::Task`;
+    // seen in 1 run of 5 with a 10 ms task). Staying put never looks the
+    // pool up; the work keeps the thread its first run got.
+    let here = EventThread::current().map_or(Target::Pool(inner.pool), Target::Thread);
+    // SAFETY: live continuation, on an ATS thread (we are in its handler,
+    // which holds the continuation's mutex).
+    unsafe { here.schedule(cont, delay) };
     0
 }
 

@@ -620,6 +620,19 @@ impl HomeTxn<'_> {
     }
 }
 
+/// A minimal HTML page for `status`, like ATS's body-factory pages: from a
+/// hook ATS sends a bare status, so plugins that refuse a parked
+/// transaction give it this body ([`Txn::set_error_body`]).
+pub fn error_page(status: u16) -> String {
+    let reason = match status {
+        403 => "Forbidden",
+        429 => "Too Many Requests",
+        503 => "Service Unavailable",
+        _ => "Request Refused",
+    };
+    format!("<HTML>\n<HEAD>\n<TITLE>{reason}</TITLE>\n</HEAD>\n<BODY>\n<H1>{reason}</H1>\n<HR>\n</BODY>\n</HTML>\n")
+}
+
 /// Fails a suspended transaction safe. On its own thread only (it sets the status).
 fn fail_safe(txn: NonNull<sys::tsapi_httptxn>, can_answer: bool, why: &str) {
     if can_answer {

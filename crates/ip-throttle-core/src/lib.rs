@@ -2,7 +2,8 @@
 //! per-IP state machine ([`state`]), the options ([`options`]), CIDR allow
 //! and deny lists ([`lists`]) and the decision for one request over them
 //! ([`throttler`]), with reloads that build off the request path and swap
-//! in whole, and the management commands ([`ctl`]). No TS symbols; time is
+//! in whole, the management commands ([`ctl`]), and the record proxies
+//! share through a store ([`shared`]). No TS symbols; time is
 //! injected (`limits::Clock`).
 
 #![forbid(unsafe_code)]
@@ -11,6 +12,7 @@ pub mod ctl;
 pub mod events;
 pub mod lists;
 pub mod options;
+pub mod shared;
 pub mod state;
 pub mod throttler;
 
@@ -23,7 +25,10 @@ use std::path::Path;
 pub use lists::{CidrList, Listed, Lists};
 pub use options::{DefaultAction, DenyAction, EventKind, LogEvents, Options};
 pub use state::{IpState, Params, Phase, Step, View};
-pub use throttler::{Action, Decision, Delayed, Event, ListName, Request, Snapshot, Throttler};
+pub use throttler::{
+    Action, Decision, Delayed, Event, ListName, Machine, Request, Scope, Snapshot, Throttler,
+    ToStep,
+};
 
 /// Reads configuration and list files; injected so tests need no file system.
 pub trait Files: Send + Sync {

@@ -12,6 +12,7 @@ use std::path::{Path, PathBuf};
 use limits::quote::{quote, shorten_to};
 use limits::{Nanos, NANOS_PER_SEC};
 use regex::bytes::Regex;
+use store::url::{StoreUrl, UrlError};
 
 pub use crate::events::{EventKind, LogEvents};
 use crate::state::Params;
@@ -26,6 +27,10 @@ pub const DEFAULT_MAX_CONCURRENT: u32 = 2;
 pub const DEFAULT_BAN_THRESHOLD: u32 = 0;
 pub const DEFAULT_BAN_EXPIRATION: Nanos = 60 * NANOS_PER_SEC;
 pub const DEFAULT_INSTANCE: &str = "Throttle";
+/// `--store-timeout` default and bounds, in ms.
+pub const DEFAULT_STORE_TIMEOUT_MS: u64 = 50;
+pub const MAX_STORE_TIMEOUT_MS: u64 = 10_000;
+
 /// Per-IP states held at once unless `--keys` says otherwise (as rate_limit).
 pub const DEFAULT_KEYS: usize = 100_000;
 pub const MAX_KEYS: u64 = 16 << 20;
@@ -72,6 +77,11 @@ pub struct Options {
     /// Prefix lengths addresses are aggregated to (`--key-prefix`).
     pub v4_prefix: u8,
     pub v6_prefix: u8,
+    /// `--store=memcached://HOST:PORT,...` or `redis://HOST:PORT/DB`: where
+    /// proxies of the same `--instance` share per-IP state.
+    pub store: Option<StoreUrl>,
+    /// `--store-timeout`: longest a request waits for the store, in ms.
+    pub store_timeout_ms: u64,
 }
 
 impl Default for Options {
@@ -97,6 +107,8 @@ impl Default for Options {
             keys: DEFAULT_KEYS,
             v4_prefix: 32,
             v6_prefix: 64,
+            store: None,
+            store_timeout_ms: DEFAULT_STORE_TIMEOUT_MS,
         }
     }
 }
@@ -120,6 +132,8 @@ pub const OPTIONS: &[(&str, bool)] = &[
     ("instance", true),
     ("keys", true),
     ("key-prefix", true),
+    ("store", true),
+    ("store-timeout", true),
     ("config", true),
 ];
 
@@ -423,6 +437,17 @@ impl Options {
                 self.v4_prefix = a;
                 self.v6_prefix = b;
             }
+            "store" => {
+                self.store = Some(store::url::parse(v).map_err(|e| match e {
+                    UrlError::Invalid(allowed) => invalid(name, v, at, allowed),
+                    UrlError::Unsupported(why) => format!(
+                        "--store has an unsupported value {}{}: {why}",
+                        quote(v),
+                        at.suffix()
+                    ),
+                })?)
+            }
+            "store-timeout" => self.store_timeout_ms = uint(name, v, at, 1, MAX_STORE_TIMEOUT_MS)?,
             // A flag given a value in a file, or a name `lookup` knows.
             _ => return Err(format!("unknown option --{name}{}", at.suffix())),
         }
@@ -431,6 +456,14 @@ impl Options {
 
     /// Checks that need several options.
     fn check(&self) -> Result<(), String> {
+        if self.store.is_some() && !crate::shared::valid_instance(&self.instance) {
+            return Err(format!(
+                "--instance has an invalid value {} for a --store: allowed 1 to {} printable \
+                 characters without spaces (it is part of the store's keys)",
+                quote(&self.instance),
+                crate::shared::MAX_INSTANCE
+            ));
+        }
         let p = &self.params;
         if p.max_delay < p.initial_delay {
             return Err(format!(
@@ -453,10 +486,18 @@ impl Options {
             f.as_ref()
                 .map_or("none".to_owned(), |f| f.display().to_string())
         };
+        let store = match &self.store {
+            Some(s) => format!(
+                " store={} store-timeout={}ms",
+                s.url(),
+                self.store_timeout_ms
+            ),
+            None => String::new(),
+        };
         format!(
             "initial-delay={} max-delay={} threshold={} max-concurrent={} ban-threshold={} \
              ban-expiration={} path-regex={} method-regex={} allow-file={} deny-file={} \
-             default-action={:?} deny-action={:?} log-events={} log-only={} instance={} keys={} key-prefix={}/{}",
+             default-action={:?} deny-action={:?} log-events={} log-only={} instance={} keys={} key-prefix={}/{}{store}",
             fmt_seconds(p.initial_delay),
             fmt_seconds(p.max_delay),
             fmt_seconds(p.threshold),

@@ -233,6 +233,40 @@ impl IpState {
         }
     }
 
+    /// The state without its local part (`delayed`): what proxies share.
+    pub(crate) fn shared_parts(&self) -> (Phase, Nanos, Nanos, u32) {
+        (self.phase, self.at, self.delay, self.violations)
+    }
+
+    /// Replaces the shared part with another proxy's, keeping the local
+    /// count of delayed requests (`max_concurrent` is per host).
+    pub(crate) fn with_shared(
+        self,
+        phase: Phase,
+        at: Nanos,
+        delay: Nanos,
+        violations: u32,
+    ) -> Self {
+        IpState {
+            phase,
+            at,
+            delay,
+            violations,
+            delayed: self.delayed,
+        }
+    }
+
+    /// This state after another copy of it (`other`, the same step run on
+    /// the shared record) took `step`: its shared part, and this proxy's
+    /// own count of delayed requests, plus one if `step` delays.
+    pub(crate) fn adopt(self, other: &IpState, step: Step) -> IpState {
+        let delayed = match step {
+            Step::Delay(_) => self.delayed.saturating_add(1),
+            _ => self.delayed,
+        };
+        IpState { delayed, ..*other }
+    }
+
     /// True while the IP must not be forgotten: requests of it are delayed
     /// (their release must find the state), or it is banned.
     pub fn busy(&self) -> bool {

@@ -19,7 +19,8 @@ use parking_lot::Mutex;
 
 use crate::lists::{canonical, CidrList, Listed, Lists};
 use crate::options::{DefaultAction, DenyAction, EventKind, LogEvents, Options};
-use crate::state::{IpState, Phase, Step, View};
+use crate::shared;
+use crate::state::{IpState, Params, Phase, Step, View};
 use crate::Files;
 
 /// The reloadable configuration of a rule.
@@ -149,6 +150,33 @@ impl Drop for Delayed {
     }
 }
 
+/// What [`Throttler::scope`] found.
+#[derive(Debug)]
+pub enum Scope {
+    /// Decided without the state machine (listed, out of scope, banned).
+    Decided(Decision),
+    /// The IP's state machine decides.
+    Machine(ToStep),
+}
+
+/// A request left to the state machine.
+#[derive(Clone, Copy, Debug)]
+pub struct ToStep {
+    pub key: u64,
+    /// The client's canonical address (the shared record's key).
+    pub ip: IpAddr,
+    deny_listed: bool,
+}
+
+/// Where the state machine runs.
+#[derive(Clone, Copy, Debug)]
+pub enum Machine<'a> {
+    /// On this proxy's state.
+    Local,
+    /// On the shared record; adopt its outcome.
+    Shared(&'a shared::Update),
+}
+
 /// Which list a reload reads again.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum ListName {
@@ -240,10 +268,19 @@ impl<C: Clock> Throttler<C> {
         }
     }
 
-    /// Decides what happens to `req`. In Perlbal's order: the allow list,
-    /// a ban, the deny list, the path and method scope, `--default-action`,
-    /// then the state machine.
+    /// Decides what happens to `req` on this proxy's own state.
     pub fn decide(&self, req: &Request<'_>) -> Decision {
+        match self.scope(req) {
+            Scope::Decided(d) => d,
+            Scope::Machine(m) => self.step(m, Machine::Local),
+        }
+    }
+
+    /// The part of the decision before the IP's state machine. In
+    /// Perlbal's order: the allow list, a ban, the deny list, the path and
+    /// method scope, `--default-action`; then the state machine, which the
+    /// caller runs with [`Throttler::step`] on local or shared state.
+    pub fn scope(&self, req: &Request<'_>) -> Scope {
         let snap = self.current.load();
         let o = &snap.opts;
         let ip = canonical(req.ip);
@@ -257,7 +294,7 @@ impl<C: Clock> Throttler<C> {
                 delay: 0,
                 violations: 0,
             });
-            return d;
+            return Scope::Decided(d);
         }
         let now = self.clock.now();
         let p = &o.params;
@@ -271,45 +308,85 @@ impl<C: Clock> Throttler<C> {
                         .is_none_or(|r| r.is_match(req.method))
             }
         };
-        if !throttle {
-            // Only a ban can stop it: look, but never insert an IP.
-            let mut d = Decision::new(key, Action::Pass, o);
-            let banned = self.table.get(key, |s| {
-                if s.advance(now, p) {
-                    d.push(event(EventKind::Unban, s));
-                }
-                (s.phase() == Phase::Banned).then(|| event(EventKind::Banned, s))
+        if throttle {
+            return Scope::Machine(ToStep {
+                key,
+                ip,
+                deny_listed: listed == Listed::Deny,
             });
-            match banned.flatten() {
-                Some(e) => {
-                    d = Decision {
-                        events: d.events,
-                        ..Decision::new(key, Action::Forbid, o)
-                    };
-                    d.push(e);
-                }
-                None if listed == Listed::Deny => {
-                    d = Decision {
-                        events: d.events,
-                        ..Decision::new(key, Action::Forbid, o)
-                    };
-                    d.push(Event {
-                        kind: EventKind::Blacklisted,
-                        phase: Phase::Allowed,
-                        delay: 0,
-                        violations: 0,
-                    });
-                }
-                None => {}
-            }
-            return d;
         }
+        // Only a ban can stop it: look, but never insert an IP.
         let mut d = Decision::new(key, Action::Pass, o);
-        let got = self.table.with(key, |s| {
+        let banned = self.table.get(key, |s| {
             if s.advance(now, p) {
                 d.push(event(EventKind::Unban, s));
             }
-            let step = s.request(now, p);
+            (s.phase() == Phase::Banned).then(|| event(EventKind::Banned, s))
+        });
+        match banned.flatten() {
+            Some(e) => {
+                d = Decision {
+                    events: d.events,
+                    ..Decision::new(key, Action::Forbid, o)
+                };
+                d.push(e);
+            }
+            None if listed == Listed::Deny => {
+                d = Decision {
+                    events: d.events,
+                    ..Decision::new(key, Action::Forbid, o)
+                };
+                d.push(Event {
+                    kind: EventKind::Blacklisted,
+                    phase: Phase::Allowed,
+                    delay: 0,
+                    violations: 0,
+                });
+            }
+            None => {}
+        }
+        Scope::Decided(d)
+    }
+
+    /// This proxy's state of an IP to throttle (for a shared update), and
+    /// the moment, on both clocks, and the parameters to run it with.
+    pub fn local(&self, m: &ToStep, wall_ms: u64) -> (IpState, shared::Now, Params) {
+        let now = shared::Now {
+            mono: self.clock.now(),
+            wall_ms,
+        };
+        let p = self.current.load().opts.params;
+        let s = self.table.get(m.key, |s| *s).unwrap_or_default();
+        (s, now, p)
+    }
+
+    /// The IP's state machine for a request that [`Throttler::scope`] left
+    /// to it: on this proxy's state, or adopting the result of the same step
+    /// run on the record proxies share ([`shared::request`]).
+    pub fn step(&self, m: ToStep, how: Machine<'_>) -> Decision {
+        let snap = self.current.load();
+        let o = &snap.opts;
+        let p = &o.params;
+        let now = self.clock.now();
+        let key = m.key;
+        let mut d = Decision::new(key, Action::Pass, o);
+        let got = self.table.with(key, |s| {
+            let was_banned = s.phase() == Phase::Banned;
+            let (unbanned, step) = match how {
+                Machine::Local => (s.advance(now, p), s.request(now, p)),
+                Machine::Shared(u) => {
+                    *s = s.adopt(&u.state, u.step);
+                    (u.unbanned, u.step)
+                }
+            };
+            if unbanned {
+                d.push(Event {
+                    kind: EventKind::Unban,
+                    phase: Phase::Allowed,
+                    delay: 0,
+                    violations: 0,
+                });
+            }
             let (would, kind) = match step {
                 Step::Pass => (Action::Pass, None),
                 Step::Delay(n) => (Action::Delay(n), Some(EventKind::Throttled)),
@@ -317,7 +394,7 @@ impl<C: Clock> Throttler<C> {
                 Step::Ban => (Action::Forbid, Some(EventKind::Ban)),
                 Step::Banned => (Action::Forbid, Some(EventKind::Banned)),
             };
-            if listed == Listed::Deny && step != Step::Banned {
+            if m.deny_listed && step != Step::Banned {
                 // Perlbal logs a deny-listed client's throttling as "blacklisted".
                 let kind = match kind {
                     Some(EventKind::Throttled) | None => EventKind::Blacklisted,
@@ -327,8 +404,10 @@ impl<C: Clock> Throttler<C> {
             } else if let Some(k) = kind {
                 d.push(event(k, s));
             }
-            if step == Step::Ban {
-                d.banned_until = Some(now.saturating_add(p.ban_expiration));
+            // A ban another proxy set (first seen here) is logged as ending
+            // on time here too; once per ban, not per refused request.
+            if step == Step::Ban || (step == Step::Banned && !was_banned) {
+                d.banned_until = s.banned_until();
             }
             (would, matches!(step, Step::Delay(_)))
         });

@@ -10,6 +10,7 @@ pub mod key;
 pub mod options;
 pub mod peering;
 pub mod registry;
+pub mod store;
 pub mod tag;
 
 pub use admission::{Admission, KeyUsage, Limiter, Limits, RateToken, SlotWait, Usage, Wait};

@@ -56,6 +56,9 @@ pub struct Options {
     /// `--peers`/`--peer-group` and the other `--peer-…` options: the
     /// limiter joins DThrottle's peer exchange (see `crate::peering`).
     pub peer: Option<crate::peering::PeerOptions>,
+    /// `--store` and the other `--store-…`/`--lease-ttl` options: limits
+    /// decided in Redis, fleet-wide (see `crate::store`).
+    pub store: Option<crate::store::StoreOptions>,
     /// Accepted but probably unintended combinations, for the log.
     pub warnings: Vec<String>,
 }
@@ -106,6 +109,11 @@ const OPTIONS: &[(&str, bool)] = &[
     ("peer-period", true),
     ("peer-secret-file", true),
     ("peer-max-tags", true),
+    ("store", true),
+    ("store-timeout", true),
+    ("store-failure", true),
+    ("lease-ttl", true),
+    ("store-sync", true),
 ];
 
 /// Longest `--group` name.
@@ -159,9 +167,11 @@ impl Options {
             key_missing: crate::key::Missing::Shared,
             group: None,
             peer: None,
+            store: None,
             warnings: Vec::new(),
         };
         let mut peer_raw: Vec<(&'static str, String)> = Vec::new();
+        let mut store_raw: Vec<(&'static str, String)> = Vec::new();
         let mut burst = None;
         let mut tag = None;
         let (mut sources, mut prefix, mut trusted) = (None, None, None);
@@ -321,6 +331,7 @@ impl Options {
                     o.group = Some(value.to_owned());
                 }
                 n if crate::peering::NAMES.contains(&n) => peer_raw.push((n, value.to_owned())),
+                n if crate::store::NAMES.contains(&n) => store_raw.push((n, value.to_owned())),
                 _ => unreachable!("every name in OPTIONS is handled"),
             }
         }
@@ -420,6 +431,27 @@ impl Options {
             o.rate.is_some(),
             o.group.as_deref(),
         )?;
+        if !store_raw.is_empty() {
+            o.store = crate::store::parse(
+                &store_raw,
+                crate::store::Context {
+                    group: o.group.as_deref(),
+                    tag: &o.tag,
+                    conntrack: o.conntrack,
+                    peered: o.peer.is_some(),
+                    keyed: o.key.is_some(),
+                    rate: o.rate.is_some(),
+                    limit: limit.is_some(),
+                },
+            )?;
+        }
+        if o.store.is_some() && queue.is_some_and(|q| q > 0) {
+            o.warnings.push(
+                "with --store a request over the limit is refused at once (Redis keeps no queue): \
+                 --queue and --maxage apply only when --store-failure=local falls back"
+                    .to_owned(),
+            );
+        }
         if o.queue == 0 {
             if o.maxage_ms > 0 {
                 o.warnings
@@ -479,6 +511,10 @@ impl Options {
                 "peers",
                 self.peer.as_ref().map_or_else(none, |p| p.describe()),
             ),
+            (
+                "store",
+                self.store.as_ref().map_or_else(none, |s| s.describe()),
+            ),
         ]
     }
 
@@ -517,7 +553,11 @@ impl Options {
                 + &self
                     .peer
                     .as_ref()
-                    .map_or(String::new(), |p| format!(" peers={}", p.describe())),
+                    .map_or(String::new(), |p| format!(" peers={}", p.describe()))
+                + &self
+                    .store
+                    .as_ref()
+                    .map_or(String::new(), |s| format!(" store={}", s.describe())),
             self.prefix,
             self.tag
         )
@@ -685,12 +725,12 @@ mod tests {
         let e = err(&[&format!("--{}", "x".repeat(10240))]);
         assert!(
             // The known options are listed; well within ATS's ~1 KB.
-            e.starts_with("unknown option '--xxx") && e.len() < 512,
+            e.starts_with("unknown option '--xxx") && e.len() < 768,
             "{e}"
         );
         let e = err(&[&digits]);
         assert!(
-            e.starts_with("unexpected argument '999") && e.len() < 512,
+            e.starts_with("unexpected argument '999") && e.len() < 768,
             "{e}"
         );
     }

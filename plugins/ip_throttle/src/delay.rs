@@ -61,8 +61,9 @@ fn release(h: HomeTxn<'_>, w: Wait) -> Done {
 }
 
 /// Logs the `unban` of a ban that ends at `until`, if it still ends then
-/// (a request may have seen it end first, or `unban` lifted it). On a task
-/// thread; holds the rule weakly, so a reloaded-away rule lets it go.
+/// (a request may have seen it end first, or `unban` lifted it). On a net
+/// thread (a request arms it: not ET_TASK, see `ats::sched::Pool::Task`);
+/// holds the rule weakly, so a reloaded-away rule lets it go.
 ///
 /// ATS runs a timer off its thread's cached clock, which can lag the real
 /// one: measured here, a timer fired about 0.5 ms before its time, and one
@@ -88,7 +89,7 @@ fn arm_unban(weak: Weak<Rule>, now: Nanos, key: u64, ip: IpAddr, until: Nanos, t
     let left = until.saturating_sub(now);
     let after = Duration::from_millis(left.div_ceil(NANOS_PER_MS) + 1);
     let again = weak.clone();
-    let armed = Timer::after(after, Pool::Task, move || {
+    let armed = Timer::after(after, Pool::Net, move || {
         let Some(rule) = weak.upgrade() else { return };
         let now = rule.throttler.now();
         if until.saturating_sub(now) > EARLY {

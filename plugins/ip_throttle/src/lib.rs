@@ -24,6 +24,7 @@
 mod ctl;
 mod delay;
 mod report;
+mod store;
 
 use std::net::IpAddr;
 use std::path::PathBuf;
@@ -31,15 +32,18 @@ use std::sync::{Arc, OnceLock};
 
 use ats::sched::Periodic;
 use ats::{
-    Done, Hook, HookCont, HookHandler, HookId, ReloadStatus, RemapArgs, RemapPlugin, RemapRequest,
-    RemapStatus, Txn, TxnSlot,
+    Done, HomeTxn, Hook, HookCont, HookHandler, HookId, ReloadStatus, RemapArgs, RemapPlugin,
+    RemapRequest, RemapStatus, Txn, TxnSlot,
 };
-use ip_throttle_core::{Action, FsFiles, ListName, Options, Request, Snapshot, Throttler, View};
+use ip_throttle_core::{
+    Action, FsFiles, ListName, Machine, Options, Request, Scope, Snapshot, Throttler, ToStep, View,
+};
 use limits::MonotonicClock;
 use parking_lot::Mutex;
 
 use crate::delay::Wait;
 use crate::report::{Metrics, Reporter};
+use crate::store::Store;
 
 /// Process-wide objects, created once in `init`.
 struct Globals {
@@ -59,6 +63,8 @@ pub struct Rule {
     /// configuration on a reload.
     args: Vec<String>,
     config_dir: PathBuf,
+    /// With `--store`: where the IP's state machine runs.
+    store: Option<Arc<Store>>,
     /// Publishes the keys gauge and evicted counter every second.
     _table_metrics: Option<Periodic>,
 }
@@ -68,6 +74,30 @@ struct TxnState {
     /// Set in remap for a delayed request; taken at POST_REMAP. If never
     /// taken, dropping it stops counting the request as delayed.
     wait: Mutex<Option<Wait>>,
+    /// With `--store`: the step to run on the shared record, set in remap
+    /// and taken at POST_REMAP.
+    asked: Mutex<Option<(Arc<Rule>, ToStep)>>,
+}
+
+impl TxnState {
+    fn waiting(w: Wait) -> TxnState {
+        TxnState {
+            wait: Mutex::new(Some(w)),
+            asked: Mutex::new(None),
+        }
+    }
+}
+
+/// The transaction's state, on its own thread while it is parked.
+pub(crate) fn state<'h>(h: &'h HomeTxn<'_>) -> Option<&'h TxnState> {
+    GLOBALS.get()?.txn.get(h.txn())
+}
+
+/// A 503 for `--max-concurrent` gets the reason phrase `Too many connections`.
+pub(crate) fn too_many(txn: Txn<'_>) {
+    if let Some(g) = GLOBALS.get() {
+        txn.hook(HookId::SendResponseHdr, &g.hooks);
+    }
 }
 
 impl Rule {
@@ -76,7 +106,7 @@ impl Rule {
         let opts = Options::parse(args.options(), &config_dir, &FsFiles)?;
         let snapshot = Snapshot::load(opts, &FsFiles)?;
         let tag = rate_limit_core::tag::from_url(args.from_url).unwrap_or_else(|| "rule".into());
-        let metrics = Metrics::new(&tag);
+        let metrics = Metrics::new(&tag, snapshot.opts.store.is_some());
         let report = Reporter::new(tag, metrics)?;
         log::info!(
             "{}: {}; allow list {} prefixes, deny list {} prefixes",
@@ -85,8 +115,10 @@ impl Rule {
             snapshot.lists.allow.len(),
             snapshot.lists.deny.len()
         );
+        let store = Store::for_rule(&snapshot.opts)?;
         let throttler = Arc::new(Throttler::new(snapshot, MonotonicClock));
         Ok(Rule {
+            store,
             _table_metrics: report::table_metrics(&throttler, &metrics),
             throttler,
             args: args.options().iter().map(|s| s.to_string()).collect(),
@@ -121,6 +153,12 @@ impl Rule {
     pub(crate) fn reload_config(&self) -> Result<(), String> {
         let args: Vec<&str> = self.args.iter().map(String::as_str).collect();
         let opts = Options::parse(&args, &self.config_dir, &FsFiles)?;
+        if !Store::same(&self.store, &opts) {
+            return Err(
+                "--store and --store-timeout cannot change on a reload; reload remap.config instead"
+                    .into(),
+            );
+        }
         self.throttler.reload(opts, &FsFiles)
     }
 
@@ -131,7 +169,8 @@ impl Rule {
     }
 
     /// Lifts a ban now (`unban IP`), logging the `unban` event.
-    pub(crate) fn unban(&self, ip: IpAddr) -> bool {
+    pub(crate) fn unban(self: &Arc<Self>, ip: IpAddr) -> bool {
+        store::unban(self, ip);
         match self.throttler.unban(ip) {
             Some(e) => {
                 let log = self.throttler.snapshot();
@@ -167,25 +206,21 @@ impl Rule {
                 if let Some(counted) = d.delayed {
                     let _ = g.txn.set(
                         txn,
-                        TxnState {
-                            wait: Mutex::new(Some(Wait {
-                                rule: self.clone(),
-                                delay: 0,
-                                counted,
-                            })),
-                        },
+                        TxnState::waiting(Wait {
+                            rule: self.clone(),
+                            delay: 0,
+                            counted,
+                        }),
                     );
                 }
             }
             Action::Delay(delay) => {
                 let Some(counted) = d.delayed else { return };
-                let state = TxnState {
-                    wait: Mutex::new(Some(Wait {
-                        rule: self.clone(),
-                        delay,
-                        counted,
-                    })),
-                };
+                let state = TxnState::waiting(Wait {
+                    rule: self.clone(),
+                    delay,
+                    counted,
+                });
                 if g.txn.set(txn, state).is_ok() {
                     txn.hook(HookId::PostRemap, &g.hooks);
                 } else {
@@ -195,7 +230,7 @@ impl Rule {
             Action::Forbid => txn.set_status(403),
             Action::TooMany => {
                 txn.set_status(503);
-                txn.hook(HookId::SendResponseHdr, &g.hooks);
+                too_many(txn);
             }
         }
     }
@@ -258,11 +293,28 @@ impl RemapPlugin for Rule {
             _ => Vec::new(),
         };
         drop(hdr);
-        let d = self.throttler.decide(&Request {
+        let req = Request {
             ip,
             method: &method,
             path: &path,
-        });
+        };
+        let d = match self.throttler.scope(&req) {
+            Scope::Decided(d) => d,
+            // With a store the step runs on the shared record, from POST_REMAP.
+            Scope::Machine(m) if self.store.is_some() => {
+                let st = TxnState {
+                    wait: Mutex::new(None),
+                    asked: Mutex::new(Some((self.clone(), m))),
+                };
+                if g.txn.set(txn, st).is_ok() {
+                    txn.hook(HookId::PostRemap, &g.hooks);
+                    return RemapStatus::NoRemap;
+                }
+                log::error!("ip_throttle.so is listed twice on one remap rule: only the first instance throttles it");
+                return RemapStatus::NoRemap;
+            }
+            Scope::Machine(m) => self.throttler.step(m, Machine::Local),
+        };
         self.report.decision(ip, &d);
         self.apply(g, txn, ip, d);
         RemapStatus::NoRemap
@@ -275,10 +327,11 @@ impl HookHandler for Hooks {
     fn on_txn(&self, hook: Hook<'_>) -> Done {
         match hook.id() {
             HookId::PostRemap => {
-                let wait = GLOBALS
-                    .get()
-                    .and_then(|g| g.txn.get(hook.txn()))
-                    .and_then(|st| st.wait.lock().take());
+                let st = GLOBALS.get().and_then(|g| g.txn.get(hook.txn()));
+                if let Some((rule, m)) = st.and_then(|st| st.asked.lock().take()) {
+                    return hook.park(move |parked| store::ask(rule, parked, m));
+                }
+                let wait = st.and_then(|st| st.wait.lock().take());
                 match wait {
                     Some(w) if w.delay > 0 => hook.park(move |parked| delay::hold(parked, w)),
                     _ => hook.resume(),

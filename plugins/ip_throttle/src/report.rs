@@ -35,6 +35,11 @@ pub(crate) struct Metrics {
     /// IPs tracked (gauge) and IPs forgotten to make room (counter).
     keys: Option<Stat>,
     evicted: Option<Stat>,
+    /// With `--store`: steps run on the shared record, and those that fell
+    /// back to local state (the store failed, or did not answer in time).
+    store_decisions: Option<Stat>,
+    store_errors: Option<Stat>,
+    store_timeouts: Option<Stat>,
 }
 
 fn bump(s: Option<Stat>, n: i64) {
@@ -44,7 +49,7 @@ fn bump(s: Option<Stat>, n: i64) {
 }
 
 impl Metrics {
-    pub(crate) fn new(tag: &str) -> Metrics {
+    pub(crate) fn new(tag: &str, store: bool) -> Metrics {
         let make = |m: &str| match Stat::find_or_create(&format!("plugin.ip_throttle.{tag}.{m}")) {
             Ok(s) => Some(s),
             Err(e) => {
@@ -64,6 +69,9 @@ impl Metrics {
             untracked: make("untracked"),
             keys: make("keys"),
             evicted: make("evicted"),
+            store_decisions: store.then(|| make("store_decisions")).flatten(),
+            store_errors: store.then(|| make("store_errors")).flatten(),
+            store_timeouts: store.then(|| make("store_timeouts")).flatten(),
         }
     }
 }
@@ -140,6 +148,18 @@ impl Reporter {
 
     pub(crate) fn abandoned(&self) {
         bump(self.m.abandoned, 1);
+    }
+
+    pub(crate) fn store_decision(&self) {
+        bump(self.m.store_decisions, 1);
+    }
+
+    pub(crate) fn store_error(&self) {
+        bump(self.m.store_errors, 1);
+    }
+
+    pub(crate) fn store_timeout(&self) {
+        bump(self.m.store_timeouts, 1);
     }
 
     /// An unban outside a request (its timer, or the command).

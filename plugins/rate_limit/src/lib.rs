@@ -22,6 +22,7 @@ mod ctl;
 mod peers;
 mod queue;
 mod state;
+mod store;
 
 use std::cell::RefCell;
 use std::net::IpAddr;
@@ -74,6 +75,8 @@ pub struct Rule {
     policy_header: Option<String>,
     /// A check for departed waiters is armed (only while anyone waits).
     watching: AtomicBool,
+    /// `--store`: decided in Redis (see store.rs).
+    store: Option<crate::store::RuleStore>,
 }
 
 impl Rule {
@@ -93,7 +96,9 @@ impl Rule {
         };
         peers::join(&opts, &limiter)?;
         let metrics = Metrics::new(&opts);
+        let store = crate::store::RuleStore::new(&opts, &limiter)?;
         Ok(Rule {
+            store,
             _key_metrics: key_metrics(&limiter, &metrics),
             card: ctl::Card::new(from, &opts, &limiter, metrics),
             metrics,
@@ -138,8 +143,8 @@ impl Rule {
                 buf.clear();
                 return None;
             }
-            if self.opts.peer.is_some() {
-                // Peers name keys by their tag: the table hashes that.
+            if self.limiter.is_peered() {
+                // Peers (and --store-sync) name keys by their tag: the table hashes that.
                 rate_limit_core::peering::to_peer_tag(spec, &mut buf);
             }
             Some(table.hash(&buf))
@@ -212,6 +217,7 @@ impl Rule {
             wait: Mutex::new(wait.map(Box::new)),
             next: OnceLock::new(),
             decorating: AtomicBool::new(false),
+            store: Mutex::new(None),
         };
         // Only a later entry can find an earlier one's state: the first
         // skips the lookup.
@@ -344,6 +350,11 @@ impl RemapPlugin for Rule {
                 return RemapStatus::NoRemap;
             }
         };
+        if self.store.as_ref().is_some_and(|s| s.exact()) {
+            // Decided in Redis at POST_REMAP (store.rs).
+            crate::store::remap(self, g, txn, key);
+            return RemapStatus::NoRemap;
+        }
         // A peered limiter keeps the key's tag (left in KEY_BYTES by client_key).
         // Only a peered limiter needs the key's bytes (its peer tag): the
         // others skip the thread-local access.
@@ -485,6 +496,14 @@ impl HookHandler for Hooks {
         };
         match hook.id() {
             HookId::PostRemap => {
+                // A --store entry's decision (one POST_REMAP per entry).
+                let asked = st.chain().find_map(|s| {
+                    let base = crate::store::TxnStore::take_pending(&mut s.store.lock())?;
+                    Some((s.rule.clone(), base, s.key))
+                });
+                if let Some((rule, base, key)) = asked {
+                    return hook.park(move |p| crate::store::ask(rule, p, base, key));
+                }
                 // One POST_REMAP per waiting entry: each takes the next wait.
                 let pending = st
                     .chain()
@@ -534,7 +553,10 @@ fn decorate_response(txn: Txn<'_>, head: &TxnState) {
 fn new_limiter(o: &Options) -> Arc<Limiter<Queued>> {
     let limits = Limits::of(o);
     match o.key {
-        Some(_) if o.peer.is_some() => Limiter::peered(limits, o.keys, MonotonicClock),
+        // --store-sync exchanges counts as peers do (store/sync.rs).
+        Some(_) if o.peer.is_some() || o.store.as_ref().is_some_and(|s| s.sync_ms.is_some()) => {
+            Limiter::peered(limits, o.keys, MonotonicClock)
+        }
         Some(_) => Limiter::keyed(limits, o.keys, MonotonicClock),
         None => Limiter::new(limits, MonotonicClock),
     }

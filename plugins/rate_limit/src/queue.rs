@@ -111,8 +111,10 @@ impl Rule {
             return;
         }
         let rule = self.clone();
-        // On a task thread: the look is a syscall per waiter.
-        if let Err(e) = Timer::after(WATCH_EVERY, Pool::Task, move || rule.drop_departed()) {
+        // On the net pool: a request arms it, and ET_TASK may not exist yet
+        // (see `ats::sched::Pool::Task`). The look is a non-blocking peek
+        // per waiter, at most WATCH_MAX (~10 ms) a second.
+        if let Err(e) = Timer::after(WATCH_EVERY, Pool::Net, move || rule.drop_departed()) {
             self.watching.store(false, Ordering::Release);
             log::error!("cannot arm the queue watch: {e}");
         }
@@ -280,10 +282,5 @@ pub(crate) fn refuse(
 }
 
 pub(crate) fn error_page(status: u16) -> String {
-    let reason = match status {
-        429 => "Too Many Requests",
-        503 => "Service Unavailable",
-        _ => "Request Refused",
-    };
-    format!("<HTML>\n<HEAD>\n<TITLE>{reason}</TITLE>\n</HEAD>\n<BODY>\n<H1>{reason}</H1>\n<HR>\n</BODY>\n</HTML>\n")
+    ats::error_page(status)
 }

@@ -120,6 +120,8 @@ pub(crate) struct TxnState {
     pub(crate) next: OnceLock<Box<TxnState>>,
     /// SEND_RESPONSE_HDR is hooked (read on the chain's first state).
     pub(crate) decorating: AtomicBool,
+    /// `--store`: the decision to ask at POST_REMAP, then the lease held.
+    pub(crate) store: Mutex<Option<crate::store::TxnStore>>,
 }
 
 impl TxnState {

@@ -40,6 +40,22 @@ fn main() {
     let throttle = plugin("throttle");
     let ipt = plugin("ip_throttle");
     let o = origin.url();
+    // A global rule when a Redis answers on its default port (issue 14).
+    let redis_up = std::net::TcpStream::connect_timeout(
+        &std::net::SocketAddr::from(([127, 0, 0, 1], 6379)),
+        Duration::from_millis(200),
+    )
+    .is_ok();
+    let global = if redis_up {
+        format!(
+            "# Fleet-wide on the local Redis: 5 requests/s and 2 at once, shared by every proxy using it.\n\
+             map http://global.demo/ {} @plugin={rate} @pparam=--rate=5 @pparam=--limit=2 @pparam=--queue=0 \
+             @pparam=--group=demo-global @pparam=--store=redis://127.0.0.1:6379 @pparam=--store-failure=local\n",
+            origin.url()
+        )
+    } else {
+        String::new()
+    };
     let remap = format!(
         "# Two slots, four queue places (3 s max), 429 with Retry-After beyond that.\n\
          map http://rate.demo/ {o} @plugin={rate} @pparam=--limit=2 @pparam=--queue=4 @pparam=--maxage=3000 \
@@ -50,7 +66,7 @@ fn main() {
          map http://throttle.demo/ {o} @plugin={throttle} @pparam=id:demo @pparam=max:2 @pparam=stale:60 @pparam=statfreq:5000\n\
          # Perlbal-style per-IP throttling: 1 s delay doubling to 4 s, banned (403) for 10 s after 3 violations.\n\
          map http://ip.demo/ {o} @plugin={ipt} @pparam=--initial-delay=1 @pparam=--max-delay=4 @pparam=--threshold=2 \
-         @pparam=--ban-threshold=3 @pparam=--ban-expiration=10\n"
+         @pparam=--ban-threshold=3 @pparam=--ban-expiration=10\n{global}"
     );
     let ts = TrafficServer::builder()
         .root(&dir)
@@ -90,6 +106,15 @@ Metrics: TS_RUNROOT={root}/runroot.yaml traffic_ctl metric match 'rate_limiter|t
          (values reach traffic_ctl up to ~10 s late in ATS 9.2)
 Press Ctrl-C to stop."#
     );
+    if redis_up {
+        println!(
+            "A Redis answers on 127.0.0.1:6379, so there is also a fleet-wide rule:\n  \
+             global.demo    rate_limit.so --rate=5 --limit=2 --queue=0 --group=demo-global \
+             --store=redis://127.0.0.1:6379 --store-failure=local\n  \
+             for i in $(seq 10); do curl -s -o /dev/null -w '%{{http_code}}\\n' -H 'Host: global.demo' {u}/; done\n  \
+             redis-cli --scan --pattern 'rl:{{demo-global}}*'"
+        );
+    }
     let mut ts = ts;
     let mut failed = false;
     while !stop.load(Ordering::SeqCst) {

@@ -2,6 +2,7 @@
 
 mod lists;
 mod options;
+mod shared;
 mod state;
 mod throttler;
 

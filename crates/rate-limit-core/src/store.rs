@@ -1,0 +1,338 @@
+//! The global mode's options (`--store`, `--store-timeout`,
+//! `--store-failure`, `--lease-ttl`): a rule's limits are decided in Redis,
+//! exactly across every proxy that names the same store and namespace.
+
+use limits::quote::quote;
+
+use store::url::UrlError;
+
+use crate::options::{invalid, OptionError};
+
+/// The options named `store…`/`lease-ttl` (the parser hands them here).
+pub const NAMES: &[&str] = &[
+    "store",
+    "store-timeout",
+    "store-failure",
+    "lease-ttl",
+    "store-sync",
+];
+pub const MIN_SYNC_MS: u64 = 10;
+pub const MAX_SYNC_MS: u64 = 60_000;
+
+pub const DEFAULT_TIMEOUT_MS: u64 = 50;
+pub const MAX_TIMEOUT_MS: u64 = 10_000;
+pub const DEFAULT_LEASE_TTL_S: u64 = 60;
+pub const MAX_LEASE_TTL_S: u64 = 86_400;
+/// Longest namespace (`--group`, or `--tag`) in a Redis key.
+pub const MAX_NAMESPACE: usize = 64;
+
+/// What a request gets when the store does not answer in time or fails.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Failure {
+    /// Admitted.
+    Open,
+    /// Refused with the rule's `--error`.
+    Closed,
+    /// Decided by this proxy's own limiter (the rule's local limits).
+    Local,
+}
+
+impl Failure {
+    pub fn name(self) -> &'static str {
+        match self {
+            Failure::Open => "open",
+            Failure::Closed => "closed",
+            Failure::Local => "local",
+        }
+    }
+}
+
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct StoreOptions {
+    pub host: String,
+    pub port: u16,
+    pub db: i64,
+    pub timeout_ms: u64,
+    pub failure: Failure,
+    pub lease_ttl_s: u64,
+    /// `--store-sync`: decide locally and exchange counts through Redis
+    /// every this many ms (the hybrid mode), instead of one decision per request.
+    pub sync_ms: Option<u64>,
+    /// Names the rule's keys: its `--group`, else its metric `--tag`.
+    pub namespace: String,
+}
+
+impl StoreOptions {
+    /// `redis://HOST:PORT/DB`, normalised.
+    pub fn url(&self) -> String {
+        let host = if self.host.contains(':') {
+            format!("[{}]", self.host)
+        } else {
+            self.host.clone()
+        };
+        format!("redis://{host}:{}/{}", self.port, self.db)
+    }
+
+    pub fn describe(&self) -> String {
+        let mode = match self.sync_ms {
+            Some(ms) => format!("sync every {ms}ms"),
+            None => "exact".to_owned(),
+        };
+        format!(
+            "{} {mode} timeout={}ms failure={} lease-ttl={}s namespace={}",
+            self.url(),
+            self.timeout_ms,
+            self.failure.name(),
+            self.lease_ttl_s,
+            self.namespace
+        )
+    }
+}
+
+fn parse_url(value: &str) -> Result<(String, u16, i64), OptionError> {
+    match store::url::redis(value) {
+        Ok(a) => Ok((a.host, a.port, a.db)),
+        Err(UrlError::Invalid(allowed)) => Err(invalid("store", value, allowed)),
+        Err(UrlError::Unsupported(why)) => Err(OptionError(format!(
+            "--store has an unsupported value {}: {why}",
+            quote(value)
+        ))),
+    }
+}
+
+fn parse_uint(name: &str, value: &str, min: u64, max: u64, unit: &str) -> Result<u64, OptionError> {
+    let allowed = || format!("an integer from {min} to {max} ({unit})");
+    if value.is_empty() || value.len() > 20 || !value.bytes().all(|b| b.is_ascii_digit()) {
+        return Err(invalid(name, value, &allowed()));
+    }
+    match value.parse::<u64>() {
+        Ok(v) if (min..=max).contains(&v) => Ok(v),
+        _ => Err(invalid(name, value, &allowed())),
+    }
+}
+
+/// What else the rule has, for the checks that combine options.
+pub struct Context<'a> {
+    pub group: Option<&'a str>,
+    pub tag: &'a str,
+    pub conntrack: bool,
+    pub peered: bool,
+    pub keyed: bool,
+    pub rate: bool,
+    pub limit: bool,
+}
+
+/// Validates the store options of a rule. `raw`: `(option, value)` as given.
+pub fn parse(
+    raw: &[(&'static str, String)],
+    cx: Context<'_>,
+) -> Result<Option<StoreOptions>, OptionError> {
+    let Context {
+        group,
+        tag,
+        conntrack,
+        peered,
+        ..
+    } = cx;
+    let get = |n: &str| {
+        raw.iter()
+            .find(|(name, _)| *name == n)
+            .map(|(_, v)| v.as_str())
+    };
+    // Values first (each error names its own option), then what needs what.
+    let addr = get("store").map(parse_url).transpose()?;
+    let timeout_ms = match get("store-timeout") {
+        Some(v) => parse_uint("store-timeout", v, 1, MAX_TIMEOUT_MS, "milliseconds")?,
+        None => DEFAULT_TIMEOUT_MS,
+    };
+    let failure = match get("store-failure") {
+        None | Some("local") => Failure::Local,
+        Some("open") => Failure::Open,
+        Some("closed") => Failure::Closed,
+        Some(v) => return Err(invalid("store-failure", v, "open, closed or local")),
+    };
+    let lease_ttl_s = match get("lease-ttl") {
+        Some(v) => parse_uint("lease-ttl", v, 1, MAX_LEASE_TTL_S, "seconds")?,
+        None => DEFAULT_LEASE_TTL_S,
+    };
+    let sync_ms = match get("store-sync") {
+        Some(v) => Some(parse_uint(
+            "store-sync",
+            v,
+            MIN_SYNC_MS,
+            MAX_SYNC_MS,
+            "milliseconds",
+        )?),
+        None => None,
+    };
+    let Some((host, port, db)) = addr else {
+        if let Some((name, _)) = raw.first() {
+            return Err(OptionError(format!(
+                "--{name} needs --store (it configures the global mode)"
+            )));
+        }
+        return Ok(None);
+    };
+    if conntrack {
+        return Err(OptionError(
+            "--store does not work with --conntrack: a lease belongs to a transaction".to_owned(),
+        ));
+    }
+    if peered {
+        return Err(OptionError(
+            "--store and --peers exclude each other: the store is exact, the peer exchange approximate"
+                .to_owned(),
+        ));
+    }
+    if sync_ms.is_some() && !(cx.keyed && cx.rate) {
+        return Err(OptionError(
+            "--store-sync needs --key and --rate: it shares per-client rate counts".to_owned(),
+        ));
+    }
+    if sync_ms.is_some() && cx.limit {
+        return Err(OptionError(
+            "--store-sync shares rates only: drop --limit, or drop --store-sync for exact \
+             concurrency leases"
+                .to_owned(),
+        ));
+    }
+    let namespace = match group {
+        Some(g) => g.to_owned(),
+        None if tag.len() <= MAX_NAMESPACE && !tag.contains(['{', '}']) => tag.to_owned(),
+        None => {
+            return Err(OptionError(format!(
+                "--store needs --group here: the metric tag {} cannot name Redis keys \
+                 (at most {MAX_NAMESPACE} bytes, no braces)",
+                quote(tag)
+            )))
+        }
+    };
+    Ok(Some(StoreOptions {
+        host,
+        port,
+        db,
+        timeout_ms,
+        failure,
+        lease_ttl_s,
+        sync_ms,
+        namespace,
+    }))
+}
+
+#[cfg(test)]
+mod tests {
+    use crate::options::Options;
+
+    use super::*;
+
+    fn parse(args: &[&str]) -> Result<Options, OptionError> {
+        Options::parse("http://cdn.example.com/", args)
+    }
+
+    fn err(args: &[&str]) -> String {
+        parse(args).expect_err("must be rejected").0
+    }
+
+    #[test]
+    fn defaults_and_every_option() {
+        let o = parse(&["--rate=5", "--store=redis://127.0.0.1:6380"]).unwrap();
+        let s = o.store.unwrap();
+        assert_eq!((s.host.as_str(), s.port, s.db), ("127.0.0.1", 6380, 0));
+        assert_eq!(
+            (s.timeout_ms, s.failure, s.lease_ttl_s),
+            (50, Failure::Local, 60)
+        );
+        assert_eq!(s.namespace, "http.cdn.example.com");
+        let o = parse(&[
+            "--limit=3",
+            "--group=api",
+            "--store=redis://[::1]:7000/2",
+            "--store-timeout=20",
+            "--store-failure=closed",
+            "--lease-ttl=5",
+        ])
+        .unwrap();
+        let s = o.store.unwrap();
+        assert_eq!((s.host.as_str(), s.port, s.db), ("::1", 7000, 2));
+        assert_eq!(
+            (s.timeout_ms, s.failure, s.lease_ttl_s),
+            (20, Failure::Closed, 5)
+        );
+        assert_eq!(
+            (s.url().as_str(), s.namespace.as_str()),
+            ("redis://[::1]:7000/2", "api")
+        );
+        assert_eq!(
+            parse(&["--store=redis://cache.local"])
+                .unwrap()
+                .store
+                .unwrap()
+                .port,
+            6379
+        );
+        assert!(parse(&["--limit=1"]).unwrap().store.is_none());
+    }
+
+    #[test]
+    fn errors_name_option_value_and_allowed() {
+        for bad in [
+            "http://x:1",
+            "redis://",
+            "redis://h:0",
+            "redis://h:65536",
+            "redis://h:1/x",
+            "redis://h:1/70000",
+            "redis://bad host:1",
+            "redis://[zz]:1",
+        ] {
+            let e = err(&[&format!("--store={bad}")]);
+            assert!(
+                e.starts_with(&format!(
+                    "--store has an invalid value '{bad}': allowed redis://HOST"
+                )),
+                "{e}"
+            );
+        }
+        assert!(
+            err(&["--store=redis+cluster://h:1"]).starts_with("--store has an unsupported value")
+        );
+        assert_eq!(
+            err(&["--store=redis://h", "--store-timeout=0"]),
+            "--store-timeout has an invalid value '0': allowed an integer from 1 to 10000 (milliseconds)"
+        );
+        assert_eq!(
+            err(&["--store=redis://h", "--store-failure=maybe"]),
+            "--store-failure has an invalid value 'maybe': allowed open, closed or local"
+        );
+        assert!(err(&["--store=redis://h", "--lease-ttl=0"])
+            .starts_with("--lease-ttl has an invalid value '0'"));
+        assert_eq!(
+            err(&["--lease-ttl=5"]),
+            "--lease-ttl needs --store (it configures the global mode)"
+        );
+        assert!(err(&["--store=redis://h", "--conntrack"]).contains("--conntrack"));
+        assert!(err(&["--store=redis://h", "--tag=a{b}"]).starts_with("--store needs --group here"));
+        let o = parse(&[
+            "--rate=5",
+            "--key=ip",
+            "--store=redis://h",
+            "--store-sync=100",
+        ])
+        .unwrap();
+        assert_eq!(o.store.unwrap().sync_ms, Some(100));
+        assert!(err(&["--rate=5", "--store=redis://h", "--store-sync=100"])
+            .starts_with("--store-sync needs --key"));
+        assert!(err(&[
+            "--rate=5",
+            "--limit=2",
+            "--key=ip",
+            "--store=redis://h",
+            "--store-sync=100"
+        ])
+        .starts_with("--store-sync shares rates only"));
+        assert_eq!(
+            err(&["--store=redis://h", "--store-sync=5"]),
+            "--store-sync has an invalid value '5': allowed an integer from 10 to 60000 (milliseconds)"
+        );
+    }
+}

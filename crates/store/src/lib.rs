@@ -1,0 +1,25 @@
+//! Clients of the shared stores that fleet-wide limits keep their state in.
+//! No TS symbols: plugins hand requests in and take completions out, each on
+//! their own (ATS) threads; this crate's threads never call the TS API.
+//!
+//! - [`Client`]: the shared machinery. One background I/O thread per client
+//!   takes requests from a bounded lock-free queue, sends every request
+//!   waiting at once in one round trip (a pipeline), and hands each outcome
+//!   back through a second bounded queue. Every request has a deadline: it
+//!   completes by then, with the store's answer or [`Outcome::Timeout`]. A
+//!   broken connection is reopened with exponential backoff; while it is
+//!   down, requests fail at once ([`Outcome::Error`]) rather than wait.
+//! - [`redis`]: the Redis backend (GCRA and concurrency leases in one Lua
+//!   script using the server's clock) and its key layout.
+//!
+//! A later memcached backend (ip_throttle's shared state) implements
+//! [`Backend`] and reuses the rest.
+
+mod client;
+pub mod memcached;
+pub mod redis;
+pub mod redis_cas;
+pub mod rmw;
+pub mod url;
+
+pub use client::{Backend, BatchError, Client, Completion, Config, Outcome, Stats, SubmitError};

@@ -1,0 +1,301 @@
+//! memcached as a [`CasStore`] (ip_throttle's shared per-IP records;
+//! Perlbal's `memcached_servers`): `gets` reads a key with its CAS unique,
+//! `cas` writes it back only if that still holds, `add` if it was absent,
+//! `delete` removes it (an absent key is deleted already).
+//!
+//! Keys go to servers by a fixed hash (FNV-1a), so every proxy that lists
+//! the same servers in the same order agrees on where a key lives. A batch
+//! needs every listed server: if one is down, the batch fails and the
+//! client reconnects with backoff (callers fall back to local state).
+//!
+//! The text protocol subset is written here rather than taken from the
+//! `memcache` crate: that crate checks each pooled connection out with a
+//! `version` round trip and sends one command per round trip, where this
+//! needs a bounded, pipelined exchange on one thread with a deadline.
+
+use std::io::{BufRead, BufReader, Read, Write};
+use std::net::{SocketAddr, TcpStream, ToSocketAddrs};
+use std::time::Instant;
+
+use crate::client::BatchError;
+use crate::rmw::{CasStore, CasWrite};
+
+/// Longest value read back; a longer one breaks the connection (no value
+/// of ours is near it, so it is not ours).
+pub const MAX_VALUE: usize = 4096;
+/// Longest reply line.
+const MAX_LINE: usize = 512;
+/// memcached's key limit.
+pub const MAX_KEY: usize = 250;
+
+/// A valid memcached key: 1–250 bytes, no spaces or control characters.
+pub fn valid_key(k: &str) -> bool {
+    !k.is_empty() && k.len() <= MAX_KEY && k.bytes().all(|b| b.is_ascii_graphic())
+}
+
+/// Which server holds `key` (FNV-1a 64, the same on every proxy).
+pub fn server_of(key: &str, servers: usize) -> usize {
+    let mut h: u64 = 0xcbf2_9ce4_8422_2325;
+    for b in key.bytes() {
+        h ^= u64::from(b);
+        h = h.wrapping_mul(0x0000_0100_0000_01b3);
+    }
+    (h % servers.max(1) as u64) as usize
+}
+
+struct Conn {
+    reader: BufReader<TcpStream>,
+    writer: TcpStream,
+}
+
+pub struct Memcached {
+    servers: Vec<String>,
+    conns: Vec<Conn>,
+}
+
+impl Memcached {
+    pub fn new(servers: Vec<String>) -> Self {
+        Memcached {
+            servers,
+            conns: Vec::new(),
+        }
+    }
+}
+
+/// Time left until `deadline`, or a timeout.
+fn left(deadline: Instant) -> Result<std::time::Duration, BatchError> {
+    deadline
+        .checked_duration_since(Instant::now())
+        .filter(|d| !d.is_zero())
+        .ok_or(BatchError::Timeout)
+}
+
+fn io_err(e: std::io::Error) -> BatchError {
+    match e.kind() {
+        std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut => BatchError::Timeout,
+        _ => BatchError::Failed(e.to_string()),
+    }
+}
+
+impl Conn {
+    fn open(server: &str, deadline: Instant) -> Result<Conn, BatchError> {
+        let addrs: Vec<SocketAddr> = server
+            .to_socket_addrs()
+            .map_err(|e| BatchError::Failed(format!("{server}: {e}")))?
+            .collect();
+        let mut last = BatchError::Failed(format!("{server}: no address"));
+        for a in addrs {
+            match TcpStream::connect_timeout(&a, left(deadline)?) {
+                Ok(s) => {
+                    s.set_nodelay(true).map_err(io_err)?;
+                    let writer = s.try_clone().map_err(io_err)?;
+                    return Ok(Conn {
+                        reader: BufReader::with_capacity(16 * 1024, s),
+                        writer,
+                    });
+                }
+                Err(e) => last = io_err(e),
+            }
+        }
+        Err(last)
+    }
+
+    fn send(&mut self, buf: &[u8], deadline: Instant) -> Result<(), BatchError> {
+        self.writer
+            .set_write_timeout(Some(left(deadline)?))
+            .map_err(io_err)?;
+        self.writer.write_all(buf).map_err(io_err)
+    }
+
+    /// One reply line without its CRLF.
+    fn line(&mut self, deadline: Instant) -> Result<String, BatchError> {
+        self.reader
+            .get_ref()
+            .set_read_timeout(Some(left(deadline)?))
+            .map_err(io_err)?;
+        let mut buf = Vec::with_capacity(64);
+        let n = (&mut self.reader)
+            .take(MAX_LINE as u64 + 2)
+            .read_until(b'\n', &mut buf)
+            .map_err(io_err)?;
+        if n == 0 {
+            return Err(BatchError::Failed("memcached closed the connection".into()));
+        }
+        if !buf.ends_with(b"\r\n") {
+            return Err(BatchError::Failed("memcached sent an overlong line".into()));
+        }
+        buf.truncate(buf.len() - 2);
+        String::from_utf8(buf).map_err(|_| BatchError::Failed("memcached sent non-UTF-8".into()))
+    }
+
+    fn exact(&mut self, n: usize, deadline: Instant) -> Result<Vec<u8>, BatchError> {
+        self.reader
+            .get_ref()
+            .set_read_timeout(Some(left(deadline)?))
+            .map_err(io_err)?;
+        let mut v = vec![0; n + 2];
+        self.reader.read_exact(&mut v).map_err(io_err)?;
+        if !v.ends_with(b"\r\n") {
+            return Err(BatchError::Failed(
+                "memcached value not ended by CRLF".into(),
+            ));
+        }
+        v.truncate(n);
+        Ok(v)
+    }
+}
+
+/// Appends a storage command (`HEAD` is its line without the data).
+fn write_store(cmds: &mut Vec<u8>, head: &str, value: &[u8]) {
+    cmds.extend_from_slice(head.as_bytes());
+    cmds.extend_from_slice(b"\r\n");
+    cmds.extend_from_slice(value);
+    cmds.extend_from_slice(b"\r\n");
+}
+
+impl CasStore for Memcached {
+    /// The CAS unique `gets` returned.
+    type Version = u64;
+
+    fn valid_key(&self, key: &str) -> bool {
+        valid_key(key)
+    }
+
+    fn server_of(&self, key: &str) -> usize {
+        server_of(key, self.servers.len())
+    }
+
+    fn servers(&self) -> usize {
+        self.servers.len()
+    }
+
+    fn is_connected(&self) -> bool {
+        !self.servers.is_empty() && self.conns.len() == self.servers.len()
+    }
+
+    fn connect(&mut self, deadline: Instant) -> Result<(), BatchError> {
+        self.conns.clear();
+        for s in &self.servers {
+            self.conns.push(Conn::open(s, deadline)?);
+        }
+        Ok(())
+    }
+
+    fn disconnect(&mut self) {
+        self.conns.clear();
+    }
+
+    /// One `gets` of every key.
+    fn read(
+        &mut self,
+        server: usize,
+        keys: &[&str],
+        deadline: Instant,
+    ) -> Result<Vec<Option<(Vec<u8>, u64)>>, BatchError> {
+        let mut cmd = String::from("gets");
+        for k in keys {
+            cmd.push(' ');
+            cmd.push_str(k);
+        }
+        cmd.push_str("\r\n");
+        let c = &mut self.conns[server];
+        c.send(cmd.as_bytes(), deadline)?;
+        let mut found = vec![None; keys.len()];
+        loop {
+            let line = c.line(deadline)?;
+            if line == "END" {
+                return Ok(found);
+            }
+            // VALUE <key> <flags> <bytes> <cas>
+            let f: Vec<&str> = line.split(' ').collect();
+            let ["VALUE", key, _flags, bytes, cas] = f.as_slice() else {
+                return Err(BatchError::Failed(format!(
+                    "memcached: unexpected '{line}'"
+                )));
+            };
+            let (Ok(bytes), Ok(cas)) = (bytes.parse::<usize>(), cas.parse::<u64>()) else {
+                return Err(BatchError::Failed(format!(
+                    "memcached: bad VALUE line '{line}'"
+                )));
+            };
+            if bytes > MAX_VALUE {
+                return Err(BatchError::Failed(format!(
+                    "memcached: a {bytes}-byte value for '{key}' (at most {MAX_VALUE})"
+                )));
+            }
+            let key = key.to_string();
+            let v = c.exact(bytes, deadline)?;
+            if let Some(i) = keys.iter().position(|k| *k == key) {
+                found[i] = Some((v, cas));
+            }
+        }
+    }
+
+    /// `cas`, `add` or `delete` per key, pipelined.
+    fn write(
+        &mut self,
+        server: usize,
+        writes: &[CasWrite<'_, u64>],
+        deadline: Instant,
+    ) -> Result<Vec<bool>, BatchError> {
+        let mut cmds = Vec::with_capacity(writes.len() * 64);
+        for w in writes {
+            let k = w.key;
+            match (w.value, w.read) {
+                (Some((v, ttl)), Some(cas)) => {
+                    write_store(&mut cmds, &format!("cas {k} 0 {ttl} {} {cas}", v.len()), v)
+                }
+                (Some((v, ttl)), None) => {
+                    write_store(&mut cmds, &format!("add {k} 0 {ttl} {}", v.len()), v)
+                }
+                (None, _) => cmds.extend_from_slice(format!("delete {k}\r\n").as_bytes()),
+            }
+        }
+        let c = &mut self.conns[server];
+        c.send(&cmds, deadline)?;
+        let mut lost = Vec::with_capacity(writes.len());
+        for w in writes {
+            let raced = match c.line(deadline)?.as_str() {
+                "STORED" | "DELETED" => false,
+                // Deleting what is already gone is as good as done.
+                "NOT_FOUND" if w.value.is_none() => false,
+                // Another proxy changed, added or removed it first.
+                "EXISTS" | "NOT_STORED" | "NOT_FOUND" => true,
+                other => {
+                    return Err(BatchError::Failed(format!(
+                        "memcached: unexpected '{other}'"
+                    )))
+                }
+            };
+            lost.push(raced);
+        }
+        Ok(lost)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn keys_follow_memcacheds_rules() {
+        assert!(valid_key("ipt:web:2001:db8::1"));
+        for bad in ["", "a b", "a\r\nset x", &"k".repeat(MAX_KEY + 1)] {
+            assert!(!valid_key(bad), "{bad:?}");
+        }
+    }
+
+    #[test]
+    fn the_server_of_a_key_is_fixed() {
+        // Every proxy must agree: pinned values, not just consistency.
+        assert_eq!(server_of("ipt:web:192.0.2.7", 1), 0);
+        let picks: Vec<usize> = (0..8).map(|i| server_of(&format!("k{i}"), 3)).collect();
+        assert_eq!(
+            picks,
+            (0..8)
+                .map(|i| server_of(&format!("k{i}"), 3))
+                .collect::<Vec<_>>()
+        );
+        assert_eq!(server_of("a", 2), (0xaf63_dc4c_8601_ec8c_u64 % 2) as usize);
+    }
+}

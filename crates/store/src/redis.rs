@@ -1,0 +1,474 @@
+//! Redis: exact fleet-wide rate and concurrency limits.
+//!
+//! One decision is one `EVALSHA` of [`DECIDE`], which reads the server's
+//! `TIME` (proxies' clocks never matter) and, atomically:
+//! 1. with a concurrency limit, drops expired leases from the limiter's
+//!    sorted set (`ZREMRANGEBYSCORE`) and counts the rest (`ZCARD`): at the
+//!    limit, refuses (the rate is not charged);
+//! 2. with a rate, runs GCRA on the limiter's theoretical arrival time
+//!    (one string, expiring when the bucket is full again): too early,
+//!    refuses with the wait;
+//! 3. admits: stores the new arrival time and adds a lease (`ZADD`) scored
+//!    with its expiry (server time + the lease TTL).
+//!
+//! A lease is removed (`ZREM`) when its transaction closes; a proxy that
+//! dies leaves its leases to expire. If the script is missing (`NOSCRIPT`:
+//! a restart, `SCRIPT FLUSH`), it is loaded again and the decisions retried
+//! once, within their deadline.
+//!
+//! Keys (see [`key_base`]): `rl:{NS}` for an unkeyed limiter, `rl:{NS:HASH}`
+//! for a client key, with `:gcra` and `:leases` appended. The braces are a
+//! Redis Cluster hash tag: one limiter's two keys share a slot, so one
+//! script may touch both; different client keys spread over the slots.
+
+use std::fmt::Write as _;
+use std::hash::{BuildHasher, Hasher};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::{Duration, Instant};
+
+use redis::Value;
+use sha2::{Digest, Sha256};
+
+use crate::client::{Backend, BatchError};
+
+/// The decision script. ARGV: emission interval in µs (0: no rate), burst,
+/// concurrency limit (0: none), lease member, lease TTL in ms. Returns
+/// `{admitted (0/1), retry-after µs, why (0 admitted, 1 concurrency, 2 rate), leases held}`.
+pub const DECIDE: &str = r#"
+local t = redis.call('TIME')
+local now = tonumber(t[1]) * 1000000 + tonumber(t[2])
+local interval = tonumber(ARGV[1])
+local burst = tonumber(ARGV[2])
+local limit = tonumber(ARGV[3])
+local ttl_ms = tonumber(ARGV[5])
+local held = 0
+if limit > 0 then
+  redis.call('ZREMRANGEBYSCORE', KEYS[2], '-inf', now)
+  held = redis.call('ZCARD', KEYS[2])
+  if held >= limit then
+    return {0, 0, 1, held}
+  end
+end
+if interval > 0 then
+  local tat = tonumber(redis.call('GET', KEYS[1]) or '0')
+  if tat < now then tat = now end
+  local new_tat = tat + interval
+  local allow_at = new_tat - interval * burst
+  if allow_at > now then
+    return {0, allow_at - now, 2, held}
+  end
+  local px = math.ceil((new_tat - now) / 1000) + 1
+  redis.call('SET', KEYS[1], string.format('%.0f', new_tat), 'PX', px)
+end
+if limit > 0 then
+  redis.call('ZADD', KEYS[2], string.format('%.0f', now + ttl_ms * 1000), ARGV[4])
+  redis.call('PEXPIRE', KEYS[2], ttl_ms + 1000)
+  held = held + 1
+end
+return {1, 0, 0, held}
+"#;
+
+/// The hybrid mode's script (`--store-sync`): adds this proxy's hits of one
+/// key to the key's counter for the current period of the server's clock
+/// (`KEYS[1]:P`, P = server ms / period, kept five periods) and returns
+/// `{P, total of P-1, total of P-2}` (two, so a proxy whose sync skipped a
+/// period still learns it). ARGV: period in ms, hits.
+pub const SYNC: &str = r#"
+local t = redis.call('TIME')
+local ms = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+local period = tonumber(ARGV[1])
+local p = math.floor(ms / period)
+local function key(n) return KEYS[1] .. ':' .. string.format('%.0f', n) end
+redis.call('INCRBY', key(p), ARGV[2])
+redis.call('PEXPIRE', key(p), period * 5)
+local prev1 = redis.call('GET', key(p - 1))
+local prev2 = redis.call('GET', key(p - 2))
+return {p, tonumber(prev1 or '0'), tonumber(prev2 or '0')}
+"#;
+
+/// Where the server is: `redis://HOST:PORT/DB`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Addr {
+    pub host: String,
+    pub port: u16,
+    pub db: i64,
+}
+
+impl Addr {
+    pub fn url(&self) -> String {
+        let host = if self.host.contains(':') {
+            format!("[{}]", self.host)
+        } else {
+            self.host.clone()
+        };
+        format!("redis://{host}:{}/{}", self.port, self.db)
+    }
+}
+
+/// Largest limiter namespace (the rest of a key is bounded by construction).
+pub const MAX_NAMESPACE: usize = 64;
+
+/// The base of a limiter's keys: `rl:{NS}`, or `rl:{NS:HASH}` for a client
+/// key (HASH: the first 128 bits of the key's SHA-256, in hex, so any key,
+/// however long or binary, makes a short printable name, the same on every
+/// proxy).
+pub fn key_base(namespace: &str, client_key: Option<&[u8]>) -> String {
+    let mut s = String::with_capacity(8 + namespace.len() + 33);
+    s.push_str("rl:{");
+    s.push_str(namespace);
+    if let Some(k) = client_key {
+        s.push(':');
+        for b in &Sha256::digest(k)[..16] {
+            let _ = write!(s, "{b:02x}");
+        }
+    }
+    s.push('}');
+    s
+}
+
+/// One decision: the limits of one limiter (and client key).
+#[derive(Debug, Clone)]
+pub struct Decide {
+    /// From [`key_base`].
+    pub base: String,
+    /// 1 s / rate, in µs; 0 without a rate.
+    pub interval_us: u64,
+    pub burst: u32,
+    /// Concurrency limit; 0 without one (then no lease is taken).
+    pub limit: u32,
+    /// This admission's lease (see [`LeaseIds`]).
+    pub member: String,
+    pub lease_ttl_ms: u64,
+}
+
+#[derive(Debug, Clone)]
+pub enum Op {
+    Decide(Decide),
+    /// Gives a lease back: `ZREM base:leases member`.
+    Release {
+        base: String,
+        member: String,
+    },
+    /// `--store-sync`: adds `hits` served here to the key's counter of the
+    /// current period ([`SYNC`] on `base:sync`) and learns the previous one's total.
+    Sync {
+        base: String,
+        period_ms: u64,
+        hits: u32,
+    },
+}
+
+/// What a decision found.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Reply {
+    Admitted {
+        leases: u64,
+    },
+    /// At the concurrency limit.
+    Busy {
+        leases: u64,
+    },
+    /// Over the rate: the next request fits after this long.
+    TooSoon {
+        retry_after: Duration,
+    },
+    Released,
+    /// The server's period number and the totals, all proxies, of the two
+    /// periods before it (the last first).
+    Synced {
+        period: u64,
+        previous: [u64; 2],
+    },
+}
+
+/// Lease members unique across the fleet: a random per-process prefix and a counter.
+pub struct LeaseIds {
+    prefix: u64,
+    next: AtomicU64,
+}
+
+impl Default for LeaseIds {
+    fn default() -> Self {
+        // RandomState is seeded from the OS's randomness.
+        let mut h = std::collections::hash_map::RandomState::new().build_hasher();
+        h.write_u32(std::process::id());
+        LeaseIds {
+            prefix: h.finish(),
+            next: AtomicU64::new(0),
+        }
+    }
+}
+
+impl LeaseIds {
+    pub fn next(&self) -> String {
+        let n = self.next.fetch_add(1, Ordering::Relaxed);
+        format!("{:016x}:{n:x}", self.prefix)
+    }
+}
+
+/// The Redis backend: one connection, pipelined.
+pub struct Redis {
+    client: redis::Client,
+    conn: Option<redis::Connection>,
+    sha: String,
+    sync_sha: String,
+}
+
+impl Redis {
+    pub fn new(addr: &Addr) -> Result<Redis, String> {
+        let client = redis::Client::open(addr.url()).map_err(|e| e.to_string())?;
+        Ok(Redis {
+            client,
+            conn: None,
+            sha: String::new(),
+            sync_sha: String::new(),
+        })
+    }
+}
+
+pub(crate) fn left(deadline: Instant) -> Result<Duration, BatchError> {
+    let d = deadline.saturating_duration_since(Instant::now());
+    if d.is_zero() {
+        Err(BatchError::Timeout)
+    } else {
+        Ok(d)
+    }
+}
+
+pub(crate) fn batch_error(e: redis::RedisError) -> BatchError {
+    if e.is_timeout() {
+        BatchError::Timeout
+    } else {
+        BatchError::Failed(e.to_string())
+    }
+}
+
+pub(crate) fn set_timeouts(conn: &redis::Connection, d: Duration) -> Result<(), BatchError> {
+    conn.set_read_timeout(Some(d)).map_err(batch_error)?;
+    conn.set_write_timeout(Some(d)).map_err(batch_error)
+}
+
+/// Loads `script`; its SHA1 for EVALSHA.
+pub(crate) fn load_script(
+    conn: &mut redis::Connection,
+    script: &str,
+    deadline: Instant,
+) -> Result<String, BatchError> {
+    set_timeouts(conn, left(deadline)?)?;
+    redis::cmd("SCRIPT")
+        .arg("LOAD")
+        .arg(script)
+        .query::<String>(conn)
+        .map_err(|e| match batch_error(e) {
+            BatchError::Failed(e) => BatchError::Failed(format!("cannot load a script: {e}")),
+            t => t,
+        })
+}
+
+/// Loads both scripts in one round trip: (decide, sync) hashes.
+fn load_scripts(
+    conn: &mut redis::Connection,
+    deadline: Instant,
+) -> Result<(String, String), BatchError> {
+    let packed = redis::pipe()
+        .cmd("SCRIPT")
+        .arg("LOAD")
+        .arg(DECIDE)
+        .cmd("SCRIPT")
+        .arg("LOAD")
+        .arg(SYNC)
+        .get_packed_pipeline();
+    let v = exchange(conn, &packed, 2, deadline)?;
+    let sha = |v: &Value| match v {
+        Value::BulkString(b) => String::from_utf8(b.clone()).ok(),
+        Value::SimpleString(s) => Some(s.clone()),
+        _ => None,
+    };
+    match (sha(&v[0]), sha(&v[1])) {
+        (Some(a), Some(b)) => Ok((a, b)),
+        _ => Err(BatchError::Failed(format!("SCRIPT LOAD answered {v:?}"))),
+    }
+}
+
+fn int(v: &Value) -> Option<i64> {
+    match v {
+        Value::Int(i) => Some(*i),
+        _ => None,
+    }
+}
+
+fn parse_decision(v: &Value) -> Result<Reply, String> {
+    let Value::Array(items) = v else {
+        return Err(format!("unexpected answer {v:?}"));
+    };
+    let n: Vec<i64> = items.iter().filter_map(int).collect();
+    let &[admitted, retry_us, why, held] = n.as_slice() else {
+        return Err(format!("unexpected answer {v:?}"));
+    };
+    let leases = held.max(0) as u64;
+    Ok(match (admitted, why) {
+        (1, _) => Reply::Admitted { leases },
+        (_, 1) => Reply::Busy { leases },
+        _ => Reply::TooSoon {
+            retry_after: Duration::from_micros(retry_us.max(0) as u64),
+        },
+    })
+}
+
+fn parse_sync(v: &Value) -> Result<Reply, String> {
+    let Value::Array(items) = v else {
+        return Err(format!("unexpected answer {v:?}"));
+    };
+    let n: Vec<i64> = items.iter().filter_map(int).collect();
+    let &[period, p1, p2] = n.as_slice() else {
+        return Err(format!("unexpected answer {v:?}"));
+    };
+    let u = |x: i64| x.max(0) as u64;
+    Ok(Reply::Synced {
+        period: u(period),
+        previous: [u(p1), u(p2)],
+    })
+}
+
+impl Redis {
+    fn pipeline(&self, ops: &[&Op]) -> redis::Pipeline {
+        let mut p = redis::Pipeline::with_capacity(ops.len());
+        for op in ops {
+            match op {
+                Op::Decide(d) => {
+                    p.cmd("EVALSHA")
+                        .arg(&self.sha)
+                        .arg(2)
+                        .arg(format!("{}:gcra", d.base))
+                        .arg(format!("{}:leases", d.base))
+                        .arg(d.interval_us)
+                        .arg(d.burst)
+                        .arg(d.limit)
+                        .arg(&d.member)
+                        .arg(d.lease_ttl_ms);
+                }
+                Op::Release { base, member } => {
+                    p.cmd("ZREM").arg(format!("{base}:leases")).arg(member);
+                }
+                Op::Sync {
+                    base,
+                    period_ms,
+                    hits,
+                } => {
+                    p.cmd("EVALSHA")
+                        .arg(&self.sync_sha)
+                        .arg(1)
+                        .arg(format!("{base}:sync"))
+                        .arg(*period_ms)
+                        .arg(*hits);
+                }
+            }
+        }
+        p
+    }
+
+    /// One round trip; each answer raw.
+    fn round_trip(&mut self, ops: &[&Op], deadline: Instant) -> Result<Vec<Value>, BatchError> {
+        let packed = self.pipeline(ops).get_packed_pipeline();
+        let conn = self
+            .conn
+            .as_mut()
+            .ok_or_else(|| BatchError::Failed("not connected".into()))?;
+        exchange(conn, &packed, ops.len(), deadline)
+    }
+}
+
+/// Sends `packed` (`n` commands) and reads the `n` answers, each read
+/// bounded by what is left of the deadline: the pipeline's own `query`
+/// fails the whole batch on one error reply, and keeps reading (a whole
+/// timeout each) after a timeout.
+pub(crate) fn exchange(
+    conn: &mut redis::Connection,
+    packed: &[u8],
+    n: usize,
+    deadline: Instant,
+) -> Result<Vec<Value>, BatchError> {
+    set_timeouts(conn, left(deadline)?)?;
+    conn.send_packed_command(packed).map_err(batch_error)?;
+    let mut values = Vec::with_capacity(n);
+    for _ in 0..n {
+        conn.set_read_timeout(Some(left(deadline)?))
+            .map_err(batch_error)?;
+        values.push(conn.recv_response().map_err(batch_error)?);
+    }
+    Ok(values)
+}
+
+fn is_noscript(v: &Value) -> bool {
+    matches!(v, Value::ServerError(e) if e.code() == "NOSCRIPT")
+}
+
+impl Backend for Redis {
+    type Op = Op;
+    type Reply = Reply;
+
+    fn is_connected(&self) -> bool {
+        self.conn.is_some()
+    }
+
+    fn connect(&mut self, deadline: Instant) -> Result<(), BatchError> {
+        let mut conn = self
+            .client
+            .get_connection_with_timeout(left(deadline)?)
+            .map_err(batch_error)?;
+        let named = |e| match e {
+            BatchError::Failed(e) => BatchError::Failed(format!("cannot load the scripts: {e}")),
+            t => t,
+        };
+        (self.sha, self.sync_sha) = load_scripts(&mut conn, deadline).map_err(named)?;
+        self.conn = Some(conn);
+        Ok(())
+    }
+
+    fn disconnect(&mut self) {
+        self.conn = None;
+    }
+
+    fn run(
+        &mut self,
+        ops: &[&Op],
+        deadline: Instant,
+        out: &mut Vec<Result<Reply, String>>,
+    ) -> Result<(), BatchError> {
+        let mut values = self.round_trip(ops, deadline)?;
+        if values.len() != ops.len() {
+            return Err(BatchError::Failed(
+                "answers and requests differ in number".into(),
+            ));
+        }
+        let missing: Vec<usize> = (0..values.len())
+            .filter(|&i| is_noscript(&values[i]))
+            .collect();
+        if !missing.is_empty() {
+            // The server lost the script: load it and retry those once.
+            let conn = self
+                .conn
+                .as_mut()
+                .ok_or_else(|| BatchError::Failed("not connected".into()))?;
+            (self.sha, self.sync_sha) = load_scripts(conn, deadline)?;
+            let again: Vec<&Op> = missing.iter().map(|&i| ops[i]).collect();
+            let retried = self.round_trip(&again, deadline)?;
+            for (i, v) in missing.into_iter().zip(retried) {
+                values[i] = v;
+            }
+        }
+        for (op, v) in ops.iter().zip(&values) {
+            out.push(match (op, v) {
+                (_, Value::ServerError(e)) => Err(format!(
+                    "redis: {} {}",
+                    e.code(),
+                    e.details().unwrap_or_default()
+                )),
+                (Op::Decide(_), v) => parse_decision(v),
+                (Op::Release { .. }, _) => Ok(Reply::Released),
+                (Op::Sync { .. }, v) => parse_sync(v),
+            });
+        }
+        Ok(())
+    }
+}

@@ -1,0 +1,368 @@
+//! The Redis backend and the client machinery against a real redis-server
+//! (one per test, on a loopback port).
+
+use std::net::TcpListener;
+use std::time::{Duration, Instant};
+
+use ats_tests::redis::{DelayProxy, Redis as Server};
+use store::redis::{key_base, Addr, Decide, LeaseIds, Op, Redis, Reply};
+use store::{Client, Config, Outcome, SubmitError};
+
+type C = Client<Redis, u32>;
+
+fn client(port: u16) -> C {
+    let addr = Addr {
+        host: "127.0.0.1".into(),
+        port,
+        db: 0,
+    };
+    let backend = Redis::new(&addr).expect("valid address");
+    Client::start("store-test", backend, Config::default()).expect("thread")
+}
+
+const TIMEOUT: Duration = Duration::from_millis(500);
+
+/// Waits for `n` completions (at most 5 s).
+fn collect(c: &C, n: usize) -> Vec<(u32, Outcome<Reply>, Duration)> {
+    let mut out = Vec::new();
+    let end = Instant::now() + Duration::from_secs(5);
+    while out.len() < n && Instant::now() < end {
+        match c.try_complete() {
+            Some(done) => out.push((done.token, done.outcome, done.submitted.elapsed())),
+            None => std::thread::sleep(Duration::from_micros(200)),
+        }
+    }
+    assert_eq!(out.len(), n, "completions");
+    out.sort_by_key(|(t, _, _)| *t);
+    out
+}
+
+fn decide(base: &str, rate: Option<(f64, u32)>, limit: u32, member: String, ttl_ms: u64) -> Op {
+    Op::Decide(Decide {
+        base: base.to_owned(),
+        interval_us: rate.map_or(0, |(r, _)| (1e6 / r) as u64),
+        burst: rate.map_or(0, |(_, b)| b),
+        limit,
+        member,
+        lease_ttl_ms: ttl_ms,
+    })
+}
+
+fn ask(c: &C, ops: Vec<Op>) -> Vec<Outcome<Reply>> {
+    let n = ops.len();
+    for (i, op) in ops.into_iter().enumerate() {
+        c.submit(op, i as u32, TIMEOUT).expect("room");
+    }
+    collect(c, n).into_iter().map(|(_, o, _)| o).collect()
+}
+
+fn admitted(o: &Outcome<Reply>) -> bool {
+    matches!(o, Outcome::Reply(Reply::Admitted { .. }))
+}
+
+#[test]
+fn gcra_admits_the_burst_then_the_rate() {
+    let s = Server::start().unwrap();
+    let c = client(s.port());
+    let base = key_base("t", None);
+    let ids = LeaseIds::default();
+    // 10/s, burst 5: five at once, then one every 100 ms.
+    let ops = (0..8)
+        .map(|_| decide(&base, Some((10.0, 5)), 0, ids.next(), 1000))
+        .collect();
+    let got = ask(&c, ops);
+    assert_eq!(got.iter().filter(|o| admitted(o)).count(), 5, "{got:?}");
+    let Outcome::Reply(Reply::TooSoon { retry_after }) = &got[7] else {
+        panic!("{got:?}");
+    };
+    assert!(
+        *retry_after <= Duration::from_millis(100),
+        "{retry_after:?}"
+    );
+    std::thread::sleep(Duration::from_millis(110));
+    let got = ask(
+        &c,
+        (0..2)
+            .map(|_| decide(&base, Some((10.0, 5)), 0, ids.next(), 1000))
+            .collect(),
+    );
+    assert_eq!(got.iter().filter(|o| admitted(o)).count(), 1, "{got:?}");
+    // Keyed limiters are independent, and named by a hash of the key.
+    let other = key_base("t", Some(b"client-b"));
+    assert!(
+        other.starts_with("rl:{t:") && other.ends_with('}') && other.len() == 39,
+        "{other}"
+    );
+    let got = ask(
+        &c,
+        vec![decide(&other, Some((10.0, 5)), 0, ids.next(), 1000)],
+    );
+    assert!(admitted(&got[0]));
+    assert!(
+        s.int(&["PTTL", "rl:{t}:gcra"]).unwrap() > 0,
+        "the bucket expires"
+    );
+}
+
+#[test]
+fn leases_cap_concurrency_release_and_expire() {
+    let s = Server::start().unwrap();
+    let c = client(s.port());
+    let base = key_base("lease", None);
+    let ids = LeaseIds::default();
+    let members: Vec<String> = (0..4).map(|_| ids.next()).collect();
+    let got = ask(
+        &c,
+        members
+            .iter()
+            .map(|m| decide(&base, None, 3, m.clone(), 300))
+            .collect(),
+    );
+    assert_eq!(got.iter().filter(|o| admitted(o)).count(), 3, "{got:?}");
+    assert_eq!(got[3], Outcome::Reply(Reply::Busy { leases: 3 }));
+    assert_eq!(s.int(&["ZCARD", "rl:{lease}:leases"]).unwrap(), 3);
+    // A release frees a place at once.
+    let got = ask(
+        &c,
+        vec![
+            Op::Release {
+                base: base.clone(),
+                member: members[0].clone(),
+            },
+            decide(&base, None, 3, ids.next(), 300),
+        ],
+    );
+    assert_eq!(got[0], Outcome::Reply(Reply::Released));
+    assert!(admitted(&got[1]), "{got:?}");
+    // Leases nobody gives back expire after their TTL.
+    std::thread::sleep(Duration::from_millis(350));
+    let got = ask(
+        &c,
+        (0..3)
+            .map(|_| decide(&base, None, 3, ids.next(), 300))
+            .collect(),
+    );
+    assert_eq!(got.iter().filter(|o| admitted(o)).count(), 3, "{got:?}");
+}
+
+#[test]
+fn a_busy_limiter_does_not_charge_the_rate() {
+    let s = Server::start().unwrap();
+    let c = client(s.port());
+    let base = key_base("both", None);
+    let ids = LeaseIds::default();
+    let first = ids.next();
+    // Rate 1/s burst 2, one concurrent.
+    let got = ask(
+        &c,
+        vec![decide(&base, Some((1.0, 2)), 1, first.clone(), 5000)],
+    );
+    assert!(admitted(&got[0]));
+    let got = ask(
+        &c,
+        (0..5)
+            .map(|_| decide(&base, Some((1.0, 2)), 1, ids.next(), 5000))
+            .collect(),
+    );
+    assert!(
+        got.iter()
+            .all(|o| matches!(o, Outcome::Reply(Reply::Busy { .. }))),
+        "{got:?}"
+    );
+    let release = Op::Release {
+        base: base.clone(),
+        member: first,
+    };
+    let got = ask(
+        &c,
+        vec![release, decide(&base, Some((1.0, 2)), 1, ids.next(), 5000)],
+    );
+    // The second token of the burst is still there.
+    assert!(admitted(&got[1]), "{got:?}");
+}
+
+#[test]
+fn a_lost_script_is_loaded_again() {
+    let s = Server::start().unwrap();
+    let c = client(s.port());
+    let ids = LeaseIds::default();
+    let base = key_base("flush", None);
+    assert!(admitted(
+        &ask(&c, vec![decide(&base, None, 10, ids.next(), 1000)])[0]
+    ));
+    assert!(s.command(&["SCRIPT", "FLUSH"]).unwrap().starts_with("+OK"));
+    let got = ask(
+        &c,
+        (0..3)
+            .map(|_| decide(&base, None, 10, ids.next(), 1000))
+            .collect(),
+    );
+    assert!(got.iter().all(admitted), "{got:?}");
+    assert_eq!(s.int(&["ZCARD", "rl:{flush}:leases"]).unwrap(), 4);
+}
+
+#[test]
+fn many_decisions_share_round_trips_and_stay_exact() {
+    let s = Server::start().unwrap();
+    let c = client(s.port());
+    let ids = LeaseIds::default();
+    let base = key_base("many", None);
+    let n = 5000;
+    let ops = (0..n)
+        .map(|_| decide(&base, None, 1234, ids.next(), 10_000))
+        .collect();
+    let got = ask(&c, ops);
+    assert_eq!(got.iter().filter(|o| admitted(o)).count(), 1234);
+    let rt = c
+        .stats()
+        .round_trips
+        .load(std::sync::atomic::Ordering::Relaxed);
+    assert!(rt < n as u64 / 4, "{rt} round trips for {n} decisions");
+}
+
+#[test]
+fn a_full_queue_gives_the_token_back() {
+    // A listener that never answers holds every request until its deadline.
+    let silent = TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = Addr {
+        host: "127.0.0.1".into(),
+        port: silent.local_addr().unwrap().port(),
+        db: 0,
+    };
+    let cfg = Config {
+        capacity: 4,
+        ..Config::default()
+    };
+    let c: C = Client::start("store-test", Redis::new(&addr).unwrap(), cfg).unwrap();
+    let op = || Op::Release {
+        base: "rl:{x}".into(),
+        member: "m".into(),
+    };
+    for i in 0..4 {
+        c.submit(op(), i, Duration::from_millis(200)).unwrap();
+    }
+    assert!(matches!(
+        c.submit(op(), 9, TIMEOUT),
+        Err((9, SubmitError::Full))
+    ));
+    let got = collect(&c, 4);
+    assert!(
+        got.iter().all(|(_, o, _)| *o == Outcome::Timeout),
+        "{got:?}"
+    );
+    // Each waited its deadline, not much more.
+    for (_, _, waited) in &got {
+        assert!(*waited < Duration::from_millis(400), "{waited:?}");
+    }
+    assert!(c.submit(op(), 10, TIMEOUT).is_ok(), "room again");
+}
+
+#[test]
+fn an_outage_fails_fast_and_service_returns_within_a_second() {
+    let mut s = Server::start().unwrap();
+    let c = client(s.port());
+    let ids = LeaseIds::default();
+    let base = key_base("outage", None);
+    assert!(admitted(
+        &ask(&c, vec![decide(&base, None, 100, ids.next(), 1000)])[0]
+    ));
+    s.stop();
+    let started = Instant::now();
+    let mut errors = 0;
+    while started.elapsed() < Duration::from_millis(500) {
+        let got = collect_one(&c, decide(&base, None, 100, ids.next(), 1000));
+        assert!(
+            got.1 < TIMEOUT + Duration::from_millis(50),
+            "waited {:?}",
+            got.1
+        );
+        assert!(!admitted(&got.0));
+        errors += matches!(got.0, Outcome::Error(_)) as u32;
+    }
+    assert!(errors > 0);
+    s.restart().unwrap();
+    let back = Instant::now();
+    let ok = ats_tests::wait_until(Duration::from_secs(2), || {
+        admitted(&collect_one(&c, decide(&base, None, 100, ids.next(), 1000)).0)
+    });
+    assert!(
+        ok && back.elapsed() < Duration::from_secs(1),
+        "{:?}",
+        back.elapsed()
+    );
+}
+
+#[test]
+fn a_slow_store_times_out_by_the_deadline() {
+    let s = Server::start().unwrap();
+    let slow = DelayProxy::start(s.port(), Duration::from_millis(150)).unwrap();
+    let c = client(slow.port());
+    let ids = LeaseIds::default();
+    let base = key_base("slow", None);
+    for _ in 0..3 {
+        let op = decide(&base, None, 100, ids.next(), 1000);
+        c.submit(op, 0, Duration::from_millis(50)).unwrap();
+        let (_, o, waited) = collect(&c, 1).remove(0);
+        assert!(matches!(o, Outcome::Timeout | Outcome::Error(_)), "{o:?}");
+        assert!(waited < Duration::from_millis(80), "{waited:?}");
+    }
+    // With a longer deadline the same slow store answers.
+    std::thread::sleep(Duration::from_millis(600));
+    let op = decide(&base, None, 100, ids.next(), 1000);
+    c.submit(op, 0, Duration::from_secs(2)).unwrap();
+    let (_, o, _) = collect(&c, 1).remove(0);
+    assert!(admitted(&o), "{o:?}");
+}
+
+fn collect_one(c: &C, op: Op) -> (Outcome<Reply>, Duration) {
+    c.submit(op, 0, TIMEOUT).expect("room");
+    let (_, o, waited) = collect(c, 1).remove(0);
+    (o, waited)
+}
+
+#[test]
+fn sync_counts_every_proxys_hits_per_period_of_the_servers_clock() {
+    let s = Server::start().unwrap();
+    let (a, b) = (client(s.port()), client(s.port()));
+    let base = key_base("sync", Some(b"client-1"));
+    let sync = |c: &C, hits: u32| -> (u64, [u64; 2]) {
+        let op = Op::Sync {
+            base: base.clone(),
+            period_ms: 300,
+            hits,
+        };
+        match ask(c, vec![op]).remove(0) {
+            Outcome::Reply(Reply::Synced { period, previous }) => (period, previous),
+            o => panic!("{o:?}"),
+        }
+    };
+    // Two proxies' hits in one period (retried if a boundary fell between).
+    let mut period = 0;
+    for _ in 0..5 {
+        let (p1, _) = sync(&a, 5);
+        let (p2, _) = sync(&b, 7);
+        if p1 == p2 {
+            period = p1;
+            break;
+        }
+    }
+    assert!(period > 0, "never two syncs in one period");
+    // Next period: both learn its total, 12 (a retry's hits went to an
+    // earlier period).
+    assert!(ats_tests::wait_until(Duration::from_secs(2), || sync(
+        &a, 0
+    )
+    .0 == period
+        + 1));
+    let (p, previous) = sync(&b, 0);
+    assert_eq!((p, previous[0]), (period + 1, 12));
+    // Two periods on, it is still told (a sync may skip a period).
+    assert!(ats_tests::wait_until(Duration::from_secs(2), || sync(
+        &a, 0
+    )
+    .0 == period
+        + 2));
+    assert_eq!(sync(&b, 0), (period + 2, [0, 12]));
+    let counter = format!("{base}:sync:{period}");
+    assert!(s.int(&["PTTL", &counter]).unwrap() > 0, "periods expire");
+}

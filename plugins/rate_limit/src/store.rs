@@ -1,0 +1,423 @@
+//! Global mode (`--store=redis://…`): each admission is decided in Redis,
+//! exactly across every proxy that shares the store and namespace.
+//!
+//! One transaction:
+//! 1. DoRemap names the limiter's Redis keys, leaves them in the
+//!    transaction's state and hooks POST_REMAP ([`remap`]).
+//! 2. POST_REMAP parks the transaction and submits a decision to the
+//!    store's client (crates/store: a bounded queue to its I/O thread,
+//!    which never calls the TS API) ([`ask`]).
+//! 3. The I/O thread wakes an ATS net thread through a socket ATS polls
+//!    (`ats::wake`); there the completions are taken, the metrics counted
+//!    and each transaction resumed on its own thread
+//!    (`Parked::on_home`): admitted (with its lease), refused, or, when the
+//!    store failed or timed out, as `--store-failure` says. A timer drainer,
+//!    armed only while decisions are outstanding, is the fallback (ATS
+//!    fires it ~10 ms late).
+//! 4. TXN_CLOSE drops the transaction's lease, which submits its `ZREM`.
+//!
+//! One client (one I/O thread and connection) serves every rule naming the
+//! same store URL and `--store-timeout`.
+
+use std::sync::{Arc, LazyLock};
+use std::time::Duration;
+
+use ats::poller::{Drain, Poller};
+use ats::stats::Stat;
+use ats::{Done, HomeTxn, Parked, Txn};
+use parking_lot::Mutex;
+use rate_limit_core::store::{Failure, StoreOptions};
+use rate_limit_core::{metric_name, Admission, Options};
+// `::store`: the store client crate (this module shares its name).
+use ::store::redis::{self, key_base, Decide, LeaseIds, Op, Redis, Reply};
+use ::store::{Client, Completion, Config, Outcome};
+
+use crate::queue::{error_page, park, state, Queued};
+use crate::state::{bump, Held, Home, Outcome as TxnOutcome, Wait};
+use crate::{Globals, Rule};
+
+/// How often the drainer looks for completions while any are outstanding.
+const DRAIN_EVERY: Duration = Duration::from_millis(1);
+/// Most completions handled per drainer run.
+const DRAIN_MAX: usize = 4096;
+/// Upper bounds of the `store_latency.le_*` buckets, in ms (then `le_inf`).
+const LATENCY_MS: [u64; 7] = [1, 2, 5, 10, 20, 50, 100];
+
+mod sync;
+
+static STORES: LazyLock<Mutex<Vec<Arc<Store>>>> = LazyLock::new(Mutex::default);
+
+/// A store's client and its drainer.
+pub(crate) struct Store {
+    url: String,
+    timeout: Duration,
+    client: Client<Redis, Token>,
+    /// Brings completions back: the wake channel, a timer as the fallback.
+    poller: Poller,
+    ids: LeaseIds,
+}
+
+/// What a completion resumes.
+pub(crate) enum Token {
+    Decide(Box<Asked>),
+    Release(StoreMetrics),
+    /// `--store-sync`: a key's exchange (its tag and the hits sent).
+    Sync(Arc<sync::Syncer>, Box<[u8]>, u32),
+}
+
+pub(crate) struct Asked {
+    rule: Arc<Rule>,
+    parked: Parked,
+    base: String,
+    member: String,
+    key: Option<u64>,
+}
+
+/// A rule's share of the global mode: its store and metrics.
+pub(crate) struct RuleStore {
+    store: Arc<Store>,
+    opts: StoreOptions,
+    metrics: StoreMetrics,
+}
+
+#[derive(Clone, Copy)]
+pub(crate) struct StoreMetrics {
+    decisions: Option<Stat>,
+    errors: Option<Stat>,
+    timeouts: Option<Stat>,
+    /// Cumulative: `le_1ms` … `le_100ms`, `le_inf`.
+    latency: [Option<Stat>; LATENCY_MS.len() + 1],
+}
+
+impl StoreMetrics {
+    fn new(o: &Options) -> StoreMetrics {
+        let make = |m: &str| match Stat::find_or_create(&metric_name(&o.prefix, &o.tag, m)) {
+            Ok(s) => Some(s),
+            Err(e) => {
+                log::error!("{e}");
+                None
+            }
+        };
+        let mut latency = [None; LATENCY_MS.len() + 1];
+        for (i, ms) in LATENCY_MS.iter().enumerate() {
+            latency[i] = make(&format!("store_latency.le_{ms}ms"));
+        }
+        latency[LATENCY_MS.len()] = make("store_latency.le_inf");
+        StoreMetrics {
+            decisions: make("store_decisions"),
+            errors: make("store_errors"),
+            timeouts: make("store_timeouts"),
+            latency,
+        }
+    }
+
+    fn latency(&self, d: Duration) {
+        let ms = d.as_secs_f64() * 1000.0;
+        for (i, le) in LATENCY_MS.iter().enumerate() {
+            if ms <= *le as f64 {
+                bump(self.latency[i], 1);
+            }
+        }
+        bump(self.latency[LATENCY_MS.len()], 1);
+    }
+}
+
+impl RuleStore {
+    /// The rule's store client (shared with every rule naming the same
+    /// store and timeout), started with the first.
+    pub(crate) fn new(
+        o: &Options,
+        limiter: &Arc<rate_limit_core::Limiter<Queued>>,
+    ) -> Result<Option<RuleStore>, String> {
+        let Some(s) = &o.store else { return Ok(None) };
+        let url = s.url();
+        let timeout = Duration::from_millis(s.timeout_ms);
+        let mut stores = STORES.lock();
+        let store = match stores.iter().find(|x| x.url == url && x.timeout == timeout) {
+            Some(x) => x.clone(),
+            None => {
+                let addr = redis::Addr {
+                    host: s.host.clone(),
+                    port: s.port,
+                    db: s.db,
+                };
+                let backend = Redis::new(&addr).map_err(|e| format!("--store={url}: {e}"))?;
+                let client = Client::start("rl-store", backend, Config::default())
+                    .map_err(|e| format!("--store={url}: cannot start its I/O thread: {e}"))?;
+                let x = Arc::new(Store {
+                    url,
+                    timeout,
+                    client,
+                    poller: Poller::new(DRAIN_EVERY),
+                    ids: LeaseIds::default(),
+                });
+                stores.push(x.clone());
+                x
+            }
+        };
+        drop(stores);
+        let metrics = StoreMetrics::new(o);
+        if let Some(ms) = s.sync_ms {
+            sync::join(&store, limiter, &s.namespace, ms, metrics)?;
+        }
+        Ok(Some(RuleStore {
+            store,
+            opts: s.clone(),
+            metrics,
+        }))
+    }
+
+    /// One decision in Redis per request (not `--store-sync`).
+    pub(crate) fn exact(&self) -> bool {
+        self.opts.sync_ms.is_none()
+    }
+}
+
+/// What the global mode keeps on a transaction.
+pub(crate) enum TxnStore {
+    /// Named in DoRemap, to be asked at POST_REMAP.
+    Pending(String),
+    /// Admitted with a concurrency lease, given back when dropped.
+    Lease { _held: Lease },
+}
+
+impl TxnStore {
+    /// The keys to ask about, if the decision is still to be asked.
+    pub(crate) fn take_pending(slot: &mut Option<TxnStore>) -> Option<String> {
+        match slot.take() {
+            Some(TxnStore::Pending(base)) => Some(base),
+            other => {
+                *slot = other;
+                None
+            }
+        }
+    }
+}
+
+pub(crate) struct Lease {
+    store: Arc<Store>,
+    base: String,
+    member: String,
+    metrics: StoreMetrics,
+}
+
+impl Drop for Lease {
+    /// At TXN_CLOSE (an ATS thread): the `ZREM` goes to the I/O thread. If
+    /// it cannot (the queue is full), the lease expires after `--lease-ttl`.
+    fn drop(&mut self) {
+        let op = Op::Release {
+            base: std::mem::take(&mut self.base),
+            member: std::mem::take(&mut self.member),
+        };
+        let s = &self.store;
+        match s.client.submit(op, Token::Release(self.metrics), s.timeout) {
+            Ok(()) => Poller::arm(s),
+            Err(_) => bump(self.metrics.errors, 1),
+        }
+    }
+}
+
+/// DoRemap of a `--store` rule: the transaction will be decided in Redis at
+/// POST_REMAP.
+pub(crate) fn remap(rule: &Arc<Rule>, g: &Globals, txn: Txn<'_>, key: Option<u64>) {
+    let Some(rs) = &rule.store else { return };
+    let base = crate::KEY_BYTES.with(|b| {
+        let b = b.borrow();
+        key_base(&rs.opts.namespace, key.map(|_| &b[..]))
+    });
+    if let Some(st) = rule.attach(g, txn, TxnOutcome::Waiting, None, None, key) {
+        *st.store.lock() = Some(TxnStore::Pending(base));
+        txn.hook(ats::HookId::PostRemap, &g.hooks);
+    }
+}
+
+/// POST_REMAP: submits the decision for the parked transaction.
+pub(crate) fn ask(rule: Arc<Rule>, parked: Parked, base: String, key: Option<u64>) {
+    let Some(rs) = &rule.store else {
+        return admit(rule, parked, None);
+    };
+    let o = &rule.opts;
+    let op = Op::Decide(Decide {
+        base: base.clone(),
+        interval_us: o.rate.map_or(0, |r| (1e6 / r).round().max(1.0) as u64),
+        burst: o.burst,
+        limit: o.limit.unwrap_or(0),
+        member: rs.store.ids.next(),
+        lease_ttl_ms: rs.opts.lease_ttl_s * 1000,
+    });
+    let member = match &op {
+        Op::Decide(d) => d.member.clone(),
+        _ => String::new(),
+    };
+    let store = rs.store.clone();
+    let token = Token::Decide(Box::new(Asked {
+        rule: rule.clone(),
+        parked,
+        base,
+        member,
+        key,
+    }));
+    store.start_waker();
+    match store.client.submit(op, token, store.timeout) {
+        Ok(()) => Poller::arm(&store),
+        Err((Token::Decide(a), _)) => {
+            bump(rs.metrics.errors, 1);
+            failed(*a);
+        }
+        Err(_) => {}
+    }
+}
+
+impl Store {
+    /// On a net thread (POST_REMAP), once: the I/O thread wakes this
+    /// thread through a socket ATS polls (`ats::wake`) whenever it has
+    /// handed back completions, so a decision resumes its transaction within
+    /// microseconds. The timer drainer stays as the fallback.
+    fn start_waker(self: &Arc<Self>) {
+        Poller::open_wake(self, |notify| {
+            self.client.set_notify(notify);
+        });
+    }
+}
+
+impl Drain for Store {
+    fn poller(&self) -> &Poller {
+        &self.poller
+    }
+
+    /// On a net thread: handles what completed (at most [`DRAIN_MAX`]).
+    fn drain(&self) {
+        for _ in 0..DRAIN_MAX {
+            let Some(c) = self.client.try_complete() else {
+                break;
+            };
+            completed(c);
+        }
+    }
+
+    fn outstanding(&self) -> bool {
+        self.client.outstanding() > 0
+    }
+}
+
+fn completed(c: Completion<Reply, Token>) {
+    let waited = c.submitted.elapsed();
+    let a = match c.token {
+        Token::Release(m) => {
+            match c.outcome {
+                Outcome::Reply(_) => {}
+                Outcome::Error(_) => bump(m.errors, 1),
+                Outcome::Timeout => bump(m.timeouts, 1),
+            }
+            return;
+        }
+        Token::Decide(a) => *a,
+        Token::Sync(s, tag, hits) => return s.completed(tag, hits, c.outcome),
+    };
+    let Some(rs) = &a.rule.store else {
+        return admit(a.rule, a.parked, None);
+    };
+    let m = rs.metrics;
+    m.latency(waited);
+    match c.outcome {
+        Outcome::Reply(Reply::Admitted { .. }) => {
+            bump(m.decisions, 1);
+            let lease = (a.rule.opts.limit.is_some()).then(|| Lease {
+                store: rs.store.clone(),
+                base: a.base,
+                member: a.member,
+                metrics: m,
+            });
+            admit(a.rule, a.parked, lease);
+        }
+        Outcome::Reply(_) => {
+            bump(m.decisions, 1);
+            refuse(a.rule, a.parked);
+        }
+        Outcome::Error(e) => {
+            bump(m.errors, 1);
+            log::debug!("store {}: {e}", rs.store.url);
+            failed(a);
+        }
+        Outcome::Timeout => {
+            bump(m.timeouts, 1);
+            failed(a);
+        }
+    }
+}
+
+/// The store failed or did not answer in time: `--store-failure`.
+/// (On the drainer's thread, or on the transaction's if the queue was full.)
+fn failed(a: Asked) {
+    let failure = a
+        .rule
+        .opts
+        .store
+        .as_ref()
+        .map_or(Failure::Open, |s| s.failure);
+    match failure {
+        Failure::Open => admit(a.rule, a.parked, None),
+        Failure::Closed => refuse(a.rule, a.parked),
+        Failure::Local => local(a),
+    }
+}
+
+/// `--store-failure=local`: this proxy's own limiter decides, as without
+/// `--store` (waiting in its queue included).
+fn local(a: Asked) {
+    let Asked {
+        rule, parked, key, ..
+    } = a;
+    match rule.limiter.admit_tagged(key, &[]) {
+        Admission::Go(permit) => {
+            let held = permit.map(|p| Held::new(p, &rule));
+            let r = rule.clone();
+            parked.on_home(move |h| {
+                if let Some(st) = state(&h, &r) {
+                    *st.held.lock() = held;
+                }
+                resume(h, &r, None)
+            });
+        }
+        Admission::Wait(w) => {
+            let wait = Wait {
+                place: rule.place(w.place),
+                since: w.since,
+                rate_delay: w.rate_delay,
+                rate: w.rate,
+                home: Home::Txn,
+                key,
+            };
+            park(rule, parked, wait);
+        }
+        Admission::Reject => refuse(rule, parked),
+    }
+}
+
+fn admit(rule: Arc<Rule>, parked: Parked, lease: Option<Lease>) {
+    parked.on_home(move |h| resume(h, &rule, lease));
+}
+
+fn resume(h: HomeTxn<'_>, rule: &Rule, lease: Option<Lease>) -> Done {
+    bump(rule.metrics.admitted, 1);
+    if let Some(st) = state(&h, rule) {
+        st.set_outcome(TxnOutcome::Admitted);
+        if let Some(l) = lease {
+            *st.store.lock() = Some(TxnStore::Lease { _held: l });
+        }
+    }
+    h.resume()
+}
+
+fn refuse(rule: Arc<Rule>, parked: Parked) {
+    parked.on_home(move |h| {
+        bump(rule.metrics.rejected, 1);
+        if let Some(st) = state(&h, &rule) {
+            st.set_outcome(TxnOutcome::Refused);
+        }
+        let status = rule.opts.error;
+        // From a hook ATS sends a bare status; give it the same kind of page.
+        h.txn().set_error_body(&error_page(status), "text/html");
+        h.fail(status)
+    });
+}

@@ -1,0 +1,227 @@
+//! ip_throttle.so sharing per-IP state through a real memcached or a real
+//! redis-server (`--store`), across real traffic_servers: violations
+//! counted by two proxies add up to one ban, which both enforce; another
+//! `--instance` keeps its own state; `unban` clears the shared record; with
+//! the store down each proxy decides on its own state, within the timeout.
+//!
+//! Clients bind their own loopback sources (127.0.0.60 and up here).
+
+use std::net::Ipv4Addr;
+use std::time::{Duration, Instant};
+
+use ats_tests::client::{Conn, Response};
+use ats_tests::memcached::Memcached;
+use ats_tests::redis::Redis;
+use ats_tests::{Origin, TrafficServer};
+
+/// The store under test.
+enum Store {
+    Memcached(Memcached),
+    Redis(Redis),
+}
+
+impl Store {
+    fn memcached() -> Store {
+        Store::Memcached(Memcached::start().expect("memcached"))
+    }
+
+    fn redis() -> Store {
+        Store::Redis(Redis::start().expect("redis-server"))
+    }
+
+    fn url(&self) -> String {
+        match self {
+            Store::Memcached(m) => m.url(),
+            Store::Redis(r) => r.url(),
+        }
+    }
+
+    fn get(&self, key: &str) -> Option<String> {
+        match self {
+            Store::Memcached(m) => m.get(key).expect("get"),
+            Store::Redis(r) => {
+                let a = r.command(&["GET", key]).expect("GET");
+                (!a.starts_with("$-1")).then(|| a.split("\r\n").nth(1).unwrap_or("").to_owned())
+            }
+        }
+    }
+
+    fn stop(&mut self) {
+        match self {
+            Store::Memcached(m) => m.stop(),
+            Store::Redis(r) => r.stop(),
+        }
+    }
+
+    fn restart(&mut self) {
+        match self {
+            Store::Memcached(m) => m.restart().expect("restart"),
+            Store::Redis(r) => r.restart().expect("restart"),
+        }
+    }
+}
+
+fn ip(last: u8) -> Ipv4Addr {
+    Ipv4Addr::new(127, 0, 0, last)
+}
+
+fn get(ts: &TrafficServer, src: Ipv4Addr, host: &str) -> Response {
+    let mut c = Conn::open_from(ts.port(), src).expect("connect");
+    c.get(host, "/", &[]).expect("response")
+}
+
+/// Short delays; the fifth throttled-or-later request bans.
+const FAST: &str = "--initial-delay=0.1 --max-delay=0.2 --threshold=5 --ban-threshold=2 \
+                    --ban-expiration=600";
+
+fn proxy(origin: &Origin, mc: &Store, manager: bool) -> TrafficServer {
+    let store = format!("--store={} --store-timeout=200", mc.url());
+    let remap = ats_tests::rule(
+        "ip_throttle",
+        "s.test",
+        origin,
+        &format!("{FAST} {store} --instance=shop"),
+    ) + &ats_tests::rule(
+        "ip_throttle",
+        "o.test",
+        origin,
+        &format!("{FAST} {store} --instance=other"),
+    );
+    let mut b = TrafficServer::builder().remap(remap);
+    if manager {
+        b = b.with_manager();
+    }
+    b.start().expect("start")
+}
+
+#[test]
+fn two_proxies_add_up_violations_and_both_enforce_the_ban_memcached() {
+    two_proxies_add_up_violations_and_both_enforce_the_ban(Store::memcached(), 60);
+}
+
+#[test]
+fn two_proxies_add_up_violations_and_both_enforce_the_ban_redis() {
+    two_proxies_add_up_violations_and_both_enforce_the_ban(Store::redis(), 62);
+}
+
+fn two_proxies_add_up_violations_and_both_enforce_the_ban(mc: Store, last: u8) {
+    let origin = Origin::start();
+    let (a, b) = (proxy(&origin, &mc, true), proxy(&origin, &mc, false));
+    let me = ip(last);
+    let key = format!("ipt:shop:127.0.0.{last}");
+    // Alternating proxies: pass, delayed (violations 0, 1, 2), then 3 > 2.
+    // Each proxy alone saw at most three requests, too few for a ban.
+    let mut got = Vec::new();
+    for (i, want) in [200, 200, 200, 200, 403].into_iter().enumerate() {
+        let ts = if i % 2 == 0 { &a } else { &b };
+        let r = get(ts, me, "s.test");
+        got.push((r.status, r.elapsed));
+        assert_eq!(
+            r.status,
+            want,
+            "request {i} via {}: {got:?}",
+            if i % 2 == 0 { "A" } else { "B" }
+        );
+    }
+    // Delays were shared too: 0.1, then doubled to 0.2 on the other proxy.
+    assert!(got[1].1 >= Duration::from_millis(95), "{got:?}");
+    assert!(got[2].1 >= Duration::from_millis(195), "{got:?}");
+    // Both proxies refuse it now; the record says why.
+    assert_eq!(get(&b, me, "s.test").status, 403);
+    assert_eq!(get(&a, me, "s.test").status, 403);
+    let record = mc.get(&key).expect("a record");
+    assert!(record.starts_with("1 banned "), "{record}");
+    // Another instance on the same store keeps its own state.
+    assert_eq!(get(&a, me, "o.test").status, 200);
+    // `unban` on A clears the shared record: B lets the client in again.
+    let answer = a.plugin_msg("ip_throttle", &format!("unban 127.0.0.{last}"));
+    assert!(answer.contains("\"ok\":true"), "{answer}");
+    let end = Instant::now() + Duration::from_secs(5);
+    while mc.get(&key).is_some() {
+        assert!(Instant::now() < end, "the record outlived the unban");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    assert_eq!(get(&b, me, "s.test").status, 200);
+    // A logged the ban it set; B the refusals of a ban it learned.
+    for (ts, line) in [
+        (&a, format!("event=ban ip=127.0.0.{last}")),
+        (&b, format!("event=banned ip=127.0.0.{last}")),
+    ] {
+        let seen = ts.wait_for_log("ip_throttle.log", Duration::from_secs(10), |t| {
+            t.contains(&line)
+        });
+        assert!(seen, "no '{line}':\n{}", ts.log("ip_throttle.log"));
+    }
+}
+
+#[test]
+fn with_memcached_down_each_proxy_decides_alone_within_the_timeout() {
+    with_the_store_down_each_proxy_decides_alone_within_the_timeout(Store::memcached(), 61);
+}
+
+#[test]
+fn with_redis_down_each_proxy_decides_alone_within_the_timeout() {
+    with_the_store_down_each_proxy_decides_alone_within_the_timeout(Store::redis(), 63);
+}
+
+fn with_the_store_down_each_proxy_decides_alone_within_the_timeout(mut mc: Store, last: u8) {
+    let origin = Origin::start();
+    let a = proxy(&origin, &mc, true);
+    let me = ip(last);
+    assert_eq!(get(&a, me, "s.test").status, 200);
+    mc.stop();
+    // Local state from here: it knew the IP in probation, so delayed next.
+    let t = Instant::now();
+    let r = get(&a, me, "s.test");
+    assert_eq!(r.status, 200);
+    assert!(
+        r.elapsed >= Duration::from_millis(95),
+        "the local step delays it: {:?}",
+        r.elapsed
+    );
+    // Never more than the timeout (200 ms) plus the delay plus slack.
+    assert!(
+        t.elapsed() < Duration::from_millis(200 + 100 + 700),
+        "{:?}",
+        t.elapsed()
+    );
+    for _ in 0..3 {
+        let t = Instant::now();
+        get(&a, me, "s.test");
+        assert!(t.elapsed() < Duration::from_millis(200 + 200 + 700));
+    }
+    let warned = a
+        .diags()
+        .matches("deciding on this proxy's own state")
+        .count();
+    assert_eq!(warned, 1, "logged once per interval:\n{}", a.diags());
+    // Store errors are counted; decisions before the outage too.
+    assert_eq!(
+        a.wait_metrics_after(
+            &[("plugin.ip_throttle.http.s.test.store_decisions", 1)],
+            &[]
+        ),
+        Ok(())
+    );
+    let errors = a
+        .metric("plugin.ip_throttle.http.s.test.store_errors")
+        .unwrap_or(0);
+    let timeouts = a
+        .metric("plugin.ip_throttle.http.s.test.store_timeouts")
+        .unwrap_or(0);
+    assert!(
+        errors + timeouts >= 1,
+        "errors {errors}, timeouts {timeouts}"
+    );
+    // Back: shared again (the record of this request appears).
+    mc.restart();
+    let end = Instant::now() + Duration::from_secs(5);
+    loop {
+        get(&a, me, "s.test");
+        if mc.get(&format!("ipt:shop:127.0.0.{last}")).is_some() {
+            break;
+        }
+        assert!(Instant::now() < end, "never wrote to memcached again");
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}
