@@ -1,13 +1,16 @@
-//! Added latency of rate_limit.so's global mode: one traffic_server with
-//! the same limits decided locally and in Redis (`--store`), sequential
-//! requests on a keep-alive connection, p50/p99 of each. Also the same
-//! with 16 clients at once.
+//! Added latency of the stores: one traffic_server with rate_limit.so's
+//! limits decided locally and in Redis (`--store`), and ip_throttle.so's
+//! per-IP step on local state, on memcached and on Redis (`--threshold=0`,
+//! so every request runs the step and passes); sequential requests on a
+//! keep-alive connection, p50/p99 of each. Also the same with 16 clients
+//! at once.
 //!
 //!     cargo run --release -p ats-tests --example store_latency [REQUESTS]
 
 use std::time::{Duration, Instant};
 
 use ats_tests::client::Conn;
+use ats_tests::memcached::Memcached;
 use ats_tests::redis::Redis;
 use ats_tests::{Origin, TrafficServer};
 
@@ -35,6 +38,7 @@ fn main() {
         .and_then(|a| a.parse().ok())
         .unwrap_or(5000);
     let redis = Redis::start().expect("redis");
+    let memcached = Memcached::start().expect("memcached");
     let origin = Origin::start();
     let limits = "--rate=1000000 --limit=100000";
     let mut remap = String::new();
@@ -53,19 +57,41 @@ fn main() {
             redis.url()
         ),
     );
+    // Every request runs ip_throttle's step and passes (probation ends at once).
+    let ipt = "--threshold=0 --initial-delay=1 --instance=bench";
+    remap += &ats_tests::rule("ip_throttle", "ipt-local.test", &origin, ipt);
+    for (host, store) in [
+        ("ipt-mc.test", memcached.url()),
+        ("ipt-redis.test", redis.url()),
+    ] {
+        remap += &ats_tests::rule(
+            "ip_throttle",
+            host,
+            &origin,
+            &format!("{ipt} --store={store} --store-timeout=50"),
+        );
+    }
     remap += &format!("map http://none.test/ {}\n", origin.url());
     let mut b = TrafficServer::builder().remap(remap).with_manager();
     if let Ok(ms) = std::env::var("POLL_TIMEOUT_MS") {
         b = b.record("proxy.config.net.poll_timeout", &format!("INT {ms}"));
     }
     let ts = b.start().expect("traffic_server");
-    for host in ["none.test", "local.test", "exact.test"] {
+    let hosts = [
+        "none.test",
+        "local.test",
+        "exact.test",
+        "ipt-local.test",
+        "ipt-mc.test",
+        "ipt-redis.test",
+    ];
+    for host in hosts {
         run(ts.port(), host, 200); // warm up
     }
     println!("| rule | clients | p50 µs | p90 µs | p99 µs | over 5 ms |");
     println!("|---|---|---|---|---|---|");
     for clients in [1usize, 16] {
-        for host in ["none.test", "local.test", "exact.test"] {
+        for host in hosts {
             let port = ts.port();
             let per = n / clients;
             let hs: Vec<_> = (0..clients)

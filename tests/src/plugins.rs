@@ -34,13 +34,17 @@ fn build() -> Result<PathBuf, String> {
     if let Some(dir) = std::env::var_os("ATS_PLUGIN_DIR") {
         return Ok(PathBuf::from(dir));
     }
-    // target/<profile>/deps/<test-binary>, or target/<profile>/<binary>
+    // target/<profile>/deps/<test-binary>, target/<profile>/examples/<example>,
+    // or target/<profile>/<binary>
     let exe = std::env::current_exe().map_err(|e| e.to_string())?;
     let mut profile_dir = exe
         .parent()
         .ok_or("cannot locate the target directory from the binary")?
         .to_path_buf();
-    if profile_dir.file_name().is_some_and(|n| n == "deps") {
+    if profile_dir
+        .file_name()
+        .is_some_and(|n| n == "deps" || n == "examples")
+    {
         profile_dir.pop();
     }
     let profile = match profile_dir.file_name().and_then(|n| n.to_str()) {
