@@ -56,6 +56,9 @@ pub struct Options {
     /// `--peers`/`--peer-group` and the other `--peer-…` options: the
     /// limiter joins DThrottle's peer exchange (see `crate::peering`).
     pub peer: Option<crate::peering::PeerOptions>,
+    /// `--fair` and the `--flow-…` options: the limit's slots are shared
+    /// fairly between flows (see `crate::fair`).
+    pub fair: Option<crate::fair::FairOptions>,
     /// Accepted but probably unintended combinations, for the log.
     pub warnings: Vec<String>,
 }
@@ -106,6 +109,11 @@ const OPTIONS: &[(&str, bool)] = &[
     ("peer-period", true),
     ("peer-secret-file", true),
     ("peer-max-tags", true),
+    ("fair", true),
+    ("flow-slots", true),
+    ("flow-over", true),
+    ("strict", false),
+    ("flow-weights", true),
 ];
 
 /// Longest `--group` name.
@@ -159,8 +167,10 @@ impl Options {
             key_missing: crate::key::Missing::Shared,
             group: None,
             peer: None,
+            fair: None,
             warnings: Vec::new(),
         };
+        let mut fair_raw: Vec<(&'static str, String)> = Vec::new();
         let mut peer_raw: Vec<(&'static str, String)> = Vec::new();
         let mut burst = None;
         let mut tag = None;
@@ -321,6 +331,7 @@ impl Options {
                     o.group = Some(value.to_owned());
                 }
                 n if crate::peering::NAMES.contains(&n) => peer_raw.push((n, value.to_owned())),
+                n if crate::fair::NAMES.contains(&n) => fair_raw.push((n, value.to_owned())),
                 _ => unreachable!("every name in OPTIONS is handled"),
             }
         }
@@ -420,6 +431,7 @@ impl Options {
             o.rate.is_some(),
             o.group.as_deref(),
         )?;
+        o.fair = crate::fair::parse(&fair_raw, o.limit, o.key.is_some(), o.conntrack)?;
         if o.queue == 0 {
             if o.maxage_ms > 0 {
                 o.warnings
@@ -479,6 +491,41 @@ impl Options {
                 "peers",
                 self.peer.as_ref().map_or_else(none, |p| p.describe()),
             ),
+            (
+                "fair",
+                self.fair
+                    .as_ref()
+                    .map_or_else(none, |f| f.describe_source()),
+            ),
+            (
+                "flow-slots",
+                self.fair.as_ref().map_or_else(none, |f| {
+                    f.flow_slots
+                        .map_or_else(|| "fair share".to_owned(), |n| n.to_string())
+                }),
+            ),
+            (
+                "flow-over",
+                self.fair.as_ref().map_or_else(none, |f| {
+                    match f.over {
+                        crate::fair::Over::Reject => "reject",
+                        crate::fair::Over::Wait => "wait",
+                    }
+                    .to_owned()
+                }),
+            ),
+            (
+                "strict",
+                self.fair
+                    .as_ref()
+                    .map_or_else(none, |f| f.strict.to_string()),
+            ),
+            (
+                "flow-weights",
+                self.fair
+                    .as_ref()
+                    .map_or_else(none, |f| f.describe_weights()),
+            ),
         ]
     }
 
@@ -505,6 +552,22 @@ impl Options {
                 self.keys
             ),
         };
+        let key = key
+            + &self.fair.as_ref().map_or(String::new(), |f| {
+                format!(
+                    " fair={} flow-slots={} flow-over={} strict={} flow-weights={}",
+                    f.describe_source(),
+                    f.flow_slots
+                        .map_or_else(|| "fair-share".to_owned(), |n| n.to_string()),
+                    if f.over == crate::fair::Over::Reject {
+                        "reject"
+                    } else {
+                        "wait"
+                    },
+                    f.strict,
+                    f.describe_weights()
+                )
+            });
         format!(
             "limit={limit} rate={rate} queue={queue} maxage={}ms error={} retry={} conntrack={}{key}{} metrics={}.remap.{}",
             self.maxage_ms,
