@@ -19,6 +19,7 @@
 #![forbid(unsafe_code)]
 
 mod ctl;
+mod fair;
 mod peers;
 mod queue;
 mod state;
@@ -69,6 +70,8 @@ pub struct Rule {
     metrics: Metrics,
     /// With `--key`: publishes the `keys` gauge and `evicted` counter.
     _key_metrics: Option<Periodic>,
+    /// With `--fair`: publishes `flows`, `borrowed` and `flow_rejected`.
+    _fair_metrics: Vec<Periodic>,
     /// What `traffic_ctl plugin msg rate_limit` shows of the rule.
     card: Arc<ctl::Card>,
     policy_header: Option<String>,
@@ -78,7 +81,11 @@ pub struct Rule {
 
 impl Rule {
     fn new(args: &RemapArgs<'_>) -> Result<Rule, String> {
-        let opts = Options::parse(args.from_url, args.options()).map_err(|e| e.to_string())?;
+        let mut opts = Options::parse(args.from_url, args.options()).map_err(|e| e.to_string())?;
+        if let Some(f) = opts.fair.as_mut() {
+            rate_limit_core::fair::load_weights(f, &ats::config_dir())
+                .map_err(|e| e.to_string())?;
+        }
         let policy_header = if opts.ratelimit_headers {
             headers::policy(opts.limit, opts.rate.map(|r| (r, opts.burst)))
         } else {
@@ -95,6 +102,7 @@ impl Rule {
         let metrics = Metrics::new(&opts);
         Ok(Rule {
             _key_metrics: key_metrics(&limiter, &metrics),
+            _fair_metrics: fair::metrics(&limiter, &metrics),
             card: ctl::Card::new(from, &opts, &limiter, metrics),
             metrics,
             limiter,
@@ -124,6 +132,9 @@ impl Rule {
     /// The client's key with `--key` (hashed: the table keeps nothing else),
     /// or what the `--key-missing` policy says for a request without one.
     fn client_key(&self, txn: Txn<'_>, req: &RemapRequest<'_>) -> ClientKey {
+        if let Some(flow) = self.flow(txn, req) {
+            return ClientKey::Key(flow);
+        }
         let (Some(spec), Some(table)) = (&self.opts.key, self.limiter.keys()) else {
             return ClientKey::Rule;
         };
@@ -273,6 +284,9 @@ impl RemapPlugin for Rule {
         let changes = reg.commit(|limiter, o| {
             if let Err(option) = limiter.reconfigure(Limits::of(o)) {
                 log::error!("cannot change {option} of a live limiter; restart to apply it");
+            }
+            if let Some(f) = &o.fair {
+                limiter.set_fair(f);
             }
         });
         for c in changes {
@@ -533,6 +547,9 @@ fn decorate_response(txn: Txn<'_>, head: &TxnState) {
 /// no live one fits).
 fn new_limiter(o: &Options) -> Arc<Limiter<Queued>> {
     let limits = Limits::of(o);
+    if let Some(f) = &o.fair {
+        return Limiter::fair(limits, f, MonotonicClock);
+    }
     match o.key {
         Some(_) if o.peer.is_some() => Limiter::peered(limits, o.keys, MonotonicClock),
         Some(_) => Limiter::keyed(limits, o.keys, MonotonicClock),
