@@ -1,7 +1,7 @@
 //! Fair shares of a limiter's slots between flows (OMERO's per-session,
 //! per-user and per-group throttling strategies).
 //!
-//! A fair [`Slots`] keeps one FIFO per flow (a client key) instead of one
+//! A fair [`Slots`](crate::Slots) keeps one FIFO per flow (a client key) instead of one
 //! for everybody, and hands a freed slot to the next flow in round-robin
 //! order (weighted: a flow of weight `w` is served up to `w` times in a row),
 //! so a flow with 100 waiters delays another flow's first waiter by at most
@@ -24,12 +24,9 @@
 
 use std::collections::{HashMap, VecDeque};
 use std::hash::{BuildHasherDefault, Hasher};
-use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
-use parking_lot::Mutex;
-
-use crate::slots::{Entry, Permit, Slots, Ticket, Waiter, WAITING};
+use crate::slots::{Entry, Permit, Waiter};
 
 /// One flow's slots and weight, as the weights file gives them.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -49,7 +46,7 @@ impl Default for FlowWeight {
     }
 }
 
-/// How a fair limiter shares its slots; changeable live ([`Slots::set_fair`]).
+/// How a fair limiter shares its slots; changeable live ([`Slots::set_fair`](crate::Slots::set_fair)).
 #[derive(Clone, Debug, Default, PartialEq)]
 pub struct FairConfig {
     /// Slots one flow may hold; `None`: its fair share of the active flows.
@@ -81,11 +78,11 @@ pub struct FlowState {
     pub share: u32,
 }
 
-/// The outcome of [`Slots::try_acquire_flow`].
+/// The outcome of [`Slots::try_acquire_flow`](crate::Slots::try_acquire_flow).
 pub enum FlowTry<W: Waiter> {
     /// A slot, held by the flow.
     Go(Permit<W>),
-    /// No slot for the flow now: queue it ([`Slots::enqueue_flow`]).
+    /// No slot for the flow now: queue it ([`Slots::enqueue_flow`](crate::Slots::enqueue_flow)).
     Wait,
     /// The flow is at its share and the limiter refuses over-users.
     Over,
@@ -198,19 +195,6 @@ impl<W> FairQueue<W> {
         share(w, self.cfg.flow_slots, limit, total_weight)
     }
 
-    /// `key`'s flow (made if new), counted as active: the caller is about
-    /// to give it a slot or a waiter.
-    fn active_flow(&mut self, key: u64) -> &mut Flow<W> {
-        let w = self.weight_of(key);
-        let f = self.flows.entry(key).or_insert_with(|| Flow::new(w));
-        if !f.counted {
-            f.counted = true;
-            self.active_flows += 1;
-            self.total_weight += u64::from(f.w.weight);
-        }
-        f
-    }
-
     /// After `key` gave back a slot or lost a waiter: uncounted if it now
     /// neither holds nor waits, and idle flows swept out once they outnumber
     /// the active ones (memory follows the flows in use).
@@ -241,15 +225,6 @@ impl<W> FairQueue<W> {
         }
     }
 
-    /// Drops the ring's first flow (it has no waiter left to give).
-    fn pop_ring(&mut self) {
-        if let Some(key) = self.ring.pop_front() {
-            if let Some(f) = self.flows.get_mut(&key) {
-                f.in_ring = false;
-            }
-        }
-    }
-
     /// The next waiter to admit, if a slot is free: the first flow in ring
     /// order under its share; else (not strict) the first flow (it borrows).
     /// Returns its flow and the waiter (taken out of the queue).
@@ -257,27 +232,25 @@ impl<W> FairQueue<W> {
         if active >= limit {
             return None;
         }
-        // Each round either returns or drops a flow whose entries all left.
-        for _ in 0..=self.ring.len() {
-            let tw = self.total_weight;
-            // Round-robin: flows at their share pass their turn (to the back).
-            let mut entitled = false;
-            for _ in 0..self.ring.len() {
-                let f = &self.flows[&self.ring[0]];
-                // Every share is at least 1: no division for an idle flow.
-                if f.held == 0 || f.held < self.share(f.w, limit, tw) {
-                    entitled = true;
-                    break;
-                }
-                self.ring.rotate_left(1);
-            }
-            let borrowed = match entitled {
-                true => false,
-                false if !self.cfg.strict && !self.ring.is_empty() => true,
-                false => return None,
-            };
-            let key = self.ring[0];
+        let (flow_slots, tw) = (self.cfg.flow_slots, self.total_weight);
+        // Round-robin: a flow at its share passes its turn (to the back);
+        // once every flow has passed, the first borrows (unless strict).
+        // Bounded: a round of passes, then each step takes a waiter or drops
+        // a flow whose waiters all left.
+        let mut passed = 0;
+        loop {
+            let &key = self.ring.front()?;
             let f = self.flows.get_mut(&key).expect("ring flows exist");
+            // Every share is at least 1: no division for an idle flow.
+            let entitled = f.held == 0 || f.held < share(f.w, flow_slots, limit, tw);
+            if !entitled && passed < self.ring.len() {
+                self.ring.rotate_left(1);
+                passed += 1;
+                continue;
+            }
+            if !entitled && self.cfg.strict {
+                return None;
+            }
             let mut got = None;
             while let Some(e) = f.queue.pop_front() {
                 if let Some(w) = e.take() {
@@ -287,7 +260,8 @@ impl<W> FairQueue<W> {
             }
             let Some(w) = got else {
                 // Cancels in flight took them; they fix `live` themselves.
-                self.pop_ring();
+                f.in_ring = false;
+                self.ring.pop_front();
                 continue;
             };
             f.live -= 1;
@@ -301,12 +275,11 @@ impl<W> FairQueue<W> {
                 f.credit = f.w.weight;
                 self.ring.rotate_left(1);
             }
-            if borrowed {
+            if !entitled {
                 self.borrowed += 1;
             }
             return Some((key, w));
         }
-        None
     }
 }
 
@@ -320,287 +293,8 @@ fn share(w: FlowWeight, flow_slots: Option<u32>, limit: u32, total_weight: u64) 
     s.max(1)
 }
 
-/// `active`/`waiting` of a fair limiter change only under its lock: a plain
-/// load and store, cheaper than a read-modify-write, cannot lose an update.
-fn add(counter: &std::sync::atomic::AtomicU32, delta: i32) {
-    let v = counter.load(Ordering::Relaxed).wrapping_add_signed(delta);
-    counter.store(v, Ordering::Release);
-}
-
-impl<W: Waiter> Slots<W> {
-    /// A limiter of `limit` slots shared fairly between flows.
-    pub fn fair(limit: u32, cfg: FairConfig) -> Arc<Self> {
-        Self::build(limit, Some(Mutex::new(FairQueue::new(cfg))))
-    }
-
-    /// True for a limiter made by [`Slots::fair`].
-    pub fn is_fair(&self) -> bool {
-        self.fair.is_some()
-    }
-
-    /// Changes the sharing of a live fair limiter (no-op otherwise). A larger
-    /// share admits waiters at once; a smaller one preempts nobody.
-    pub fn set_fair(self: &Arc<Self>, cfg: FairConfig) {
-        let Some(fair) = &self.fair else { return };
-        {
-            let mut q = fair.lock();
-            q.cfg = cfg;
-            let mut total = 0;
-            let keys: Vec<u64> = q.flows.keys().copied().collect();
-            for k in keys {
-                let w = q.weight_of(k);
-                let f = q.flows.get_mut(&k).expect("listed above");
-                f.w = w;
-                f.credit = f.credit.clamp(1, w.weight);
-                if f.counted {
-                    total += u64::from(w.weight);
-                }
-            }
-            q.total_weight = total;
-        }
-        if self.waiting.load(Ordering::SeqCst) > 0 {
-            self.dispatch();
-        }
-    }
-
-    /// Takes a slot for `flow` if it may have one now (see the module doc).
-    /// On a limiter that is not fair, `flow` is ignored.
-    pub fn try_acquire_flow(self: &Arc<Self>, flow: u64) -> FlowTry<W> {
-        let Some(fair) = &self.fair else {
-            return self.try_acquire().map_or(FlowTry::Wait, FlowTry::Go);
-        };
-        let limit = self.limit.load(Ordering::SeqCst);
-        let mut q = fair.lock();
-        let q = &mut *q;
-        let active = self.active.load(Ordering::Relaxed);
-        let w = q.weight_of(flow);
-        // One lookup: a flow refused a slot now stays (idle) until a sweep.
-        let f = q.flows.entry(flow).or_insert_with(|| Flow::new(w));
-        let tw = q.total_weight + if f.counted { 0 } else { u64::from(f.w.weight) };
-        let over = f.held > 0 && f.held >= share(f.w, q.cfg.flow_slots, limit, tw);
-        // A flow with waiters never overtakes them.
-        if active < limit && f.live == 0 && (!over || (!q.cfg.strict && q.ring.is_empty())) {
-            f.held += 1;
-            if !f.counted {
-                f.counted = true;
-                q.active_flows += 1;
-                q.total_weight = tw;
-            }
-            if over {
-                q.borrowed += 1;
-            }
-            add(&self.active, 1);
-            return FlowTry::Go(self.permit_of(flow));
-        }
-        q.sweep();
-        if over && q.cfg.reject_over {
-            q.flow_rejected += 1;
-            return FlowTry::Over;
-        }
-        FlowTry::Wait
-    }
-
-    /// Queues `waiter` in `flow`'s FIFO. If the flow may have a free slot it
-    /// is admitted before this returns (inside this call, on this thread).
-    pub fn enqueue_flow(self: &Arc<Self>, flow: u64, waiter: W) -> Ticket<W> {
-        let Some(fair) = &self.fair else {
-            return self.enqueue(waiter);
-        };
-        let entry = Arc::new(Entry {
-            state: std::sync::atomic::AtomicU8::new(WAITING),
-            payload: Mutex::new(Some(waiter)),
-        });
-        let slot_free = {
-            let mut q = fair.lock();
-            let q = &mut *q;
-            let spare = if q.flows.get(&flow).is_none_or(|f| f.queue.capacity() == 0) {
-                q.spare.pop()
-            } else {
-                None
-            };
-            let f = q.active_flow(flow);
-            if let Some(spare) = spare {
-                f.queue = spare;
-            }
-            f.queue.push_back(entry.clone());
-            f.live += 1;
-            if !f.in_ring {
-                f.in_ring = true;
-                f.credit = f.w.weight;
-                q.ring.push_back(flow);
-            }
-            add(&self.waiting, 1);
-            // Under the lock: a release that frees a slot after this sees
-            // the waiter counted and dispatches itself.
-            self.active.load(Ordering::SeqCst) < self.limit.load(Ordering::SeqCst)
-        };
-        if slot_free {
-            self.dispatch();
-        }
-        Ticket {
-            entry,
-            slots: self.clone(),
-            flow,
-        }
-    }
-
-    /// Counters of a fair limiter (zero otherwise).
-    pub fn fair_stats(&self) -> FairStats {
-        self.fair.as_ref().map_or_else(FairStats::default, |f| {
-            let q = f.lock();
-            FairStats {
-                flows: q.active_flows,
-                borrowed: q.borrowed,
-                flow_rejected: q.flow_rejected,
-            }
-        })
-    }
-
-    /// `flow`'s slots held, waiters and share now; `None` if it holds and
-    /// waits for nothing (or the limiter is not fair).
-    pub fn flow_state(&self, flow: u64) -> Option<FlowState> {
-        let q = self.fair.as_ref()?.lock();
-        let f = q.flows.get(&flow).filter(|f| f.counted)?;
-        Some(FlowState {
-            held: f.held,
-            waiting: f.live,
-            share: q.share(f.w, self.limit(), q.total_weight),
-        })
-    }
-
-    /// [`Slots::fair_release`], out of the FIFO's release path.
-    #[cold]
-    #[inline(never)]
-    pub(crate) fn fair_release_cold(self: &Arc<Self>, flow: u64) {
-        self.fair_release(flow);
-    }
-
-    /// Frees `flow`'s slot and, unless this thread is already handing slots
-    /// out here, gives it to the next waiter, picked under the same lock.
-    pub(crate) fn fair_release(self: &Arc<Self>, flow: u64) {
-        let Some(fair) = &self.fair else { return };
-        let first = {
-            let mut q = fair.lock();
-            let q = &mut *q;
-            if let Some(f) = q.flows.get_mut(&flow) {
-                f.held = f.held.saturating_sub(1);
-                if f.counted && f.held == 0 && f.live == 0 {
-                    f.counted = false;
-                    q.active_flows -= 1;
-                    q.total_weight -= u64::from(f.w.weight);
-                }
-            }
-            q.sweep();
-            debug_assert!(
-                self.active.load(Ordering::Relaxed) > 0,
-                "slot released twice"
-            );
-            add(&self.active, -1);
-            // Nested in a hand-off (an `admit` gave its slot back): the
-            // running loop hands the slot on.
-            if self.waiting.load(Ordering::SeqCst) == 0 || self.dispatching_here() {
-                return;
-            }
-            self.grant(q)
-        };
-        self.dispatch_with(first);
-    }
-
-    /// Picks the next waiter under `q`'s lock and counts its slot.
-    fn grant(&self, q: &mut FairQueue<W>) -> Option<(u64, W)> {
-        let limit = self.limit.load(Ordering::SeqCst);
-        let active = self.active.load(Ordering::SeqCst);
-        let g = q.pick(limit, active);
-        if g.is_some() {
-            add(&self.active, 1);
-            add(&self.waiting, -1);
-        }
-        g
-    }
-
-    /// A waiter of `flow` was taken out by a cancel: fix the counts.
-    #[inline(never)]
-    pub(crate) fn fair_cancelled(&self, flow: u64) {
-        let Some(fair) = &self.fair else { return };
-        let mut q = fair.lock();
-        add(&self.waiting, -1);
-        let mut idle_queue = false;
-        if let Some(f) = q.flows.get_mut(&flow) {
-            f.live = f.live.saturating_sub(1);
-            if f.live == 0 {
-                f.queue.clear();
-                idle_queue = f.in_ring;
-                f.in_ring = false;
-            } else {
-                let dead = f.queue.len().saturating_sub(f.live as usize);
-                if dead > 32 && dead * 2 > f.queue.len() {
-                    f.queue
-                        .retain(|e| e.state.load(Ordering::Acquire) == WAITING);
-                }
-            }
-        }
-        if idle_queue {
-            q.ring.retain(|&k| k != flow);
-        }
-        q.settle(flow);
-    }
-
-    /// Admits waiters while [`FairQueue::pick`] finds one; returns the
-    /// payload of the first `admit` that panicked.
-    #[inline(never)]
-    pub(crate) fn fair_dispatch_loop(
-        self: &Arc<Self>,
-        first: Option<(u64, W)>,
-    ) -> Option<Box<dyn std::any::Any + Send>> {
-        let fair = self.fair.as_ref()?;
-        let mut panicked = None;
-        let mut next = first;
-        // Bounded: each round admits (takes out) one waiter.
-        loop {
-            let grant = match next.take() {
-                Some(g) => Some(g),
-                None if self.waiting.load(Ordering::SeqCst) > 0 => self.grant(&mut fair.lock()),
-                None => None,
-            };
-            let Some((flow, w)) = grant else { break };
-            let permit = self.permit_of(flow);
-            // A declined permit is dropped: its release sees this dispatch
-            // running (nested) and only frees the slot; the loop hands it on.
-            match std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| w.admit(permit))) {
-                Ok(Ok(())) => {}
-                Ok(Err(permit)) => drop(permit),
-                Err(payload) => {
-                    panicked.get_or_insert(payload);
-                }
-            }
-        }
-        panicked
-    }
-
-    pub(crate) fn fair_remove_waiting(&self, mut gone: impl FnMut(&W) -> bool) -> Vec<W> {
-        let Some(fair) = &self.fair else {
-            return Vec::new();
-        };
-        let snapshot: Vec<(u64, Arc<Entry<W>>)> = {
-            let q = fair.lock();
-            q.ring
-                .iter()
-                .flat_map(|k| q.flows[k].queue.iter().map(move |e| (*k, e.clone())))
-                .collect()
-        };
-        let mut removed = Vec::new();
-        for (flow, e) in snapshot {
-            let is_gone = e.payload.lock().as_ref().is_some_and(&mut gone);
-            if is_gone {
-                if let Some(w) = e.take() {
-                    self.fair_cancelled(flow);
-                    removed.push(w);
-                }
-            }
-        }
-        removed
-    }
-}
-
+mod hand_off;
+#[cfg(test)]
+mod stress;
 #[cfg(test)]
 mod tests;

@@ -1,4 +1,6 @@
 use super::*;
+use crate::slots::Slots;
+use parking_lot::Mutex;
 use std::collections::HashMap;
 
 type Log = Arc<Mutex<Vec<(u64, usize)>>>;
