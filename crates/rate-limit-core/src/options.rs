@@ -431,7 +431,9 @@ impl Options {
             o.rate.is_some(),
             o.group.as_deref(),
         )?;
-        o.fair = crate::fair::parse(&fair_raw, o.limit, o.key.is_some(), o.conntrack)?;
+        if !fair_raw.is_empty() {
+            o.fair = crate::fair::parse(&fair_raw, o.limit, o.key.is_some(), o.conntrack)?;
+        }
         if o.queue == 0 {
             if o.maxage_ms > 0 {
                 o.warnings
