@@ -287,6 +287,10 @@ fn hard_limit_refuses_over_share_at_once_with_retry_after_and_counts_it() {
     let m = |n: &str| format!("plugin.rate_limiter.remap.fairh.{n}");
     assert_eq!(ts.wait_metric(&m("flow_rejected"), 1), Ok(1));
     assert_eq!(ts.wait_metric(&m("rejected"), 1), Ok(1));
+    // `show` reports the same without the metrics' delay.
+    let shown = ts.plugin_msg("rate_limit", "show fairh");
+    assert!(shown.contains("\"flow_rejected\":1"), "{shown}");
+    assert!(shown.contains("\"source\":\"header:X-User\""), "{shown}");
 }
 
 #[test]
