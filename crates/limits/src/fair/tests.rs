@@ -356,7 +356,7 @@ mod model {
     proptest! {
         /// Whatever happens: held slots never exceed the limit (strict: nor a
         /// static share); each flow is served in its own order; a flow under
-        /// its share waits at most one turn of every other flow; nobody
+        /// its share waits at most one turn (its weight) of every other flow; nobody
         /// borrows while a flow under its share waits; and once the holders
         /// leave, every waiter still queued is served (nobody starves).
         #[test]
@@ -364,9 +364,14 @@ mod model {
             limit in 1u32..6,
             flow_slots in proptest::option::of(1u32..4),
             strict: bool,
+            weights in proptest::collection::vec(1u32..4, FLOWS as usize),
             ops in proptest::collection::vec(op(), 1..150),
         ) {
-            let s: Arc<Slots<Rec>> = Slots::fair(limit, cfg(flow_slots, strict, false));
+            let mut c = cfg(flow_slots, strict, false);
+            for (f, &weight) in weights.iter().enumerate() {
+                c.weights.insert(f as u64, FlowWeight { slots: None, weight });
+            }
+            let s: Arc<Slots<Rec>> = Slots::fair(limit, c);
             let (log, held) = (Log::default(), Held::default());
             let check = Arc::new(Mutex::new(Checker { flows: (0..FLOWS).collect(), ..Checker::default() }));
             let mut tickets = Vec::new();
@@ -416,7 +421,9 @@ mod model {
             prop_assert_eq!(cancelled, tickets.len());
             let c = check.lock();
             prop_assert!(c.violations.is_empty(), "{:?}", c.violations);
-            prop_assert!(c.most_skipped < FLOWS as usize, "skipped {} turns", c.most_skipped);
+            // Each other flow is served at most its weight in turns ahead.
+            let bound = weights.iter().sum::<u32>() as usize;
+            prop_assert!(c.most_skipped < bound, "skipped {} turns", c.most_skipped);
             // Per-flow FIFO: queued ids of one flow are admitted in order.
             for f in 0..FLOWS {
                 let ids: Vec<usize> = log.lock().iter().filter(|e| e.0 == f).map(|e| e.1).collect();
