@@ -225,6 +225,18 @@ impl<W> FairQueue<W> {
         }
     }
 
+    /// Some flow with waiters is under its share (it should get a free slot).
+    /// Stops at the first; flows at their share hold a slot each, so at most
+    /// `limit` are passed over.
+    fn entitled_waiter(&self, limit: u32) -> bool {
+        let (flow_slots, tw) = (self.cfg.flow_slots, self.total_weight);
+        self.ring.iter().any(|k| {
+            self.flows
+                .get(k)
+                .is_some_and(|f| f.held == 0 || f.held < share(f.w, flow_slots, limit, tw))
+        })
+    }
+
     /// The next waiter to admit, if a slot is free: the first flow in ring
     /// order under its share; else (not strict) the first flow (it borrows).
     /// Returns its flow and the waiter (taken out of the queue).

@@ -36,6 +36,9 @@ thread_local! {
 }
 
 pub(crate) const WAITING: u8 = 0;
+/// Always set in a fair limiter's `waiting`, so the FIFO fast paths (which
+/// test `waiting > 0` anyway) leave for the fair code at no extra cost.
+pub(crate) const FAIR_BIT: u32 = 1 << 31;
 const TAKEN: u8 = 1;
 
 pub(crate) struct Entry<W> {
@@ -98,7 +101,7 @@ impl<W: Waiter> Slots<W> {
         Arc::new(Slots {
             limit: AtomicU32::new(limit),
             active: AtomicU32::new(0),
-            waiting: AtomicU32::new(0),
+            waiting: AtomicU32::new(if fair.is_some() { FAIR_BIT } else { 0 }),
             queue: Mutex::new(Queue {
                 entries: VecDeque::new(),
                 dead: 0,
@@ -132,7 +135,7 @@ impl<W: Waiter> Slots<W> {
 
     /// Live waiters in the queue right now.
     pub fn waiting(&self) -> u32 {
-        self.waiting.load(Ordering::Acquire)
+        self.waiting.load(Ordering::Acquire) & !FAIR_BIT
     }
 
     fn try_inc(&self) -> bool {
@@ -157,10 +160,10 @@ impl<W: Waiter> Slots<W> {
 
     /// Takes a slot if one is free and nobody is waiting for one.
     pub fn try_acquire(self: &Arc<Self>) -> Option<Permit<W>> {
-        if self.fair.is_some() {
-            return self.try_acquire_fair();
+        if self.waiting.load(Ordering::SeqCst) > 0 {
+            return self.try_acquire_busy();
         }
-        if self.waiting.load(Ordering::SeqCst) > 0 || !self.try_inc() {
+        if !self.try_inc() {
             return None;
         }
         Some(Permit {
@@ -169,12 +172,15 @@ impl<W: Waiter> Slots<W> {
         })
     }
 
-    /// [`Slots::try_acquire`] of a fair limiter (as flow 0), out of the
-    /// FIFO's fast path.
+    /// [`Slots::try_acquire`] with waiters, or on a fair limiter (as flow
+    /// 0; its `waiting` always has [`FAIR_BIT`]): out of the fast path.
     #[cold]
     #[inline(never)]
-    fn try_acquire_fair(self: &Arc<Self>) -> Option<Permit<W>> {
-        self.try_acquire_flow(0).permit()
+    fn try_acquire_busy(self: &Arc<Self>) -> Option<Permit<W>> {
+        match self.fair {
+            Some(_) => self.try_acquire_flow(0).permit(),
+            None => None,
+        }
     }
 
     /// [`Slots::enqueue`] on a fair limiter (as flow 0), out of the FIFO's path.
@@ -332,14 +338,15 @@ impl<W: Waiter> Slots<W> {
 
     #[inline]
     fn release(self: &Arc<Self>, flow: u64) {
-        if self.fair.is_some() {
-            return self.fair_release_cold(flow);
-        }
         let prev = self.active.fetch_sub(1, Ordering::SeqCst);
         debug_assert!(prev > 0, "slot released twice");
         // Nobody waiting: nothing to hand on (a waiter counted after this load
         // dispatches for itself once pushed), so skip the dispatcher's bookkeeping.
+        // A fair limiter always goes on (FAIR_BIT): its flow gives the slot back.
         if self.waiting.load(Ordering::SeqCst) > 0 {
+            if self.fair.is_some() {
+                return self.fair_release_cold(flow);
+            }
             self.dispatch();
         }
     }

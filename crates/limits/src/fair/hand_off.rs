@@ -8,10 +8,11 @@ use std::sync::Arc;
 use parking_lot::Mutex;
 
 use super::{share, FairConfig, FairQueue, FairStats, Flow, FlowState, FlowTry};
-use crate::slots::{Entry, Slots, Ticket, Waiter, WAITING};
+use crate::slots::{Entry, Slots, Ticket, Waiter, FAIR_BIT, WAITING};
 
-/// `active`/`waiting` of a fair limiter change only under its lock: a plain
-/// load and store, cheaper than a read-modify-write, cannot lose an update.
+/// A fair limiter's `waiting` changes only under its lock: a plain load and
+/// store, cheaper than a read-modify-write, cannot lose an update (`active`
+/// is also decremented by the FIFO release path, outside the lock).
 fn add(counter: &std::sync::atomic::AtomicU32, delta: i32) {
     let v = counter.load(Ordering::Relaxed).wrapping_add_signed(delta);
     counter.store(v, Ordering::Release);
@@ -48,9 +49,14 @@ impl<W: Waiter> Slots<W> {
             }
             q.total_weight = total;
         }
-        if self.waiting.load(Ordering::SeqCst) > 0 {
+        if self.waiters() > 0 {
             self.dispatch();
         }
+    }
+
+    /// Live waiters (without [`FAIR_BIT`]).
+    fn waiters(&self) -> u32 {
+        self.waiting.load(Ordering::SeqCst) & !FAIR_BIT
     }
 
     /// Takes a slot for `flow` if it may have one now (see the module doc).
@@ -62,14 +68,26 @@ impl<W: Waiter> Slots<W> {
         let limit = self.limit.load(Ordering::SeqCst);
         let mut q = fair.lock();
         let q = &mut *q;
-        let active = self.active.load(Ordering::Relaxed);
+        let active = self.active.load(Ordering::SeqCst);
         let w = q.weight_of(flow);
         // One lookup: a flow refused a slot now stays (idle) until a sweep.
         let f = q.flows.entry(flow).or_insert_with(|| Flow::new(w));
         let tw = q.total_weight + if f.counted { 0 } else { u64::from(f.w.weight) };
         let over = f.held > 0 && f.held >= share(f.w, q.cfg.flow_slots, limit, tw);
-        // A flow with waiters never overtakes them.
-        if active < limit && f.live == 0 && (!over || (!q.cfg.strict && q.ring.is_empty())) {
+        let own_waiters = f.live > 0;
+        // A flow with waiters never overtakes them. A free slot while others
+        // wait is being handed on (a release decrements `active` before its
+        // hand-off takes this lock): it is taken only if none of them may
+        // have it (strict, all at their shares).
+        let grant = active < limit
+            && !own_waiters
+            && if over {
+                !q.cfg.strict && q.ring.is_empty()
+            } else {
+                q.ring.is_empty() || !q.entitled_waiter(limit)
+            };
+        if grant {
+            let f = q.flows.get_mut(&flow).expect("made above");
             f.held += 1;
             if !f.counted {
                 f.counted = true;
@@ -79,7 +97,7 @@ impl<W: Waiter> Slots<W> {
             if over {
                 q.borrowed += 1;
             }
-            add(&self.active, 1);
+            self.active.fetch_add(1, Ordering::SeqCst);
             return FlowTry::Go(self.permit_of(flow));
         }
         q.sweep();
@@ -184,14 +202,10 @@ impl<W: Waiter> Slots<W> {
                 }
             }
             q.sweep();
-            debug_assert!(
-                self.active.load(Ordering::Relaxed) > 0,
-                "slot released twice"
-            );
-            add(&self.active, -1);
+            // `active` was decremented by the caller (Slots::release).
             // Nested in a hand-off (an `admit` gave its slot back): the
             // running loop hands the slot on.
-            if self.waiting.load(Ordering::SeqCst) == 0 || self.dispatching_here() {
+            if self.waiters() == 0 || self.dispatching_here() {
                 return;
             }
             self.grant(q)
@@ -205,7 +219,7 @@ impl<W: Waiter> Slots<W> {
         let active = self.active.load(Ordering::SeqCst);
         let g = q.pick(limit, active);
         if g.is_some() {
-            add(&self.active, 1);
+            self.active.fetch_add(1, Ordering::SeqCst);
             add(&self.waiting, -1);
         }
         g
@@ -252,7 +266,7 @@ impl<W: Waiter> Slots<W> {
         loop {
             let grant = match next.take() {
                 Some(g) => Some(g),
-                None if self.waiting.load(Ordering::SeqCst) > 0 => self.grant(&mut fair.lock()),
+                None if self.waiters() > 0 => self.grant(&mut fair.lock()),
                 None => None,
             };
             let Some((flow, w)) = grant else { break };
