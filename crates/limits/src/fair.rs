@@ -17,9 +17,12 @@
 //! - **Over its share** ([`FairConfig::reject_over`]): refused at once
 //!   ([`FlowTry::Over`]), or queued in its flow (the caller bounds the wait).
 //!
-//! Only flows that hold or wait for a slot are kept: at most `limit` plus
-//! the waiters, which the caller bounds (queue places). Everything runs
-//! under one lock per limiter; scans are bounded by the flows at their
+//! Flows that hold or wait for a slot are at most `limit` plus the waiters,
+//! which the caller bounds (queue places); idle flows are kept (a flow that
+//! comes and goes then costs a lookup) until they outnumber the active ones
+//! by [`IDLE_KEPT`], then swept: at most 2 × active + 64 flows. Decisions run under
+//! one lock per limiter (a release frees its slot in `active` first, then
+//! takes the lock to hand it on); scans are bounded by the flows at their
 //! share, which hold a slot each (at most `limit`).
 
 use std::collections::{HashMap, VecDeque};

@@ -14,6 +14,10 @@
 //! reached; the fast paths (acquire and release with nobody waiting) are
 //! lock-free. Cancelled entries are skipped when popped and compacted away
 //! once they outnumber live ones, so memory follows the live queue.
+//!
+//! A fair limiter ([`Slots::fair`], see [`crate::fair`]) keeps one queue per
+//! flow instead, served round-robin; the paths above leave for it on the
+//! `waiting > 0` test they make anyway (its `waiting` carries `FAIR_BIT`).
 
 use std::cell::RefCell;
 use std::collections::VecDeque;
