@@ -20,7 +20,7 @@
 //! Flows that hold or wait for a slot are at most `limit` plus the waiters,
 //! which the caller bounds (queue places); idle flows are kept (a flow that
 //! comes and goes then costs a lookup) until they outnumber the active ones
-//! by [`IDLE_KEPT`], then swept: at most 2 × active + 64 flows. Decisions run under
+//! by 64 (`IDLE_KEPT`), then swept: at most 2 × active + 64 flows. Decisions run under
 //! one lock per limiter (a release frees its slot in `active` first, then
 //! takes the lock to hand it on); scans are bounded by the flows at their
 //! share, which hold a slot each (at most `limit`).
