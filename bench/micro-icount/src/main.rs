@@ -18,7 +18,9 @@ use std::path::Path;
 use std::sync::Arc;
 
 use keyed::{KeyState, KeyTable};
-use limits::{Budget, Clock, Gcra, MonotonicClock, Permit, Slots, Waiter, NANOS_PER_SEC};
+use limits::{
+    Budget, Clock, FairConfig, Gcra, MonotonicClock, Permit, Slots, Waiter, NANOS_PER_SEC,
+};
 use rate_limit_core::{Admission, Limiter, Limits, Options};
 use throttle_core::params::{self, FsSource};
 use throttle_core::{Entry, Gate, Ticket};
@@ -90,6 +92,28 @@ fn queue_push_pop_handoff(s: &Arc<Slots<GiveBack>>) {
     for _ in 0..N {
         let holder = s.try_acquire().expect("free between iterations");
         let ticket = s.enqueue(GiveBack);
+        drop(holder);
+        black_box(ticket);
+    }
+}
+
+#[inline(never)]
+fn fair_acquire_release(s: &Arc<Slots<GiveBack>>) {
+    for _ in 0..N {
+        drop(black_box(
+            s.try_acquire_flow(1).permit().expect("high limit"),
+        ));
+    }
+}
+
+#[inline(never)]
+fn fair_push_pop_handoff(s: &Arc<Slots<GiveBack>>) {
+    for _ in 0..N {
+        let holder = s
+            .try_acquire_flow(1)
+            .permit()
+            .expect("free between iterations");
+        let ticket = s.enqueue_flow(2, GiveBack);
         drop(holder);
         black_box(ticket);
     }
@@ -230,6 +254,13 @@ fn main() {
     op("queue/enqueue_cancel", &queue_enqueue_cancel);
     queue_enqueue_cancel(&q);
     drop(holder);
+
+    let f = Slots::<GiveBack>::fair(HIGH, FairConfig::default());
+    op("fair/acquire_release", &fair_acquire_release);
+    fair_acquire_release(&f);
+    let f = Slots::<GiveBack>::fair(1, FairConfig::default());
+    op("fair/push_pop_handoff", &fair_push_pop_handoff);
+    fair_push_pop_handoff(&f);
 
     let bucket = Gcra::per_second(1000.0, 10);
     op("gcra/check_conforming", &gcra_check_conforming);

@@ -14,7 +14,9 @@ use std::sync::{Arc, Barrier};
 use std::time::{Duration, Instant};
 
 use criterion::{criterion_group, criterion_main, Criterion};
-use limits::{Budget, Clock, Gcra, MonotonicClock, Permit, Slots, Waiter, NANOS_PER_SEC};
+use limits::{
+    Budget, Clock, FairConfig, Gcra, MonotonicClock, Permit, Slots, Waiter, NANOS_PER_SEC,
+};
 
 /// A waiter that gives its slot straight back: one admission and one release.
 struct GiveBack;
@@ -153,5 +155,37 @@ fn misc(c: &mut Criterion) {
     });
 }
 
-criterion_group!(benches, slots, queue, gcra, misc);
+/// `--fair`: the same two paths through a fair limiter (per-flow queues,
+/// round-robin hand-off), the waiter in another flow than the holder.
+fn fair(c: &mut Criterion) {
+    let mut g = c.benchmark_group("fair");
+    let s = Slots::<GiveBack>::fair(HIGH_LIMIT, FairConfig::default());
+    g.bench_function("acquire_release", |b| {
+        b.iter(|| {
+            let p = s.try_acquire_flow(black_box(1)).permit();
+            drop(black_box(p.expect("the high limit is never reached")));
+        })
+    });
+    let s = Slots::<GiveBack>::fair(1, FairConfig::default());
+    g.bench_function("push_pop_handoff", |b| {
+        b.iter(|| {
+            let holder = s
+                .try_acquire_flow(1)
+                .permit()
+                .expect("the slot is free between iterations");
+            let ticket = s.enqueue_flow(2, GiveBack);
+            drop(holder);
+            debug_assert!(!ticket.is_waiting());
+            black_box(ticket);
+        })
+    });
+    g.finish();
+    assert_eq!(
+        (s.active(), s.waiting()),
+        (0, 0),
+        "fair queue did not drain"
+    );
+}
+
+criterion_group!(benches, slots, queue, fair, gcra, misc);
 criterion_main!(benches);

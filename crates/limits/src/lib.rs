@@ -5,7 +5,8 @@
 //! Plugins wire these to hooks; tests drive them with a manual clock.
 //!
 //! - [`gcra::Gcra`]: a rate bucket in one `AtomicU64`.
-//! - [`slots::Slots`]: a concurrency limit with FIFO hand-off to waiters.
+//! - [`slots::Slots`]: a concurrency limit with FIFO hand-off to waiters,
+//!   or ([`fair`]) fair shares between flows with round-robin hand-off.
 //! - [`budget::Budget`]: a bounded counter whose tokens give back on drop.
 //! - [`ctl`]: the words of a `traffic_ctl plugin msg` command.
 //! - [`quote`]: configuration values shown in error messages, short and
@@ -14,11 +15,13 @@
 pub mod budget;
 pub mod clock;
 pub mod ctl;
+pub mod fair;
 pub mod gcra;
 pub mod quote;
 pub mod slots;
 
 pub use budget::{Budget, BudgetToken};
 pub use clock::{Clock, ManualClock, MonotonicClock, Nanos, NANOS_PER_MS, NANOS_PER_SEC};
+pub use fair::{FairConfig, FairStats, FlowState, FlowTry, FlowWeight};
 pub use gcra::{Gcra, GcraParams, LiveParams, Quota, Reservation};
 pub use slots::{Permit, Slots, Ticket, Waiter};

@@ -14,6 +14,10 @@
 //! reached; the fast paths (acquire and release with nobody waiting) are
 //! lock-free. Cancelled entries are skipped when popped and compacted away
 //! once they outnumber live ones, so memory follows the live queue.
+//!
+//! A fair limiter ([`Slots::fair`], see [`crate::fair`]) keeps one queue per
+//! flow instead, served round-robin; the paths above leave for it on the
+//! `waiting > 0` test they make anyway (its `waiting` carries `FAIR_BIT`).
 
 use std::cell::RefCell;
 use std::collections::VecDeque;
@@ -35,17 +39,20 @@ thread_local! {
     static DISPATCHING: RefCell<Vec<usize>> = const { RefCell::new(Vec::new()) };
 }
 
-const WAITING: u8 = 0;
+pub(crate) const WAITING: u8 = 0;
+/// Always set in a fair limiter's `waiting`, so the FIFO fast paths (which
+/// test `waiting > 0` anyway) leave for the fair code at no extra cost.
+pub(crate) const FAIR_BIT: u32 = 1 << 31;
 const TAKEN: u8 = 1;
 
-struct Entry<W> {
-    state: AtomicU8,
-    payload: Mutex<Option<W>>,
+pub(crate) struct Entry<W> {
+    pub(crate) state: AtomicU8,
+    pub(crate) payload: Mutex<Option<W>>,
 }
 
 impl<W> Entry<W> {
     /// The single transition out of the queue; the winner gets the payload.
-    fn take(&self) -> Option<W> {
+    pub(crate) fn take(&self) -> Option<W> {
         self.state
             .compare_exchange(WAITING, TAKEN, Ordering::AcqRel, Ordering::Acquire)
             .ok()
@@ -61,36 +68,49 @@ struct Queue<W> {
 
 pub struct Slots<W: Waiter> {
     /// Changeable live ([`Slots::set_limit`]); read at every admission.
-    limit: AtomicU32,
-    active: AtomicU32,
+    pub(crate) limit: AtomicU32,
+    pub(crate) active: AtomicU32,
     /// Live (not yet taken) entries in the queue.
-    waiting: AtomicU32,
+    pub(crate) waiting: AtomicU32,
     queue: Mutex<Queue<W>>,
+    /// Fair shares between flows ([`Slots::fair`]): per-flow queues served
+    /// round-robin replace the FIFO, and `active`/`waiting` change only
+    /// under this lock.
+    pub(crate) fair: Option<Mutex<crate::fair::FairQueue<W>>>,
 }
 
 /// A held slot; dropping it frees the slot (and may admit the next waiter).
 #[must_use = "dropping a permit releases the slot at once"]
 pub struct Permit<W: Waiter> {
     slots: Arc<Slots<W>>,
+    /// The flow holding it (fair slots; 0 otherwise).
+    pub(crate) flow: u64,
 }
 
 /// Handle on a queued waiter, to take it out of the queue early.
 pub struct Ticket<W: Waiter> {
-    entry: Arc<Entry<W>>,
-    slots: Arc<Slots<W>>,
+    pub(crate) entry: Arc<Entry<W>>,
+    pub(crate) slots: Arc<Slots<W>>,
+    /// The flow it waits in (fair slots; 0 otherwise).
+    pub(crate) flow: u64,
 }
 
 impl<W: Waiter> Slots<W> {
     /// `limit` simultaneous holders; `u32::MAX` means unlimited (still counted).
     pub fn new(limit: u32) -> Arc<Self> {
+        Self::build(limit, None)
+    }
+
+    pub(crate) fn build(limit: u32, fair: Option<Mutex<crate::fair::FairQueue<W>>>) -> Arc<Self> {
         Arc::new(Slots {
             limit: AtomicU32::new(limit),
             active: AtomicU32::new(0),
-            waiting: AtomicU32::new(0),
+            waiting: AtomicU32::new(if fair.is_some() { FAIR_BIT } else { 0 }),
             queue: Mutex::new(Queue {
                 entries: VecDeque::new(),
                 dead: 0,
             }),
+            fair,
         })
     }
 
@@ -103,6 +123,10 @@ impl<W: Waiter> Slots<W> {
     /// the new limit keep their slots, and newcomers wait until enough leave.
     pub fn set_limit(self: &Arc<Self>, limit: u32) {
         self.limit.store(limit, Ordering::SeqCst);
+        if let Some(fair) = &self.fair {
+            // Orders the new limit before any enqueue that then reads it.
+            drop(fair.lock());
+        }
         if self.waiting.load(Ordering::SeqCst) > 0 {
             self.dispatch();
         }
@@ -115,7 +139,7 @@ impl<W: Waiter> Slots<W> {
 
     /// Live waiters in the queue right now.
     pub fn waiting(&self) -> u32 {
-        self.waiting.load(Ordering::Acquire)
+        self.waiting.load(Ordering::Acquire) & !FAIR_BIT
     }
 
     fn try_inc(&self) -> bool {
@@ -140,17 +164,50 @@ impl<W: Waiter> Slots<W> {
 
     /// Takes a slot if one is free and nobody is waiting for one.
     pub fn try_acquire(self: &Arc<Self>) -> Option<Permit<W>> {
-        if self.waiting.load(Ordering::SeqCst) > 0 || !self.try_inc() {
+        if self.waiting.load(Ordering::SeqCst) > 0 {
+            return self.try_acquire_busy();
+        }
+        if !self.try_inc() {
             return None;
         }
         Some(Permit {
             slots: self.clone(),
+            flow: 0,
         })
+    }
+
+    /// [`Slots::try_acquire`] with waiters, or on a fair limiter (as flow
+    /// 0; its `waiting` always has [`FAIR_BIT`]): out of the fast path.
+    #[cold]
+    #[inline(never)]
+    fn try_acquire_busy(self: &Arc<Self>) -> Option<Permit<W>> {
+        match self.fair {
+            Some(_) => self.try_acquire_flow(0).permit(),
+            None => None,
+        }
+    }
+
+    /// [`Slots::enqueue`] on a fair limiter (as flow 0), out of the FIFO's path.
+    #[cold]
+    #[inline(never)]
+    fn enqueue_fair(self: &Arc<Self>, waiter: W) -> Ticket<W> {
+        self.enqueue_flow(0, waiter)
+    }
+
+    /// A permit of `flow` (fair slots): the caller has accounted for it.
+    pub(crate) fn permit_of(self: &Arc<Self>, flow: u64) -> Permit<W> {
+        Permit {
+            slots: self.clone(),
+            flow,
+        }
     }
 
     /// Queues `waiter`. If a slot is free it is admitted before this returns
     /// (inside this call, on this thread).
     pub fn enqueue(self: &Arc<Self>, waiter: W) -> Ticket<W> {
+        if self.fair.is_some() {
+            return self.enqueue_fair(waiter);
+        }
         let entry = Arc::new(Entry {
             state: AtomicU8::new(WAITING),
             payload: Mutex::new(Some(waiter)),
@@ -167,6 +224,7 @@ impl<W: Waiter> Slots<W> {
         Ticket {
             entry,
             slots: self.clone(),
+            flow: 0,
         }
     }
 
@@ -188,8 +246,34 @@ impl<W: Waiter> Slots<W> {
     /// An `admit` that releases a permit of this limiter on the spot would
     /// re-enter here once per waiter; instead the nested release only frees
     /// the slot and this loop, still running below it, hands it on.
-    fn dispatch(self: &Arc<Self>) {
-        let me = Arc::as_ptr(self) as *const () as usize;
+    #[inline(never)]
+    pub(crate) fn dispatch(self: &Arc<Self>) {
+        self.registered(|| match &self.fair {
+            Some(_) => self.fair_dispatch_loop(None),
+            None => self.dispatch_loop(),
+        });
+    }
+
+    /// True while this thread runs [`Slots::dispatch`] for this limiter.
+    pub(crate) fn dispatching_here(&self) -> bool {
+        let me = self as *const Self as *const () as usize;
+        DISPATCHING
+            .try_with(|d| d.borrow().contains(&me))
+            .unwrap_or(false)
+    }
+
+    /// Dispatch of a fair limiter whose `first` waiter was already granted a
+    /// slot (the caller checked that this thread is not dispatching here).
+    #[inline(never)]
+    pub(crate) fn dispatch_with(self: &Arc<Self>, first: Option<(u64, W)>) {
+        self.registered(|| self.fair_dispatch_loop(first));
+    }
+
+    /// Runs `hand_out` unless this thread is already dispatching for this
+    /// limiter, then re-raises the first panic of an `admit`.
+    #[inline(always)]
+    fn registered(&self, hand_out: impl FnOnce() -> Option<Box<dyn std::any::Any + Send>>) {
+        let me = self as *const Self as *const () as usize;
         let nested = DISPATCHING
             .try_with(|d| {
                 let mut d = d.borrow_mut();
@@ -212,7 +296,7 @@ impl<W: Waiter> Slots<W> {
             }
         }
         let unregister = Unregister(me);
-        let panicked = self.dispatch_loop();
+        let panicked = hand_out();
         drop(unregister);
         if let Some(payload) = panicked {
             // Every free slot has been handed on; now let the caller's guard see it.
@@ -231,6 +315,7 @@ impl<W: Waiter> Slots<W> {
                     Some(w) => {
                         let permit = Permit {
                             slots: self.clone(),
+                            flow: 0,
                         };
                         match std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
                             w.admit(permit)
@@ -255,12 +340,17 @@ impl<W: Waiter> Slots<W> {
         panicked
     }
 
-    fn release(self: &Arc<Self>) {
+    #[inline]
+    fn release(self: &Arc<Self>, flow: u64) {
         let prev = self.active.fetch_sub(1, Ordering::SeqCst);
         debug_assert!(prev > 0, "slot released twice");
         // Nobody waiting: nothing to hand on (a waiter counted after this load
         // dispatches for itself once pushed), so skip the dispatcher's bookkeeping.
+        // A fair limiter always goes on (FAIR_BIT): its flow gives the slot back.
         if self.waiting.load(Ordering::SeqCst) > 0 {
+            if self.fair.is_some() {
+                return self.fair_release_cold(flow);
+            }
             self.dispatch();
         }
     }
@@ -272,6 +362,9 @@ impl<W: Waiter> Slots<W> {
     /// snapshot), so it may be slow (a syscall); a waiter admitted meanwhile
     /// is simply not returned.
     pub fn remove_waiting(&self, mut gone: impl FnMut(&W) -> bool) -> Vec<W> {
+        if self.fair.is_some() {
+            return self.fair_remove_waiting(gone);
+        }
         let snapshot: Vec<Arc<Entry<W>>> = self.queue.lock().entries.iter().cloned().collect();
         let mut removed = Vec::new();
         for e in snapshot {
@@ -297,7 +390,7 @@ impl<W: Waiter> Slots<W> {
 
 impl<W: Waiter> Drop for Permit<W> {
     fn drop(&mut self) {
-        self.slots.release();
+        self.slots.release(self.flow);
     }
 }
 
@@ -313,6 +406,10 @@ impl<W: Waiter> Ticket<W> {
     /// it; `None` if it was already admitted (or cancelled).
     pub fn cancel(&self) -> Option<W> {
         let w = self.entry.take()?;
+        if self.slots.fair.is_some() {
+            self.slots.fair_cancelled(self.flow);
+            return Some(w);
+        }
         self.slots.waiting.fetch_sub(1, Ordering::SeqCst);
         let mut q = self.slots.queue.lock();
         q.dead += 1;

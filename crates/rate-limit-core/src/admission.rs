@@ -16,8 +16,8 @@ use parking_lot::Mutex;
 
 use keyed::{KeyState, KeyTable};
 use limits::{
-    Budget, BudgetToken, Clock, Gcra, GcraParams, LiveParams, MonotonicClock, Nanos, Permit, Quota,
-    Reservation, Slots, Ticket, Waiter,
+    Budget, BudgetToken, Clock, FlowTry, Gcra, GcraParams, LiveParams, MonotonicClock, Nanos,
+    Permit, Quota, Reservation, Slots, Ticket, Waiter,
 };
 
 /// What a limiter enforces.
@@ -73,6 +73,9 @@ pub struct Limiter<W: Waiter, C: Clock = MonotonicClock> {
     /// Joins the peer exchange (`--peers`): keys carry their peer tag and
     /// the hits not yet reported (see `peer.rs`).
     peered: bool,
+    /// With `--fair`: hashes flow keys (secret per limiter, so clients
+    /// cannot aim at one another's flows; see `fair.rs`).
+    flow_seed: std::hash::RandomState,
     clock: C,
 }
 
@@ -282,6 +285,7 @@ impl<W: Waiter, C: Clock> Limiter<W, C> {
             waiting_queues: Mutex::new(HashMap::new()),
             params: None,
             peered: false,
+            flow_seed: std::hash::RandomState::new(),
             clock,
         }
     }
@@ -511,7 +515,7 @@ impl<W: Waiter, C: Clock> Limiter<W, C> {
     /// limiters ignore it.
     pub fn admit_tagged(self: &Arc<Self>, key: Option<u64>, tag: &[u8]) -> Admission<W, C> {
         match (&self.keys, key) {
-            (None, _) => self.admit_rule(),
+            (None, flow) => self.admit_rule(flow),
             (Some(t), Some(k)) => self.admit_key(t, k, tag),
             (Some(_), None) => Admission::Reject,
         }
@@ -632,7 +636,8 @@ impl<W: Waiter, C: Clock> Limiter<W, C> {
         }
     }
 
-    fn admit_rule(self: &Arc<Self>) -> Admission<W, C> {
+    /// `flow`: the request's flow on a fair limiter (`--fair`), else ignored.
+    fn admit_rule(self: &Arc<Self>, flow: Option<u64>) -> Admission<W, C> {
         // The clock is read only when needed: a slot-only admission has no use for it.
         let mut now = None;
         let mut place = None;
@@ -666,7 +671,17 @@ impl<W: Waiter, C: Clock> Limiter<W, C> {
         let Some(slots) = &self.slots else {
             return Admission::Go(None);
         };
-        if let Some(permit) = slots.try_acquire() {
+        if slots.is_fair() {
+            match slots.try_acquire_flow(flow.unwrap_or(0)) {
+                FlowTry::Go(permit) => return Admission::Go(Some(permit)),
+                FlowTry::Over => {
+                    // Refused at once: the token goes back (and the place).
+                    self.refund_rate(None);
+                    return Admission::Reject;
+                }
+                FlowTry::Wait => {}
+            }
+        } else if let Some(permit) = slots.try_acquire() {
             return Admission::Go(Some(permit));
         }
         match place.or_else(|| self.budget.try_take()) {
@@ -711,7 +726,13 @@ impl<W: Waiter, C: Clock> Limiter<W, C> {
         if deadline.is_some_and(|d| d <= now) {
             return SlotWait::Expired(waiter);
         }
-        let ticket = slots.enqueue(waiter);
+        let ticket = match key {
+            // A fair limiter's key is the flow.
+            Some(flow) if self.keys.is_none() && slots.is_fair() => {
+                slots.enqueue_flow(flow, waiter)
+            }
+            _ => slots.enqueue(waiter),
+        };
         if self.keys.is_some() && ticket.is_waiting() {
             // After the enqueue: a departure check that finds this queue
             // empty and drops it from the list does so under the list's
@@ -759,6 +780,7 @@ impl<W: Waiter, C: Clock> Limiter<W, C> {
     }
 }
 
+mod fair;
 mod peer;
 #[cfg(test)]
 mod tests;

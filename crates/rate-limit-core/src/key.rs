@@ -255,6 +255,30 @@ impl KeySpec {
         true
     }
 
+    /// The key that a request whose (only) source has `value` gets, as
+    /// [`KeySpec::key`] writes it: for listing key values in a file (an
+    /// address for `ip`, aggregated to the rule's prefix; the raw value of
+    /// a header, cookie or query parameter). False if the spec has several
+    /// sources or `value` is not an address for `ip`.
+    pub fn value_key(&self, value: &str, out: &mut Vec<u8>) -> bool {
+        out.clear();
+        match self.sources.as_slice() {
+            [Source::Ip] => match value.parse::<IpAddr>() {
+                Ok(ip) => {
+                    let (bytes, len) = self.aggregate(canonical(ip));
+                    push_part(out, 0, &bytes[..len]);
+                    true
+                }
+                Err(_) => false,
+            },
+            [_] => {
+                push_part(out, 0, value.as_bytes());
+                true
+            }
+            _ => false,
+        }
+    }
+
     /// A readable form of a key written by [`KeySpec::key`], for operators
     /// (`top`): `ip=192.0.2.7`, `ip=2001:db8::/64`, `header:X-User="alice"`.
     /// Values are quoted and shortened; nothing here is trusted.

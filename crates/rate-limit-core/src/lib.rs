@@ -5,6 +5,7 @@
 
 pub mod admission;
 pub mod ctl;
+pub mod fair;
 pub mod headers;
 pub mod key;
 pub mod options;
@@ -18,7 +19,18 @@ pub use options::{OptionError, Options};
 
 /// The metrics of one rule, as upstream names them plus ours.
 pub const METRICS: &[&str] = &[
-    "queued", "rejected", "expired", "resumed", "admitted", "active", "waiting", "keys", "evicted",
+    "queued",
+    "rejected",
+    "expired",
+    "resumed",
+    "admitted",
+    "active",
+    "waiting",
+    "keys",
+    "evicted",
+    "flows",
+    "borrowed",
+    "flow_rejected",
 ];
 
 /// `<prefix>.remap.<tag>.<metric>`, upstream's naming for remap rules.

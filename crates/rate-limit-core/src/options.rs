@@ -59,6 +59,9 @@ pub struct Options {
     /// `--store` and the other `--store-…`/`--lease-ttl` options: limits
     /// decided in Redis, fleet-wide (see `crate::store`).
     pub store: Option<crate::store::StoreOptions>,
+    /// `--fair` and the `--flow-…` options: the limit's slots are shared
+    /// fairly between flows (see `crate::fair`).
+    pub fair: Option<crate::fair::FairOptions>,
     /// Accepted but probably unintended combinations, for the log.
     pub warnings: Vec<String>,
 }
@@ -114,6 +117,11 @@ const OPTIONS: &[(&str, bool)] = &[
     ("store-failure", true),
     ("lease-ttl", true),
     ("store-sync", true),
+    ("fair", true),
+    ("flow-slots", true),
+    ("flow-over", true),
+    ("strict", false),
+    ("flow-weights", true),
 ];
 
 /// Longest `--group` name.
@@ -168,8 +176,10 @@ impl Options {
             group: None,
             peer: None,
             store: None,
+            fair: None,
             warnings: Vec::new(),
         };
+        let mut fair_raw: Vec<(&'static str, String)> = Vec::new();
         let mut peer_raw: Vec<(&'static str, String)> = Vec::new();
         let mut store_raw: Vec<(&'static str, String)> = Vec::new();
         let mut burst = None;
@@ -332,6 +342,7 @@ impl Options {
                 }
                 n if crate::peering::NAMES.contains(&n) => peer_raw.push((n, value.to_owned())),
                 n if crate::store::NAMES.contains(&n) => store_raw.push((n, value.to_owned())),
+                n if crate::fair::NAMES.contains(&n) => fair_raw.push((n, value.to_owned())),
                 _ => unreachable!("every name in OPTIONS is handled"),
             }
         }
@@ -452,6 +463,17 @@ impl Options {
                     .to_owned(),
             );
         }
+        if !fair_raw.is_empty() {
+            o.fair = crate::fair::parse(&fair_raw, o.limit, o.key.is_some(), o.conntrack)?;
+            if o.store.is_some() {
+                // Redis decides a --store rule's slots; fair shares are this
+                // host's hand-off order, which that rule never uses.
+                return Err(OptionError(
+                    "--fair cannot be combined with --store (Redis decides the rule's slots)"
+                        .to_owned(),
+                ));
+            }
+        }
         if o.queue == 0 {
             if o.maxage_ms > 0 {
                 o.warnings
@@ -515,6 +537,41 @@ impl Options {
                 "store",
                 self.store.as_ref().map_or_else(none, |s| s.describe()),
             ),
+            (
+                "fair",
+                self.fair
+                    .as_ref()
+                    .map_or_else(none, |f| f.describe_source()),
+            ),
+            (
+                "flow-slots",
+                self.fair.as_ref().map_or_else(none, |f| {
+                    f.flow_slots
+                        .map_or_else(|| "fair share".to_owned(), |n| n.to_string())
+                }),
+            ),
+            (
+                "flow-over",
+                self.fair.as_ref().map_or_else(none, |f| {
+                    match f.over {
+                        crate::fair::Over::Reject => "reject",
+                        crate::fair::Over::Wait => "wait",
+                    }
+                    .to_owned()
+                }),
+            ),
+            (
+                "strict",
+                self.fair
+                    .as_ref()
+                    .map_or_else(none, |f| f.strict.to_string()),
+            ),
+            (
+                "flow-weights",
+                self.fair
+                    .as_ref()
+                    .map_or_else(none, |f| f.describe_weights()),
+            ),
         ]
     }
 
@@ -541,6 +598,22 @@ impl Options {
                 self.keys
             ),
         };
+        let key = key
+            + &self.fair.as_ref().map_or(String::new(), |f| {
+                format!(
+                    " fair={} flow-slots={} flow-over={} strict={} flow-weights={}",
+                    f.describe_source(),
+                    f.flow_slots
+                        .map_or_else(|| "fair-share".to_owned(), |n| n.to_string()),
+                    if f.over == crate::fair::Over::Reject {
+                        "reject"
+                    } else {
+                        "wait"
+                    },
+                    f.strict,
+                    f.describe_weights()
+                )
+            });
         format!(
             "limit={limit} rate={rate} queue={queue} maxage={}ms error={} retry={} conntrack={}{key}{} metrics={}.remap.{}",
             self.maxage_ms,

@@ -27,7 +27,17 @@ use std::sync::{Arc, Weak};
 use crate::options::Options;
 
 /// Options whose value can change on a live limiter.
-const LIVE: &[&str] = &["limit", "rate", "burst", "queue", "maxage"];
+const LIVE: &[&str] = &[
+    "limit",
+    "rate",
+    "burst",
+    "queue",
+    "maxage",
+    "flow-slots",
+    "flow-over",
+    "strict",
+    "flow-weights",
+];
 
 pub struct Registry<L> {
     generation: u64,

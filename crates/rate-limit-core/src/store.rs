@@ -234,6 +234,14 @@ mod tests {
     }
 
     #[test]
+    fn fair_shares_are_not_combined_with_a_store() {
+        assert_eq!(
+            err(&["--limit=4", "--fair=ip", "--store=redis://h"]),
+            "--fair cannot be combined with --store (Redis decides the rule's slots)"
+        );
+    }
+
+    #[test]
     fn defaults_and_every_option() {
         let o = parse(&["--rate=5", "--store=redis://127.0.0.1:6380"]).unwrap();
         let s = o.store.unwrap();

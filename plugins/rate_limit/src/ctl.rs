@@ -225,6 +225,14 @@ fn describe(t: &Target) -> Value {
         "waiting": u.waiting,
         "keys": u.keys,
         "evicted": u.evicted,
+        "fair": o.fair.as_ref().zip(t.limiter.fair_stats()).map(|(f, s)| json!({
+            "source": f.describe_source(),
+            "flow_slots": f.flow_slots,
+            "strict": f.strict,
+            "flows": s.flows,
+            "borrowed": s.borrowed,
+            "flow_rejected": s.flow_rejected,
+        })),
         "rules": rules,
     })
 }

@@ -19,6 +19,7 @@
 #![forbid(unsafe_code)]
 
 mod ctl;
+mod fair;
 mod peers;
 mod queue;
 mod state;
@@ -70,6 +71,8 @@ pub struct Rule {
     metrics: Metrics,
     /// With `--key`: publishes the `keys` gauge and `evicted` counter.
     _key_metrics: Option<Periodic>,
+    /// With `--fair`: publishes `flows`, `borrowed` and `flow_rejected`.
+    _fair_metrics: Vec<Periodic>,
     /// What `traffic_ctl plugin msg rate_limit` shows of the rule.
     card: Arc<ctl::Card>,
     policy_header: Option<String>,
@@ -81,7 +84,11 @@ pub struct Rule {
 
 impl Rule {
     fn new(args: &RemapArgs<'_>) -> Result<Rule, String> {
-        let opts = Options::parse(args.from_url, args.options()).map_err(|e| e.to_string())?;
+        let mut opts = Options::parse(args.from_url, args.options()).map_err(|e| e.to_string())?;
+        if let Some(f) = opts.fair.as_mut() {
+            rate_limit_core::fair::load_weights(f, &ats::config_dir())
+                .map_err(|e| e.to_string())?;
+        }
         let policy_header = if opts.ratelimit_headers {
             headers::policy(opts.limit, opts.rate.map(|r| (r, opts.burst)))
         } else {
@@ -100,6 +107,7 @@ impl Rule {
         Ok(Rule {
             store,
             _key_metrics: key_metrics(&limiter, &metrics),
+            _fair_metrics: fair::metrics(&limiter, &metrics),
             card: ctl::Card::new(from, &opts, &limiter, metrics),
             metrics,
             limiter,
@@ -129,6 +137,9 @@ impl Rule {
     /// The client's key with `--key` (hashed: the table keeps nothing else),
     /// or what the `--key-missing` policy says for a request without one.
     fn client_key(&self, txn: Txn<'_>, req: &RemapRequest<'_>) -> ClientKey {
+        if let Some(flow) = self.flow(txn, req) {
+            return ClientKey::Key(flow);
+        }
         let (Some(spec), Some(table)) = (&self.opts.key, self.limiter.keys()) else {
             return ClientKey::Rule;
         };
@@ -279,6 +290,9 @@ impl RemapPlugin for Rule {
         let changes = reg.commit(|limiter, o| {
             if let Err(option) = limiter.reconfigure(Limits::of(o)) {
                 log::error!("cannot change {option} of a live limiter; restart to apply it");
+            }
+            if let Some(f) = &o.fair {
+                limiter.set_fair(f);
             }
         });
         for c in changes {
@@ -552,6 +566,9 @@ fn decorate_response(txn: Txn<'_>, head: &TxnState) {
 /// no live one fits).
 fn new_limiter(o: &Options) -> Arc<Limiter<Queued>> {
     let limits = Limits::of(o);
+    if let Some(f) = &o.fair {
+        return Limiter::fair(limits, f, MonotonicClock);
+    }
     match o.key {
         // --store-sync exchanges counts as peers do (store/sync.rs).
         Some(_) if o.peer.is_some() || o.store.as_ref().is_some_and(|s| s.sync_ms.is_some()) => {

@@ -27,6 +27,11 @@ pub(crate) struct Metrics {
     /// With `--key`: keys held (gauge) and keys evicted (counter).
     pub(crate) keys: Option<Stat>,
     pub(crate) evicted: Option<Stat>,
+    /// With `--fair`: flows holding or waiting (gauge), slots borrowed and
+    /// requests refused over their flow's slots (counters).
+    pub(crate) flows: Option<Stat>,
+    pub(crate) borrowed: Option<Stat>,
+    pub(crate) flow_rejected: Option<Stat>,
 }
 
 pub(crate) fn bump(stat: Option<Stat>, n: i64) {
@@ -55,6 +60,9 @@ impl Metrics {
             waiting: make("waiting"),
             keys: o.key.as_ref().and_then(|_| make("keys")),
             evicted: o.key.as_ref().and_then(|_| make("evicted")),
+            flows: o.fair.as_ref().and_then(|_| make("flows")),
+            borrowed: o.fair.as_ref().and_then(|_| make("borrowed")),
+            flow_rejected: o.fair.as_ref().and_then(|_| make("flow_rejected")),
         }
     }
 }

@@ -1,0 +1,315 @@
+//! Fair shares of a limiter's slots between flows (OMERO's per-session,
+//! per-user and per-group throttling strategies).
+//!
+//! A fair [`Slots`](crate::Slots) keeps one FIFO per flow (a client key) instead of one
+//! for everybody, and hands a freed slot to the next flow in round-robin
+//! order (weighted: a flow of weight `w` is served up to `w` times in a row),
+//! so a flow with 100 waiters delays another flow's first waiter by at most
+//! one turn, not by its whole backlog. Within a flow the order never changes.
+//!
+//! - **Slots per flow** (its share): set per flow (weights file), for all
+//!   ([`FairConfig::flow_slots`]), or by default the fair share
+//!   `ceil(limit × weight / total weight of the flows holding or waiting)`.
+//! - **Borrowing** (not [`FairConfig::strict`]): a flow at its share may take
+//!   an idle slot when no flow under its share waits. A freed slot goes first
+//!   to a waiting flow under its share (the borrowed slot is repaid); holders
+//!   are never preempted. Strict: a flow never holds more than its share.
+//! - **Over its share** ([`FairConfig::reject_over`]): refused at once
+//!   ([`FlowTry::Over`]), or queued in its flow (the caller bounds the wait).
+//!
+//! Flows that hold or wait for a slot are at most `limit` plus the waiters,
+//! which the caller bounds (queue places); idle flows are kept (a flow that
+//! comes and goes then costs a lookup) until they outnumber the active ones
+//! by 64 (`IDLE_KEPT`), then swept: at most 2 × active + 64 flows. Decisions run under
+//! one lock per limiter (a release frees its slot in `active` first, then
+//! takes the lock to hand it on); scans are bounded by the flows at their
+//! share, which hold a slot each (at most `limit`).
+
+use std::collections::{HashMap, VecDeque};
+use std::hash::{BuildHasherDefault, Hasher};
+use std::sync::Arc;
+
+use crate::slots::{Entry, Permit, Waiter};
+
+/// One flow's slots and weight, as the weights file gives them.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct FlowWeight {
+    /// Slots this flow may hold; `None`: [`FairConfig::flow_slots`] or the fair share.
+    pub slots: Option<u32>,
+    /// Turns in a row in the round-robin, and its part of the fair share (≥ 1).
+    pub weight: u32,
+}
+
+impl Default for FlowWeight {
+    fn default() -> Self {
+        FlowWeight {
+            slots: None,
+            weight: 1,
+        }
+    }
+}
+
+/// How a fair limiter shares its slots; changeable live ([`Slots::set_fair`](crate::Slots::set_fair)).
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct FairConfig {
+    /// Slots one flow may hold; `None`: its fair share of the active flows.
+    pub flow_slots: Option<u32>,
+    /// Never more than the share, even on an idle limiter (no borrowing).
+    pub strict: bool,
+    /// A flow at its share is refused at once instead of queued.
+    pub reject_over: bool,
+    /// Flows (by key) with their own slots or weight.
+    pub weights: HashMap<u64, FlowWeight>,
+}
+
+/// Counters of a fair limiter.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct FairStats {
+    /// Flows holding or waiting for a slot now.
+    pub flows: u32,
+    /// Slots given to a flow already at its share (so far).
+    pub borrowed: u64,
+    /// Requests refused because their flow was at its share (so far).
+    pub flow_rejected: u64,
+}
+
+/// One flow's state (for tests and reports).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct FlowState {
+    pub held: u32,
+    pub waiting: u32,
+    pub share: u32,
+}
+
+/// The outcome of [`Slots::try_acquire_flow`](crate::Slots::try_acquire_flow).
+pub enum FlowTry<W: Waiter> {
+    /// A slot, held by the flow.
+    Go(Permit<W>),
+    /// No slot for the flow now: queue it ([`Slots::enqueue_flow`](crate::Slots::enqueue_flow)).
+    Wait,
+    /// The flow is at its share and the limiter refuses over-users.
+    Over,
+}
+
+impl<W: Waiter> FlowTry<W> {
+    pub fn permit(self) -> Option<Permit<W>> {
+        match self {
+            FlowTry::Go(p) => Some(p),
+            _ => None,
+        }
+    }
+}
+
+/// Flow keys are already keyed hashes of the client's bytes (the caller
+/// hashes them with a secret seed), so the map only mixes them: a second
+/// SipHash per lookup would cost more than the rest of an admission.
+#[derive(Default)]
+struct Mix(u64);
+
+impl Hasher for Mix {
+    fn finish(&self) -> u64 {
+        self.0
+    }
+    fn write(&mut self, bytes: &[u8]) {
+        for &b in bytes {
+            self.0 = (self.0 ^ u64::from(b)).wrapping_mul(0x100_0000_01b3);
+        }
+    }
+    fn write_u64(&mut self, v: u64) {
+        // Fibonacci hashing: the top bits (which hashbrown uses) depend on all bits.
+        self.0 = (v ^ (v >> 29)).wrapping_mul(0x9e37_79b9_7f4a_7c15);
+    }
+}
+
+type FlowMap<W> = HashMap<u64, Flow<W>, BuildHasherDefault<Mix>>;
+
+struct Flow<W> {
+    held: u32,
+    /// Entries of `queue` not yet taken (a cancel in flight may still count).
+    live: u32,
+    queue: VecDeque<Arc<Entry<W>>>,
+    w: FlowWeight,
+    /// Turns left before it goes to the back of the ring.
+    credit: u32,
+    in_ring: bool,
+    /// Counted in `active_flows` and `total_weight` (it holds or waits).
+    counted: bool,
+}
+
+impl<W> Flow<W> {
+    fn new(w: FlowWeight) -> Self {
+        Flow {
+            held: 0,
+            live: 0,
+            queue: VecDeque::new(),
+            w,
+            credit: w.weight,
+            in_ring: false,
+            counted: false,
+        }
+    }
+}
+
+pub(crate) struct FairQueue<W> {
+    cfg: FairConfig,
+    /// The flows that hold or wait, and some idle ones, kept so that a flow
+    /// that comes and goes costs a lookup, not an insert and a removal.
+    flows: FlowMap<W>,
+    /// Flows with waiters, in round-robin order, each at most once.
+    ring: VecDeque<u64>,
+    /// Flows that hold or wait, and the sum of their weights.
+    active_flows: u32,
+    total_weight: u64,
+    borrowed: u64,
+    flow_rejected: u64,
+    /// Emptied queues of forgotten flows, reused by new ones.
+    spare: Vec<VecDeque<Arc<Entry<W>>>>,
+}
+
+/// Most spare queues kept.
+const SPARE_QUEUES: usize = 64;
+/// Idle flows kept beyond the active ones before a sweep forgets them.
+const IDLE_KEPT: usize = 64;
+
+impl<W> FairQueue<W> {
+    pub(crate) fn new(cfg: FairConfig) -> Self {
+        FairQueue {
+            cfg,
+            flows: FlowMap::default(),
+            ring: VecDeque::new(),
+            active_flows: 0,
+            total_weight: 0,
+            borrowed: 0,
+            flow_rejected: 0,
+            spare: Vec::new(),
+        }
+    }
+
+    fn weight_of(&self, key: u64) -> FlowWeight {
+        if self.cfg.weights.is_empty() {
+            return FlowWeight::default();
+        }
+        let mut w = self.cfg.weights.get(&key).copied().unwrap_or_default();
+        w.weight = w.weight.max(1);
+        w
+    }
+
+    fn share(&self, w: FlowWeight, limit: u32, total_weight: u64) -> u32 {
+        share(w, self.cfg.flow_slots, limit, total_weight)
+    }
+
+    /// After `key` gave back a slot or lost a waiter: uncounted if it now
+    /// neither holds nor waits, and idle flows swept out once they outnumber
+    /// the active ones (memory follows the flows in use).
+    fn settle(&mut self, key: u64) {
+        if let Some(f) = self.flows.get_mut(&key) {
+            if f.counted && f.held == 0 && f.live == 0 {
+                f.counted = false;
+                self.active_flows -= 1;
+                self.total_weight -= u64::from(f.w.weight);
+            }
+        }
+        self.sweep();
+    }
+
+    fn sweep(&mut self) {
+        if self.flows.len() > 2 * self.active_flows as usize + IDLE_KEPT {
+            let spare = &mut self.spare;
+            self.flows.retain(|_, f| {
+                if !f.counted
+                    && spare.len() < SPARE_QUEUES
+                    && (1..=64).contains(&f.queue.capacity())
+                {
+                    f.queue.clear();
+                    spare.push(std::mem::take(&mut f.queue));
+                }
+                f.counted
+            });
+        }
+    }
+
+    /// Some flow with waiters is under its share (it should get a free slot).
+    /// Stops at the first; flows at their share hold a slot each, so at most
+    /// `limit` are passed over.
+    fn entitled_waiter(&self, limit: u32) -> bool {
+        let (flow_slots, tw) = (self.cfg.flow_slots, self.total_weight);
+        self.ring.iter().any(|k| {
+            self.flows
+                .get(k)
+                .is_some_and(|f| f.held == 0 || f.held < share(f.w, flow_slots, limit, tw))
+        })
+    }
+
+    /// The next waiter to admit, if a slot is free: the first flow in ring
+    /// order under its share; else (not strict) the first flow (it borrows).
+    /// Returns its flow and the waiter (taken out of the queue).
+    fn pick(&mut self, limit: u32, active: u32) -> Option<(u64, W)> {
+        if active >= limit {
+            return None;
+        }
+        let (flow_slots, tw) = (self.cfg.flow_slots, self.total_weight);
+        // Round-robin: a flow at its share passes its turn (to the back);
+        // once every flow has passed, the first borrows (unless strict).
+        // Bounded: a round of passes, then each step takes a waiter or drops
+        // a flow whose waiters all left.
+        let mut passed = 0;
+        loop {
+            let &key = self.ring.front()?;
+            let f = self.flows.get_mut(&key).expect("ring flows exist");
+            // Every share is at least 1: no division for an idle flow.
+            let entitled = f.held == 0 || f.held < share(f.w, flow_slots, limit, tw);
+            if !entitled && passed < self.ring.len() {
+                self.ring.rotate_left(1);
+                passed += 1;
+                continue;
+            }
+            if !entitled && self.cfg.strict {
+                return None;
+            }
+            let mut got = None;
+            while let Some(e) = f.queue.pop_front() {
+                if let Some(w) = e.take() {
+                    got = Some(w);
+                    break;
+                }
+            }
+            let Some(w) = got else {
+                // Cancels in flight took them; they fix `live` themselves.
+                f.in_ring = false;
+                self.ring.pop_front();
+                continue;
+            };
+            f.live -= 1;
+            f.held += 1;
+            f.credit = f.credit.saturating_sub(1);
+            if f.live == 0 {
+                f.queue.clear();
+                f.in_ring = false;
+                self.ring.pop_front();
+            } else if f.credit == 0 {
+                f.credit = f.w.weight;
+                self.ring.rotate_left(1);
+            }
+            if !entitled {
+                self.borrowed += 1;
+            }
+            return Some((key, w));
+        }
+    }
+}
+
+/// A flow's slots: its own, the rule's `flow_slots`, or its fair share of
+/// `limit` by weight among the active flows (`total_weight`); at least 1.
+fn share(w: FlowWeight, flow_slots: Option<u32>, limit: u32, total_weight: u64) -> u32 {
+    let s = w.slots.or(flow_slots).unwrap_or_else(|| {
+        let fair = (u64::from(limit) * u64::from(w.weight)).div_ceil(total_weight.max(1));
+        u32::try_from(fair).unwrap_or(u32::MAX)
+    });
+    s.max(1)
+}
+
+mod hand_off;
+#[cfg(test)]
+mod stress;
+#[cfg(test)]
+mod tests;

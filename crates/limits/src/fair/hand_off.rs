@@ -1,0 +1,310 @@
+//! The fair mode of [`Slots`]: admission, queueing, release and hand-off
+//! by flow, all under the limiter's fair lock; the scheduling decisions are
+//! [`FairQueue`]'s.
+
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+
+use parking_lot::Mutex;
+
+use super::{share, FairConfig, FairQueue, FairStats, Flow, FlowState, FlowTry};
+use crate::slots::{Entry, Slots, Ticket, Waiter, FAIR_BIT, WAITING};
+
+/// A fair limiter's `waiting` changes only under its lock: a plain load and
+/// store, cheaper than a read-modify-write, cannot lose an update (`active`
+/// is also decremented by the FIFO release path, outside the lock).
+fn add(counter: &std::sync::atomic::AtomicU32, delta: i32) {
+    let v = counter.load(Ordering::Relaxed).wrapping_add_signed(delta);
+    counter.store(v, Ordering::Release);
+}
+
+impl<W: Waiter> Slots<W> {
+    /// A limiter of `limit` slots shared fairly between flows.
+    pub fn fair(limit: u32, cfg: FairConfig) -> Arc<Self> {
+        Self::build(limit, Some(Mutex::new(FairQueue::new(cfg))))
+    }
+
+    /// True for a limiter made by [`Slots::fair`].
+    pub fn is_fair(&self) -> bool {
+        self.fair.is_some()
+    }
+
+    /// Changes the sharing of a live fair limiter (no-op otherwise). A larger
+    /// share admits waiters at once; a smaller one preempts nobody.
+    pub fn set_fair(self: &Arc<Self>, cfg: FairConfig) {
+        let Some(fair) = &self.fair else { return };
+        {
+            let mut q = fair.lock();
+            q.cfg = cfg;
+            let mut total = 0;
+            let keys: Vec<u64> = q.flows.keys().copied().collect();
+            for k in keys {
+                let w = q.weight_of(k);
+                let f = q.flows.get_mut(&k).expect("listed above");
+                f.w = w;
+                f.credit = f.credit.clamp(1, w.weight);
+                if f.counted {
+                    total += u64::from(w.weight);
+                }
+            }
+            q.total_weight = total;
+        }
+        if self.waiters() > 0 {
+            self.dispatch();
+        }
+    }
+
+    /// Live waiters (without [`FAIR_BIT`]).
+    fn waiters(&self) -> u32 {
+        self.waiting.load(Ordering::SeqCst) & !FAIR_BIT
+    }
+
+    /// Takes a slot for `flow` if it may have one now (see the module doc).
+    /// On a limiter that is not fair, `flow` is ignored.
+    pub fn try_acquire_flow(self: &Arc<Self>, flow: u64) -> FlowTry<W> {
+        let Some(fair) = &self.fair else {
+            return self.try_acquire().map_or(FlowTry::Wait, FlowTry::Go);
+        };
+        let limit = self.limit.load(Ordering::SeqCst);
+        let mut q = fair.lock();
+        let q = &mut *q;
+        let active = self.active.load(Ordering::SeqCst);
+        let w = q.weight_of(flow);
+        // One lookup: a flow refused a slot now stays (idle) until a sweep.
+        let f = q.flows.entry(flow).or_insert_with(|| Flow::new(w));
+        let tw = q.total_weight + if f.counted { 0 } else { u64::from(f.w.weight) };
+        let over = f.held > 0 && f.held >= share(f.w, q.cfg.flow_slots, limit, tw);
+        let own_waiters = f.live > 0;
+        // A flow with waiters never overtakes them. A free slot while others
+        // wait is being handed on (a release decrements `active` before its
+        // hand-off takes this lock): it is taken only if none of them may
+        // have it (strict, all at their shares).
+        let grant = active < limit
+            && !own_waiters
+            && if over {
+                !q.cfg.strict && q.ring.is_empty()
+            } else {
+                q.ring.is_empty() || !q.entitled_waiter(limit)
+            };
+        if grant {
+            let f = q.flows.get_mut(&flow).expect("made above");
+            f.held += 1;
+            if !f.counted {
+                f.counted = true;
+                q.active_flows += 1;
+                q.total_weight = tw;
+            }
+            if over {
+                q.borrowed += 1;
+            }
+            self.active.fetch_add(1, Ordering::SeqCst);
+            return FlowTry::Go(self.permit_of(flow));
+        }
+        q.sweep();
+        if over && q.cfg.reject_over {
+            q.flow_rejected += 1;
+            return FlowTry::Over;
+        }
+        FlowTry::Wait
+    }
+
+    /// Queues `waiter` in `flow`'s FIFO. If the flow may have a free slot it
+    /// is admitted before this returns (inside this call, on this thread).
+    pub fn enqueue_flow(self: &Arc<Self>, flow: u64, waiter: W) -> Ticket<W> {
+        let Some(fair) = &self.fair else {
+            return self.enqueue(waiter);
+        };
+        let entry = Arc::new(Entry {
+            state: std::sync::atomic::AtomicU8::new(WAITING),
+            payload: Mutex::new(Some(waiter)),
+        });
+        let slot_free = {
+            let mut q = fair.lock();
+            let q = &mut *q;
+            let w = q.weight_of(flow);
+            let f = q.flows.entry(flow).or_insert_with(|| Flow::new(w));
+            if !f.counted {
+                f.counted = true;
+                q.active_flows += 1;
+                q.total_weight += u64::from(f.w.weight);
+            }
+            if f.queue.capacity() == 0 {
+                if let Some(spare) = q.spare.pop() {
+                    f.queue = spare;
+                }
+            }
+            f.queue.push_back(entry.clone());
+            f.live += 1;
+            if !f.in_ring {
+                f.in_ring = true;
+                f.credit = f.w.weight;
+                q.ring.push_back(flow);
+            }
+            add(&self.waiting, 1);
+            // Under the lock: a release that frees a slot after this sees
+            // the waiter counted and dispatches itself.
+            self.active.load(Ordering::SeqCst) < self.limit.load(Ordering::SeqCst)
+        };
+        if slot_free {
+            self.dispatch();
+        }
+        Ticket {
+            entry,
+            slots: self.clone(),
+            flow,
+        }
+    }
+
+    /// Counters of a fair limiter (zero otherwise).
+    pub fn fair_stats(&self) -> FairStats {
+        self.fair.as_ref().map_or_else(FairStats::default, |f| {
+            let q = f.lock();
+            FairStats {
+                flows: q.active_flows,
+                borrowed: q.borrowed,
+                flow_rejected: q.flow_rejected,
+            }
+        })
+    }
+
+    /// `flow`'s slots held, waiters and share now; `None` if it holds and
+    /// waits for nothing (or the limiter is not fair).
+    pub fn flow_state(&self, flow: u64) -> Option<FlowState> {
+        let q = self.fair.as_ref()?.lock();
+        let f = q.flows.get(&flow).filter(|f| f.counted)?;
+        Some(FlowState {
+            held: f.held,
+            waiting: f.live,
+            share: q.share(f.w, self.limit(), q.total_weight),
+        })
+    }
+
+    /// [`Slots::fair_release`], out of the FIFO's release path.
+    #[cold]
+    #[inline(never)]
+    pub(crate) fn fair_release_cold(self: &Arc<Self>, flow: u64) {
+        self.fair_release(flow);
+    }
+
+    /// Frees `flow`'s slot and, unless this thread is already handing slots
+    /// out here, gives it to the next waiter, picked under the same lock.
+    pub(crate) fn fair_release(self: &Arc<Self>, flow: u64) {
+        let Some(fair) = &self.fair else { return };
+        let first = {
+            let mut q = fair.lock();
+            let q = &mut *q;
+            if let Some(f) = q.flows.get_mut(&flow) {
+                f.held = f.held.saturating_sub(1);
+                if f.counted && f.held == 0 && f.live == 0 {
+                    f.counted = false;
+                    q.active_flows -= 1;
+                    q.total_weight -= u64::from(f.w.weight);
+                }
+            }
+            q.sweep();
+            // `active` was decremented by the caller (Slots::release).
+            // Nested in a hand-off (an `admit` gave its slot back): the
+            // running loop hands the slot on.
+            if self.waiters() == 0 || self.dispatching_here() {
+                return;
+            }
+            self.grant(q)
+        };
+        self.dispatch_with(first);
+    }
+
+    /// Picks the next waiter under `q`'s lock and counts its slot.
+    fn grant(&self, q: &mut FairQueue<W>) -> Option<(u64, W)> {
+        let limit = self.limit.load(Ordering::SeqCst);
+        let active = self.active.load(Ordering::SeqCst);
+        let g = q.pick(limit, active);
+        if g.is_some() {
+            self.active.fetch_add(1, Ordering::SeqCst);
+            add(&self.waiting, -1);
+        }
+        g
+    }
+
+    /// A waiter of `flow` was taken out by a cancel: fix the counts.
+    #[inline(never)]
+    pub(crate) fn fair_cancelled(&self, flow: u64) {
+        let Some(fair) = &self.fair else { return };
+        let mut q = fair.lock();
+        add(&self.waiting, -1);
+        let mut idle_queue = false;
+        if let Some(f) = q.flows.get_mut(&flow) {
+            f.live = f.live.saturating_sub(1);
+            if f.live == 0 {
+                f.queue.clear();
+                idle_queue = f.in_ring;
+                f.in_ring = false;
+            } else {
+                let dead = f.queue.len().saturating_sub(f.live as usize);
+                if dead > 32 && dead * 2 > f.queue.len() {
+                    f.queue
+                        .retain(|e| e.state.load(Ordering::Acquire) == WAITING);
+                }
+            }
+        }
+        if idle_queue {
+            q.ring.retain(|&k| k != flow);
+        }
+        q.settle(flow);
+    }
+
+    /// Admits waiters while [`FairQueue::pick`] finds one; returns the
+    /// payload of the first `admit` that panicked.
+    #[inline(never)]
+    pub(crate) fn fair_dispatch_loop(
+        self: &Arc<Self>,
+        first: Option<(u64, W)>,
+    ) -> Option<Box<dyn std::any::Any + Send>> {
+        let fair = self.fair.as_ref()?;
+        let mut panicked = None;
+        let mut next = first;
+        // Bounded: each round admits (takes out) one waiter.
+        loop {
+            let grant = match next.take() {
+                Some(g) => Some(g),
+                None if self.waiters() > 0 => self.grant(&mut fair.lock()),
+                None => None,
+            };
+            let Some((flow, w)) = grant else { break };
+            let permit = self.permit_of(flow);
+            // A declined permit is dropped: its release sees this dispatch
+            // running (nested) and only frees the slot; the loop hands it on.
+            match std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| w.admit(permit))) {
+                Ok(Ok(())) => {}
+                Ok(Err(permit)) => drop(permit),
+                Err(payload) => {
+                    panicked.get_or_insert(payload);
+                }
+            }
+        }
+        panicked
+    }
+
+    pub(crate) fn fair_remove_waiting(&self, mut gone: impl FnMut(&W) -> bool) -> Vec<W> {
+        let Some(fair) = &self.fair else {
+            return Vec::new();
+        };
+        let snapshot: Vec<(u64, Arc<Entry<W>>)> = {
+            let q = fair.lock();
+            q.ring
+                .iter()
+                .flat_map(|k| q.flows[k].queue.iter().map(move |e| (*k, e.clone())))
+                .collect()
+        };
+        let mut removed = Vec::new();
+        for (flow, e) in snapshot {
+            let is_gone = e.payload.lock().as_ref().is_some_and(&mut gone);
+            if is_gone {
+                if let Some(w) = e.take() {
+                    self.fair_cancelled(flow);
+                    removed.push(w);
+                }
+            }
+        }
+        removed
+    }
+}

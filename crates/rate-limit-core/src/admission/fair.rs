@@ -1,0 +1,158 @@
+//! A limiter whose slots are shared fairly between flows (`--fair`): the
+//! rule-wide [`Slots`] in fair mode, with flow keys hashed here. The
+//! request's flow travels as the `key` of [`Limiter::admit`] and
+//! [`Limiter::wait_for_slot`] (a fair limiter is never keyed).
+
+use std::hash::BuildHasher;
+use std::sync::Arc;
+
+use limits::{Clock, FairStats, Slots, Waiter};
+
+use super::{Limiter, Limits};
+use crate::fair::FairOptions;
+
+impl<W: Waiter, C: Clock> Limiter<W, C> {
+    /// A limiter whose `limits.limit` slots are shared between flows as
+    /// `fair` says. Without a concurrency limit it is a plain one (the
+    /// options refuse `--fair` without `--limit`).
+    pub fn fair(limits: Limits, fair: &FairOptions, clock: C) -> Arc<Self> {
+        let base = Limiter::base(limits, clock);
+        let cfg = fair.config(|k| base.flow_seed.hash_one(k));
+        Arc::new(Limiter {
+            slots: limits.limit.map(|l| Slots::fair(l, cfg)),
+            bucket: limits.rate.map(|(r, b)| limits::Gcra::per_second(r, b)),
+            budget: limits::Budget::new(limits.queue),
+            ..base
+        })
+    }
+
+    /// The flow of a request whose flow source gave `bytes` (the same bytes
+    /// as the weights file's entries).
+    pub fn flow_key(&self, bytes: &[u8]) -> u64 {
+        self.flow_seed.hash_one(bytes)
+    }
+
+    /// Applies changed `--flow-…` options (or weights file) to the live
+    /// limiter; a no-op on a limiter that is not fair.
+    pub fn set_fair(&self, fair: &FairOptions) {
+        if let Some(s) = &self.slots {
+            if s.is_fair() {
+                s.set_fair(fair.config(|k| self.flow_key(k)));
+            }
+        }
+    }
+
+    /// Counters of a fair limiter; `None` otherwise.
+    pub fn fair_stats(&self) -> Option<FairStats> {
+        let s = self.slots.as_ref().filter(|s| s.is_fair())?;
+        Some(s.fair_stats())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Arc;
+
+    use limits::{ManualClock, Permit, Waiter, NANOS_PER_SEC};
+    use parking_lot::Mutex;
+
+    use super::*;
+    use crate::{Admission, Options, SlotWait};
+
+    type Held = Arc<Mutex<Vec<(usize, Permit<W>)>>>;
+
+    struct W(usize, Held);
+
+    impl Waiter for W {
+        fn admit(self, permit: Permit<Self>) -> Result<(), Permit<Self>> {
+            self.1.lock().push((self.0, permit));
+            Ok(())
+        }
+    }
+
+    fn fair(args: &[&str]) -> Arc<Limiter<W, Arc<ManualClock>>> {
+        let o = Options::parse("http://a.example/", args).unwrap();
+        let clock = Arc::new(ManualClock::new(NANOS_PER_SEC));
+        Limiter::fair(Limits::of(&o), o.fair.as_ref().unwrap(), clock)
+    }
+
+    /// Admits `flow` or queues it (`id`) for a slot as the plugin does.
+    fn arrive(
+        l: &Arc<Limiter<W, Arc<ManualClock>>>,
+        flow: u64,
+        id: usize,
+        held: &Held,
+    ) -> &'static str {
+        match l.admit(Some(flow)) {
+            Admission::Go(Some(p)) => {
+                held.lock().push((id, p));
+                "go"
+            }
+            Admission::Go(None) => unreachable!("a fair limiter has slots"),
+            Admission::Wait(wait) => {
+                match l.wait_for_slot(wait.since, W(id, held.clone()), Some(flow)) {
+                    SlotWait::Queued { ticket, .. } => std::mem::forget(ticket),
+                    _ => unreachable!("no maxage"),
+                }
+                drop(wait.place);
+                "wait"
+            }
+            Admission::Reject => "reject",
+        }
+    }
+
+    #[test]
+    fn flows_share_the_limit_and_take_turns() {
+        let l = fair(&["--limit=2", "--fair=header:X-User", "--queue=100"]);
+        let held = Held::default();
+        let (a, b) = (l.flow_key(b"a"), l.flow_key(b"b"));
+        assert_eq!(arrive(&l, a, 0, &held), "go");
+        assert_eq!(arrive(&l, a, 1, &held), "go");
+        for id in 2..6 {
+            assert_eq!(arrive(&l, a, id, &held), "wait");
+        }
+        assert_eq!(arrive(&l, b, 100, &held), "wait");
+        // A freed slot goes to flow b, not to a's older waiters.
+        let first = held.lock().remove(0);
+        drop(first);
+        assert_eq!(held.lock().last().map(|h| h.0), Some(100));
+        assert_eq!(l.fair_stats().map(|s| s.flows), Some(2));
+    }
+
+    #[test]
+    fn a_hard_limit_refuses_at_once_and_gives_the_rate_token_back() {
+        let l = fair(&[
+            "--limit=4",
+            "--rate=1",
+            "--burst=2",
+            "--fair=ip",
+            "--flow-slots=1",
+            "--flow-over=reject",
+            "--strict",
+        ]);
+        let held = Held::default();
+        let a = l.flow_key(b"a");
+        assert_eq!(arrive(&l, a, 0, &held), "go");
+        assert_eq!(arrive(&l, a, 1, &held), "reject");
+        assert_eq!(l.fair_stats().map(|s| s.flow_rejected), Some(1));
+        // The refused request's token went back: one more is within the burst.
+        assert_eq!(arrive(&l, l.flow_key(b"b"), 2, &held), "go");
+    }
+
+    #[test]
+    fn changed_flow_options_apply_live() {
+        let l = fair(&["--limit=4", "--fair=ip", "--flow-slots=1", "--strict"]);
+        let held = Held::default();
+        let a = l.flow_key(b"a");
+        assert_eq!(arrive(&l, a, 0, &held), "go");
+        assert_eq!(arrive(&l, a, 1, &held), "wait");
+        let o = Options::parse(
+            "http://a.example/",
+            &["--limit=4", "--fair=ip", "--flow-slots=2"],
+        )
+        .unwrap();
+        l.set_fair(o.fair.as_ref().unwrap());
+        assert_eq!(held.lock().len(), 2, "the larger share admitted the waiter");
+        assert!(fair(&["--limit=1", "--fair=ip"]).fair_stats().is_some());
+    }
+}

@@ -1,0 +1,76 @@
+//! `--fair`: which flow a request belongs to, and the fair limiter's
+//! metrics (`flows` gauge, `borrowed` and `flow_rejected` counters).
+
+use std::sync::Arc;
+
+use ats::sched::Periodic;
+use ats::{RemapRequest, Txn};
+use limits::FairStats;
+use rate_limit_core::fair::FlowSource;
+use rate_limit_core::Limiter;
+
+use crate::queue::Queued;
+use crate::state::Metrics;
+use crate::{KeyView, Rule, KEY_BYTES};
+
+impl Rule {
+    /// The request's flow: its session, or the value of its `--fair`
+    /// source. Requests without one (no session, header missing) share the
+    /// flow of the empty value.
+    pub(crate) fn flow(&self, txn: Txn<'_>, req: &RemapRequest<'_>) -> Option<u64> {
+        let fair = self.opts.fair.as_ref()?;
+        let key = match &fair.source {
+            FlowSource::Session => {
+                let id = txn.ssn().map_or(0, |s| s.id());
+                self.limiter.flow_key(&id.to_le_bytes())
+            }
+            FlowSource::Key(spec) => {
+                let view = KeyView {
+                    txn,
+                    hdr: req.request_header(),
+                };
+                KEY_BYTES.with(|buf| {
+                    let mut buf = buf.borrow_mut();
+                    if !spec.key(&view, &mut buf) {
+                        buf.clear();
+                    }
+                    self.limiter.flow_key(&buf)
+                })
+            }
+        };
+        Some(key)
+    }
+}
+
+/// Publishes a fair limiter's counters every second, as deltas (rules of a
+/// group share the metrics' names and the limiter: each rule publishes its
+/// share). Holds the limiter weakly, like the key metrics.
+pub(crate) fn metrics(limiter: &Arc<Limiter<Queued>>, m: &Metrics) -> Vec<Periodic> {
+    if limiter.fair_stats().is_none() {
+        return Vec::new();
+    }
+    let read = |pick: fn(FairStats) -> (i64, u64)| {
+        let weak = Arc::downgrade(limiter);
+        move || weak.upgrade()?.fair_stats().map(pick)
+    };
+    let tasks = [
+        (
+            m.flows,
+            m.borrowed,
+            read(|s| (i64::from(s.flows), s.borrowed)),
+        ),
+        (None, m.flow_rejected, read(|s| (0, s.flow_rejected))),
+    ];
+    tasks
+        .into_iter()
+        .filter_map(|(gauge, counter, read)| {
+            match ats::stats::publish_deltas(crate::KEY_METRICS_EVERY, gauge, counter, read) {
+                Ok(p) => Some(p),
+                Err(e) => {
+                    log::error!("cannot start the fair metrics task: {e}");
+                    None
+                }
+            }
+        })
+        .collect()
+}
