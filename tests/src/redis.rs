@@ -214,8 +214,26 @@ pub struct DelayProxy {
     stop: Arc<AtomicBool>,
 }
 
+/// How the relay slows the server's answers.
+#[derive(Clone, Copy)]
+enum Slow {
+    /// Each chunk held this long.
+    Chunk(Duration),
+    /// Sent a byte at a time, this long apart (a server that drips).
+    Drip(Duration),
+}
+
 impl DelayProxy {
     pub fn start(target_port: u16, delay: Duration) -> Result<DelayProxy, String> {
+        Self::spawn(target_port, Slow::Chunk(delay))
+    }
+
+    /// A relay that sends the server's answers a byte every `per_byte`.
+    pub fn drip(target_port: u16, per_byte: Duration) -> Result<DelayProxy, String> {
+        Self::spawn(target_port, Slow::Drip(per_byte))
+    }
+
+    fn spawn(target_port: u16, delay: Slow) -> Result<DelayProxy, String> {
         let listener = TcpListener::bind("127.0.0.1:0").map_err(|e| e.to_string())?;
         let port = listener.local_addr().map_err(|e| e.to_string())?.port();
         listener.set_nonblocking(true).map_err(|e| e.to_string())?;
@@ -252,35 +270,43 @@ impl Drop for DelayProxy {
     }
 }
 
-fn relay(client: TcpStream, server: TcpStream, delay: Duration, stop: Arc<AtomicBool>) {
-    let pipe =
-        move |mut from: TcpStream, mut to: TcpStream, delay: Duration, stop: Arc<AtomicBool>| {
-            let _ = from.set_read_timeout(Some(Duration::from_millis(100)));
-            let mut buf = vec![0u8; 64 * 1024];
-            while !stop.load(Ordering::Acquire) {
-                match from.read(&mut buf) {
-                    Ok(0) => break,
-                    Ok(n) => {
-                        thread::sleep(delay);
-                        if to.write_all(&buf[..n]).is_err() {
-                            break;
+fn relay(client: TcpStream, server: TcpStream, slow: Slow, stop: Arc<AtomicBool>) {
+    let pipe = move |mut from: TcpStream, mut to: TcpStream, slow: Slow, stop: Arc<AtomicBool>| {
+        let _ = from.set_read_timeout(Some(Duration::from_millis(100)));
+        let mut buf = vec![0u8; 64 * 1024];
+        while !stop.load(Ordering::Acquire) {
+            match from.read(&mut buf) {
+                Ok(0) => break,
+                Ok(n) => {
+                    let sent = match slow {
+                        Slow::Chunk(d) => {
+                            thread::sleep(d);
+                            to.write_all(&buf[..n])
                         }
+                        Slow::Drip(d) => buf[..n].iter().try_for_each(|b| {
+                            thread::sleep(d);
+                            to.write_all(std::slice::from_ref(b))
+                        }),
+                    };
+                    if sent.is_err() || stop.load(Ordering::Acquire) {
+                        break;
                     }
-                    Err(e)
-                        if matches!(
-                            e.kind(),
-                            std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut
-                        ) => {}
-                    Err(_) => break,
                 }
+                Err(e)
+                    if matches!(
+                        e.kind(),
+                        std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut
+                    ) => {}
+                Err(_) => break,
             }
-            let _ = to.shutdown(Shutdown::Both);
-            let _ = from.shutdown(Shutdown::Both);
-        };
+        }
+        let _ = to.shutdown(Shutdown::Both);
+        let _ = from.shutdown(Shutdown::Both);
+    };
     let (Ok(c2), Ok(s2)) = (client.try_clone(), server.try_clone()) else {
         return;
     };
     let st = stop.clone();
-    thread::spawn(move || pipe(client, s2, Duration::ZERO, st));
-    thread::spawn(move || pipe(server, c2, delay, stop));
+    thread::spawn(move || pipe(client, s2, Slow::Chunk(Duration::ZERO), st));
+    thread::spawn(move || pipe(server, c2, slow, stop));
 }

@@ -225,3 +225,42 @@ fn with_the_store_down_each_proxy_decides_alone_within_the_timeout(mut mc: Store
         std::thread::sleep(Duration::from_millis(100));
     }
 }
+
+/// Parallel requests of one IP, all on their way to the store at once,
+/// still count against `--max-concurrent` (each takes its place when sent).
+#[test]
+fn parallel_requests_of_one_ip_respect_max_concurrent_with_a_store() {
+    let origin = Origin::start();
+    let mc = Store::memcached();
+    let remap = ats_tests::rule(
+        "ip_throttle",
+        "s.test",
+        &origin,
+        &format!(
+            "--initial-delay=1 --max-delay=1 --threshold=30 --max-concurrent=1 \
+             --store={} --instance=par",
+            mc.url()
+        ),
+    );
+    let ts = TrafficServer::builder()
+        .remap(remap)
+        .start()
+        .expect("start");
+    let me = ip(64);
+    assert_eq!(get(&ts, me, "s.test").status, 200, "allowed -> probation");
+    let port = ts.port();
+    let statuses: Vec<u16> = (0..5)
+        .map(|_| {
+            std::thread::spawn(move || {
+                let mut c = Conn::open_from(port, me).expect("connect");
+                c.get("s.test", "/", &[]).map_or(0, |r| r.status)
+            })
+        })
+        .collect::<Vec<_>>()
+        .into_iter()
+        .map(|h| h.join().unwrap_or(0))
+        .collect();
+    let delayed = statuses.iter().filter(|&&s| s == 200).count();
+    let refused = statuses.iter().filter(|&&s| s == 503).count();
+    assert_eq!((delayed, refused), (1, 4), "{statuses:?}");
+}

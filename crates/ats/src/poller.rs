@@ -6,22 +6,27 @@
 //! source:
 //! - **the wake channel** ([`crate::wake`]): the plugin's thread writes a
 //!   byte to a socket ATS polls, and the net thread that owns it drains at
-//!   once (microseconds). It is opened by [`Poller::open_wake`] on a net
-//!   thread, and the plugin hands the returned notifier to its thread;
-//! - **a timer**, the fallback (and the only way before the channel is
-//!   open, or if ATS ever ends it): the ATS thread that hands work over
-//!   arms [`Poller::arm`], a one-shot timer on the net pool (requests arm
-//!   it, so not ET_TASK: see [`Pool::Task`]) that drains and arms itself
-//!   again while anything is outstanding. ATS runs timers off a coarse
-//!   queue (a 1 ms timer fires ~10 ms late in 9.2), so it is slow but sure.
+//!   once (microseconds). [`Poller::open_wake`] installs the notifier the
+//!   plugin's thread calls, and opens the channel from an event on the net
+//!   pool (the only threads that can own one); if ATS ends it, the next
+//!   call opens another (at most once a second);
+//! - **a timer**, the fallback (until the channel is open, or while it is
+//!   not): the ATS thread that hands work over arms [`Poller::arm`], a
+//!   one-shot timer on the net pool (requests arm it, so not ET_TASK: see
+//!   [`Pool::Task`]) that drains and arms itself again while anything is
+//!   outstanding. ATS runs timers off a coarse queue (a 1 ms timer fires
+//!   ~10 ms late in 9.2), so it is slow but sure.
 //!
 //! An idle source costs nothing: no timer runs, the channel sleeps.
 
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, OnceLock};
-use std::time::Duration;
+use std::time::{Duration, Instant};
+
+use parking_lot::Mutex;
 
 use crate::sched::{Pool, Timer};
+use crate::wake::Waker;
 
 /// Something with outstanding work to take back on a net thread.
 pub trait Drain: Send + Sync + 'static {
@@ -36,9 +41,39 @@ pub trait Drain: Send + Sync + 'static {
 pub struct Poller {
     armed: AtomicBool,
     every: Duration,
-    wake: OnceLock<()>,
+    channel: Arc<Channel>,
+    /// The notifier went to the plugin (once).
+    installed: OnceLock<()>,
+}
+
+/// The current wake channel, shared with the plugin's thread's notifier.
+struct Channel {
+    waker: Mutex<Option<Waker>>,
+    /// A live channel is installed (the fast path of `open_wake`).
+    open: AtomicBool,
+    /// An open is scheduled or running.
+    opening: AtomicBool,
     /// A wake is on its way: the plugin's thread need not send another.
-    wake_pending: Arc<AtomicBool>,
+    pending: AtomicBool,
+    /// When the last open was tried (ms since `epoch`; reopens at most 1/s).
+    tried_ms: AtomicU64,
+    epoch: Instant,
+}
+
+const REOPEN_EVERY_MS: u64 = 1000;
+
+impl Channel {
+    /// On the plugin's thread: wake the ATS side, once per pending wake.
+    fn notify(&self) {
+        if self.pending.swap(true, Ordering::SeqCst) {
+            return;
+        }
+        match &*self.waker.lock() {
+            Some(w) if w.alive() => w.wake(),
+            // No channel: the timer drains; let the next notify try again.
+            _ => self.pending.store(false, Ordering::SeqCst),
+        }
+    }
 }
 
 impl Poller {
@@ -46,8 +81,15 @@ impl Poller {
         Poller {
             armed: AtomicBool::new(false),
             every,
-            wake: OnceLock::new(),
-            wake_pending: Arc::new(AtomicBool::new(false)),
+            channel: Arc::new(Channel {
+                waker: Mutex::new(None),
+                open: AtomicBool::new(false),
+                opening: AtomicBool::new(false),
+                pending: AtomicBool::new(false),
+                tried_ms: AtomicU64::new(0),
+                epoch: Instant::now(),
+            }),
+            installed: OnceLock::new(),
         }
     }
 
@@ -66,36 +108,70 @@ impl Poller {
         }
     }
 
-    /// On a net thread (a hook), the first time only: opens `d`'s wake
-    /// channel and gives `install` the notifier the plugin's own thread
-    /// calls whenever it has handed something back (it only writes a byte,
-    /// and only one while a wake is pending). Later calls do nothing. If
-    /// the channel cannot be opened, `d` is drained by timer only (logged).
+    /// Call on an ATS thread when handing work over. The first call gives
+    /// `install` the notifier the plugin's own thread calls whenever it has
+    /// handed something back (it writes a byte, and only one while a wake is
+    /// pending). Any call finding no live channel schedules its opening on
+    /// the net pool (at most once a second); one load when the channel is
+    /// open.
     pub fn open_wake<D: Drain>(d: &Arc<D>, install: impl FnOnce(Box<dyn Fn() + Send + Sync>)) {
         let p = d.poller();
-        p.wake.get_or_init(|| {
-            let weak = Arc::downgrade(d);
-            let woken = move || {
-                if let Some(d) = weak.upgrade() {
-                    d.poller().wake_pending.store(false, Ordering::SeqCst);
-                    d.drain();
-                }
-            };
-            match crate::wake::start(woken) {
-                Ok(w) => {
-                    let pending = p.wake_pending.clone();
-                    install(Box::new(move || {
-                        if !pending.swap(true, Ordering::SeqCst) {
-                            w.wake();
-                        }
-                    }));
-                }
-                Err(e) => crate::log::error(&format!(
-                    "no wake-up channel ({e}): results come back by timer only (~10 ms later)"
-                )),
+        p.installed.get_or_init(|| {
+            let ch = p.channel.clone();
+            install(Box::new(move || ch.notify()));
+        });
+        let ch = &p.channel;
+        if ch.open.load(Ordering::Acquire) {
+            return;
+        }
+        let now_ms = ch.epoch.elapsed().as_millis() as u64 + 1;
+        let tried = ch.tried_ms.load(Ordering::Relaxed);
+        if tried != 0 && now_ms.saturating_sub(tried) < REOPEN_EVERY_MS {
+            return;
+        }
+        if ch.opening.swap(true, Ordering::AcqRel) {
+            return;
+        }
+        ch.tried_ms.store(now_ms, Ordering::Relaxed);
+        let weak = Arc::downgrade(d);
+        let scheduled = Timer::after(Duration::ZERO, Pool::Net, move || {
+            if let Some(d) = weak.upgrade() {
+                open_now(&d);
             }
         });
+        if let Err(e) = scheduled {
+            ch.opening.store(false, Ordering::Release);
+            crate::log::error(&format!("cannot schedule a wake channel's opening: {e}"));
+        }
     }
+}
+
+/// Opens `d`'s wake channel; runs as an event on the net pool.
+fn open_now<D: Drain>(d: &Arc<D>) {
+    let ch = d.poller().channel.clone();
+    let weak = Arc::downgrade(d);
+    let woken = move || {
+        if let Some(d) = weak.upgrade() {
+            d.poller().channel.pending.store(false, Ordering::SeqCst);
+            d.drain();
+        }
+    };
+    let ended = {
+        let ch = ch.clone();
+        move || ch.open.store(false, Ordering::Release)
+    };
+    // SAFETY: this runs as an event scheduled on the net pool, i.e. on an
+    // ET_NET thread, which `wake::start` requires.
+    match unsafe { crate::wake::start(woken, ended) } {
+        Ok(w) => {
+            *ch.waker.lock() = Some(w);
+            ch.open.store(true, Ordering::Release);
+        }
+        Err(e) => crate::log::error(&format!(
+            "no wake-up channel ({e}): results come back by timer (~10 ms later)"
+        )),
+    }
+    ch.opening.store(false, Ordering::Release);
 }
 
 fn run<D: Drain>(d: Arc<D>) {

@@ -38,8 +38,10 @@ pub const VERSION: u32 = 1;
 pub const MAX_RECORD: usize = 96;
 /// Longest `--instance` with a store: keys stay below memcached's 250 bytes.
 pub const MAX_INSTANCE: usize = 200;
-/// memcached reads an expiry above 30 days as an absolute time.
-pub const MAX_TTL_SECS: u64 = 30 * 24 * 3600;
+/// Longest record life: `--ban-expiration`'s bound (a year) and a day.
+/// (memcached reads an expiry above 30 days as an absolute time; its store
+/// writes such an expiry as one.)
+pub const MAX_TTL_SECS: u64 = 366 * 24 * 3600;
 
 const MS: u64 = 1_000_000;
 
@@ -158,10 +160,17 @@ impl Record {
     }
 }
 
-/// The store key of an IP's record: `ipt:<instance>:<ip>`. Proxies that
-/// share a store but not state use distinct instances.
-pub fn key(instance: &str, ip: IpAddr) -> String {
-    format!("ipt:{instance}:{}", crate::lists::canonical(ip))
+/// The store key of a record: `ipt:<instance>:<ip>`, or with a prefix
+/// shorter than the address `ipt:<instance>:<network>/<len>` (the unit
+/// `--key-prefix` keeps state for: an IPv6 client owns its /64). `net`:
+/// the masked address, its prefix length and the address's full length.
+/// Proxies that share a store but not state use distinct instances.
+pub fn key(instance: &str, net: (IpAddr, u8, u8)) -> String {
+    let (addr, len, full) = net;
+    match len >= full {
+        true => format!("ipt:{instance}:{}", crate::lists::canonical(addr)),
+        false => format!("ipt:{instance}:{addr}/{len}"),
+    }
 }
 
 /// Checks an `--instance` name: it becomes part of store keys, which

@@ -257,14 +257,22 @@ impl IpState {
     }
 
     /// This state after another copy of it (`other`, the same step run on
-    /// the shared record) took `step`: its shared part, and this proxy's
-    /// own count of delayed requests, plus one if `step` delays.
-    pub(crate) fn adopt(self, other: &IpState, step: Step) -> IpState {
-        let delayed = match step {
-            Step::Delay(_) => self.delayed.saturating_add(1),
-            _ => self.delayed,
+    /// the shared record) took its step: its shared part, and this proxy's
+    /// own count of delayed requests, plus one if `count` (a delay that had
+    /// no place reserved).
+    pub(crate) fn adopt(self, other: &IpState, count: bool) -> IpState {
+        let delayed = match count {
+            true => self.delayed.saturating_add(1),
+            false => self.delayed,
         };
         IpState { delayed, ..*other }
+    }
+
+    /// Takes a place among the IP's delayed requests for a request whose
+    /// step runs elsewhere (the shared record); [`IpState::undelay`] gives
+    /// it back.
+    pub(crate) fn reserve(&mut self) {
+        self.delayed = self.delayed.saturating_add(1);
     }
 
     /// True while the IP must not be forgotten: requests of it are delayed

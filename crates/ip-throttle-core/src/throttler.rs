@@ -169,12 +169,16 @@ pub struct ToStep {
 }
 
 /// Where the state machine runs.
-#[derive(Clone, Copy, Debug)]
+#[derive(Debug)]
 pub enum Machine<'a> {
     /// On this proxy's state.
     Local,
-    /// On the shared record; adopt its outcome.
-    Shared(&'a shared::Update),
+    /// On the shared record; adopt its outcome. `reserved`: the place
+    /// [`Throttler::reserve`] took when the request was sent.
+    Shared {
+        update: &'a shared::Update,
+        reserved: Option<Delayed>,
+    },
 }
 
 /// Which list a reload reads again.
@@ -348,22 +352,65 @@ impl<C: Clock> Throttler<C> {
         Scope::Decided(d)
     }
 
-    /// This proxy's state of an IP to throttle (for a shared update), and
-    /// the moment, on both clocks, and the parameters to run it with.
-    pub fn local(&self, m: &ToStep, wall_ms: u64) -> (IpState, shared::Now, Params) {
+    /// For a step on the shared record: this proxy's state of the IP (its
+    /// `delayed` counts the requests of the IP delayed here or already on
+    /// their way to the store), the moment on both clocks, the parameters,
+    /// and this request's own place among them. The place is taken now,
+    /// before the store answers, so parallel requests of one IP cannot all
+    /// pass `--max-concurrent`; [`Throttler::step`] keeps it for a delay and
+    /// gives it back otherwise. `None` if the table is full of busy IPs.
+    pub fn reserve(
+        &self,
+        m: &ToStep,
+        wall_ms: u64,
+    ) -> (IpState, shared::Now, Params, Option<Delayed>) {
         let now = shared::Now {
             mono: self.clock.now(),
             wall_ms,
         };
         let p = self.current.load().opts.params;
-        let s = self.table.get(m.key, |s| *s).unwrap_or_default();
-        (s, now, p)
+        match self.table.with(m.key, |s| {
+            let before = *s;
+            s.reserve();
+            before
+        }) {
+            Ok(before) => (
+                before,
+                now,
+                p,
+                Some(Delayed {
+                    table: self.table.clone(),
+                    key: m.key,
+                }),
+            ),
+            Err(keyed::Full) => (IpState::default(), now, p, None),
+        }
+    }
+
+    /// The shared record's key for `ip`: its prefix under `--key-prefix`
+    /// (the unit this proxy keeps state for), in `--instance`.
+    pub fn record_key(&self, ip: IpAddr) -> String {
+        let net = match canonical(ip) {
+            IpAddr::V4(a) => {
+                let n = std::net::Ipv4Addr::from(u32::from(a) & mask32(self.v4_prefix));
+                (IpAddr::V4(n), self.v4_prefix, 32)
+            }
+            IpAddr::V6(a) => {
+                let n = std::net::Ipv6Addr::from(u128::from(a) & mask128(self.v6_prefix));
+                (IpAddr::V6(n), self.v6_prefix, 128)
+            }
+        };
+        shared::key(&self.current.load().opts.instance, net)
     }
 
     /// The IP's state machine for a request that [`Throttler::scope`] left
     /// to it: on this proxy's state, or adopting the result of the same step
     /// run on the record proxies share ([`shared::request`]).
     pub fn step(&self, m: ToStep, how: Machine<'_>) -> Decision {
+        let (how, reserved) = match how {
+            Machine::Local => (None, None),
+            Machine::Shared { update, reserved } => (Some(update), reserved),
+        };
         let snap = self.current.load();
         let o = &snap.opts;
         let p = &o.params;
@@ -373,9 +420,12 @@ impl<C: Clock> Throttler<C> {
         let got = self.table.with(key, |s| {
             let was_banned = s.phase() == Phase::Banned;
             let (unbanned, step) = match how {
-                Machine::Local => (s.advance(now, p), s.request(now, p)),
-                Machine::Shared(u) => {
-                    *s = s.adopt(&u.state, u.step);
+                None => (s.advance(now, p), s.request(now, p)),
+                Some(u) => {
+                    // A delay keeps the place reserved when the request was
+                    // sent; without one (table full then), it takes one now.
+                    let count = matches!(u.step, Step::Delay(_)) && reserved.is_none();
+                    *s = s.adopt(&u.state, count);
                     (u.unbanned, u.step)
                 }
             };
@@ -418,11 +468,13 @@ impl<C: Clock> Throttler<C> {
                     d.action = would;
                 }
                 if delayed {
-                    d.delayed = Some(Delayed {
+                    d.delayed = Some(reserved.unwrap_or_else(|| Delayed {
                         table: self.table.clone(),
                         key,
-                    });
+                    }));
                 }
+                // Otherwise `reserved`, if any, is dropped here (after the
+                // table's lock): the place is given back.
             }
             Err(keyed::Full) => d.untracked = true,
         }

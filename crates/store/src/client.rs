@@ -1,5 +1,6 @@
 //! The I/O thread, its two bounded queues, deadlines and reconnection.
 
+use std::panic::{self, AssertUnwindSafe};
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, OnceLock};
 use std::thread::{self, JoinHandle};
@@ -89,6 +90,12 @@ pub struct Stats {
     pub sent: AtomicU64,
     pub connects: AtomicU64,
     pub connect_failures: AtomicU64,
+    /// Batches failed by a panic in the backend.
+    pub panics: AtomicU64,
+    /// Completions lost because their queue was full (cannot happen while
+    /// `outstanding` bounds it; counted rather than logged, as this thread
+    /// may not call into ATS).
+    pub lost: AtomicU64,
 }
 
 /// Why [`Client::submit`] gave the token back.
@@ -173,7 +180,7 @@ impl<B: Backend, T: Send + 'static> Client<B, T> {
             s.outstanding.fetch_sub(1, Ordering::AcqRel);
             return Err((req.token, SubmitError::Full));
         }
-        if s.sleeping.swap(false, Ordering::AcqRel) {
+        if s.sleeping.swap(false, Ordering::SeqCst) {
             if let Some(t) = &self.thread {
                 t.thread().unpark();
             }
@@ -257,15 +264,28 @@ impl<B: Backend, T: Send + 'static> IoThread<B, T> {
                 if self.shared.stop.load(Ordering::Acquire) {
                     return;
                 }
-                self.shared.sleeping.store(true, Ordering::Release);
+                // SeqCst here and in `submit`'s swap: the store of `sleeping`
+                // must not pass the queue check below (nor the submitter's
+                // push its swap), or both sides miss and a request waits
+                // IDLE for nothing.
+                self.shared.sleeping.store(true, Ordering::SeqCst);
                 // Re-check after announcing sleep: a submit in between unparks.
                 if self.shared.requests.is_empty() {
                     thread::park_timeout(IDLE);
                 }
-                self.shared.sleeping.store(false, Ordering::Release);
+                self.shared.sleeping.store(false, Ordering::SeqCst);
                 continue;
             }
-            self.serve(&mut batch, &mut replies);
+            // A panic in a backend must not leave parked transactions
+            // waiting for answers that never come: fail the batch, start
+            // afresh with a new connection.
+            let served =
+                panic::catch_unwind(AssertUnwindSafe(|| self.serve(&mut batch, &mut replies)));
+            if served.is_err() {
+                self.shared.stats.panics.fetch_add(1, Ordering::Relaxed);
+                self.backend.disconnect();
+                self.fail_all(&mut batch, "the store client failed (a panic)");
+            }
             if let Some(f) = self.shared.notify.get() {
                 f();
             }
@@ -394,7 +414,7 @@ impl<B: Backend, T: Send + 'static> IoThread<B, T> {
         };
         // `outstanding` bounds the completions too: there is always room.
         if self.shared.completions.push(c).is_err() {
-            log::error!("store completion queue full: a completion was dropped");
+            self.shared.stats.lost.fetch_add(1, Ordering::Relaxed);
         }
     }
 }

@@ -43,8 +43,28 @@ pub fn server_of(key: &str, servers: usize) -> usize {
     (h % servers.max(1) as u64) as usize
 }
 
+/// The socket, read with a deadline for the whole exchange: each read
+/// waits at most what is left, and none starts past it, so a server that
+/// drips its answer a byte at a time cannot stretch a request.
+struct Timed {
+    stream: TcpStream,
+    deadline: Instant,
+}
+
+impl Read for Timed {
+    fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
+        let left = self
+            .deadline
+            .checked_duration_since(Instant::now())
+            .filter(|d| !d.is_zero())
+            .ok_or(std::io::ErrorKind::TimedOut)?;
+        self.stream.set_read_timeout(Some(left))?;
+        self.stream.read(buf)
+    }
+}
+
 struct Conn {
-    reader: BufReader<TcpStream>,
+    reader: BufReader<Timed>,
     writer: TcpStream,
 }
 
@@ -90,7 +110,13 @@ impl Conn {
                     s.set_nodelay(true).map_err(io_err)?;
                     let writer = s.try_clone().map_err(io_err)?;
                     return Ok(Conn {
-                        reader: BufReader::with_capacity(16 * 1024, s),
+                        reader: BufReader::with_capacity(
+                            16 * 1024,
+                            Timed {
+                                stream: s,
+                                deadline,
+                            },
+                        ),
                         writer,
                     });
                 }
@@ -109,10 +135,7 @@ impl Conn {
 
     /// One reply line without its CRLF.
     fn line(&mut self, deadline: Instant) -> Result<String, BatchError> {
-        self.reader
-            .get_ref()
-            .set_read_timeout(Some(left(deadline)?))
-            .map_err(io_err)?;
+        self.reader.get_mut().deadline = deadline;
         let mut buf = Vec::with_capacity(64);
         let n = (&mut self.reader)
             .take(MAX_LINE as u64 + 2)
@@ -129,10 +152,7 @@ impl Conn {
     }
 
     fn exact(&mut self, n: usize, deadline: Instant) -> Result<Vec<u8>, BatchError> {
-        self.reader
-            .get_ref()
-            .set_read_timeout(Some(left(deadline)?))
-            .map_err(io_err)?;
+        self.reader.get_mut().deadline = deadline;
         let mut v = vec![0; n + 2];
         self.reader.read_exact(&mut v).map_err(io_err)?;
         if !v.ends_with(b"\r\n") {
@@ -143,6 +163,19 @@ impl Conn {
         v.truncate(n);
         Ok(v)
     }
+}
+
+/// memcached's expiry for a TTL: relative up to 30 days, above that an
+/// absolute Unix time (which is how memcached reads larger values).
+fn exptime(ttl_secs: u32) -> u64 {
+    const RELATIVE_MAX: u32 = 30 * 24 * 3600;
+    if ttl_secs <= RELATIVE_MAX {
+        return u64::from(ttl_secs);
+    }
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_secs());
+    now + u64::from(ttl_secs)
 }
 
 /// Appends a storage command (`HEAD` is its line without the data).
@@ -241,7 +274,8 @@ impl CasStore for Memcached {
         let mut cmds = Vec::with_capacity(writes.len() * 64);
         for w in writes {
             let k = w.key;
-            match (w.value, w.read) {
+            let w_value = w.value.map(|(v, ttl)| (v, exptime(ttl)));
+            match (w_value, w.read) {
                 (Some((v, ttl)), Some(cas)) => {
                     write_store(&mut cmds, &format!("cas {k} 0 {ttl} {} {cas}", v.len()), v)
                 }
@@ -276,6 +310,18 @@ impl CasStore for Memcached {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn long_expiries_are_absolute_times() {
+        assert_eq!(exptime(60), 60);
+        assert_eq!(exptime(30 * 24 * 3600), 30 * 24 * 3600);
+        let now = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .unwrap()
+            .as_secs();
+        let abs = exptime(40 * 24 * 3600);
+        assert!((now + 40 * 24 * 3600..now + 40 * 24 * 3600 + 5).contains(&abs));
+    }
 
     #[test]
     fn keys_follow_memcacheds_rules() {

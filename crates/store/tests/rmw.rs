@@ -279,6 +279,25 @@ on_both!(
     a_foreign_oversized_value_breaks_the_batch_not_the_client,
 );
 
+/// A server that drips its answer a byte at a time cannot stretch a request
+/// past its deadline: the deadline bounds the whole exchange, not each read.
+#[test]
+fn a_dripping_memcached_times_out_by_the_deadline() {
+    let s = McServer::start().unwrap();
+    // Seed a value so the read's answer is long (VALUE line, data, END).
+    s.put_raw("k", &"7".repeat(200));
+    let drip = DelayProxy::drip(s.port(), Duration::from_millis(10)).unwrap();
+    let c = client::<McServer>(&[drip.port()]);
+    let t = Instant::now();
+    let got = add::<McServer>(&c, "k", &[1]);
+    assert_eq!(got, vec![Outcome::Timeout]);
+    assert!(
+        t.elapsed() < TIMEOUT + Duration::from_millis(150),
+        "{:?}",
+        t.elapsed()
+    );
+}
+
 #[test]
 fn memcached_keys_spread_over_servers_by_a_fixed_hash() {
     let (s1, s2) = (McServer::start().unwrap(), McServer::start().unwrap());

@@ -30,7 +30,7 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 use ats::poller::{Drain, Poller};
 use ats::{error_page, Parked};
 use ip_throttle_core::shared::{self, Update, Write};
-use ip_throttle_core::{Action, Decision, IpState, Machine, Options, Params, ToStep};
+use ip_throttle_core::{Action, Decision, Delayed, IpState, Machine, Options, Params, ToStep};
 use parking_lot::Mutex;
 // `::store`: the store client crate (this module shares its name).
 use ::store::memcached::Memcached;
@@ -53,11 +53,13 @@ static STORES: LazyLock<Mutex<Vec<Arc<Store>>>> = LazyLock::new(Mutex::default);
 
 /// What the I/O thread does with an IP's record.
 pub(crate) enum Step {
-    /// A request's state-machine step.
+    /// A request's state-machine step; `write: false` with `--log-only`
+    /// (a dry run reads the shared record but changes nothing in it).
     Request {
         local: IpState,
         now: shared::Now,
         params: Params,
+        write: bool,
     },
     /// The `unban` command: forget the record.
     Unban,
@@ -67,11 +69,18 @@ impl Modify for Step {
     type Out = Option<Update>;
 
     fn apply(&self, current: Option<&[u8]>) -> (Option<Update>, Put) {
-        let Step::Request { local, now, params } = self else {
+        let Step::Request {
+            local,
+            now,
+            params,
+            write,
+        } = self
+        else {
             return (None, Put::Delete);
         };
         let u = shared::request(current, *local, *now, params);
         let put = match &u.write {
+            _ if !write => Put::Keep,
             Write::Keep => Put::Keep,
             Write::Set { value, ttl_secs } => Put::Set {
                 value: value.clone().into_bytes(),
@@ -85,11 +94,13 @@ impl Modify for Step {
 
 /// What a result goes back to.
 pub(crate) enum Token {
-    /// A parked transaction waiting for its step.
+    /// A parked transaction waiting for its step, and its place among the
+    /// IP's delayed requests (`Throttler::reserve`).
     Asked {
         rule: Arc<Rule>,
         parked: Parked,
         step: ToStep,
+        reserved: Option<Delayed>,
     },
     Unban(Arc<Rule>),
 }
@@ -252,13 +263,22 @@ pub(crate) fn ask(rule: Arc<Rule>, parked: Parked, step: ToStep) {
     let Some(store) = rule.store.clone() else {
         return decided(rule, parked, step, Machine::Local);
     };
-    let (local, now, params) = rule.throttler.local(&step, wall_ms());
-    let key = shared::key(&rule.throttler.snapshot().opts.instance, step.ip);
+    let (local, now, params, reserved) = rule.throttler.reserve(&step, wall_ms());
     let op = Rmw {
-        key,
-        modify: Step::Request { local, now, params },
+        key: rule.throttler.record_key(step.ip),
+        modify: Step::Request {
+            local,
+            now,
+            params,
+            write: !rule.throttler.snapshot().opts.log_only,
+        },
     };
-    let token = Token::Asked { rule, parked, step };
+    let token = Token::Asked {
+        rule,
+        parked,
+        step,
+        reserved,
+    };
     // On this net thread, once: the I/O thread wakes it when results are
     // back (microseconds); the timer stays as the fallback.
     Poller::open_wake(&store, |notify| store.client.set_notify(notify));
@@ -266,8 +286,15 @@ pub(crate) fn ask(rule: Arc<Rule>, parked: Parked, step: ToStep) {
         Ok(()) => Poller::arm(&store),
         Err((token, why)) => {
             store.log_error(&format!("cannot queue a request ({why:?})"));
-            if let Token::Asked { rule, parked, step } = token {
+            if let Token::Asked {
+                rule,
+                parked,
+                step,
+                reserved,
+            } = token
+            {
                 rule.report.store_error();
+                drop(reserved);
                 decided(rule, parked, step, Machine::Local);
             }
         }
@@ -282,7 +309,7 @@ pub(crate) fn unban(rule: &Arc<Rule>, ip: IpAddr) {
         return;
     };
     let op = Rmw {
-        key: shared::key(&rule.throttler.snapshot().opts.instance, ip),
+        key: rule.throttler.record_key(ip),
         modify: Step::Unban,
     };
     match store
@@ -300,8 +327,13 @@ pub(crate) fn unban(rule: &Arc<Rule>, ip: IpAddr) {
 impl Store {
     /// A result (on a net thread).
     fn completed(&self, c: Completion<Option<Update>, Token>) {
-        let (rule, parked, step) = match c.token {
-            Token::Asked { rule, parked, step } => (rule, parked, step),
+        let (rule, parked, step, reserved) = match c.token {
+            Token::Asked {
+                rule,
+                parked,
+                step,
+                reserved,
+            } => (rule, parked, step, reserved),
             Token::Unban(rule) => {
                 match c.outcome {
                     Outcome::Reply(_) => {}
@@ -314,20 +346,36 @@ impl Store {
                 return;
             }
         };
-        match c.outcome {
+        let update = match c.outcome {
             Outcome::Reply(Some(u)) => {
                 rule.report.store_decision();
-                decided(rule, parked, step, Machine::Shared(&u));
+                Some(u)
             }
-            Outcome::Reply(None) => decided(rule, parked, step, Machine::Local),
+            Outcome::Reply(None) => None,
             Outcome::Error(e) => {
                 rule.report.store_error();
                 self.log_error(&e);
-                decided(rule, parked, step, Machine::Local);
+                None
             }
             Outcome::Timeout => {
                 rule.report.store_timeout();
                 self.log_error(&format!("no answer within {} ms", self.timeout.as_millis()));
+                None
+            }
+        };
+        match &update {
+            Some(u) => decided(
+                rule,
+                parked,
+                step,
+                Machine::Shared {
+                    update: u,
+                    reserved,
+                },
+            ),
+            None => {
+                // The local step counts its own delay: give the place back.
+                drop(reserved);
                 decided(rule, parked, step, Machine::Local);
             }
         }

@@ -205,14 +205,14 @@ fn records_expire_when_the_ip_would_be_allowed_again() {
 fn keys_and_instance_names() {
     let v4: IpAddr = "192.0.2.7".parse().unwrap();
     let mapped: IpAddr = "::ffff:192.0.2.7".parse().unwrap();
-    let v6: IpAddr = "2001:db8::1".parse().unwrap();
-    assert_eq!(key("web", v4), "ipt:web:192.0.2.7");
+    let net6: IpAddr = "2001:db8::".parse().unwrap();
+    assert_eq!(key("web", (v4, 32, 32)), "ipt:web:192.0.2.7");
     assert_eq!(
-        key("web", mapped),
+        key("web", (mapped, 128, 128)),
         "ipt:web:192.0.2.7",
         "one key per client"
     );
-    assert_eq!(key("web", v6), "ipt:web:2001:db8::1");
+    assert_eq!(key("web", (net6, 64, 128)), "ipt:web:2001:db8::/64");
     assert!(valid_instance("my-web_app.1:x"));
     for bad in [
         "",

@@ -402,14 +402,92 @@ mod shared_store {
             Scope::Decided(d) => return d,
             Scope::Machine(m) => m,
         };
-        let (local, now, p) = t.local(&m, wall_ms);
+        let (local, now, p, reserved) = t.reserve(&m, wall_ms);
         let u = shared::request(store.0.as_deref().map(str::as_bytes), local, now, &p);
         match &u.write {
             Write::Keep => {}
             Write::Set { value, .. } => store.0 = Some(value.clone()),
             Write::Delete => store.0 = None,
         }
-        t.step(m, Machine::Shared(&u))
+        t.step(
+            m,
+            Machine::Shared {
+                update: &u,
+                reserved,
+            },
+        )
+    }
+
+    /// Requests of one IP all sent to the store before any answer comes
+    /// back still count against `--max-concurrent`: each reserved its place.
+    #[test]
+    fn requests_in_flight_to_the_store_count_against_max_concurrent() {
+        let f = files();
+        let (t, clock) = throttler(&format!("{SMALL} --max-concurrent=1"), &f);
+        let mut store = Cell(None);
+        let r = get("127.0.0.4");
+        let wall = |c: &ManualClock| 1_700_000_000_000 + c.now() / MS;
+        assert_eq!(
+            through(&t, &mut store, &r, wall(&clock)).action,
+            Action::Pass
+        );
+        // Five sent at once: all reserve before the first answer.
+        let sent: Vec<_> = (0..5)
+            .map(|_| {
+                let Scope::Machine(m) = t.scope(&r) else {
+                    panic!("left to the state machine")
+                };
+                let (local, now, p, reserved) = t.reserve(&m, wall(&clock));
+                (m, local, now, p, reserved)
+            })
+            .collect();
+        let mut actions = Vec::new();
+        for (m, local, now, p, reserved) in sent {
+            let u = shared::request(store.0.as_deref().map(str::as_bytes), local, now, &p);
+            if let Write::Set { value, .. } = &u.write {
+                store.0 = Some(value.clone());
+            }
+            let d = t.step(
+                m,
+                Machine::Shared {
+                    update: &u,
+                    reserved,
+                },
+            );
+            actions.push(d.action);
+            // Held delays stay counted; the rest gave their place back.
+            std::mem::forget(d);
+        }
+        assert_eq!(
+            actions
+                .iter()
+                .filter(|a| matches!(a, Action::Delay(_)))
+                .count(),
+            1,
+            "{actions:?}"
+        );
+        assert_eq!(t.show(ip("127.0.0.4")).map(|v| v.delayed), Some(1));
+    }
+
+    /// The record is the IP's prefix under --key-prefix (an IPv6 client
+    /// owns its /64), like the local state.
+    #[test]
+    fn records_are_kept_per_key_prefix() {
+        let f = files();
+        let (t, _) = throttler("--key-prefix=24/64 --instance=w", &f);
+        assert_eq!(
+            t.record_key(ip("2001:db8:1:2::1")),
+            "ipt:w:2001:db8:1:2::/64"
+        );
+        assert_eq!(
+            t.record_key(ip("2001:db8:1:2:ffff::9")),
+            "ipt:w:2001:db8:1:2::/64"
+        );
+        assert_eq!(t.record_key(ip("192.0.2.77")), "ipt:w:192.0.2.0/24");
+        assert_eq!(t.record_key(ip("::ffff:192.0.2.77")), "ipt:w:192.0.2.0/24");
+        let (full, _) = throttler("--key-prefix=32/128 --instance=w", &f);
+        assert_eq!(full.record_key(ip("192.0.2.77")), "ipt:w:192.0.2.77");
+        assert_eq!(full.record_key(ip("2001:db8::1")), "ipt:w:2001:db8::1");
     }
 
     #[test]
