@@ -19,6 +19,8 @@ mod client;
 pub mod memcached;
 pub mod redis;
 pub mod redis_cas;
+mod redis_cluster;
+mod redis_conn;
 pub mod rmw;
 pub mod url;
 
