@@ -20,6 +20,8 @@
 //! for a client key, with `:gcra` and `:leases` appended. The braces are a
 //! Redis Cluster hash tag: one limiter's two keys share a slot, so one
 //! script may touch both; different client keys spread over the slots.
+//! On a Cluster ([`Target::Cluster`]) the same commands are routed by
+//! their key's slot (see `redis_cluster`).
 
 use std::fmt::Write as _;
 use std::hash::{BuildHasher, Hasher};
@@ -221,7 +223,7 @@ pub struct Redis {
 
 impl Redis {
     /// `target`: an [`Addr`] (one server) or a [`Target`].
-    pub fn new<'a>(target: impl Into<Target> + 'a) -> Result<Redis, String> {
+    pub fn new(target: impl Into<Target>) -> Result<Redis, String> {
         Ok(Redis {
             conn: Conn::new(&target.into())?,
             sha: String::new(),

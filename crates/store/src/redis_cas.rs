@@ -47,7 +47,7 @@ pub struct RedisCas {
 
 impl RedisCas {
     /// `target`: an [`Addr`](crate::redis::Addr) (one server) or a [`Target`].
-    pub fn new<'a>(target: impl Into<Target> + 'a) -> Result<RedisCas, String> {
+    pub fn new(target: impl Into<Target>) -> Result<RedisCas, String> {
         Ok(RedisCas {
             conn: Conn::new(&target.into())?,
             sha: String::new(),
