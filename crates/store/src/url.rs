@@ -31,7 +31,7 @@ pub enum UrlError {
     Unsupported(&'static str),
 }
 
-pub const REDIS_ALLOWED: &str = "redis://HOST[:PORT][/DB] (one server) or redis+cluster://HOST[:PORT][,HOST[:PORT]...] (Redis Cluster seed nodes, at most 64), with host names, IPv4 addresses or [IPv6] addresses, ports from 1 to 65535 (default 6379) and a database from 0 to 65535 (default 0)";
+pub const REDIS_ALLOWED: &str = "redis://HOST[:PORT][/DB] or redis+cluster://HOST[:PORT][,HOST[:PORT]...] (up to 64 seeds); HOST a name, IPv4 or [IPv6]; PORT 1-65535 (6379); DB 0-65535 (0)";
 pub const CLUSTER_ALLOWED: &str = "redis+cluster://HOST[:PORT][,HOST[:PORT]...]: Redis Cluster seed nodes (at most 64) with host names, IPv4 addresses or [IPv6] addresses and ports from 1 to 65535 (default 6379), and no /DB (a Redis Cluster has only database 0)";
 pub const MEMCACHED_ALLOWED: &str = "memcached://HOST:PORT[,HOST:PORT...] (at most 64 servers) with host names, IPv4 addresses or [IPv6] addresses and ports from 1 to 65535";
 pub const EITHER_ALLOWED: &str = "memcached://HOST:PORT[,HOST:PORT...] (at most 64 servers), redis://HOST[:PORT][/DB] or redis+cluster://HOST[:PORT][,HOST[:PORT]...] (Redis Cluster seed nodes, at most 64), with host names, IPv4 addresses or [IPv6] addresses, ports from 1 to 65535 (Redis: default 6379) and a Redis database from 0 to 65535 (default 0)";
