@@ -165,6 +165,20 @@ impl Redis {
         }
     }
 
+    /// Freezes (`SIGSTOP`, true) or thaws (`SIGCONT`, false) the server:
+    /// connections stay open and nothing answers (a hung server).
+    pub fn freeze(&self, frozen: bool) -> Result<(), String> {
+        let pid = self.child.as_ref().ok_or("not running")?.id();
+        let sig = if frozen { "-STOP" } else { "-CONT" };
+        let ok = Command::new("kill")
+            .arg(sig)
+            .arg(pid.to_string())
+            .status()
+            .is_ok_and(|s| s.success());
+        ok.then_some(())
+            .ok_or_else(|| format!("kill {sig} {pid} failed"))
+    }
+
     pub fn port(&self) -> u16 {
         self.port
     }

@@ -267,6 +267,42 @@ fn a_masters_outage_ends_each_request_by_its_deadline_then_service_returns() {
     }
 }
 
+#[test]
+fn a_hung_master_costs_each_request_at_most_its_deadline() {
+    let cl = RedisCluster::start().unwrap();
+    let c = decisions(&cl);
+    let ids = LeaseIds::default();
+    let bases = spread_bases(&cl, "hung", 12);
+    let ops = |ids: &LeaseIds| {
+        bases
+            .iter()
+            .map(|b| decide(b, None, 1000, ids.next()))
+            .collect()
+    };
+    assert!(ask(&c, ops(&ids)).iter().all(admitted));
+    // Connections stay open; one master stops answering.
+    cl.nodes()[2].freeze(true).unwrap();
+    let t = Instant::now();
+    let got = ask(&c, ops(&ids));
+    let took = t.elapsed();
+    cl.nodes()[2].freeze(false).unwrap();
+    assert!(
+        got.iter()
+            .all(|o| matches!(o, Outcome::Timeout | Outcome::Error(_))),
+        "{got:?}"
+    );
+    assert!(got.contains(&Outcome::Timeout), "{got:?}");
+    assert!(took < TIMEOUT + Duration::from_millis(100), "{took:?}");
+    let back = Instant::now();
+    while !ask(&c, ops(&ids)).iter().all(admitted) {
+        assert!(
+            back.elapsed() < Duration::from_secs(2),
+            "not back within 2 s"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
 /// Adds `by` to a decimal counter (absent = 0); returns the new value.
 struct Add {
     by: u64,
