@@ -12,6 +12,7 @@
 //!   comparisons.
 //! - [`redis`]: a redis-server per test (and a delaying relay in front of
 //!   it) for the store tests.
+//! - [`redis_cluster`]: a three-master Redis Cluster per test.
 //! - [`plugin`]: paths of the freshly built plugin `.so` files.
 
 pub mod client;
@@ -20,6 +21,7 @@ pub mod nginx;
 mod origin;
 mod plugins;
 pub mod redis;
+pub mod redis_cluster;
 mod server;
 
 pub use origin::{Origin, Received};

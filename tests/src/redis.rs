@@ -22,6 +22,8 @@ pub struct Redis {
     child: Option<Child>,
     port: u16,
     dir: tempfile::TempDir,
+    /// More redis-server arguments (a Cluster node's).
+    extra: Vec<String>,
 }
 
 /// Installs `packages` with `ci/install-deps.sh` if `cmd ARGS` does not
@@ -62,7 +64,7 @@ pub(crate) fn ensure_package(cmd: &str, args: &[&str], packages: &[&str]) -> Res
 }
 
 /// Installs redis-server if it is missing.
-fn ensure_installed() -> Result<(), String> {
+pub(crate) fn ensure_installed() -> Result<(), String> {
     ensure_package(
         "redis-server",
         &["--version"],
@@ -80,6 +82,14 @@ pub(crate) fn free_port() -> Result<u16, String> {
 impl Redis {
     /// Starts redis-server on a free loopback port and waits until it answers PING.
     pub fn start() -> Result<Redis, String> {
+        Redis::start_with(&[], free_port)
+    }
+
+    /// Starts redis-server with `extra` arguments on a port from `port`.
+    pub(crate) fn start_with(
+        extra: &[&str],
+        port: fn() -> Result<u16, String>,
+    ) -> Result<Redis, String> {
         ensure_installed()?;
         let mut last = String::new();
         // The free port can be taken before redis binds it: retry on that.
@@ -90,8 +100,9 @@ impl Redis {
                 .map_err(|e| format!("temp dir for redis: {e}"))?;
             let mut r = Redis {
                 child: None,
-                port: free_port()?,
+                port: port()?,
                 dir,
+                extra: extra.iter().map(|s| s.to_string()).collect(),
             };
             match r.restart() {
                 Ok(()) => return Ok(r),
@@ -119,6 +130,7 @@ impl Redis {
             .arg(d)
             .args(["--save", "", "--appendonly", "no", "--daemonize", "no"])
             .args(["--logfile", "redis.log", "--protected-mode", "no"])
+            .args(&self.extra)
             .stdin(Stdio::null())
             .stdout(log("stdout.txt")?)
             .stderr(log("stderr.txt")?)
@@ -151,6 +163,20 @@ impl Redis {
             let _ = c.kill();
             let _ = c.wait();
         }
+    }
+
+    /// Freezes (`SIGSTOP`, true) or thaws (`SIGCONT`, false) the server:
+    /// connections stay open and nothing answers (a hung server).
+    pub fn freeze(&self, frozen: bool) -> Result<(), String> {
+        let pid = self.child.as_ref().ok_or("not running")?.id();
+        let sig = if frozen { "-STOP" } else { "-CONT" };
+        let ok = Command::new("kill")
+            .arg(sig)
+            .arg(pid.to_string())
+            .status()
+            .is_ok_and(|s| s.success());
+        ok.then_some(())
+            .ok_or_else(|| format!("kill {sig} {pid} failed"))
     }
 
     pub fn port(&self) -> u16 {

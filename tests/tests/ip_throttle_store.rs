@@ -1,5 +1,5 @@
-//! ip_throttle.so sharing per-IP state through a real memcached or a real
-//! redis-server (`--store`), across real traffic_servers: violations
+//! ip_throttle.so sharing per-IP state through a real memcached, a real
+//! redis-server or a real three-master Redis Cluster (`--store`), across real traffic_servers: violations
 //! counted by two proxies add up to one ban, which both enforce; another
 //! `--instance` keeps its own state; `unban` clears the shared record; with
 //! the store down each proxy decides on its own state, within the timeout.
@@ -12,12 +12,14 @@ use std::time::{Duration, Instant};
 use ats_tests::client::{Conn, Response};
 use ats_tests::memcached::Memcached;
 use ats_tests::redis::Redis;
+use ats_tests::redis_cluster::RedisCluster;
 use ats_tests::{Origin, TrafficServer};
 
 /// The store under test.
 enum Store {
     Memcached(Memcached),
     Redis(Redis),
+    Cluster(RedisCluster),
 }
 
 impl Store {
@@ -33,6 +35,7 @@ impl Store {
         match self {
             Store::Memcached(m) => m.url(),
             Store::Redis(r) => r.url(),
+            Store::Cluster(c) => c.url(),
         }
     }
 
@@ -43,6 +46,10 @@ impl Store {
                 let a = r.command(&["GET", key]).expect("GET");
                 (!a.starts_with("$-1")).then(|| a.split("\r\n").nth(1).unwrap_or("").to_owned())
             }
+            Store::Cluster(c) => {
+                let a = c.command(key, &["GET", key]).expect("GET");
+                (!a.starts_with("$-1")).then(|| a.split("\r\n").nth(1).unwrap_or("").to_owned())
+            }
         }
     }
 
@@ -50,6 +57,7 @@ impl Store {
         match self {
             Store::Memcached(m) => m.stop(),
             Store::Redis(r) => r.stop(),
+            Store::Cluster(c) => (0..c.nodes().len()).for_each(|i| c.node_mut(i).stop()),
         }
     }
 
@@ -57,6 +65,12 @@ impl Store {
         match self {
             Store::Memcached(m) => m.restart().expect("restart"),
             Store::Redis(r) => r.restart().expect("restart"),
+            Store::Cluster(c) => {
+                for i in 0..c.nodes().len() {
+                    c.node_mut(i).restart().expect("restart");
+                }
+                c.wait_ok(Duration::from_secs(20)).expect("cluster ok");
+            }
         }
     }
 }
@@ -102,6 +116,12 @@ fn two_proxies_add_up_violations_and_both_enforce_the_ban_memcached() {
 #[test]
 fn two_proxies_add_up_violations_and_both_enforce_the_ban_redis() {
     two_proxies_add_up_violations_and_both_enforce_the_ban(Store::redis(), 62);
+}
+
+#[test]
+fn two_proxies_add_up_violations_and_both_enforce_the_ban_redis_cluster() {
+    let c = RedisCluster::start().expect("redis cluster");
+    two_proxies_add_up_violations_and_both_enforce_the_ban(Store::Cluster(c), 64);
 }
 
 fn two_proxies_add_up_violations_and_both_enforce_the_ban(mc: Store, last: u8) {

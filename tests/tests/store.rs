@@ -1,7 +1,8 @@
 //! rate_limit.so's global mode (`--store=redis://…`) against real
 //! traffic_servers sharing one real redis-server on loopback: exactness of
 //! rates and leases across three proxies, a Redis killed mid-load, a slow
-//! Redis, and the leases of a killed proxy expiring.
+//! Redis, and the leases of a killed proxy expiring; and keyed rates on a
+//! three-master Redis Cluster.
 
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
@@ -10,6 +11,7 @@ use std::time::{Duration, Instant};
 
 use ats_tests::client::{self, Conn};
 use ats_tests::redis::{DelayProxy, Redis};
+use ats_tests::redis_cluster::RedisCluster;
 use ats_tests::{wait_until, Origin, TrafficServer};
 
 const HOST: &str = "s.test";
@@ -483,5 +485,80 @@ fn store_sync_holds_one_key_near_its_rate_across_three_proxies() {
     );
     for ts in &servers {
         assert!(wait_metric(ts, "hyb", "store_decisions", |n| n > 0) > 0);
+    }
+}
+
+/// Redis Cluster (`--store=redis+cluster://…`): client keys hash to slots
+/// on every master; two proxies sharing the cluster hold each key to its
+/// rate exactly.
+#[test]
+fn keys_spread_over_a_cluster_each_get_exactly_their_rate_through_two_proxies() {
+    let cluster = RedisCluster::start().unwrap();
+    let origin = Origin::start();
+    let (rate, burst) = (10.0, 10.0);
+    let params = format!(
+        "--rate={rate} --burst={burst} --key=header:X-Client --group=spread --tag=spread \
+         --store={} --store-failure=closed --store-timeout=200",
+        cluster.url()
+    );
+    let servers: Vec<TrafficServer> = (0..2).map(|_| server(&origin, &params)).collect();
+    const KEYS: usize = 16;
+    let start = Instant::now();
+    let end = start + Duration::from_millis(2500);
+    let handles: Vec<_> = servers
+        .iter()
+        .flat_map(|ts| {
+            let port = ts.port();
+            (0..2).map(move |_| {
+                thread::spawn(move || {
+                    // Round robin over the keys: admitted per key.
+                    let mut ok = [0u32; KEYS];
+                    let mut conn = Conn::open(port).ok();
+                    let mut n = 0;
+                    while Instant::now() < end && n < 100_000 {
+                        let Some(c) = conn.as_mut() else {
+                            conn = Conn::open(port).ok();
+                            thread::sleep(Duration::from_millis(5));
+                            continue;
+                        };
+                        let key = format!("client-{}", n % KEYS);
+                        match c.get(HOST, "/", &[("X-Client", key.as_str())]) {
+                            Ok(r) if r.status == 200 => ok[n % KEYS] += 1,
+                            Ok(r) => assert_eq!(r.status, 429),
+                            Err(_) => conn = None,
+                        }
+                        n += 1;
+                    }
+                    ok
+                })
+            })
+        })
+        .collect();
+    let mut ok = [0u32; KEYS];
+    for h in handles {
+        for (k, n) in h.join().unwrap().into_iter().enumerate() {
+            ok[k] += n;
+        }
+    }
+    let window = start.elapsed().as_secs_f64();
+    // Refused keys' arrival times are held ~burst/rate ahead: still there.
+    let per_node = cluster.keys_per_node();
+    eprintln!("admitted per key {ok:?} in {window:.2} s; keys per master {per_node:?}");
+    assert!(
+        per_node.iter().all(|&n| n > 0),
+        "keys on every master: {per_node:?}"
+    );
+    let bound = burst + rate * window;
+    for (k, &n) in ok.iter().enumerate() {
+        assert!(f64::from(n) <= bound, "key {k}: admitted {n} > {bound}");
+        assert!(
+            f64::from(n) >= rate * (window - 1.0),
+            "key {k}: admitted only {n}"
+        );
+    }
+    assert_eq!(origin.count() as u32, ok.iter().sum::<u32>());
+    for ts in &servers {
+        assert!(wait_metric(ts, "spread", "store_decisions", |n| n > 0) > 0);
+        assert_eq!(metric(ts, "spread", "store_errors"), 0);
     }
 }

@@ -4,6 +4,7 @@
 
 use limits::quote::quote;
 
+use store::redis::Target;
 use store::url::UrlError;
 
 use crate::options::{invalid, OptionError};
@@ -49,9 +50,8 @@ impl Failure {
 
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct StoreOptions {
-    pub host: String,
-    pub port: u16,
-    pub db: i64,
+    /// One server or a Redis Cluster.
+    pub redis: Target,
     pub timeout_ms: u64,
     pub failure: Failure,
     pub lease_ttl_s: u64,
@@ -63,14 +63,9 @@ pub struct StoreOptions {
 }
 
 impl StoreOptions {
-    /// `redis://HOST:PORT/DB`, normalised.
+    /// `redis://HOST:PORT/DB` or `redis+cluster://HOST:PORT,...`, normalised.
     pub fn url(&self) -> String {
-        let host = if self.host.contains(':') {
-            format!("[{}]", self.host)
-        } else {
-            self.host.clone()
-        };
-        format!("redis://{host}:{}/{}", self.port, self.db)
+        self.redis.url()
     }
 
     pub fn describe(&self) -> String {
@@ -89,9 +84,9 @@ impl StoreOptions {
     }
 }
 
-fn parse_url(value: &str) -> Result<(String, u16, i64), OptionError> {
+fn parse_url(value: &str) -> Result<Target, OptionError> {
     match store::url::redis(value) {
-        Ok(a) => Ok((a.host, a.port, a.db)),
+        Ok(t) => Ok(t),
         Err(UrlError::Invalid(allowed)) => Err(invalid("store", value, allowed)),
         Err(UrlError::Unsupported(why)) => Err(OptionError(format!(
             "--store has an unsupported value {}: {why}",
@@ -165,7 +160,7 @@ pub fn parse(
         )?),
         None => None,
     };
-    let Some((host, port, db)) = addr else {
+    let Some(redis) = addr else {
         if let Some((name, _)) = raw.first() {
             return Err(OptionError(format!(
                 "--{name} needs --store (it configures the global mode)"
@@ -208,9 +203,7 @@ pub fn parse(
         }
     };
     Ok(Some(StoreOptions {
-        host,
-        port,
-        db,
+        redis,
         timeout_ms,
         failure,
         lease_ttl_s,
@@ -229,6 +222,14 @@ mod tests {
         Options::parse("http://cdn.example.com/", args)
     }
 
+    fn addr(host: &str, port: u16, db: i64) -> store::redis::Addr {
+        store::redis::Addr {
+            host: host.into(),
+            port,
+            db,
+        }
+    }
+
     fn err(args: &[&str]) -> String {
         parse(args).expect_err("must be rejected").0
     }
@@ -245,7 +246,7 @@ mod tests {
     fn defaults_and_every_option() {
         let o = parse(&["--rate=5", "--store=redis://127.0.0.1:6380"]).unwrap();
         let s = o.store.unwrap();
-        assert_eq!((s.host.as_str(), s.port, s.db), ("127.0.0.1", 6380, 0));
+        assert_eq!(s.redis, Target::Node(addr("127.0.0.1", 6380, 0)));
         assert_eq!(
             (s.timeout_ms, s.failure, s.lease_ttl_s),
             (50, Failure::Local, 60)
@@ -261,7 +262,7 @@ mod tests {
         ])
         .unwrap();
         let s = o.store.unwrap();
-        assert_eq!((s.host.as_str(), s.port, s.db), ("::1", 7000, 2));
+        assert_eq!(s.redis, Target::Node(addr("::1", 7000, 2)));
         assert_eq!(
             (s.timeout_ms, s.failure, s.lease_ttl_s),
             (20, Failure::Closed, 5)
@@ -275,9 +276,20 @@ mod tests {
                 .unwrap()
                 .store
                 .unwrap()
-                .port,
-            6379
+                .redis,
+            Target::Node(addr("cache.local", 6379, 0))
         );
+        let o = parse(&[
+            "--rate=5",
+            "--store=redis+cluster://127.0.0.1:7000,[::1]:7001",
+        ])
+        .unwrap();
+        let s = o.store.unwrap();
+        assert_eq!(
+            s.redis,
+            Target::Cluster(vec![addr("127.0.0.1", 7000, 0), addr("::1", 7001, 0)])
+        );
+        assert_eq!(s.url(), "redis+cluster://127.0.0.1:7000,[::1]:7001");
         assert!(parse(&["--limit=1"]).unwrap().store.is_none());
     }
 
@@ -301,9 +313,14 @@ mod tests {
                 "{e}"
             );
         }
-        assert!(
-            err(&["--store=redis+cluster://h:1"]).starts_with("--store has an unsupported value")
+        assert_eq!(
+            err(&["--store=redis+cluster://h:1/0"]),
+            format!(
+                "--store has an invalid value 'redis+cluster://h:1/0': allowed {}",
+                store::url::CLUSTER_ALLOWED
+            )
         );
+        assert!(err(&["--store=rediss://h:1"]).starts_with("--store has an unsupported value"));
         assert_eq!(
             err(&["--store=redis://h", "--store-timeout=0"]),
             "--store-timeout has an invalid value '0': allowed an integer from 1 to 10000 (milliseconds)"

@@ -1,14 +1,16 @@
 //! Decisions per second of one store client's I/O thread against a local
-//! redis-server (started here, loopback): keeps `capacity` decisions
-//! outstanding, takes completions back as they come, for a few seconds.
+//! redis-server (started here, loopback), or a three-master Redis Cluster
+//! with `--cluster`: keeps `capacity` decisions outstanding, takes
+//! completions back as they come, for a few seconds.
 //!
-//!     cargo run --release -p store --example decisions [SECONDS]
+//!     cargo run --release -p store --example decisions [SECONDS] [--cluster]
 
 use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
 use ats_tests::redis::Redis as Server;
-use store::redis::{key_base, Addr, Decide, LeaseIds, Op, Redis, Reply};
+use ats_tests::redis_cluster::RedisCluster;
+use store::redis::{key_base, Addr, Decide, LeaseIds, Op, Redis, Reply, Target};
 use store::{Client, Config, Outcome};
 
 fn main() -> Result<(), String> {
@@ -16,13 +18,23 @@ fn main() -> Result<(), String> {
         .nth(1)
         .and_then(|a| a.parse().ok())
         .unwrap_or(5);
-    let server = Server::start()?;
-    let addr = Addr {
-        host: "127.0.0.1".into(),
-        port: server.port(),
-        db: 0,
+    let cluster = std::env::args().any(|a| a == "--cluster");
+    // Kept until the end (killed on drop).
+    let (_server, target) = if cluster {
+        let c = RedisCluster::start()?;
+        let t = store::url::redis(&c.url()).map_err(|e| format!("{e:?}"))?;
+        (Err(c), t)
+    } else {
+        let s = Server::start()?;
+        let addr = Addr {
+            host: "127.0.0.1".into(),
+            port: s.port(),
+            db: 0,
+        };
+        (Ok(s), Target::Node(addr))
     };
-    let backend = Redis::new(&addr)?;
+    println!("store: {}", target.url());
+    let backend = Redis::new(target)?;
     let c: Client<Redis, ()> =
         Client::start("bench", backend, Config::default()).map_err(|e| e.to_string())?;
     let ids = LeaseIds::default();

@@ -11,6 +11,10 @@
 //!   down, requests fail at once ([`Outcome::Error`]) rather than wait.
 //! - [`redis`]: the Redis backend (GCRA and concurrency leases in one Lua
 //!   script using the server's clock) and its key layout.
+//! - [`redis_cas`]: Redis as a compare-and-swap store ([`rmw`]).
+//! - Both Redis backends send their batches through one connection layer
+//!   (`redis_conn`): one server, or a Redis Cluster's masters
+//!   (`redis_cluster`: slots, the slot map, redirects).
 //!
 //! A later memcached backend (ip_throttle's shared state) implements
 //! [`Backend`] and reuses the rest.
@@ -19,6 +23,8 @@ mod client;
 pub mod memcached;
 pub mod redis;
 pub mod redis_cas;
+mod redis_cluster;
+mod redis_conn;
 pub mod rmw;
 pub mod url;
 

@@ -20,6 +20,8 @@
 //! for a client key, with `:gcra` and `:leases` appended. The braces are a
 //! Redis Cluster hash tag: one limiter's two keys share a slot, so one
 //! script may touch both; different client keys spread over the slots.
+//! On a Cluster ([`Target::Cluster`]) the same commands are routed by
+//! their key's slot (see `redis_cluster`).
 
 use std::fmt::Write as _;
 use std::hash::{BuildHasher, Hasher};
@@ -30,6 +32,8 @@ use redis::Value;
 use sha2::{Digest, Sha256};
 
 use crate::client::{Backend, BatchError};
+pub use crate::redis_conn::Target;
+use crate::redis_conn::{server_error, Conn, Routed};
 
 /// The decision script. ARGV: emission interval in µs (0: no rate), burst,
 /// concurrency limit (0: none), lease member, lease TTL in ms. Returns
@@ -96,12 +100,16 @@ pub struct Addr {
 
 impl Addr {
     pub fn url(&self) -> String {
-        let host = if self.host.contains(':') {
-            format!("[{}]", self.host)
+        format!("redis://{}/{}", self.host_port(), self.db)
+    }
+
+    /// `HOST:PORT` (`[V6]:PORT`).
+    pub fn host_port(&self) -> String {
+        if self.host.contains(':') {
+            format!("[{}]:{}", self.host, self.port)
         } else {
-            self.host.clone()
-        };
-        format!("redis://{host}:{}/{}", self.port, self.db)
+            format!("{}:{}", self.host, self.port)
+        }
     }
 }
 
@@ -206,87 +214,33 @@ impl LeaseIds {
     }
 }
 
-/// The Redis backend: one connection, pipelined.
+/// The Redis backend: one connection (a Cluster: one per master), pipelined.
 pub struct Redis {
-    client: redis::Client,
-    conn: Option<redis::Connection>,
+    conn: Conn,
     sha: String,
     sync_sha: String,
 }
 
 impl Redis {
-    pub fn new(addr: &Addr) -> Result<Redis, String> {
-        let client = redis::Client::open(addr.url()).map_err(|e| e.to_string())?;
+    /// `target`: an [`Addr`] (one server) or a [`Target`].
+    pub fn new(target: impl Into<Target>) -> Result<Redis, String> {
         Ok(Redis {
-            client,
-            conn: None,
+            conn: Conn::new(&target.into())?,
             sha: String::new(),
             sync_sha: String::new(),
         })
     }
-}
 
-pub(crate) fn left(deadline: Instant) -> Result<Duration, BatchError> {
-    let d = deadline.saturating_duration_since(Instant::now());
-    if d.is_zero() {
-        Err(BatchError::Timeout)
-    } else {
-        Ok(d)
-    }
-}
-
-pub(crate) fn batch_error(e: redis::RedisError) -> BatchError {
-    if e.is_timeout() {
-        BatchError::Timeout
-    } else {
-        BatchError::Failed(e.to_string())
-    }
-}
-
-pub(crate) fn set_timeouts(conn: &redis::Connection, d: Duration) -> Result<(), BatchError> {
-    conn.set_read_timeout(Some(d)).map_err(batch_error)?;
-    conn.set_write_timeout(Some(d)).map_err(batch_error)
-}
-
-/// Loads `script`; its SHA1 for EVALSHA.
-pub(crate) fn load_script(
-    conn: &mut redis::Connection,
-    script: &str,
-    deadline: Instant,
-) -> Result<String, BatchError> {
-    set_timeouts(conn, left(deadline)?)?;
-    redis::cmd("SCRIPT")
-        .arg("LOAD")
-        .arg(script)
-        .query::<String>(conn)
-        .map_err(|e| match batch_error(e) {
-            BatchError::Failed(e) => BatchError::Failed(format!("cannot load a script: {e}")),
-            t => t,
-        })
-}
-
-/// Loads both scripts in one round trip: (decide, sync) hashes.
-fn load_scripts(
-    conn: &mut redis::Connection,
-    deadline: Instant,
-) -> Result<(String, String), BatchError> {
-    let packed = redis::pipe()
-        .cmd("SCRIPT")
-        .arg("LOAD")
-        .arg(DECIDE)
-        .cmd("SCRIPT")
-        .arg("LOAD")
-        .arg(SYNC)
-        .get_packed_pipeline();
-    let v = exchange(conn, &packed, 2, deadline)?;
-    let sha = |v: &Value| match v {
-        Value::BulkString(b) => String::from_utf8(b.clone()).ok(),
-        Value::SimpleString(s) => Some(s.clone()),
-        _ => None,
-    };
-    match (sha(&v[0]), sha(&v[1])) {
-        (Some(a), Some(b)) => Ok((a, b)),
-        _ => Err(BatchError::Failed(format!("SCRIPT LOAD answered {v:?}"))),
+    fn load_scripts(&mut self, deadline: Instant, connect: bool) -> Result<(), BatchError> {
+        let shas = if connect {
+            self.conn.connect(&[DECIDE, SYNC], deadline)?
+        } else {
+            self.conn.load_scripts(&[DECIDE, SYNC], deadline)?
+        };
+        let [a, b] = <[String; 2]>::try_from(shas)
+            .map_err(|v| BatchError::Failed(format!("SCRIPT LOAD answered {v:?}")))?;
+        (self.sha, self.sync_sha) = (a, b);
+        Ok(())
     }
 }
 
@@ -331,72 +285,54 @@ fn parse_sync(v: &Value) -> Result<Reply, String> {
 }
 
 impl Redis {
-    fn pipeline(&self, ops: &[&Op]) -> redis::Pipeline {
-        let mut p = redis::Pipeline::with_capacity(ops.len());
-        for op in ops {
-            match op {
+    /// The commands of `ops`, each with the key it routes by.
+    fn commands(&self, ops: &[&Op]) -> Vec<Routed> {
+        ops.iter()
+            .map(|op| match op {
                 Op::Decide(d) => {
-                    p.cmd("EVALSHA")
-                        .arg(&self.sha)
+                    let gcra = format!("{}:gcra", d.base);
+                    let mut c = redis::cmd("EVALSHA");
+                    c.arg(&self.sha)
                         .arg(2)
-                        .arg(format!("{}:gcra", d.base))
+                        .arg(&gcra)
                         .arg(format!("{}:leases", d.base))
                         .arg(d.interval_us)
                         .arg(d.burst)
                         .arg(d.limit)
                         .arg(&d.member)
                         .arg(d.lease_ttl_ms);
+                    Routed::new(gcra.as_bytes(), &c)
                 }
                 Op::Release { base, member } => {
-                    p.cmd("ZREM").arg(format!("{base}:leases")).arg(member);
+                    let leases = format!("{base}:leases");
+                    Routed::new(
+                        leases.as_bytes(),
+                        redis::cmd("ZREM").arg(&leases).arg(member),
+                    )
                 }
                 Op::Sync {
                     base,
                     period_ms,
                     hits,
                 } => {
-                    p.cmd("EVALSHA")
-                        .arg(&self.sync_sha)
+                    let key = format!("{base}:sync");
+                    let mut c = redis::cmd("EVALSHA");
+                    c.arg(&self.sync_sha)
                         .arg(1)
-                        .arg(format!("{base}:sync"))
+                        .arg(&key)
                         .arg(*period_ms)
                         .arg(*hits);
+                    Routed::new(key.as_bytes(), &c)
                 }
-            }
-        }
-        p
+            })
+            .collect()
     }
 
     /// One round trip; each answer raw.
     fn round_trip(&mut self, ops: &[&Op], deadline: Instant) -> Result<Vec<Value>, BatchError> {
-        let packed = self.pipeline(ops).get_packed_pipeline();
-        let conn = self
-            .conn
-            .as_mut()
-            .ok_or_else(|| BatchError::Failed("not connected".into()))?;
-        exchange(conn, &packed, ops.len(), deadline)
+        let cmds = self.commands(ops);
+        self.conn.query(&cmds, deadline)
     }
-}
-
-/// Sends `packed` (`n` commands) and reads the `n` answers, each read
-/// bounded by what is left of the deadline: the pipeline's own `query`
-/// fails the whole batch on one error reply, and keeps reading (a whole
-/// timeout each) after a timeout.
-pub(crate) fn exchange(
-    conn: &mut redis::Connection,
-    packed: &[u8],
-    n: usize,
-    deadline: Instant,
-) -> Result<Vec<Value>, BatchError> {
-    set_timeouts(conn, left(deadline)?)?;
-    conn.send_packed_command(packed).map_err(batch_error)?;
-    let mut values = Vec::with_capacity(n);
-    for _ in 0..n {
-        conn.set_read_timeout(Some(left(deadline)?))
-            .map_err(batch_error)?;
-        values.push(conn.recv_response().map_err(batch_error)?);
-    }
-    Ok(values)
 }
 
 fn is_noscript(v: &Value) -> bool {
@@ -408,25 +344,15 @@ impl Backend for Redis {
     type Reply = Reply;
 
     fn is_connected(&self) -> bool {
-        self.conn.is_some()
+        self.conn.is_connected()
     }
 
     fn connect(&mut self, deadline: Instant) -> Result<(), BatchError> {
-        let mut conn = self
-            .client
-            .get_connection_with_timeout(left(deadline)?)
-            .map_err(batch_error)?;
-        let named = |e| match e {
-            BatchError::Failed(e) => BatchError::Failed(format!("cannot load the scripts: {e}")),
-            t => t,
-        };
-        (self.sha, self.sync_sha) = load_scripts(&mut conn, deadline).map_err(named)?;
-        self.conn = Some(conn);
-        Ok(())
+        self.load_scripts(deadline, true)
     }
 
     fn disconnect(&mut self) {
-        self.conn = None;
+        self.conn.disconnect();
     }
 
     fn run(
@@ -446,11 +372,7 @@ impl Backend for Redis {
             .collect();
         if !missing.is_empty() {
             // The server lost the script: load it and retry those once.
-            let conn = self
-                .conn
-                .as_mut()
-                .ok_or_else(|| BatchError::Failed("not connected".into()))?;
-            (self.sha, self.sync_sha) = load_scripts(conn, deadline)?;
+            self.load_scripts(deadline, false)?;
             let again: Vec<&Op> = missing.iter().map(|&i| ops[i]).collect();
             let retried = self.round_trip(&again, deadline)?;
             for (i, v) in missing.into_iter().zip(retried) {
@@ -459,11 +381,7 @@ impl Backend for Redis {
         }
         for (op, v) in ops.iter().zip(&values) {
             out.push(match (op, v) {
-                (_, Value::ServerError(e)) => Err(format!(
-                    "redis: {} {}",
-                    e.code(),
-                    e.details().unwrap_or_default()
-                )),
+                (_, v @ Value::ServerError(_)) => Err(server_error(v).unwrap_or_default()),
                 (Op::Decide(_), v) => parse_decision(v),
                 (Op::Release { .. }, _) => Ok(Reply::Released),
                 (Op::Sync { .. }, v) => parse_sync(v),

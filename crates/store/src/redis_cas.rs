@@ -4,15 +4,17 @@
 //! value itself is the version: a record names its times, so equal bytes
 //! mean an equal state.
 //!
-//! Each key is written on its own (one key per script), so keys may live on
-//! any Redis Cluster slot; with one server, all go to it.
+//! Each key is read and written on its own (one key per command), so keys
+//! may live on any Redis Cluster slot: on a Cluster, each round trip is one
+//! pipeline per master ([`crate::redis_cluster`]).
 
 use std::time::Instant;
 
 use redis::Value;
 
 use crate::client::BatchError;
-use crate::redis::{batch_error, exchange, left, load_script, Addr};
+use crate::redis::Target;
+use crate::redis_conn::{server_error, Conn, Routed};
 use crate::rmw::{CasStore, CasWrite};
 
 /// Longest value read back; a longer one is not ours.
@@ -39,44 +41,30 @@ return 1
 "#;
 
 pub struct RedisCas {
-    client: redis::Client,
-    conn: Option<redis::Connection>,
+    conn: Conn,
     sha: String,
 }
 
 impl RedisCas {
-    pub fn new(addr: &Addr) -> Result<RedisCas, String> {
-        let client = redis::Client::open(addr.url()).map_err(|e| e.to_string())?;
+    /// `target`: an [`Addr`](crate::redis::Addr) (one server) or a [`Target`].
+    pub fn new(target: impl Into<Target>) -> Result<RedisCas, String> {
         Ok(RedisCas {
-            client,
-            conn: None,
+            conn: Conn::new(&target.into())?,
             sha: String::new(),
         })
     }
 
-    /// Sends `p` and reads its `n` answers, each read bounded by the deadline.
-    fn round_trip(
-        &mut self,
-        p: &redis::Pipeline,
-        n: usize,
-        deadline: Instant,
-    ) -> Result<Vec<Value>, BatchError> {
-        let conn = self
-            .conn
-            .as_mut()
-            .ok_or_else(|| BatchError::Failed("not connected".into()))?;
-        exchange(conn, &p.get_packed_pipeline(), n, deadline)
-    }
-}
-
-fn server_error(v: &Value) -> Option<String> {
-    match v {
-        Value::ServerError(e) => Some(format!(
-            "redis: {} {}",
-            e.code(),
-            e.details().unwrap_or_default()
-        )),
-        _ => None,
+    fn load_script(&mut self, deadline: Instant, connect: bool) -> Result<(), BatchError> {
+        let shas = if connect {
+            self.conn.connect(&[CAS], deadline)?
+        } else {
+            self.conn.load_scripts(&[CAS], deadline)?
+        };
+        self.sha = shas
+            .into_iter()
+            .next()
+            .ok_or_else(|| BatchError::Failed("SCRIPT LOAD answered nothing".into()))?;
+        Ok(())
     }
 }
 
@@ -97,21 +85,15 @@ impl CasStore for RedisCas {
     }
 
     fn is_connected(&self) -> bool {
-        self.conn.is_some()
+        self.conn.is_connected()
     }
 
     fn connect(&mut self, deadline: Instant) -> Result<(), BatchError> {
-        let mut conn = self
-            .client
-            .get_connection_with_timeout(left(deadline)?)
-            .map_err(batch_error)?;
-        self.sha = load_script(&mut conn, CAS, deadline)?;
-        self.conn = Some(conn);
-        Ok(())
+        self.load_script(deadline, true)
     }
 
     fn disconnect(&mut self) {
-        self.conn = None;
+        self.conn.disconnect();
     }
 
     fn read(
@@ -120,11 +102,11 @@ impl CasStore for RedisCas {
         keys: &[&str],
         deadline: Instant,
     ) -> Result<Vec<Option<(Vec<u8>, Vec<u8>)>>, BatchError> {
-        let mut p = redis::Pipeline::with_capacity(keys.len());
-        for k in keys {
-            p.cmd("GET").arg(*k);
-        }
-        let values = self.round_trip(&p, keys.len(), deadline)?;
+        let cmds: Vec<Routed> = keys
+            .iter()
+            .map(|k| Routed::new(k.as_bytes(), redis::cmd("GET").arg(*k)))
+            .collect();
+        let values = self.conn.query(&cmds, deadline)?;
         values
             .into_iter()
             .map(|v| match v {
@@ -148,14 +130,14 @@ impl CasStore for RedisCas {
         writes: &[CasWrite<'_, Vec<u8>>],
         deadline: Instant,
     ) -> Result<Vec<bool>, BatchError> {
-        let mut p = redis::Pipeline::with_capacity(writes.len());
+        let mut cmds = Vec::with_capacity(writes.len());
         for w in writes {
             let (store, value, ttl) = match w.value {
                 Some((v, ttl)) => ("1", v, ttl.max(1)),
                 None => ("0", &[][..], 0),
             };
-            p.cmd("EVALSHA")
-                .arg(&self.sha)
+            let mut c = redis::cmd("EVALSHA");
+            c.arg(&self.sha)
                 .arg(1)
                 .arg(w.key)
                 .arg(if w.read.is_some() { "1" } else { "0" })
@@ -163,8 +145,9 @@ impl CasStore for RedisCas {
                 .arg(store)
                 .arg(value)
                 .arg(ttl);
+            cmds.push(Routed::new(w.key.as_bytes(), &c));
         }
-        let values = self.round_trip(&p, writes.len(), deadline)?;
+        let values = self.conn.query(&cmds, deadline)?;
         let mut noscript = false;
         let lost = values
             .iter()
@@ -183,11 +166,7 @@ impl CasStore for RedisCas {
             })
             .collect::<Result<Vec<bool>, BatchError>>()?;
         if noscript {
-            let conn = self
-                .conn
-                .as_mut()
-                .ok_or_else(|| BatchError::Failed("not connected".into()))?;
-            self.sha = load_script(conn, CAS, deadline)?;
+            self.load_script(deadline, false)?;
         }
         Ok(lost)
     }

@@ -1,12 +1,13 @@
 //! Store addresses as operators write them in `--store`, parsed in one
 //! place for every plugin.
 
-use crate::redis::Addr;
+use crate::redis::{Addr, Target};
 
 /// A parsed `--store`.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum StoreUrl {
-    Redis(Addr),
+    /// One server or a Cluster.
+    Redis(Target),
     /// `HOST:PORT` of each server, in the order given.
     Memcached(Vec<String>),
 }
@@ -26,13 +27,14 @@ impl StoreUrl {
 pub enum UrlError {
     /// Malformed: what is allowed.
     Invalid(&'static str),
-    /// Well-formed but not built (e.g. Redis Cluster): why.
+    /// Well-formed but not built (e.g. TLS): why.
     Unsupported(&'static str),
 }
 
-pub const REDIS_ALLOWED: &str = "redis://HOST[:PORT][/DB] with a host name, IPv4 address or [IPv6] address, a port from 1 to 65535 (default 6379) and a database from 0 to 65535 (default 0)";
+pub const REDIS_ALLOWED: &str = "redis://HOST[:PORT][/DB] or redis+cluster://HOST[:PORT][,HOST[:PORT]...] (up to 64 seeds); HOST a name, IPv4 or [IPv6]; PORT 1-65535 (6379); DB 0-65535 (0)";
+pub const CLUSTER_ALLOWED: &str = "redis+cluster://HOST[:PORT][,HOST[:PORT]...]: Redis Cluster seed nodes (at most 64) with host names, IPv4 addresses or [IPv6] addresses and ports from 1 to 65535 (default 6379), and no /DB (a Redis Cluster has only database 0)";
 pub const MEMCACHED_ALLOWED: &str = "memcached://HOST:PORT[,HOST:PORT...] (at most 64 servers) with host names, IPv4 addresses or [IPv6] addresses and ports from 1 to 65535";
-pub const EITHER_ALLOWED: &str = "memcached://HOST:PORT[,HOST:PORT...] (at most 64 servers) or redis://HOST[:PORT][/DB], with host names, IPv4 addresses or [IPv6] addresses, ports from 1 to 65535 (Redis: default 6379) and a Redis database from 0 to 65535 (default 0)";
+pub const EITHER_ALLOWED: &str = "memcached://HOST:PORT[,HOST:PORT...] (at most 64 servers), redis://HOST[:PORT][/DB] or redis+cluster://HOST[:PORT][,HOST[:PORT]...] (Redis Cluster seed nodes, at most 64), with host names, IPv4 addresses or [IPv6] addresses, ports from 1 to 65535 (Redis: default 6379) and a Redis database from 0 to 65535 (default 0)";
 
 const REDIS_DEFAULT_PORT: u16 = 6379;
 const MAX_DB: i64 = 65_535;
@@ -47,6 +49,8 @@ pub fn parse(value: &str) -> Result<StoreUrl, UrlError> {
     }
     match redis(value) {
         Ok(a) => Ok(StoreUrl::Redis(a)),
+        // A cluster's own message says what it lacks (e.g. no /DB).
+        Err(UrlError::Invalid(CLUSTER_ALLOWED)) => Err(UrlError::Invalid(CLUSTER_ALLOWED)),
         Err(UrlError::Invalid(_)) => Err(UrlError::Invalid(EITHER_ALLOWED)),
         Err(e) => Err(e),
     }
@@ -66,15 +70,27 @@ fn port_ok(p: &str) -> Option<u16> {
     p.parse::<u16>().ok().filter(|&n| n > 0)
 }
 
-/// `redis://HOST[:PORT][/DB]`.
-pub fn redis(value: &str) -> Result<Addr, UrlError> {
-    let bad = UrlError::Invalid(REDIS_ALLOWED);
-    if value.starts_with("redis+cluster://") || value.starts_with("rediss://") {
+/// `redis://HOST[:PORT][/DB]` or `redis+cluster://HOST[:PORT][,HOST[:PORT]...]`.
+pub fn redis(value: &str) -> Result<Target, UrlError> {
+    if let Some(rest) = value.strip_prefix("redis+cluster://") {
+        let bad = UrlError::Invalid(CLUSTER_ALLOWED);
+        let seeds: Vec<&str> = rest.split(',').collect();
+        if seeds.len() > MAX_SERVERS || rest.contains('/') {
+            return Err(bad);
+        }
+        return seeds
+            .into_iter()
+            .map(|s| host_port(s, 0).ok_or(bad.clone()))
+            .collect::<Result<Vec<Addr>, UrlError>>()
+            .map(Target::Cluster);
+    }
+    if value.starts_with("rediss://") {
         return Err(UrlError::Unsupported(
-            "this version speaks to one Redis server (redis://HOST:PORT[/DB]); Redis Cluster \
-             and TLS are not built yet",
+            "TLS (rediss://) is not built yet: use redis://HOST:PORT[/DB] or \
+             redis+cluster://HOST:PORT[,HOST:PORT...]",
         ));
     }
+    let bad = UrlError::Invalid(REDIS_ALLOWED);
     let rest = value.strip_prefix("redis://").ok_or(bad.clone())?;
     let (hostport, db) = match rest.split_once('/') {
         Some((hp, "")) => (hp, 0),
@@ -87,10 +103,18 @@ pub fn redis(value: &str) -> Result<Addr, UrlError> {
         }
         None => (rest, 0),
     };
+    host_port(hostport, db).map(Target::Node).ok_or(bad)
+}
+
+/// `HOST[:PORT]` (`[V6][:PORT]`), the port 6379 if not given.
+fn host_port(hostport: &str, db: i64) -> Option<Addr> {
     let (host, port) = if let Some(v6) = hostport.strip_prefix('[') {
-        let (h, after) = v6.split_once(']').ok_or(bad.clone())?;
-        h.parse::<std::net::Ipv6Addr>().map_err(|_| bad.clone())?;
-        (h, after.strip_prefix(':'))
+        let (h, after) = v6.split_once(']')?;
+        h.parse::<std::net::Ipv6Addr>().ok()?;
+        match after {
+            "" => (h, None),
+            _ => (h, Some(after.strip_prefix(':')?)),
+        }
     } else {
         match hostport.split_once(':') {
             Some((h, p)) => (h, Some(p)),
@@ -98,13 +122,13 @@ pub fn redis(value: &str) -> Result<Addr, UrlError> {
         }
     };
     if !host.contains(':') && !host_ok(host) {
-        return Err(bad);
+        return None;
     }
     let port = match port {
         None => REDIS_DEFAULT_PORT,
-        Some(p) => port_ok(p).ok_or(bad)?,
+        Some(p) => port_ok(p)?,
     };
-    Ok(Addr {
+    Some(Addr {
         host: host.to_owned(),
         port,
         db,
@@ -145,10 +169,12 @@ mod tests {
 
     #[test]
     fn redis_urls() {
-        let a = |host: &str, port, db| Addr {
-            host: host.into(),
-            port,
-            db,
+        let a = |host: &str, port, db| {
+            Target::Node(Addr {
+                host: host.into(),
+                port,
+                db,
+            })
         };
         assert_eq!(redis("redis://h"), Ok(a("h", 6379, 0)));
         assert_eq!(redis("redis://h:7000/3"), Ok(a("h", 7000, 3)));
@@ -164,17 +190,50 @@ mod tests {
             "redis://h h",
             "http://h",
             "redis://h:+1",
+            "redis://[::1]x",
         ] {
             assert_eq!(redis(bad), Err(UrlError::Invalid(REDIS_ALLOWED)), "{bad}");
         }
         assert!(matches!(
-            redis("redis+cluster://h:1"),
-            Err(UrlError::Unsupported(_))
-        ));
-        assert!(matches!(
             redis("rediss://h:1"),
             Err(UrlError::Unsupported(_))
         ));
+    }
+
+    #[test]
+    fn cluster_urls() {
+        let seed = |host: &str, port| Addr {
+            host: host.into(),
+            port,
+            db: 0,
+        };
+        let t = redis("redis+cluster://10.0.0.1:7000,cache.example,[::1]:7002").unwrap();
+        assert_eq!(
+            t,
+            Target::Cluster(vec![
+                seed("10.0.0.1", 7000),
+                seed("cache.example", 6379),
+                seed("::1", 7002)
+            ])
+        );
+        assert_eq!(
+            t.url(),
+            "redis+cluster://10.0.0.1:7000,cache.example:6379,[::1]:7002"
+        );
+        for bad in [
+            "redis+cluster://",
+            "redis+cluster://h:1,",
+            "redis+cluster://h:0",
+            "redis+cluster://h:1/0",
+            "redis+cluster://h:1,h:2/3",
+            "redis+cluster://[zz]:1",
+            "redis+cluster://h h:1",
+        ] {
+            assert_eq!(redis(bad), Err(UrlError::Invalid(CLUSTER_ALLOWED)), "{bad}");
+        }
+        let many = vec!["h:1"; MAX_SERVERS + 1].join(",");
+        assert!(redis(&format!("redis+cluster://{many}")).is_err());
+        assert!(CLUSTER_ALLOWED.contains("no /DB"));
     }
 
     #[test]
@@ -220,9 +279,13 @@ mod tests {
         );
         assert_eq!(parse("ftp://h"), Err(UrlError::Invalid(EITHER_ALLOWED)));
         assert!(matches!(
-            parse("redis+cluster://h:1"),
-            Err(UrlError::Unsupported(_))
+            parse("redis+cluster://h:1,h:2"),
+            Ok(StoreUrl::Redis(Target::Cluster(s))) if s.len() == 2
         ));
+        assert_eq!(
+            parse("redis+cluster://h:1/0"),
+            Err(UrlError::Invalid(CLUSTER_ALLOWED))
+        );
         assert_eq!(
             parse("redis://h:1/2").map(|u| u.url()),
             Ok("redis://h:1/2".into())

@@ -29,7 +29,7 @@ use parking_lot::Mutex;
 use rate_limit_core::store::{Failure, StoreOptions};
 use rate_limit_core::{metric_name, Admission, Options};
 // `::store`: the store client crate (this module shares its name).
-use ::store::redis::{self, key_base, Decide, LeaseIds, Op, Redis, Reply};
+use ::store::redis::{key_base, Decide, LeaseIds, Op, Redis, Reply};
 use ::store::{Client, Completion, Config, Outcome};
 
 use crate::queue::{error_page, park, state, Queued};
@@ -136,12 +136,7 @@ impl RuleStore {
         let store = match stores.iter().find(|x| x.url == url && x.timeout == timeout) {
             Some(x) => x.clone(),
             None => {
-                let addr = redis::Addr {
-                    host: s.host.clone(),
-                    port: s.port,
-                    db: s.db,
-                };
-                let backend = Redis::new(&addr).map_err(|e| format!("--store={url}: {e}"))?;
+                let backend = Redis::new(&s.redis).map_err(|e| format!("--store={url}: {e}"))?;
                 let client = Client::start("rl-store", backend, Config::default())
                     .map_err(|e| format!("--store={url}: cannot start its I/O thread: {e}"))?;
                 let x = Arc::new(Store {

@@ -266,9 +266,19 @@ fn store_options() {
     assert!(r
         .describe()
         .ends_with(" store=redis://127.0.0.1:7000/2 store-timeout=50ms"));
-    let e = parse(&["--store=redis+cluster://h:1"]).unwrap_err();
+    let c = parse(&["--store=redis+cluster://127.0.0.1:7000,127.0.0.1:7001"]).unwrap();
+    assert!(c
+        .describe()
+        .ends_with(" store=redis+cluster://127.0.0.1:7000,127.0.0.1:7001 store-timeout=50ms"));
+    let e = parse(&["--store=redis+cluster://h:1/0"]).unwrap_err();
     assert!(
-        e.starts_with("--store has an unsupported value 'redis+cluster://h:1': "),
+        e.starts_with("--store has an invalid value 'redis+cluster://h:1/0'")
+            && e.contains("no /DB (a Redis Cluster has only database 0)"),
+        "{e}"
+    );
+    let e = parse(&["--store=rediss://h:1"]).unwrap_err();
+    assert!(
+        e.starts_with("--store has an unsupported value 'rediss://h:1': "),
         "{e}"
     );
     for bad in [

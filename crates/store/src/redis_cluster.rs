@@ -1,0 +1,355 @@
+//! Redis Cluster: a batch is split by the slot of each command's key, sent
+//! as one pipeline per master, and answered in the batch's order.
+//!
+//! Why not the `redis` crate's `ClusterConnection` (0.32, sync): its
+//! pipeline reads every answer with the whole read timeout and keeps
+//! reading after one times out (a hung master costs a batch of N commands
+//! N timeouts, not one deadline); it fails the whole pipeline on one error
+//! reply (`NOSCRIPT`, a script error); its `MOVED` retry never triggers in
+//! a pipeline (error replies arrive as values, not errors); and its single
+//! commands retry with sleeps that ignore any deadline. Here every read
+//! and write is bounded by what is left of the deadline, as with one
+//! server, on the crate's plain `Connection`s: one per master.
+//!
+//! - **Slot map**: `CLUSTER SLOTS` from the first seed that answers, at
+//!   connect. A slot no master serves, or any I/O error or timeout, fails
+//!   the batch: the client disconnects and reconnects with backoff, which
+//!   learns the map afresh.
+//! - **Redirects**: a `MOVED` answer updates the slot's master and an `ASK`
+//!   answer is sent again with `ASKING` to the named node, once per batch
+//!   and within its deadline (a resharding or failover); still redirected,
+//!   it is that command's error.
+//! - **Scripts**: `SCRIPT LOAD` on every master at connect, so `EVALSHA`
+//!   (the hash is the same everywhere) works on whichever master a key
+//!   lives; a `NOSCRIPT` (a master restarted or newly promoted) makes the
+//!   backend load them on every master again and retry, as with one server.
+
+use std::time::Instant;
+
+use redis::Value;
+
+use crate::client::BatchError;
+use crate::redis::Addr;
+use crate::redis_conn::{batch_error, left, load_scripts, open, recv, send, Routed};
+
+pub const SLOTS: usize = 16_384;
+/// A slot no master serves.
+const NONE: u16 = u16::MAX;
+/// Most masters followed (a hostile `CLUSTER SLOTS` or `MOVED` cannot grow the list further).
+const MAX_NODES: usize = 1024;
+
+/// The slot of a key: CRC16 (XMODEM) of its hash tag (the first `{...}`,
+/// if not empty) or of the whole key, modulo 16384.
+pub fn slot(key: &[u8]) -> u16 {
+    let tagged = key.iter().position(|&b| b == b'{').and_then(|open| {
+        let rest = &key[open + 1..];
+        match rest.iter().position(|&b| b == b'}') {
+            Some(0) | None => None,
+            Some(close) => Some(&rest[..close]),
+        }
+    });
+    crc16(tagged.unwrap_or(key)) % SLOTS as u16
+}
+
+fn crc16(data: &[u8]) -> u16 {
+    let mut crc: u16 = 0;
+    for &b in data {
+        crc ^= u16::from(b) << 8;
+        for _ in 0..8 {
+            crc = if crc & 0x8000 != 0 {
+                (crc << 1) ^ 0x1021
+            } else {
+                crc << 1
+            };
+        }
+    }
+    crc
+}
+
+struct Master {
+    addr: Addr,
+    conn: Option<redis::Connection>,
+}
+
+pub(crate) struct Cluster {
+    seeds: Vec<Addr>,
+    masters: Vec<Master>,
+    /// Slot -> index in `masters` ([`NONE`]: not served).
+    slots: Vec<u16>,
+}
+
+impl Cluster {
+    pub fn new(seeds: Vec<Addr>) -> Cluster {
+        Cluster {
+            seeds,
+            masters: Vec::new(),
+            slots: Vec::new(),
+        }
+    }
+
+    pub fn is_connected(&self) -> bool {
+        !self.masters.is_empty()
+    }
+
+    pub fn disconnect(&mut self) {
+        self.masters.clear();
+        self.slots.clear();
+    }
+
+    /// Learns the slot map from the first seed that answers and connects
+    /// to every master.
+    pub fn connect(&mut self, deadline: Instant) -> Result<(), BatchError> {
+        self.disconnect();
+        let mut why = String::new();
+        for seed in &self.seeds {
+            match slot_map(seed, deadline) {
+                Ok((masters, slots)) => {
+                    self.masters = masters;
+                    self.slots = slots;
+                    break;
+                }
+                Err(BatchError::Failed(e)) => why = format!("{}: {e}", seed.host_port()),
+                Err(BatchError::Timeout) => {
+                    left(deadline)?;
+                    why = format!("{}: timed out", seed.host_port());
+                }
+            }
+        }
+        if self.masters.is_empty() {
+            return Err(BatchError::Failed(format!(
+                "no seed node gave the cluster's slot map ({why})"
+            )));
+        }
+        for i in 0..self.masters.len() {
+            if let Err(e) = self.conn(i, deadline) {
+                self.disconnect();
+                return Err(e);
+            }
+        }
+        Ok(())
+    }
+
+    /// The connection to master `i`, opened if need be.
+    fn conn(&mut self, i: usize, deadline: Instant) -> Result<&mut redis::Connection, BatchError> {
+        let m = &mut self.masters[i];
+        if m.conn.is_none() {
+            let client = redis::Client::open(m.addr.url()).map_err(batch_error)?;
+            let c = open(&client, deadline).map_err(|e| match e {
+                BatchError::Failed(e) => {
+                    BatchError::Failed(format!("master {}: {e}", m.addr.host_port()))
+                }
+                t => t,
+            })?;
+            m.conn = Some(c);
+        }
+        m.conn
+            .as_mut()
+            .ok_or_else(|| BatchError::Failed("not connected".into()))
+    }
+
+    /// Loads `scripts` on every master; their SHA1s (the same on each).
+    pub fn load_scripts(
+        &mut self,
+        scripts: &[&str],
+        deadline: Instant,
+    ) -> Result<Vec<String>, BatchError> {
+        let mut shas = Vec::new();
+        for i in 0..self.masters.len() {
+            shas = load_scripts(self.conn(i, deadline)?, scripts, deadline)?;
+        }
+        Ok(shas)
+    }
+
+    /// Master of `host:port` (from a redirect), added if new.
+    fn master_at(&mut self, hostport: &str) -> Option<usize> {
+        let (host, port) = hostport.rsplit_once(':')?;
+        let port: u16 = port.parse().ok()?;
+        let host = host.trim_start_matches('[').trim_end_matches(']');
+        if let Some(i) = self
+            .masters
+            .iter()
+            .position(|m| m.addr.host == host && m.addr.port == port)
+        {
+            return Some(i);
+        }
+        if self.masters.len() >= MAX_NODES || host.is_empty() {
+            return None;
+        }
+        self.masters.push(Master {
+            addr: Addr {
+                host: host.to_owned(),
+                port,
+                db: 0,
+            },
+            conn: None,
+        });
+        Some(self.masters.len() - 1)
+    }
+
+    pub fn query(&mut self, cmds: &[Routed], deadline: Instant) -> Result<Vec<Value>, BatchError> {
+        let mut out = vec![Value::Nil; cmds.len()];
+        // (command, master, with ASKING) still to send.
+        let mut todo = Vec::with_capacity(cmds.len());
+        for (i, c) in cmds.iter().enumerate() {
+            match self.slots.get(usize::from(c.slot)) {
+                Some(&m) if m != NONE => todo.push((i, usize::from(m), false)),
+                _ => {
+                    return Err(BatchError::Failed(format!(
+                        "slot {} has no master in the cluster's slot map",
+                        c.slot
+                    )))
+                }
+            }
+        }
+        for round in 0..2 {
+            let redirected = self.round(cmds, &todo, &mut out, deadline)?;
+            if redirected.is_empty() || round == 1 {
+                break;
+            }
+            todo.clear();
+            for i in redirected {
+                let Value::ServerError(e) = &out[i] else {
+                    continue;
+                };
+                let asking = e.code() == "ASK";
+                // "SLOT HOST:PORT"
+                let mut d = e.details().unwrap_or_default().split(' ');
+                let (slot, to) = (d.next().and_then(|s| s.parse::<usize>().ok()), d.next());
+                let Some(m) = to.and_then(|to| self.master_at(to)) else {
+                    continue;
+                };
+                if !asking {
+                    if let Some(s) = slot.and_then(|s| self.slots.get_mut(s)) {
+                        *s = m as u16;
+                    }
+                }
+                todo.push((i, m, asking));
+            }
+        }
+        Ok(out)
+    }
+
+    /// Sends `todo` as one pipeline per master, then reads each master's
+    /// answers into `out`; the commands redirected (`MOVED`, `ASK`).
+    fn round(
+        &mut self,
+        cmds: &[Routed],
+        todo: &[(usize, usize, bool)],
+        out: &mut [Value],
+        deadline: Instant,
+    ) -> Result<Vec<usize>, BatchError> {
+        let mut masters: Vec<usize> = todo.iter().map(|t| t.1).collect();
+        masters.sort_unstable();
+        masters.dedup();
+        for &m in &masters {
+            let mut packed = Vec::new();
+            for &(i, _, asking) in todo.iter().filter(|t| t.1 == m) {
+                if asking {
+                    packed.extend_from_slice(b"*1\r\n$6\r\nASKING\r\n");
+                }
+                packed.extend_from_slice(&cmds[i].packed);
+            }
+            send(self.conn(m, deadline)?, &packed, deadline)?;
+        }
+        let mut redirected = Vec::new();
+        for &m in &masters {
+            let conn = self.conn(m, deadline)?;
+            for &(i, _, asking) in todo.iter().filter(|t| t.1 == m) {
+                if asking {
+                    recv(conn, deadline)?;
+                }
+                let v = recv(conn, deadline)?;
+                if matches!(&v, Value::ServerError(e) if matches!(e.code(), "MOVED" | "ASK")) {
+                    redirected.push(i);
+                }
+                out[i] = v;
+            }
+        }
+        Ok(redirected)
+    }
+}
+
+/// `CLUSTER SLOTS` from `seed`: the masters and each slot's master.
+fn slot_map(seed: &Addr, deadline: Instant) -> Result<(Vec<Master>, Vec<u16>), BatchError> {
+    let client = redis::Client::open(seed.url()).map_err(batch_error)?;
+    let mut conn = open(&client, deadline)?;
+    let packed = redis::cmd("CLUSTER").arg("SLOTS").get_packed_command();
+    send(&mut conn, &packed, deadline)?;
+    let v = recv(&mut conn, deadline)?;
+    let bad = |why: &str| BatchError::Failed(format!("CLUSTER SLOTS: {why}"));
+    let Value::Array(ranges) = &v else {
+        return Err(bad(&format!("answered {v:?}")));
+    };
+    let mut masters: Vec<Master> = Vec::new();
+    let mut slots = vec![NONE; SLOTS];
+    for r in ranges {
+        let Value::Array(r) = r else {
+            return Err(bad("a range is not an array"));
+        };
+        let (Some(Value::Int(start)), Some(Value::Int(end)), Some(Value::Array(node))) =
+            (r.first(), r.get(1), r.get(2))
+        else {
+            return Err(bad("a range is not [start, end, [host, port, ...], ...]"));
+        };
+        let host = match node.first() {
+            // No address known: the one we asked.
+            Some(Value::BulkString(h)) if h.is_empty() => seed.host.clone(),
+            Some(Value::BulkString(h)) => String::from_utf8_lossy(h).into_owned(),
+            _ => return Err(bad("a master has no host")),
+        };
+        let port = match node.get(1) {
+            Some(&Value::Int(p)) => u16::try_from(p).map_err(|_| bad("a port out of range"))?,
+            _ => return Err(bad("a master has no port")),
+        };
+        if host == "?" {
+            return Err(bad("a master's address is unknown"));
+        }
+        let i = match masters
+            .iter()
+            .position(|m| m.addr.host == host && m.addr.port == port)
+        {
+            Some(i) => i,
+            None if masters.len() < MAX_NODES => {
+                masters.push(Master {
+                    addr: Addr { host, port, db: 0 },
+                    conn: None,
+                });
+                masters.len() - 1
+            }
+            None => return Err(bad("too many masters")),
+        };
+        let (start, end) = (*start, *end);
+        if start < 0 || end >= SLOTS as i64 || start > end {
+            return Err(bad("a slot range out of bounds"));
+        }
+        for s in &mut slots[start as usize..=end as usize] {
+            *s = i as u16;
+        }
+    }
+    // The seed is a master: keep its connection.
+    if let Some(m) = masters
+        .iter_mut()
+        .find(|m| m.addr.host == seed.host && m.addr.port == seed.port)
+    {
+        m.conn = Some(conn);
+    }
+    Ok((masters, slots))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn slots_as_redis_computes_them() {
+        // The CRC of the Redis Cluster spec's example, and `CLUSTER KEYSLOT`s.
+        assert_eq!(crc16(b"123456789"), 0x31c3);
+        assert_eq!(slot(b"foo"), 12182);
+        assert_eq!(slot(b"bar"), 5061);
+        // A hash tag: the first non-empty {...} only.
+        assert_eq!(slot(b"rl:{api}:gcra"), slot(b"api"));
+        assert_eq!(slot(b"rl:{api}:gcra"), slot(b"x{api}:leases{zz}"));
+        assert_eq!(slot(b"{}foo"), crc16(b"{}foo") % 16384);
+        assert_eq!(slot(b"a{b"), crc16(b"a{b") % 16384);
+    }
+}
