@@ -178,11 +178,11 @@ pub(crate) enum TxnStore {
 
 impl TxnStore {
     /// The keys to ask about, if the decision is still to be asked.
-    pub(crate) fn take_pending(slot: &mut Option<TxnStore>) -> Option<String> {
-        match slot.take() {
+    pub(crate) fn take_pending(slot: &mut Option<Box<TxnStore>>) -> Option<String> {
+        match slot.take().map(|b| *b) {
             Some(TxnStore::Pending(base)) => Some(base),
             other => {
-                *slot = other;
+                *slot = other.map(Box::new);
                 None
             }
         }
@@ -221,7 +221,7 @@ pub(crate) fn remap(rule: &Arc<Rule>, g: &Globals, txn: Txn<'_>, key: Option<u64
         key_base(&rs.opts.namespace, key.map(|_| &b[..]))
     });
     if let Some(st) = rule.attach(g, txn, TxnOutcome::Waiting, None, None, key) {
-        *st.store.lock() = Some(TxnStore::Pending(base));
+        *st.store.lock() = Some(Box::new(TxnStore::Pending(base)));
         txn.hook(ats::HookId::PostRemap, &g.hooks);
     }
 }
@@ -398,7 +398,7 @@ fn resume(h: HomeTxn<'_>, rule: &Rule, lease: Option<Lease>) -> Done {
     if let Some(st) = state(&h, rule) {
         st.set_outcome(TxnOutcome::Admitted);
         if let Some(l) = lease {
-            *st.store.lock() = Some(TxnStore::Lease { _held: l });
+            *st.store.lock() = Some(Box::new(TxnStore::Lease { _held: l }));
         }
     }
     h.resume()
