@@ -403,6 +403,11 @@ fn a_reload_keeps_deciding_and_applies_a_new_failure_policy() {
             .unwrap_or(0)
     };
     assert_eq!(status("0"), 200);
+    // Its lease goes back at TXN_CLOSE, asynchronously: wait for that, or
+    // the count below could see this lease instead of the holder's.
+    assert!(wait_until(Duration::from_secs(5), || redis
+        .int(&["ZCARD", "rl:{reload}:leases"])
+        == Ok(0)));
     // One lease held for 8 s (reloads take seconds): a second request is
     // refused by Redis.
     let port = ts.port();
