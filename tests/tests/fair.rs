@@ -186,10 +186,15 @@ fn light_flows_wait_one_service_time_and_backlogged_flows_share_evenly() {
         "light flows' p99 wait: FIFO {fifo_p99} ms, fair {fair_p99} ms; \
          Jain's index of slot-time over 3 backlogged flows: FIFO {fifo_jain:.3}, fair {fair_jain:.3}"
     );
-    // Fair: at most about one slot's service time (200 ms), plus scheduling.
-    assert!(fair_p99 <= 300, "fair p99 {fair_p99} ms");
+    // Fair: about one slot's service time (200 ms; measured 165-172 ms),
+    // bounded at two with room for a loaded machine's scheduling.
+    assert!(fair_p99 <= 450, "fair p99 {fair_p99} ms");
     // FIFO: behind the heavy flow's backlog (90 requests / 10 slots × 200 ms).
     assert!(fifo_p99 >= 1000, "FIFO p99 {fifo_p99} ms");
+    assert!(
+        3 * fair_p99 < fifo_p99,
+        "fair {fair_p99} ms, FIFO {fifo_p99} ms"
+    );
     assert!(fair_jain >= 0.95, "fair Jain {fair_jain}");
     assert!(fifo_jain < fair_jain, "FIFO {fifo_jain} fair {fair_jain}");
 }
@@ -206,7 +211,9 @@ fn one_active_flow_borrows_every_idle_slot_unless_strict() {
         .start()
         .expect("start");
     for (host, origin, most) in [("borrow.test", &borrow, 10), ("strict.test", &strict, 2)] {
-        let all = flood(ts.port(), host, "solo", 20, 300)
+        // Held 1 s: all 20 connections reach the plugin while the first
+        // hold the slots, even on a loaded machine.
+        let all = flood(ts.port(), host, "solo", 20, 1000)
             .join()
             .expect("client");
         assert!(all
