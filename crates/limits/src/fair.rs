@@ -259,23 +259,30 @@ impl<W> FairQueue<W> {
     /// them up. The kept flows are at most 2 × active + 32 (`ring_dead` is
     /// at most the live ring flows, or 32), so a sweep frees at least 32
     /// places and its cost, the map's capacity, is amortized over them.
+    #[inline]
     fn sweep(&mut self) {
         if self.flows.len() > 2 * self.active_flows as usize + IDLE_KEPT {
-            self.visit(self.flows.capacity());
-            let spare = &mut self.spare;
-            self.flows.retain(|_, f| {
-                let keep = f.counted || f.in_ring;
-                if !keep && spare.len() < SPARE_QUEUES && (1..=64).contains(&f.queue.capacity()) {
-                    f.queue.clear();
-                    spare.push(std::mem::take(&mut f.queue));
-                }
-                keep
-            });
-            // A burst's capacity would make every later sweep scan it.
-            shrink!(self.flows);
-            shrink!(self.ring);
-            shrink!(self.spare);
+            self.sweep_idle();
         }
+    }
+
+    #[cold]
+    #[inline(never)]
+    fn sweep_idle(&mut self) {
+        self.visit(self.flows.capacity());
+        let spare = &mut self.spare;
+        self.flows.retain(|_, f| {
+            let keep = f.counted || f.in_ring;
+            if !keep && spare.len() < SPARE_QUEUES && (1..=64).contains(&f.queue.capacity()) {
+                f.queue.clear();
+                spare.push(std::mem::take(&mut f.queue));
+            }
+            keep
+        });
+        // A burst's capacity would make every later sweep scan it.
+        shrink!(self.flows);
+        shrink!(self.ring);
+        shrink!(self.spare);
     }
 
     /// `flow` lost its last waiter while in the ring: counted dead, and the

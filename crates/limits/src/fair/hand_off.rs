@@ -86,9 +86,10 @@ impl<W: Waiter> Slots<W> {
         let grant = active < limit
             && !own_waiters
             && if over {
-                !q.cfg.strict && self.waiters() == 0
+                !q.cfg.strict && (q.ring.is_empty() || self.waiters() == 0)
             } else {
-                self.waiters() == 0 || !q.entitled_waiter(limit)
+                // The ring may keep flows whose waiters all left (lazy removal).
+                q.ring.is_empty() || self.waiters() == 0 || !q.entitled_waiter(limit)
             };
         if grant {
             let f = q.flows.get_mut(&flow).expect("made above");
