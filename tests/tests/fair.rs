@@ -168,10 +168,16 @@ fn light_flows_wait_one_service_time_and_backlogged_flows_share_evenly() {
     let fair_waits = heavy_and_light(port, "fair.test", &fair_o);
     assert_eq!((fifo_waits.len(), fair_waits.len()), (15, 15));
     let (fifo_p99, fair_p99) = (percentile(fifo_waits, 99.0), percentile(fair_waits, 99.0));
-    // Three backlogged flows of 60, 40 and 20 requests at once; slot-time
-    // counted from the first hand-offs until one flow drains.
+    // Three backlogged flows of 60, 40 and 20 requests; slot-time counted
+    // from the first hand-offs until one flow drains. Started 100 ms apart:
+    // started together, c's connections sometimes all came first, FIFO
+    // served c in its first two rounds and no flow was backlogged with it.
     for (host, origin) in [("fifoj.test", &fifo_j), ("fairj.test", &fair_j)] {
-        let flows = [("a", 60), ("b", 40), ("c", 20)].map(|(u, n)| flood(port, host, u, n, 200));
+        let flows = [("a", 60), ("b", 40), ("c", 20)].map(|(u, n)| {
+            let f = flood(port, host, u, n, 200);
+            thread::sleep(Duration::from_millis(100));
+            f
+        });
         for f in flows {
             f.join().expect("client");
         }
