@@ -1,7 +1,8 @@
 //! rate_limit.so with `--fair` against a real traffic_server: round-robin
 //! hand-off measured against FIFO (the issue's measurement), borrowing and
 //! `--strict`, repayment, the hard limit (`--flow-over=reject`) with its
-//! metrics and `show`, and the waiting bounds. Flow sources, weights and
+//! metrics and `show` (also after a `--rate` wait), and the waiting bounds
+//! (each flow's part of the queue places). Flow sources, weights and
 //! groups: fair_sources.rs.
 
 use std::thread;
@@ -168,10 +169,16 @@ fn light_flows_wait_one_service_time_and_backlogged_flows_share_evenly() {
     let fair_waits = heavy_and_light(port, "fair.test", &fair_o);
     assert_eq!((fifo_waits.len(), fair_waits.len()), (15, 15));
     let (fifo_p99, fair_p99) = (percentile(fifo_waits, 99.0), percentile(fair_waits, 99.0));
-    // Three backlogged flows of 60, 40 and 20 requests at once; slot-time
-    // counted from the first hand-offs until one flow drains.
+    // Three backlogged flows of 60, 40 and 20 requests; slot-time counted
+    // from the first hand-offs until one flow drains. Started 100 ms apart:
+    // started together, c's connections sometimes all came first, FIFO
+    // served c in its first two rounds and no flow was backlogged with it.
     for (host, origin) in [("fifoj.test", &fifo_j), ("fairj.test", &fair_j)] {
-        let flows = [("a", 60), ("b", 40), ("c", 20)].map(|(u, n)| flood(port, host, u, n, 200));
+        let flows = [("a", 60), ("b", 40), ("c", 20)].map(|(u, n)| {
+            let f = flood(port, host, u, n, 200);
+            thread::sleep(Duration::from_millis(100));
+            f
+        });
         for f in flows {
             f.join().expect("client");
         }
@@ -186,10 +193,15 @@ fn light_flows_wait_one_service_time_and_backlogged_flows_share_evenly() {
         "light flows' p99 wait: FIFO {fifo_p99} ms, fair {fair_p99} ms; \
          Jain's index of slot-time over 3 backlogged flows: FIFO {fifo_jain:.3}, fair {fair_jain:.3}"
     );
-    // Fair: at most about one slot's service time (200 ms), plus scheduling.
-    assert!(fair_p99 <= 300, "fair p99 {fair_p99} ms");
+    // Fair: about one slot's service time (200 ms; measured 165-172 ms),
+    // bounded at two with room for a loaded machine's scheduling.
+    assert!(fair_p99 <= 450, "fair p99 {fair_p99} ms");
     // FIFO: behind the heavy flow's backlog (90 requests / 10 slots × 200 ms).
     assert!(fifo_p99 >= 1000, "FIFO p99 {fifo_p99} ms");
+    assert!(
+        3 * fair_p99 < fifo_p99,
+        "fair {fair_p99} ms, FIFO {fifo_p99} ms"
+    );
     assert!(fair_jain >= 0.95, "fair Jain {fair_jain}");
     assert!(fifo_jain < fair_jain, "FIFO {fifo_jain} fair {fair_jain}");
 }
@@ -206,7 +218,9 @@ fn one_active_flow_borrows_every_idle_slot_unless_strict() {
         .start()
         .expect("start");
     for (host, origin, most) in [("borrow.test", &borrow, 10), ("strict.test", &strict, 2)] {
-        let all = flood(ts.port(), host, "solo", 20, 300)
+        // Held 1 s: all 20 connections reach the plugin while the first
+        // hold the slots, even on a loaded machine.
+        let all = flood(ts.port(), host, "solo", 20, 1000)
             .join()
             .expect("client");
         assert!(all
@@ -317,4 +331,75 @@ fn soft_limit_waits_within_queue_and_maxage_and_borrowing_is_counted() {
     assert_eq!(ts.wait_metric(&m("expired"), 2), Ok(2));
     assert_eq!(ts.wait_metric(&m("borrowed"), 1), Ok(1));
     assert_eq!(ts.wait_metric(&m("flows"), 0), Ok(0));
+}
+
+#[test]
+fn a_hard_limit_also_refuses_requests_that_first_waited_for_the_rate() {
+    let origin = Origin::start();
+    let ts = TrafficServer::builder()
+        .with_manager()
+        .remap(rule(
+            "hr.test",
+            &origin,
+            "--limit=4 --rate=1 --burst=1 --queue=10 --retry=3 --fair=header:X-User \
+             --flow-slots=1 --flow-over=reject --strict --tag=fairr",
+        ))
+        .start()
+        .expect("start");
+    let port = ts.port();
+    let holder = thread::spawn(move || req(port, "hr.test", "/a1", "a", 4000));
+    assert!(wait_until(Duration::from_secs(5), || origin.in_flight() == 1));
+    // Over the rate: each waits for its token (1 s, 2 s), then joins flow
+    // "a", which holds its one slot: refused then, not queued behind a1.
+    let t = Instant::now();
+    let over = flood(port, "hr.test", "a", 2, 0).join().expect("client");
+    for r in &over {
+        let r = r.as_ref().expect("answered");
+        assert_eq!(r.status, 429, "{r:?}");
+        assert_eq!(r.header("Retry-After"), Some("3"));
+    }
+    let took = t.elapsed();
+    assert!(
+        took >= Duration::from_millis(900),
+        "waited for the rate: {took:?}"
+    );
+    assert!(
+        took < Duration::from_millis(3500),
+        "not until a1 ended: {took:?}"
+    );
+    assert_eq!(holder.join().expect("holder").expect("a1").status, 200);
+    assert_eq!(origin.count(), 1);
+    let m = |n: &str| format!("plugin.rate_limiter.remap.fairr.{n}");
+    assert_eq!(ts.wait_metric(&m("flow_rejected"), 2), Ok(2));
+    assert_eq!(ts.wait_metric(&m("rejected"), 2), Ok(2));
+}
+
+#[test]
+fn one_flow_cannot_take_every_queue_place() {
+    let origin = Origin::start();
+    let ts = TrafficServer::builder()
+        .remap(rule(
+            "q.test",
+            &origin,
+            "--limit=1 --queue=4 --fair=header:X-User",
+        ))
+        .start()
+        .expect("start");
+    let port = ts.port();
+    let holder = thread::spawn(move || req(port, "q.test", "/b1", "b", 1000));
+    assert!(wait_until(Duration::from_secs(5), || origin.in_flight() == 1));
+    // Flows b and a active: a waits in at most ⌈4 / 2⌉ = 2 places.
+    let a = flood(port, "q.test", "a", 4, 0);
+    // a's four reach the plugin while b1 holds the slot (1 s).
+    thread::sleep(Duration::from_millis(300));
+    // Places are left for another flow, which is served in its turn.
+    let c = thread::spawn(move || req(port, "q.test", "/c1", "c", 0));
+    let counts = client::status_counts(&a.join().expect("a"));
+    assert_eq!(
+        (counts.get(&200), counts.get(&429)),
+        (Some(&2), Some(&2)),
+        "{counts:?}"
+    );
+    assert_eq!(c.join().expect("c").expect("c1").status, 200);
+    assert_eq!(holder.join().expect("holder").expect("b1").status, 200);
 }

@@ -117,4 +117,22 @@ mod tests {
             }
         }
     }
+
+    /// The function `hash` computes, SipHash-1-3, against std's own: its
+    /// `SipHasher13` is unstable, but `DefaultHasher::new()` is SipHash-1-3
+    /// with a zero key, and its `write` feeds the bytes as they are (no
+    /// length prefix), at every length across block boundaries.
+    #[test]
+    fn matches_std_siphash13() {
+        let msg: Vec<u8> = (0..40u8).map(|i| i.wrapping_mul(73) ^ 0xc3).collect();
+        for len in 0..=msg.len() {
+            let mut std = std::collections::hash_map::DefaultHasher::new();
+            std.write(&msg[..len]);
+            assert_eq!(
+                Sip::new(0, 0).hash(&msg[..len]),
+                std.finish(),
+                "length {len}"
+            );
+        }
+    }
 }

@@ -91,6 +91,16 @@ pub enum FlowTry<W: Waiter> {
     Over,
 }
 
+/// Why [`Slots::try_enqueue_flow`](crate::Slots::try_enqueue_flow) gave a waiter back.
+pub enum FlowRefused<W> {
+    /// The flow is at its share and the limiter refuses over-users
+    /// (counted in [`FairStats::flow_rejected`]).
+    Over(W),
+    /// The flow already has its part of the queue places waiting
+    /// ([`Slots::set_flow_queue`](crate::Slots::set_flow_queue)).
+    Full(W),
+}
+
 impl<W: Waiter> FlowTry<W> {
     pub fn permit(self) -> Option<Permit<W>> {
         match self {
@@ -155,8 +165,14 @@ pub(crate) struct FairQueue<W> {
     /// The flows that hold or wait, and some idle ones, kept so that a flow
     /// that comes and goes costs a lookup, not an insert and a removal.
     flows: FlowMap<W>,
-    /// Flows with waiters, in round-robin order, each at most once.
+    /// Flows with waiters, in round-robin order, each at most once. A flow
+    /// whose last waiter left stays (`ring_dead`) until `pick` reaches it or
+    /// the dead outnumber the live: a cancel costs O(1), not a ring scan.
     ring: VecDeque<u64>,
+    /// Flows in `ring` with no live waiter.
+    ring_dead: usize,
+    /// Queue places shared by the flows' waiters (`u32::MAX`: uncapped).
+    places: u32,
     /// Flows that hold or wait, and the sum of their weights.
     active_flows: u32,
     total_weight: u64,
@@ -164,6 +180,20 @@ pub(crate) struct FairQueue<W> {
     flow_rejected: u64,
     /// Emptied queues of forgotten flows, reused by new ones.
     spare: Vec<VecDeque<Arc<Entry<W>>>>,
+    /// Flows and ring places visited by scans (tests bound the work).
+    #[cfg(test)]
+    pub(crate) visits: u64,
+}
+
+/// Shrinks a map, deque or vector whose capacity is over 4 × its length
+/// (to 2 ×; small ones are left alone).
+macro_rules! shrink {
+    ($c:expr) => {
+        if $c.capacity() > 4 * $c.len().max(8) {
+            let len = $c.len();
+            $c.shrink_to(2 * len);
+        }
+    };
 }
 
 /// Most spare queues kept.
@@ -177,13 +207,25 @@ impl<W> FairQueue<W> {
             cfg,
             flows: FlowMap::default(),
             ring: VecDeque::new(),
+            ring_dead: 0,
+            places: u32::MAX,
             active_flows: 0,
             total_weight: 0,
             borrowed: 0,
             flow_rejected: 0,
             spare: Vec::new(),
+            #[cfg(test)]
+            visits: 0,
         }
     }
+
+    #[cfg(test)]
+    fn visit(&mut self, n: usize) {
+        self.visits += n as u64;
+    }
+    #[cfg(not(test))]
+    #[inline(always)]
+    fn visit(&mut self, _: usize) {}
 
     fn weight_of(&self, key: u64) -> FlowWeight {
         if self.cfg.weights.is_empty() {
@@ -212,32 +254,72 @@ impl<W> FairQueue<W> {
         self.sweep();
     }
 
+    /// Forgets idle flows (neither holding, waiting nor in the ring) once
+    /// they outnumber the active ones. Flows in the ring stay: `pick` looks
+    /// them up. The kept flows are at most 2 × active + 32 (`ring_dead` is
+    /// at most the live ring flows, or 32), so a sweep frees at least 32
+    /// places and its cost, the map's capacity, is amortized over them.
+    #[inline]
     fn sweep(&mut self) {
         if self.flows.len() > 2 * self.active_flows as usize + IDLE_KEPT {
-            let spare = &mut self.spare;
-            self.flows.retain(|_, f| {
-                if !f.counted
-                    && spare.len() < SPARE_QUEUES
-                    && (1..=64).contains(&f.queue.capacity())
-                {
-                    f.queue.clear();
-                    spare.push(std::mem::take(&mut f.queue));
+            self.sweep_idle();
+        }
+    }
+
+    #[cold]
+    #[inline(never)]
+    fn sweep_idle(&mut self) {
+        self.visit(self.flows.capacity());
+        let spare = &mut self.spare;
+        self.flows.retain(|_, f| {
+            let keep = f.counted || f.in_ring;
+            if !keep && spare.len() < SPARE_QUEUES && (1..=64).contains(&f.queue.capacity()) {
+                f.queue.clear();
+                spare.push(std::mem::take(&mut f.queue));
+            }
+            keep
+        });
+        // A burst's capacity would make every later sweep scan it.
+        shrink!(self.flows);
+        shrink!(self.ring);
+        shrink!(self.spare);
+    }
+
+    /// `flow` lost its last waiter while in the ring: counted dead, and the
+    /// ring compacted once the dead outnumber the live (amortized O(1)).
+    fn died_in_ring(&mut self) {
+        self.ring_dead += 1;
+        if self.ring_dead > 32 && self.ring_dead * 2 > self.ring.len() {
+            self.visit(self.ring.len());
+            let flows = &mut self.flows;
+            self.ring.retain(|k| match flows.get_mut(k) {
+                Some(f) if f.live > 0 => true,
+                Some(f) => {
+                    f.in_ring = false;
+                    false
                 }
-                f.counted
+                None => false,
             });
+            self.ring_dead = 0;
+            shrink!(self.ring);
         }
     }
 
     /// Some flow with waiters is under its share (it should get a free slot).
     /// Stops at the first; flows at their share hold a slot each, so at most
-    /// `limit` are passed over.
-    fn entitled_waiter(&self, limit: u32) -> bool {
+    /// `limit` live ones are passed over (and the dead, at most as many as
+    /// the live or 32).
+    fn entitled_waiter(&mut self, limit: u32) -> bool {
         let (flow_slots, tw) = (self.cfg.flow_slots, self.total_weight);
-        self.ring.iter().any(|k| {
-            self.flows
-                .get(k)
-                .is_some_and(|f| f.held == 0 || f.held < share(f.w, flow_slots, limit, tw))
-        })
+        let mut seen = 0;
+        let found = self.ring.iter().any(|k| {
+            seen += 1;
+            self.flows.get(k).is_some_and(|f| {
+                f.live > 0 && (f.held == 0 || f.held < share(f.w, flow_slots, limit, tw))
+            })
+        });
+        self.visit(seen);
+        found
     }
 
     /// The next waiter to admit, if a slot is free: the first flow in ring
@@ -255,7 +337,16 @@ impl<W> FairQueue<W> {
         let mut passed = 0;
         loop {
             let &key = self.ring.front()?;
+            self.visit(1);
+            // Kept by `sweep` while in the ring.
             let f = self.flows.get_mut(&key).expect("ring flows exist");
+            if f.live == 0 {
+                // Its waiters left (a lazy removal): out of the ring now.
+                f.in_ring = false;
+                self.ring.pop_front();
+                self.ring_dead -= 1;
+                continue;
+            }
             // Every share is at least 1: no division for an idle flow.
             let entitled = f.held == 0 || f.held < share(f.w, flow_slots, limit, tw);
             if !entitled && passed < self.ring.len() {
@@ -298,6 +389,17 @@ impl<W> FairQueue<W> {
     }
 }
 
+/// Most waiters a flow of weight `w` may have: its part of `places` queue
+/// places by weight among the active flows (`total_weight`), at least 1;
+/// `places == u32::MAX`: uncapped.
+fn queue_part(places: u32, w: FlowWeight, total_weight: u64) -> u32 {
+    if places == u32::MAX {
+        return u32::MAX;
+    }
+    let part = (u64::from(places) * u64::from(w.weight)).div_ceil(total_weight.max(1));
+    u32::try_from(part).unwrap_or(u32::MAX).max(1)
+}
+
 /// A flow's slots: its own, the rule's `flow_slots`, or its fair share of
 /// `limit` by weight among the active flows (`total_weight`); at least 1.
 fn share(w: FlowWeight, flow_slots: Option<u32>, limit: u32, total_weight: u64) -> u32 {
@@ -308,6 +410,8 @@ fn share(w: FlowWeight, flow_slots: Option<u32>, limit: u32, total_weight: u64) 
     s.max(1)
 }
 
+#[cfg(test)]
+mod bounds;
 mod hand_off;
 #[cfg(test)]
 mod stress;

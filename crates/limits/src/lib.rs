@@ -12,6 +12,8 @@
 //! - [`quote`]: configuration values shown in error messages, short and
 //!   printable (shared by the plugins' option parsers).
 
+#![forbid(unsafe_code)]
+
 pub mod budget;
 pub mod clock;
 pub mod ctl;
@@ -22,6 +24,6 @@ pub mod slots;
 
 pub use budget::{Budget, BudgetToken};
 pub use clock::{Clock, ManualClock, MonotonicClock, Nanos, NANOS_PER_MS, NANOS_PER_SEC};
-pub use fair::{FairConfig, FairStats, FlowState, FlowTry, FlowWeight};
+pub use fair::{FairConfig, FairStats, FlowRefused, FlowState, FlowTry, FlowWeight};
 pub use gcra::{Gcra, GcraParams, LiveParams, Quota, Reservation};
 pub use slots::{Permit, Slots, Ticket, Waiter};

@@ -16,8 +16,8 @@ use parking_lot::Mutex;
 
 use keyed::{KeyState, KeyTable};
 use limits::{
-    Budget, BudgetToken, Clock, FlowTry, Gcra, GcraParams, LiveParams, MonotonicClock, Nanos,
-    Permit, Quota, Reservation, Slots, Ticket, Waiter,
+    Budget, BudgetToken, Clock, FlowRefused, FlowTry, Gcra, GcraParams, LiveParams, MonotonicClock,
+    Nanos, Permit, Quota, Reservation, Slots, Ticket, Waiter,
 };
 
 /// What a limiter enforces.
@@ -234,6 +234,11 @@ pub enum SlotWait<W: Waiter> {
     Go(W),
     /// Already waited `maxage`: refuse it.
     Expired(W),
+    /// Refused as it joins its flow's queue (fair limiter): the flow is at
+    /// its share with `--flow-over=reject` (counted in `flow_rejected`), or
+    /// already has its part of the queue places waiting (a queue-full
+    /// refusal). Its rate token and place are given back with the request.
+    Refused(W),
     /// In the FIFO, or already admitted inside the call (then the ticket is
     /// no longer waiting). `expires_in`: time left until `maxage`.
     Queued {
@@ -396,6 +401,7 @@ impl<W: Waiter, C: Clock> Limiter<W, C> {
         let limit = new.limit.unwrap_or(u32::MAX);
         self.key_limit.store(limit, Ordering::Relaxed);
         if let Some(s) = &self.slots {
+            s.set_flow_queue(new.queue);
             s.set_limit(limit);
         }
         if let Some(t) = &self.keys {
@@ -727,9 +733,15 @@ impl<W: Waiter, C: Clock> Limiter<W, C> {
             return SlotWait::Expired(waiter);
         }
         let ticket = match key {
-            // A fair limiter's key is the flow.
+            // A fair limiter's key is the flow; its share (after a rate
+            // wait, it was not checked) and queue part are checked as it joins.
             Some(flow) if self.keys.is_none() && slots.is_fair() => {
-                slots.enqueue_flow(flow, waiter)
+                match slots.try_enqueue_flow(flow, waiter) {
+                    Ok(t) => t,
+                    Err(FlowRefused::Over(w) | FlowRefused::Full(w)) => {
+                        return SlotWait::Refused(w)
+                    }
+                }
             }
             _ => slots.enqueue(waiter),
         };

@@ -3,6 +3,8 @@
 //! bucket, FIFO slots, queue budget; injected clock), metric names, and
 //! RateLimit header values.
 
+#![forbid(unsafe_code)]
+
 pub mod admission;
 pub mod ctl;
 pub mod fair;

@@ -78,6 +78,12 @@ impl Rule {
         let (ticket, expires_in) = match self.limiter.wait_for_slot(q.since, q, key) {
             SlotWait::Go(q) => return q.resume(None),
             SlotWait::Expired(q) => return q.expire(),
+            // Its flow is over its share (`--flow-over=reject`) or has its
+            // part of the queue: refused like a request refused in remap.
+            SlotWait::Refused(q) => {
+                let counter = q.rule.metrics.rejected;
+                return q.refuse(counter);
+            }
             SlotWait::Queued { ticket, expires_in } => (Arc::new(ticket), expires_in),
         };
         if !ticket.is_waiting() {

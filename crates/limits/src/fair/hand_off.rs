@@ -7,7 +7,9 @@ use std::sync::Arc;
 
 use parking_lot::Mutex;
 
-use super::{share, FairConfig, FairQueue, FairStats, Flow, FlowState, FlowTry};
+use super::{
+    queue_part, share, FairConfig, FairQueue, FairStats, Flow, FlowRefused, FlowState, FlowTry,
+};
 use crate::slots::{Entry, Slots, Ticket, Waiter, FAIR_BIT, WAITING};
 
 /// A fair limiter's `waiting` changes only under its lock: a plain load and
@@ -65,9 +67,11 @@ impl<W: Waiter> Slots<W> {
         let Some(fair) = &self.fair else {
             return self.try_acquire().map_or(FlowTry::Wait, FlowTry::Go);
         };
-        let limit = self.limit.load(Ordering::SeqCst);
         let mut q = fair.lock();
         let q = &mut *q;
+        // Under the lock: `set_limit` takes it after storing a lower limit,
+        // so this decision sees the new one or ends before it is in force.
+        let limit = self.limit.load(Ordering::SeqCst);
         let active = self.active.load(Ordering::SeqCst);
         let w = q.weight_of(flow);
         // One lookup: a flow refused a slot now stays (idle) until a sweep.
@@ -82,9 +86,10 @@ impl<W: Waiter> Slots<W> {
         let grant = active < limit
             && !own_waiters
             && if over {
-                !q.cfg.strict && q.ring.is_empty()
+                !q.cfg.strict && (q.ring.is_empty() || self.waiters() == 0)
             } else {
-                q.ring.is_empty() || !q.entitled_waiter(limit)
+                // The ring may keep flows whose waiters all left (lazy removal).
+                q.ring.is_empty() || self.waiters() == 0 || !q.entitled_waiter(limit)
             };
         if grant {
             let f = q.flows.get_mut(&flow).expect("made above");
@@ -108,11 +113,48 @@ impl<W: Waiter> Slots<W> {
         FlowTry::Wait
     }
 
-    /// Queues `waiter` in `flow`'s FIFO. If the flow may have a free slot it
-    /// is admitted before this returns (inside this call, on this thread).
+    /// Caps each flow's waiters at its part of `places` queue places:
+    /// `ceil(places × weight / total weight of the active flows)`, at least
+    /// 1 ([`Slots::try_enqueue_flow`] refuses beyond). `u32::MAX`: uncapped
+    /// (the default).
+    pub fn set_flow_queue(&self, places: u32) {
+        if let Some(fair) = &self.fair {
+            fair.lock().places = places;
+        }
+    }
+
+    /// Queues `waiter` in `flow`'s FIFO without checking the flow's share
+    /// or queue part (see [`Slots::try_enqueue_flow`]). If the flow may have
+    /// a free slot it is admitted before this returns (inside this call).
     pub fn enqueue_flow(self: &Arc<Self>, flow: u64, waiter: W) -> Ticket<W> {
+        match self.enqueue_flow_checked(flow, waiter, false) {
+            Ok(t) => t,
+            Err(FlowRefused::Over(w) | FlowRefused::Full(w)) => self.enqueue(w),
+        }
+    }
+
+    /// Queues `waiter` in `flow`'s FIFO, or gives it back: its flow is at
+    /// its share and over-users are refused ([`FairConfig::reject_over`];
+    /// counted in `flow_rejected`), or the flow has its part of the queue
+    /// places waiting ([`Slots::set_flow_queue`]). Decided under the lock
+    /// that queues it, so a request that waited for something else first
+    /// (a rate) is checked as it joins. Not fair: [`Slots::enqueue`].
+    pub fn try_enqueue_flow(
+        self: &Arc<Self>,
+        flow: u64,
+        waiter: W,
+    ) -> Result<Ticket<W>, FlowRefused<W>> {
+        self.enqueue_flow_checked(flow, waiter, true)
+    }
+
+    fn enqueue_flow_checked(
+        self: &Arc<Self>,
+        flow: u64,
+        waiter: W,
+        check: bool,
+    ) -> Result<Ticket<W>, FlowRefused<W>> {
         let Some(fair) = &self.fair else {
-            return self.enqueue(waiter);
+            return Ok(self.enqueue(waiter));
         };
         let entry = Arc::new(Entry {
             state: std::sync::atomic::AtomicU8::new(WAITING),
@@ -123,6 +165,24 @@ impl<W: Waiter> Slots<W> {
             let q = &mut *q;
             let w = q.weight_of(flow);
             let f = q.flows.entry(flow).or_insert_with(|| Flow::new(w));
+            if check {
+                let limit = self.limit.load(Ordering::SeqCst);
+                let tw = q.total_weight + if f.counted { 0 } else { u64::from(f.w.weight) };
+                // Refusals need a slot held or a waiter: the flow was there
+                // before (nothing new to sweep).
+                let over = f.held > 0
+                    && q.cfg.reject_over
+                    && f.held >= share(f.w, q.cfg.flow_slots, limit, tw);
+                let full = f.live >= queue_part(q.places, f.w, tw);
+                if over || full {
+                    let w = entry.take().expect("never queued");
+                    if over {
+                        q.flow_rejected += 1;
+                        return Err(FlowRefused::Over(w));
+                    }
+                    return Err(FlowRefused::Full(w));
+                }
+            }
             if !f.counted {
                 f.counted = true;
                 q.active_flows += 1;
@@ -139,6 +199,9 @@ impl<W: Waiter> Slots<W> {
                 f.in_ring = true;
                 f.credit = f.w.weight;
                 q.ring.push_back(flow);
+            } else if f.live == 1 {
+                // Left in the ring when its last waiter went: alive again.
+                q.ring_dead -= 1;
             }
             add(&self.waiting, 1);
             // Under the lock: a release that frees a slot after this sees
@@ -148,11 +211,11 @@ impl<W: Waiter> Slots<W> {
         if slot_free {
             self.dispatch();
         }
-        Ticket {
+        Ok(Ticket {
             entry,
             slots: self.clone(),
             flow,
-        }
+        })
     }
 
     /// Counters of a fair limiter (zero otherwise).
@@ -231,13 +294,13 @@ impl<W: Waiter> Slots<W> {
         let Some(fair) = &self.fair else { return };
         let mut q = fair.lock();
         add(&self.waiting, -1);
-        let mut idle_queue = false;
+        let mut died_in_ring = false;
         if let Some(f) = q.flows.get_mut(&flow) {
             f.live = f.live.saturating_sub(1);
             if f.live == 0 {
                 f.queue.clear();
-                idle_queue = f.in_ring;
-                f.in_ring = false;
+                // Stays in the ring (removed lazily): no scan per cancel.
+                died_in_ring = f.in_ring;
             } else {
                 let dead = f.queue.len().saturating_sub(f.live as usize);
                 if dead > 32 && dead * 2 > f.queue.len() {
@@ -246,8 +309,8 @@ impl<W: Waiter> Slots<W> {
                 }
             }
         }
-        if idle_queue {
-            q.ring.retain(|&k| k != flow);
+        if died_in_ring {
+            q.died_in_ring();
         }
         q.settle(flow);
     }

@@ -3,13 +3,13 @@ use crate::slots::Slots;
 use parking_lot::Mutex;
 use std::collections::HashMap;
 
-type Log = Arc<Mutex<Vec<(u64, usize)>>>;
-type Held = Arc<Mutex<Vec<Permit<Rec>>>>;
+pub(super) type Log = Arc<Mutex<Vec<(u64, usize)>>>;
+pub(super) type Held = Arc<Mutex<Vec<Permit<Rec>>>>;
 
 /// Records admissions (flow, id); keeps permits in a shared list so tests
 /// release them; runs the scheduler checks at each admission.
-struct Rec {
-    id: usize,
+pub(super) struct Rec {
+    pub(super) id: usize,
     flow: u64,
     log: Log,
     held: Held,
@@ -66,7 +66,7 @@ impl Checker {
     }
 }
 
-fn rec(id: usize, flow: u64, log: &Log, held: &Held) -> Rec {
+pub(super) fn rec(id: usize, flow: u64, log: &Log, held: &Held) -> Rec {
     Rec {
         id,
         flow,
@@ -77,7 +77,7 @@ fn rec(id: usize, flow: u64, log: &Log, held: &Held) -> Rec {
     }
 }
 
-fn cfg(flow_slots: Option<u32>, strict: bool, reject_over: bool) -> FairConfig {
+pub(super) fn cfg(flow_slots: Option<u32>, strict: bool, reject_over: bool) -> FairConfig {
     FairConfig {
         flow_slots,
         strict,
@@ -86,7 +86,7 @@ fn cfg(flow_slots: Option<u32>, strict: bool, reject_over: bool) -> FairConfig {
     }
 }
 
-fn go(t: FlowTry<Rec>) -> Permit<Rec> {
+pub(super) fn go(t: FlowTry<Rec>) -> Permit<Rec> {
     match t {
         FlowTry::Go(p) => p,
         FlowTry::Wait => panic!("expected a slot, got Wait"),
@@ -96,7 +96,7 @@ fn go(t: FlowTry<Rec>) -> Permit<Rec> {
 
 /// Releases the oldest held permit outside the list's lock (the hand-off
 /// pushes into it).
-fn release_first(held: &Held) {
+pub(super) fn release_first(held: &Held) {
     let p = held.lock().remove(0);
     drop(p);
 }

@@ -18,8 +18,13 @@ impl<W: Waiter, C: Clock> Limiter<W, C> {
     pub fn fair(limits: Limits, fair: &FairOptions, clock: C) -> Arc<Self> {
         let base = Limiter::base(limits, clock);
         let cfg = fair.config(|k| base.flow_seed.hash_one(k));
+        let slots = limits.limit.map(|l| Slots::fair(l, cfg));
+        if let Some(s) = &slots {
+            // One flow waits in at most its part of the places.
+            s.set_flow_queue(limits.queue);
+        }
         Arc::new(Limiter {
-            slots: limits.limit.map(|l| Slots::fair(l, cfg)),
+            slots,
             bucket: limits.rate.map(|(r, b)| limits::Gcra::per_second(r, b)),
             budget: limits::Budget::new(limits.queue),
             ..base
@@ -71,8 +76,11 @@ mod tests {
     }
 
     fn fair(args: &[&str]) -> Arc<Limiter<W, Arc<ManualClock>>> {
+        fair_at(args, Arc::new(ManualClock::new(NANOS_PER_SEC)))
+    }
+
+    fn fair_at(args: &[&str], clock: Arc<ManualClock>) -> Arc<Limiter<W, Arc<ManualClock>>> {
         let o = Options::parse("http://a.example/", args).unwrap();
-        let clock = Arc::new(ManualClock::new(NANOS_PER_SEC));
         Limiter::fair(Limits::of(&o), o.fair.as_ref().unwrap(), clock)
     }
 
@@ -90,8 +98,11 @@ mod tests {
             }
             Admission::Go(None) => unreachable!("a fair limiter has slots"),
             Admission::Wait(wait) => {
+                // As the plugin does after any rate wait (no timer here).
                 match l.wait_for_slot(wait.since, W(id, held.clone()), Some(flow)) {
                     SlotWait::Queued { ticket, .. } => std::mem::forget(ticket),
+                    // Dropping `wait` gives its rate token and place back.
+                    SlotWait::Refused(_) => return "reject",
                     _ => unreachable!("no maxage"),
                 }
                 drop(wait.place);
@@ -137,6 +148,51 @@ mod tests {
         assert_eq!(l.fair_stats().map(|s| s.flow_rejected), Some(1));
         // The refused request's token went back: one more is within the burst.
         assert_eq!(arrive(&l, l.flow_key(b"b"), 2, &held), "go");
+    }
+
+    #[test]
+    fn a_hard_limit_also_refuses_a_request_that_first_waited_for_the_rate() {
+        let clock = Arc::new(ManualClock::new(NANOS_PER_SEC));
+        let l = fair_at(
+            &[
+                "--limit=4",
+                "--rate=1",
+                "--burst=1",
+                "--fair=ip",
+                "--flow-slots=1",
+                "--flow-over=reject",
+                "--strict",
+            ],
+            clock.clone(),
+        );
+        let held = Held::default();
+        let a = l.flow_key(b"a");
+        assert_eq!(arrive(&l, a, 0, &held), "go");
+        for id in 1..4 {
+            // Over the rate: it waits for a token, then joins its flow at its share.
+            assert_eq!(arrive(&l, a, id, &held), "reject", "request {id}");
+        }
+        assert_eq!(l.fair_stats().map(|s| s.flow_rejected), Some(3));
+        assert_eq!(l.queued(), 0, "places given back");
+        // Their tokens went back: a second later another flow goes at once.
+        clock.advance(std::time::Duration::from_secs(1));
+        assert_eq!(arrive(&l, l.flow_key(b"b"), 9, &held), "go");
+    }
+
+    #[test]
+    fn one_flow_waits_in_at_most_its_part_of_the_queue() {
+        let l = fair(&["--limit=1", "--queue=4", "--fair=header:X-User"]);
+        let held = Held::default();
+        let (a, b, c) = (l.flow_key(b"a"), l.flow_key(b"b"), l.flow_key(b"c"));
+        assert_eq!(arrive(&l, b, 0, &held), "go");
+        // Flows a and b active: a's part is ceil(4 / 2) = 2 places.
+        assert_eq!(arrive(&l, a, 1, &held), "wait");
+        assert_eq!(arrive(&l, a, 2, &held), "wait");
+        assert_eq!(arrive(&l, a, 3, &held), "reject");
+        assert_eq!(arrive(&l, a, 4, &held), "reject");
+        // Places are left for another flow.
+        assert_eq!(arrive(&l, c, 5, &held), "wait");
+        assert_eq!(l.fair_stats().map(|s| s.flow_rejected), Some(0));
     }
 
     #[test]

@@ -291,6 +291,7 @@ proptest! {
                 match l.wait_for_slot(wait.since, w(id, &held), None) {
                     SlotWait::Go(_) => unreachable!("the limiter has slots"),
                     SlotWait::Expired(_) => {}
+                    SlotWait::Refused(_) => unreachable!("not fair"),
                     SlotWait::Queued { ticket, .. } => {
                         tickets.push((ticket, wait.place, wait.rate));
                     }
