@@ -8,38 +8,11 @@
 use std::thread;
 use std::time::{Duration, Instant};
 
-use ats_tests::client::{self, Response};
+use ats_tests::client;
 use ats_tests::{wait_until, Origin, Received, TrafficServer};
 
-fn rule(host: &str, origin: &Origin, params: &str) -> String {
-    ats_tests::rule("rate_limit", host, origin, params)
-}
-
-/// One request of `user` held `delay_ms` at the origin, on a fresh connection.
-fn req(port: u16, host: &str, path: &str, user: &str, delay_ms: u64) -> std::io::Result<Response> {
-    let delay = delay_ms.to_string();
-    client::get(
-        port,
-        host,
-        path,
-        &[("X-User", user), ("X-Origin-Delay", &delay)],
-    )
-}
-
-/// `n` requests of `user` at once, in the background.
-fn flood(
-    port: u16,
-    host: &'static str,
-    user: &'static str,
-    n: usize,
-    delay_ms: u64,
-) -> thread::JoinHandle<Vec<std::io::Result<Response>>> {
-    thread::spawn(move || {
-        client::burst(n, move |i| {
-            req(port, host, &format!("/{user}/{i}"), user, delay_ms)
-        })
-    })
-}
+mod fair_flows;
+use fair_flows::{flood, req, rule};
 
 fn user_of(r: &Received) -> String {
     r.header("X-User").unwrap_or_default().to_owned()

@@ -7,38 +7,11 @@ use std::net::Ipv4Addr;
 use std::thread;
 use std::time::Duration;
 
-use ats_tests::client::{self, Conn, Response};
+use ats_tests::client::{self, Conn};
 use ats_tests::{wait_until, Origin, TrafficServer};
 
-fn rule(host: &str, origin: &Origin, params: &str) -> String {
-    ats_tests::rule("rate_limit", host, origin, params)
-}
-
-/// One request of `user` held `delay_ms` at the origin, on a fresh connection.
-fn req(port: u16, host: &str, path: &str, user: &str, delay_ms: u64) -> std::io::Result<Response> {
-    let delay = delay_ms.to_string();
-    client::get(
-        port,
-        host,
-        path,
-        &[("X-User", user), ("X-Origin-Delay", &delay)],
-    )
-}
-
-/// `n` requests of `user` at once, in the background.
-fn flood(
-    port: u16,
-    host: &'static str,
-    user: &'static str,
-    n: usize,
-    delay_ms: u64,
-) -> thread::JoinHandle<Vec<std::io::Result<Response>>> {
-    thread::spawn(move || {
-        client::burst(n, move |i| {
-            req(port, host, &format!("/{user}/{i}"), user, delay_ms)
-        })
-    })
-}
+mod fair_flows;
+use fair_flows::{flood, req, rule};
 
 /// `n` requests at once from source address `src`, each held `delay_ms`;
 /// their statuses.
