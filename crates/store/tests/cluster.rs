@@ -240,13 +240,27 @@ fn a_masters_outage_ends_each_request_by_its_deadline_then_service_returns() {
             .collect()
     };
     assert!(ask(&c, ops(&ids)).iter().all(admitted));
+    // The requests whose keys live on the stopped master.
+    let on_stopped: Vec<bool> = bases
+        .iter()
+        .map(|b| cl.node_of(&format!("{b}:gcra")).ok() == Some(1))
+        .collect();
     cl.node_mut(1).stop();
     for _ in 0..5 {
         let t = Instant::now();
         let got = ask(&c, ops(&ids));
+        // Those fail; the others may too (a batch that needs the stopped
+        // master fails whole) or be answered (a batch the I/O thread took
+        // before the rest arrived, without that master's keys).
+        for (o, stopped) in got.iter().zip(&on_stopped) {
+            assert!(
+                !stopped || matches!(o, Outcome::Error(_) | Outcome::Timeout),
+                "{got:?}"
+            );
+        }
         assert!(
             got.iter()
-                .all(|o| matches!(o, Outcome::Error(_) | Outcome::Timeout)),
+                .any(|o| matches!(o, Outcome::Error(_) | Outcome::Timeout)),
             "{got:?}"
         );
         assert!(
