@@ -158,13 +158,19 @@ fn open_now<D: Drain>(d: &Arc<D>) {
     };
     let ended = {
         let ch = ch.clone();
-        move || ch.open.store(false, Ordering::Release)
+        move || {
+            ch.open.store(false, Ordering::Release);
+            // A wake sent into the dying channel never ran `woken`: clear it,
+            // or every later notify would think one is still on its way.
+            ch.pending.store(false, Ordering::SeqCst);
+        }
     };
     // SAFETY: this runs as an event scheduled on the net pool, i.e. on an
     // ET_NET thread, which `wake::start` requires.
     match unsafe { crate::wake::start(woken, ended) } {
         Ok(w) => {
             *ch.waker.lock() = Some(w);
+            ch.pending.store(false, Ordering::SeqCst);
             ch.open.store(true, Ordering::Release);
         }
         Err(e) => crate::log::error(&format!(

@@ -271,8 +271,14 @@ impl IpState {
     /// Takes a place among the IP's delayed requests for a request whose
     /// step runs elsewhere (the shared record); [`IpState::undelay`] gives
     /// it back.
-    pub(crate) fn reserve(&mut self) {
-        self.delayed = self.delayed.saturating_add(1);
+    /// False (nothing taken) at the count's bound, which undelay could not
+    /// then match.
+    pub(crate) fn reserve(&mut self) -> bool {
+        if self.delayed == u16::MAX {
+            return false;
+        }
+        self.delayed += 1;
+        true
     }
 
     /// True while the IP must not be forgotten: requests of it are delayed

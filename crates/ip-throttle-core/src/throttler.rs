@@ -371,14 +371,13 @@ impl<C: Clock> Throttler<C> {
         let p = self.current.load().opts.params;
         match self.table.with(m.key, |s| {
             let before = *s;
-            s.reserve();
-            before
+            (before, s.reserve())
         }) {
-            Ok(before) => (
+            Ok((before, reserved)) => (
                 before,
                 now,
                 p,
-                Some(Delayed {
+                reserved.then(|| Delayed {
                     table: self.table.clone(),
                     key: m.key,
                 }),
