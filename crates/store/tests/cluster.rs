@@ -7,7 +7,10 @@ use std::time::{Duration, Instant};
 use ats_tests::redis_cluster::RedisCluster;
 use store::redis::{key_base, Decide, LeaseIds, Op, Redis, Reply, Target};
 use store::redis_cas::RedisCas;
-use store::rmw::{CasBackend, Modify, Put, Rmw, MAX_ROUNDS};
+use store::rmw::{CasBackend, Rmw, MAX_ROUNDS};
+
+mod counter;
+use counter::Add;
 use store::url;
 use store::{Client, Config, Outcome};
 
@@ -314,29 +317,6 @@ fn a_hung_master_costs_each_request_at_most_its_deadline() {
             "not back within 2 s"
         );
         std::thread::sleep(Duration::from_millis(20));
-    }
-}
-
-/// Adds `by` to a decimal counter (absent = 0); returns the new value.
-struct Add {
-    by: u64,
-}
-
-impl Modify for Add {
-    type Out = u64;
-    fn apply(&self, current: Option<&[u8]>) -> (u64, Put) {
-        let now: u64 = current
-            .and_then(|v| std::str::from_utf8(v).ok()?.parse().ok())
-            .unwrap_or(0);
-        let next = now + self.by;
-        let value = next.to_string().into_bytes();
-        (
-            next,
-            Put::Set {
-                value,
-                ttl_secs: 60,
-            },
-        )
     }
 }
 

@@ -9,34 +9,11 @@ use ats_tests::redis::{DelayProxy, Redis as RedisServer};
 use store::memcached::{server_of, Memcached};
 use store::redis::Addr;
 use store::redis_cas::RedisCas;
-use store::rmw::{CasBackend, CasStore, Modify, Put, Rmw, MAX_ROUNDS};
+use store::rmw::{CasBackend, CasStore, Rmw, MAX_ROUNDS};
+
+mod counter;
+use counter::Add;
 use store::{Client, Config, Outcome};
-
-/// Adds `by` to a decimal counter (absent = 0) and returns the new value;
-/// `by == 0` deletes it.
-struct Add {
-    by: u64,
-}
-
-impl Modify for Add {
-    type Out = u64;
-    fn apply(&self, current: Option<&[u8]>) -> (u64, Put) {
-        let now: u64 = current
-            .and_then(|v| std::str::from_utf8(v).ok()?.parse().ok())
-            .unwrap_or(0);
-        if self.by == 0 {
-            return (0, Put::Delete);
-        }
-        let next = now + self.by;
-        (
-            next,
-            Put::Set {
-                value: next.to_string().into_bytes(),
-                ttl_secs: 60,
-            },
-        )
-    }
-}
 
 /// A store server under test.
 trait Server: Sized {
