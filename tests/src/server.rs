@@ -489,10 +489,16 @@ impl TrafficServer {
             join_answer(t, &id).is_some()
         });
         let text = self.log(&log);
-        assert!(found, "no whole answer to {command:?} (request {id}) in {log}: {text}");
+        assert!(
+            found,
+            "no whole answer to {command:?} (request {id}) in {log}: {text}"
+        );
         let answer = join_answer(&text, &id).unwrap_or_default();
         assert!(
-            answer.contains(&format!("\"command\":{}", serde_json::json!(format!("{tag} {command}")))),
+            answer.contains(&format!(
+                "\"command\":{}",
+                serde_json::json!(format!("{tag} {command}"))
+            )),
             "the answer echoes the command: {answer}"
         );
         answer

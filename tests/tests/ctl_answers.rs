@@ -87,8 +87,10 @@ fn long_answers_are_split_into_lines_and_read_whole() {
     assert_eq!(limiters.len(), 41, "every limiter is in the answer");
     for i in 0..40 {
         assert!(
-            limiters.iter().any(|l| l["limit"] == i + 1
-                && l["rules"][0]["from"] == format!("http://r{i}.test/")),
+            limiters
+                .iter()
+                .any(|l| l["limit"] == i + 1
+                    && l["rules"][0]["from"] == format!("http://r{i}.test/")),
             "r{i}.test"
         );
     }
@@ -100,7 +102,9 @@ fn long_answers_are_split_into_lines_and_read_whole() {
     assert_eq!(top["ok"], true, "{top}");
     let keys = top["keys"].as_array().expect("keys");
     assert_eq!(keys.len(), 1000, "every key over its rate is listed");
-    assert!(keys.iter().all(|k| k["over_rate_ms"].as_u64() > Some(90_000)));
+    assert!(keys
+        .iter()
+        .all(|k| k["over_rate_ms"].as_u64() > Some(90_000)));
     let (parts, longest) = parts_and_longest(&ts);
     assert!(parts >= 5, "top 1000 takes several lines ({parts})");
     assert!(longest <= 8000, "longest line {longest} bytes");
@@ -118,12 +122,22 @@ fn long_answers_are_split_into_lines_and_read_whole() {
     assert!(!ok, "an unknown target is an error: {out}");
     let v = json(&out);
     assert_eq!(v["ok"], false);
-    assert_eq!(v["command"], format!("rate_limit {long_command}"), "echoed whole");
-    assert!(v["error"].as_str().unwrap_or("").contains("no group or rule named"));
+    assert_eq!(
+        v["command"],
+        format!("rate_limit {long_command}"),
+        "echoed whole"
+    );
+    assert!(v["error"]
+        .as_str()
+        .unwrap_or("")
+        .contains("no group or rule named"));
     let (ok, out, _) = script(&ts, &["rate_limit.show", "many3"]);
     assert!(ok, "{out}");
     assert_eq!(json(&out)["limiters"][0]["limit"], 4);
-    assert!(ts.is_running(), "traffic_server neither crashed nor restarted");
+    assert!(
+        ts.is_running(),
+        "traffic_server neither crashed nor restarted"
+    );
 }
 
 #[test]
@@ -142,7 +156,8 @@ fn set_on_a_store_rule_is_refused_and_changes_nothing() {
     assert_eq!(answer["ok"], false, "{answer}");
     let error = answer["error"].as_str().unwrap_or("");
     assert!(
-        error.contains("group st is decided in Redis (--store)") && error.contains("nothing changed"),
+        error.contains("group st is decided in Redis (--store)")
+            && error.contains("nothing changed"),
         "{error}"
     );
     let shown = json(&ts.plugin_msg("rate_limit", "show st"));

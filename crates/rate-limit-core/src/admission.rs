@@ -399,7 +399,10 @@ impl<W: Waiter, C: Clock> Limiter<W, C> {
             }
         });
         // Ascending Reverse = descending rank: the strongest first.
-        best.into_sorted_vec().into_iter().map(|Reverse(r)| r.0).collect()
+        best.into_sorted_vec()
+            .into_iter()
+            .map(|Reverse(r)| r.0)
+            .collect()
     }
 
     /// Unique among the limiters of this process.

@@ -187,7 +187,11 @@ mod tests {
         let body = json!({ "ok": true, "limiters": [{ "from": big }], "note": "x" });
         let l = lines("r1", "rate_limit show", body.clone(), 2000);
         assert!(l.len() > 5);
-        assert!(l.iter().all(|x| x.len() <= 2000), "{:?}", l.iter().map(String::len).max());
+        assert!(
+            l.iter().all(|x| x.len() <= 2000),
+            "{:?}",
+            l.iter().map(String::len).max()
+        );
         assert!(l.iter().all(|x| x.contains("\"request\":\"r1\"")));
         assert_eq!(join(&l), expected(&body));
     }

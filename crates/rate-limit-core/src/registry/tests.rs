@@ -233,7 +233,13 @@ fn a_live_change_lasts_until_the_file_is_loaded_again() {
     // The file's values are in force now: a later change is not a live one's.
     let (_, changes) = load(&mut r, &[(&["--group=g", "--limit=4"], "a")]);
     assert!(
-        matches!(&changes[..], [Change::Changed { overrode_live: false, .. }]),
+        matches!(
+            &changes[..],
+            [Change::Changed {
+                overrode_live: false,
+                ..
+            }]
+        ),
         "{changes:?}"
     );
 }
