@@ -68,6 +68,8 @@ pub struct TrafficServer {
     port: u16,
     child: Option<Child>,
     manager: bool,
+    /// traffic_server's pid when the start completed (under the manager).
+    first_server_pid: Option<u32>,
 }
 
 fn free_port() -> u16 {
@@ -217,12 +219,14 @@ impl TsBuilder {
             port,
             child: Some(child),
             manager: self.manager,
+            first_server_pid: None,
         };
         let diags = ts.log_path("diags.log");
         let start = Instant::now();
         loop {
             let text = fs::read_to_string(&diags).unwrap_or_default();
             if text.contains(READY) && (!ts.manager || ts.runtime_path("mgmtapi.sock").exists()) {
+                ts.first_server_pid = ts.server_pid();
                 return Ok(ts);
             }
             let exited = match ts.child.as_mut().map(|c| c.try_wait()) {
@@ -466,29 +470,38 @@ impl TrafficServer {
             .expect("cannot run traffic_ctl")
     }
 
-    /// Sends `traffic_ctl plugin msg TAG COMMAND` and returns the answer
-    /// line that echoes it: the first new line of `<plugin>_ctl.log` whose
-    /// `command` is `TAG COMMAND` (`plugin` is the tag up to its first dot).
+    /// Sends `traffic_ctl plugin msg TAG "@ID COMMAND"` with a fresh request
+    /// id and returns the answer: its lines in `<plugin>_ctl.log` (`plugin`
+    /// is the tag up to its first dot) joined into one JSON object (see
+    /// [`join_answer`]). Panics if the answer is not whole within 30 s.
     pub fn plugin_msg(&self, tag: &str, command: &str) -> String {
+        static NEXT: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(1);
+        let id = format!(
+            "t{}-{}",
+            std::process::id(),
+            NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed)
+        );
         let plugin = tag.split('.').next().unwrap_or(tag);
         let log = format!("{plugin}_ctl.log");
-        let before = self.log(&log).lines().count();
-        let out = self.traffic_ctl(&["plugin", "msg", tag, command]);
+        let out = self.traffic_ctl(&["plugin", "msg", tag, &format!("@{id} {command}")]);
         assert!(out.status.success(), "traffic_ctl: {out:?}");
-        let echo = format!("\"command\":\"{tag} {command}\"");
-        let answer = |text: &str| {
-            text.lines()
-                .skip(before)
-                .find(|l| l.contains(&echo))
-                .map(str::to_owned)
-        };
-        let found = self.wait_for_log(&log, Duration::from_secs(30), |t| answer(t).is_some());
+        let found = self.wait_for_log(&log, Duration::from_secs(30), |t| {
+            join_answer(t, &id).is_some()
+        });
+        let text = self.log(&log);
         assert!(
             found,
-            "no answer to {command:?} in {log}: {}",
-            self.log(&log)
+            "no whole answer to {command:?} (request {id}) in {log}: {text}"
         );
-        answer(&self.log(&log)).unwrap_or_default()
+        let answer = join_answer(&text, &id).unwrap_or_default();
+        assert!(
+            answer.contains(&format!(
+                "\"command\":{}",
+                serde_json::json!(format!("{tag} {command}"))
+            )),
+            "the answer echoes the command: {answer}"
+        );
+        answer
     }
 
     /// Current value of a metric, through `traffic_ctl metric get`.
@@ -597,9 +610,21 @@ impl TrafficServer {
         lock.trim().parse().ok()
     }
 
-    /// True while traffic_server is running (and, under the manager, has not been restarted).
+    /// True while traffic_server is running and, under the manager, is the
+    /// same process that started (traffic_manager restarts a crashed one,
+    /// with a new pid in server.lock and a second READY line in diags.log).
     pub fn is_running(&mut self) -> bool {
-        matches!(self.child.as_mut().map(|c| c.try_wait()), Some(Ok(None)))
+        let child = matches!(self.child.as_mut().map(|c| c.try_wait()), Some(Ok(None)));
+        if !self.manager {
+            return child;
+        }
+        let Some(first) = self.first_server_pid else {
+            return false;
+        };
+        child
+            && self.server_pid() == Some(first)
+            && process_alive(first)
+            && self.diags().matches(READY).count() == 1
     }
 
     fn kill(&mut self) {
@@ -669,4 +694,41 @@ impl Drop for TrafficServer {
             );
         }
     }
+}
+
+/// The answer to request `id` in a `<plugin>_ctl.log` text, its lines
+/// joined as the README says: by `split` array or by `chunk` (without the
+/// `part`, `parts` and `split` fields); `None` until every part is there.
+pub fn join_answer(log: &str, id: &str) -> Option<String> {
+    use serde_json::Value;
+    let mut parts: Vec<Value> = log
+        .lines()
+        .filter_map(|l| serde_json::from_str::<Value>(l).ok())
+        .filter(|v| v["request"].as_str() == Some(id))
+        .collect();
+    let n = parts.first()?["parts"].as_u64()? as usize;
+    parts.sort_by_key(|p| p["part"].as_u64());
+    parts.dedup_by_key(|p| p["part"].as_u64());
+    if parts.len() != n || (1..=n).any(|i| parts[i - 1]["part"].as_u64() != Some(i as u64)) {
+        return None;
+    }
+    let mut out = if parts[0].get("chunk").is_some() {
+        let text: String = parts.iter().filter_map(|p| p["chunk"].as_str()).collect();
+        serde_json::from_str(&text).ok()?
+    } else {
+        let mut out = parts[0].clone();
+        if let Some(name) = parts[0]["split"].as_str() {
+            let all: Vec<Value> = parts
+                .iter()
+                .flat_map(|p| p[name].as_array().cloned().unwrap_or_default())
+                .collect();
+            out[name] = Value::Array(all);
+        }
+        out
+    };
+    let o = out.as_object_mut()?;
+    for k in ["part", "parts", "split"] {
+        o.remove(k);
+    }
+    Some(out.to_string())
 }

@@ -4,8 +4,10 @@
 
 use std::collections::BTreeMap;
 use std::net::Ipv4Addr;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
 use std::thread;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use ats_tests::client::{self, Conn};
 use ats_tests::{wait_until, Origin, TrafficServer};
@@ -34,7 +36,7 @@ fn start(remap: String) -> TrafficServer {
 #[test]
 fn show_reports_live_counts_and_set_changes_the_limit_at_once() {
     let origin = Origin::start();
-    let ts = start(rule("a.test", &origin, "--group=ctl1 --limit=2 --tag=ctl"));
+    let mut ts = start(rule("a.test", &origin, "--group=ctl1 --limit=2 --tag=ctl"));
     let load = client::slow_burst(ts.port(), "a.test", 5, 2500);
     assert!(wait_until(Duration::from_secs(3), || origin.in_flight() == 2));
     thread::sleep(Duration::from_millis(200));
@@ -68,6 +70,83 @@ fn show_reports_live_counts_and_set_changes_the_limit_at_once() {
     );
     assert!(ts.diags().contains("group ctl1: set live: --limit 2 -> 5"));
     assert_eq!(load.join().expect("load"), BTreeMap::from([(200, 5)]));
+    assert!(
+        ts.is_running(),
+        "traffic_server neither crashed nor restarted"
+    );
+}
+
+#[test]
+fn a_lowered_limit_holds_under_load_and_a_raised_one_admits_waiters_at_once() {
+    let origin = Origin::start();
+    let mut ts = start(rule("l.test", &origin, "--group=low --limit=4"));
+    let started = Instant::now();
+    let load = client::slow_burst(ts.port(), "l.test", 10, 2000);
+    assert!(wait_until(Duration::from_secs(3), || origin.in_flight() == 4));
+    assert!(ctl(&ts, "set low limit=2").contains("\"ok\":true"));
+    // The first 4 end at about 2 s (a lowered limit preempts nobody); from
+    // then on at most 2 are at the origin.
+    assert!(wait_until(Duration::from_secs(6), || started.elapsed()
+        > Duration::from_millis(2600)
+        && origin.in_flight() == 2));
+    origin.reset_max_in_flight();
+    thread::sleep(Duration::from_millis(600));
+    assert_eq!(origin.max_in_flight(), 2, "the lowered limit holds");
+    let shown = ctl(&ts, "show low");
+    assert!(
+        shown.contains("\"active\":2") && shown.contains("\"waiting\":4"),
+        "{shown}"
+    );
+    // Raised while 4 wait: they are admitted at once, not when a slot frees.
+    assert!(ctl(&ts, "set low limit=6").contains("\"ok\":true"));
+    assert!(
+        wait_until(Duration::from_millis(800), || origin.in_flight() == 6),
+        "the 4 waiters went at once ({} at the origin)",
+        origin.in_flight()
+    );
+    assert_eq!(load.join().expect("load"), BTreeMap::from([(200, 10)]));
+    assert!(origin.max_in_flight() <= 6);
+    assert!(
+        ts.is_running(),
+        "traffic_server neither crashed nor restarted"
+    );
+}
+
+#[test]
+fn the_ratelimit_policy_header_follows_a_live_set_until_the_file_is_loaded() {
+    let origin = Origin::start();
+    let remap = |n: u32| {
+        format!("# {n}\n")
+            + &rule(
+                "p.test",
+                &origin,
+                "--group=pol --limit=2 --ratelimit-headers",
+            )
+    };
+    let mut ts = start(remap(0));
+    let policy = |ts: &TrafficServer| {
+        let r = ts.get("p.test", "/", &[]).expect("get");
+        assert_eq!(r.status, 200);
+        r.header("RateLimit-Policy").unwrap_or("").to_owned()
+    };
+    assert!(
+        policy(&ts).contains("\"concurrency\";q=2;"),
+        "{}",
+        policy(&ts)
+    );
+    assert!(ctl(&ts, "set pol limit=7").contains("\"ok\":true"));
+    assert!(
+        policy(&ts).contains("\"concurrency\";q=7;"),
+        "{}",
+        policy(&ts)
+    );
+    ts.reload_remap(&remap(1)).expect("reload");
+    assert!(
+        policy(&ts).contains("\"concurrency\";q=2;"),
+        "{}",
+        policy(&ts)
+    );
+    assert!(ts.is_running());
 }
 
 #[test]
@@ -131,7 +210,7 @@ fn loading_remap_config_again_restores_the_files_values() {
     ts.reload_remap(&remap(1)).expect("reload");
     assert!(ts
         .diags()
-        .contains("group ctl3: applied live: --limit 7 -> 2, --queue 9 -> 4294967295"));
+        .contains("group ctl3: applied live: --limit 7 -> 2, --queue 9 -> 4294967295 (remap.config overrides the values set live by traffic_ctl plugin msg)"));
     assert!(ctl(&ts, "show ctl3").contains("\"limit\":2"));
 }
 
@@ -144,23 +223,56 @@ fn messages_during_reloads_under_load_do_no_harm() {
             + &rule("k.test", &origin, "--key=ip --rate=50 --limit=2 --tag=k4")
     };
     let mut ts = start(remap(0));
-    let load = client::slow_burst(ts.port(), "a.test", 30, 100);
-    let keyed = client::slow_burst(ts.port(), "k.test", 30, 50);
+    let load = client::slow_burst(ts.port(), "a.test", 30, 300);
+    let keyed = client::slow_burst(ts.port(), "k.test", 30, 200);
+    // Commands from another thread, nonstop (bounded) while reloads run here.
+    let stop = Arc::new(AtomicBool::new(false));
+    let sender = {
+        let (stop, root) = (stop.clone(), ts.root().to_owned());
+        thread::spawn(move || {
+            let mut sent = 0;
+            let until = Instant::now() + Duration::from_secs(60);
+            while !stop.load(Ordering::Relaxed) && Instant::now() < until && sent < 500 {
+                for cmd in ["show", "top k4 3", "set ctl4 limit=4", "show ctl4", "bogus"] {
+                    let out = std::process::Command::new("traffic_ctl")
+                        .args(["plugin", "msg", "rate_limit", cmd])
+                        .env("TS_RUNROOT", root.join("runroot.yaml"))
+                        .output()
+                        .expect("traffic_ctl");
+                    assert!(out.status.success(), "{cmd}: {out:?}");
+                    sent += 1;
+                }
+            }
+            sent
+        })
+    };
+    let during = |ts: &TrafficServer| ts.log("rate_limit_ctl.log").lines().count();
+    let mut answered_during_reloads = 0;
     for n in 1..=5 {
-        for cmd in ["show", "top k4 3", "set ctl4 limit=4", "show ctl4", "bogus"] {
-            let out = ts.traffic_ctl(&["plugin", "msg", "rate_limit", cmd]);
-            assert!(out.status.success(), "{cmd}: {out:?}");
-        }
+        let before = during(&ts);
         ts.reload_remap(&remap(n)).expect("reload");
+        answered_during_reloads += during(&ts) - before;
     }
+    stop.store(true, Ordering::Relaxed);
+    let sent = sender.join().expect("sender");
+    assert!(sent >= 10, "{sent} commands sent");
+    assert!(
+        answered_during_reloads > 0,
+        "commands were answered while reloads ran"
+    );
     assert_eq!(load.join().expect("load"), BTreeMap::from([(200, 30)]));
     let k = keyed.join().expect("keyed");
     assert_eq!(k.values().sum::<usize>(), 30, "{k:?}");
-    assert!(ts.is_running(), "traffic_server survived");
+    assert!(
+        ts.is_running(),
+        "traffic_server neither crashed nor restarted"
+    );
     assert!(!ts.diags().contains("FATAL"));
     assert!(
         origin.max_in_flight() <= 4 + 2,
         "max {}",
         origin.max_in_flight()
     );
+    // Still answering after it all.
+    assert!(ctl(&ts, "show ctl4").contains("\"ok\":true"));
 }

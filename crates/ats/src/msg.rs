@@ -16,20 +16,30 @@
 //! schedule work); it must be quick and defer real work to a task thread.
 //!
 //! [`serve`] is that pattern for a plugin's commands: parse on the
-//! management thread, run on a task thread, answer as one JSON object per
-//! line in `<plugin>_ctl.log` (the hook has no reply channel) with a
-//! one-line summary in diags.log.
+//! management thread, run on a task thread, answer as JSON objects, one per
+//! line, in `<plugin>_ctl.log` (the hook has no reply channel) with a
+//! one-line summary in diags.log. A long answer takes several lines (see
+//! [`parts`]), tied by a request id: the sender's (`@ID` before the command)
+//! or one made here.
 
 use std::ffi::{c_int, c_void, CStr};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
-use limits::quote::shorten;
+use limits::quote::{shorten, shorten_to};
 use serde_json::{json, Value};
 
 use crate::sched::{Pool, Timer};
 use crate::textlog::TextLog;
 use crate::{guard, log::to_cstring, sys};
+
+mod parts;
+
+/// Longest command echoed whole in an answer (`command`).
+const ECHO_CHARS: usize = 1024;
+/// Longest request id (`@ID`).
+const ID_CHARS: usize = 64;
 
 /// Handles plugin messages.
 pub trait MsgHandler: Send + Sync + 'static {
@@ -189,50 +199,132 @@ struct Desk<C> {
 
 struct Served<C>(Arc<Desk<C>>);
 
+/// Splits a leading `@ID ` off a message: `(id, rest)`, or `Ok(None)`
+/// without one. An id is 1 to 64 of `A-Za-z0-9._:-`.
+fn request_id(data: &[u8]) -> Result<Option<(String, &[u8])>, String> {
+    let Some(rest) = data.strip_prefix(b"@") else {
+        return Ok(None);
+    };
+    let end = rest
+        .iter()
+        .position(|b| b.is_ascii_whitespace())
+        .unwrap_or(rest.len());
+    let (id, tail) = rest.split_at(end);
+    let ok = |b: &u8| b.is_ascii_alphanumeric() || b".-_:".contains(b);
+    if id.is_empty() || id.len() > ID_CHARS || !id.iter().all(ok) {
+        return Err(format!(
+            "request id {} is invalid: allowed @ID with 1 to {ID_CHARS} of A-Z a-z 0-9 . _ : -",
+            limits::quote::quote(&String::from_utf8_lossy(id))
+        ));
+    }
+    let tail = tail.strip_prefix(b" ").unwrap_or(tail);
+    Ok(Some((String::from_utf8_lossy(id).into_owned(), tail)))
+}
+
+/// Ids for requests that bring none: `<pid>-<n>`, unique in this process.
+fn next_id() -> String {
+    static NEXT: AtomicU64 = AtomicU64::new(1);
+    format!(
+        "{}-{}",
+        std::process::id(),
+        NEXT.fetch_add(1, Ordering::Relaxed)
+    )
+}
+
 impl<C: Commands> MsgHandler for Served<C> {
     fn on_msg(&self, tag: &str, data: &[u8]) {
+        // Whether the tag is ours is known from the tag alone.
+        if self.0.commands.parse(tag, b"").is_none() {
+            return;
+        }
+        let (id, data, bad_id) = match request_id(data) {
+            Ok(Some((id, rest))) => (id, rest, None),
+            Ok(None) => (next_id(), data, None),
+            Err(e) => (next_id(), data, Some(e)),
+        };
+        let text = shorten_to(
+            &format!("{tag} {}", String::from_utf8_lossy(data)),
+            ECHO_CHARS,
+        );
+        let req = Request { id, text };
+        if let Some(e) = bad_id {
+            return self.0.error(&req, &e);
+        }
         let Some(parsed) = self.0.commands.parse(tag, data) else {
             return;
         };
-        let text = shorten(&format!("{tag} {}", String::from_utf8_lossy(data)));
         let cmd = match parsed {
             Ok(c) => c,
-            Err(e) => return self.0.error(&text, &e),
+            Err(e) => return self.0.error(&req, &e),
         };
-        let (desk, sent) = (self.0.clone(), text.clone());
+        let desk = self.0.clone();
+        let req = Arc::new(req);
+        let sent = req.clone();
         if let Err(e) = Timer::after(Duration::ZERO, Pool::Task, move || desk.run(&sent, cmd)) {
             self.0
-                .error(&text, &format!("cannot schedule the command: {e}"));
+                .error(&req, &format!("cannot schedule the command: {e}"));
         }
     }
 }
 
+/// A command as received: its request id and its text (tag and data).
+struct Request {
+    id: String,
+    text: String,
+}
+
 impl<C: Commands> Desk<C> {
-    fn run(&self, text: &str, cmd: C::Command) {
+    fn run(&self, req: &Request, cmd: C::Command) {
         let verb = C::verb(&cmd);
         match self.commands.run(cmd) {
             Ok(Answer { summary, mut body }) => {
                 if !body.is_object() {
                     body = json!({ "answer": body });
                 }
-                body["command"] = json!(text);
                 body["ok"] = json!(true);
-                self.write(&body);
-                log::info!("ctl {verb}: {summary} (answer in {}_ctl.log)", self.plugin);
+                let parts = self.write(req, body);
+                log::info!(
+                    "ctl {verb}: {summary} (answer {} in {}_ctl.log{})",
+                    req.id,
+                    self.plugin,
+                    if parts > 1 {
+                        format!(", {parts} lines")
+                    } else {
+                        String::new()
+                    }
+                );
             }
-            Err(e) => self.error(text, &e),
+            Err(e) => self.error(req, &e),
         }
     }
 
-    fn error(&self, text: &str, error: &str) {
-        self.write(&json!({ "command": text, "ok": false, "error": error }));
-        log::error!("ctl: {error} (command {text})");
+    fn error(&self, req: &Request, error: &str) {
+        self.write(req, json!({ "ok": false, "error": error }));
+        log::error!(
+            "ctl: {error} (command {}, request {})",
+            shorten(&req.text),
+            req.id
+        );
     }
 
-    fn write(&self, v: &Value) {
-        if let Some(log) = &self.log {
-            log.write(&v.to_string());
-            log.flush();
+    /// Writes the answer's lines; returns how many there are. A line ATS
+    /// refuses is reported in diags.log (the reader would wait for it).
+    fn write(&self, req: &Request, body: Value) -> usize {
+        let Some(log) = &self.log else { return 0 };
+        let lines = parts::lines(&req.id, &req.text, body, crate::textlog::max_line());
+        let n = lines.len();
+        for (i, line) in lines.iter().enumerate() {
+            if let Err(e) = log.write(line) {
+                log::error!(
+                    "ctl: part {}/{n} of answer {} (command {}) was not written to {}_ctl.log: {e}",
+                    i + 1,
+                    req.id,
+                    shorten(&req.text),
+                    self.plugin
+                );
+            }
         }
+        log.flush();
+        n
     }
 }

@@ -36,11 +36,23 @@ impl TextLog {
         }
     }
 
-    /// Appends one line (no trailing newline needed).
-    pub fn write(&self, line: &str) {
+    /// Appends one line (no trailing newline needed). ATS skips a line that
+    /// does not fit its log buffer ([`max_line`]) whole, and says so only by
+    /// this error.
+    pub fn write(&self, line: &str) -> Result<(), String> {
         let c = to_cstring(line);
         // SAFETY: live log object; fixed "%s" format with one C string.
-        unsafe { sys::TSTextLogObjectWrite(self.obj.as_ptr(), c"%s".as_ptr(), c.as_ptr()) };
+        let rc =
+            unsafe { sys::TSTextLogObjectWrite(self.obj.as_ptr(), c"%s".as_ptr(), c.as_ptr()) };
+        if rc == sys::TSReturnCode::TS_SUCCESS {
+            Ok(())
+        } else {
+            Err(format!(
+                "ATS refused a {} byte line (proxy.config.log.log_buffer_size is {} bytes)",
+                line.len(),
+                buffer_size().map_or_else(|| "unknown".to_owned(), |n| n.to_string())
+            ))
+        }
     }
 
     /// Asks ATS to write buffered lines out now.
@@ -48,6 +60,24 @@ impl TextLog {
         // SAFETY: live log object.
         unsafe { sys::TSTextLogObjectFlush(self.obj.as_ptr()) };
     }
+}
+
+/// `proxy.config.log.log_buffer_size`: a text log line longer than this
+/// (less ATS's headers) is dropped.
+pub fn buffer_size() -> Option<usize> {
+    let mut v: sys::TSMgmtInt = 0;
+    // SAFETY: valid C string and out pointer.
+    let rc = unsafe { sys::TSMgmtIntGet(c"proxy.config.log.log_buffer_size".as_ptr(), &mut v) };
+    (rc == sys::TSReturnCode::TS_SUCCESS)
+        .then(|| usize::try_from(v).ok())
+        .flatten()
+}
+
+/// The longest line to write: 8000 bytes, less if the log buffer is smaller
+/// (room is left for ATS's entry headers), never under 1000.
+pub fn max_line() -> usize {
+    const MOST: usize = 8000;
+    buffer_size().map_or(MOST, |b| b.saturating_sub(1024).clamp(1000, MOST))
 }
 
 impl Drop for TextLog {

@@ -8,7 +8,8 @@
 //! a [`Permit`] frees its slot, a [`BudgetToken`] its queue place, and a
 //! [`RateToken`] returns its rate token unless the request was served.
 
-use std::collections::HashMap;
+use std::cmp::{Ordering as CmpOrdering, Reverse};
+use std::collections::{BinaryHeap, HashMap};
 use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 use std::sync::{Arc, Weak};
 
@@ -51,6 +52,9 @@ pub struct Limiter<W: Waiter, C: Clock = MonotonicClock> {
     id: u64,
     /// The limits as last set, for reports; decisions read the atomics below.
     limits: Mutex<Limits>,
+    /// Bumped by each [`Limiter::reconfigure`], so readers can cache what
+    /// they derive from the limits (a rule's RateLimit-Policy header).
+    changes: AtomicU64,
     /// Each key's concurrency limit (keyed; the rule-wide one is in `slots`).
     key_limit: AtomicU32,
     /// Each key's queue places (keyed; the rule-wide ones are in `budget`).
@@ -185,6 +189,34 @@ pub struct KeyUsage {
     pub over_rate: Nanos,
 }
 
+/// A [`KeyUsage`] ordered for `top`: more slots and waiters first, then
+/// further over the rate, then the smaller key (so the order is total).
+#[derive(PartialEq, Eq)]
+struct Ranked(KeyUsage);
+
+impl Ranked {
+    fn rank(&self) -> (u64, Nanos, Reverse<u64>) {
+        let k = &self.0;
+        (
+            u64::from(k.active) + u64::from(k.waiting),
+            k.over_rate,
+            Reverse(k.key),
+        )
+    }
+}
+
+impl Ord for Ranked {
+    fn cmp(&self, other: &Self) -> CmpOrdering {
+        self.rank().cmp(&other.rank())
+    }
+}
+
+impl PartialOrd for Ranked {
+    fn partial_cmp(&self, other: &Self) -> Option<CmpOrdering> {
+        Some(self.cmp(other))
+    }
+}
+
 /// The decision for a new request.
 pub enum Admission<W: Waiter, C: Clock = MonotonicClock> {
     /// Go on now, holding a slot if the limiter has a concurrency limit.
@@ -279,6 +311,7 @@ impl<W: Waiter, C: Clock> Limiter<W, C> {
         Limiter {
             id: NEXT_ID.fetch_add(1, Ordering::Relaxed),
             limits: Mutex::new(limits),
+            changes: AtomicU64::new(0),
             key_limit: AtomicU32::new(limits.limit.unwrap_or(u32::MAX)),
             key_queue: AtomicU32::new(limits.queue),
             maxage: AtomicU64::new(limits.maxage.unwrap_or(Nanos::MAX)),
@@ -327,14 +360,20 @@ impl<W: Waiter, C: Clock> Limiter<W, C> {
     }
 
     /// The `n` keys holding the most slots and waiters, then furthest over
-    /// their rate (keyed; empty otherwise). Visits every key: off request paths.
+    /// their rate (keyed; empty otherwise), ties by key. Visits every key, one
+    /// shard's lock at a time (off request paths), and keeps only the best
+    /// `n` in a heap: memory is O(n) however many keys there are.
     pub fn top(&self, n: usize) -> Vec<KeyUsage> {
         let Some(t) = &self.keys else {
             return Vec::new();
         };
+        if n == 0 {
+            return Vec::new();
+        }
         let now = self.clock.now();
         let params = self.key_params();
-        let mut all = Vec::new();
+        // A min-heap (by rank) of the best n so far: its root is the weakest.
+        let mut best: BinaryHeap<Reverse<Ranked>> = BinaryHeap::with_capacity(n + 1);
         t.for_each(|key, st| {
             let (active, waiting) = st.queues.as_ref().map_or((0, 0), |q| {
                 (
@@ -343,20 +382,27 @@ impl<W: Waiter, C: Clock> Limiter<W, C> {
                 )
             });
             let over_rate = params.map_or(0, |p| p.reserve(st.tat, now, None).0.wait());
-            if active + waiting > 0 || over_rate > 0 {
-                all.push(KeyUsage {
-                    key,
-                    active,
-                    waiting,
-                    over_rate,
-                });
+            if active + waiting == 0 && over_rate == 0 {
+                return;
+            }
+            let k = Ranked(KeyUsage {
+                key,
+                active,
+                waiting,
+                over_rate,
+            });
+            if best.len() < n {
+                best.push(Reverse(k));
+            } else if best.peek().is_some_and(|Reverse(weakest)| k > *weakest) {
+                best.pop();
+                best.push(Reverse(k));
             }
         });
-        all.sort_by(|a, b| {
-            (b.active + b.waiting, b.over_rate).cmp(&(a.active + a.waiting, a.over_rate))
-        });
-        all.truncate(n);
-        all
+        // Ascending Reverse = descending rank: the strongest first.
+        best.into_sorted_vec()
+            .into_iter()
+            .map(|Reverse(r)| r.0)
+            .collect()
     }
 
     /// Unique among the limiters of this process.
@@ -367,6 +413,12 @@ impl<W: Waiter, C: Clock> Limiter<W, C> {
     /// The limits in force.
     pub fn limits(&self) -> Limits {
         *self.limits.lock()
+    }
+
+    /// How many times the limits were changed: a value derived from
+    /// [`Limiter::limits`] is current while this has not moved.
+    pub fn changes(&self) -> u64 {
+        self.changes.load(Ordering::Acquire)
     }
 
     /// Changes the limits of the live limiter: slots held, waiters, queue
@@ -386,6 +438,7 @@ impl<W: Waiter, C: Clock> Limiter<W, C> {
             return Err("--rate");
         }
         *cur = new;
+        self.changes.fetch_add(1, Ordering::Release);
         drop(cur);
         self.maxage
             .store(new.maxage.unwrap_or(Nanos::MAX), Ordering::Relaxed);
@@ -796,6 +849,8 @@ mod fair;
 mod peer;
 #[cfg(test)]
 mod tests;
+#[cfg(test)]
+mod top_tests;
 
 use peer::PeerKey;
 pub use peer::MAX_PEER_DEBT;

@@ -50,6 +50,8 @@ struct Entry<L> {
     live: Weak<L>,
     /// The options the live limiter was built or last changed with.
     opts: Options,
+    /// `opts` were set live ([`Registry::set_live`]), not loaded from the file.
+    set_live: bool,
     /// A rule of the generation being loaded, and what it asks for.
     claim: Option<Claim<L>>,
 }
@@ -73,10 +75,12 @@ pub enum Change {
         id: String,
         restarted: Option<&'static str>,
     },
-    /// The live limiter took new values: `(option, old, new)`.
+    /// The live limiter took new values: `(option, old, new)`;
+    /// `overrode_live`: the old ones had been set live, and the file wins.
     Changed {
         id: String,
         values: Vec<(&'static str, String, String)>,
+        overrode_live: bool,
     },
 }
 
@@ -151,6 +155,7 @@ impl<L> Registry<L> {
         let entry = self.entries.entry(id.to_owned()).or_insert_with(|| Entry {
             live: Weak::new(),
             opts: opts.clone(),
+            set_live: false,
             claim: None,
         });
         let reuse = entry
@@ -204,10 +209,12 @@ impl<L> Registry<L> {
                     changes.push(Change::Changed {
                         id: id.clone(),
                         values,
+                        overrode_live: e.set_live,
                     });
                 }
             }
             e.opts = c.opts;
+            e.set_live = false;
         }
         self.entries
             .retain(|_, e| e.claim.is_some() || e.live.strong_count() > 0);
@@ -242,6 +249,7 @@ impl<L> Registry<L> {
         match self.entries.get_mut(id) {
             Some(e) if e.live.strong_count() > 0 => {
                 e.opts = opts;
+                e.set_live = true;
                 true
             }
             _ => false,

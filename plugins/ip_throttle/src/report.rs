@@ -132,7 +132,9 @@ impl Reporter {
             return;
         }
         let dry = if log_only { " dry_run=1" } else { "" };
-        self.log.write(&format!(
+        // A short line: it fits any log buffer. Not reported if dropped
+        // (this runs on request paths, and a report could flood diags.log).
+        let _ = self.log.write(&format!(
             "event={} ip={ip} rule={} state={} delay={} violations={}{dry}",
             e.kind.name(),
             self.tag,

@@ -2,9 +2,13 @@
 //!
 //! Served by [`ats::msg::serve`]: every answer is one JSON object per line
 //! in `rate_limit_ctl.log` (ATS's log directory), with a one-line summary
-//! in diags.log. Parsing happens on traffic_server's management thread, and
-//! the command runs on a task thread (a `top` visits every key). Nothing here takes a lock a request takes,
-//! except the registry's, which only configuration loads share.
+//! in diags.log. Parsing happens on traffic_server's management thread
+//! (which takes no lock here); the command runs on a task thread, where it
+//! does take locks requests take: `show` and `top` lock each shard of the
+//! key table in turn (a request of a key in that shard waits for the scan of
+//! that one shard), and `set` takes the limiter's slot locks while raising a
+//! limit admits waiters. The registry's lock is shared with configuration
+//! loads only.
 
 use std::collections::{HashMap, VecDeque};
 use std::sync::{Arc, Weak};
@@ -275,6 +279,13 @@ fn set(name: &str, settings: &[ctl::Setting]) -> Answer {
     // Under the registry lock, so a configuration load cannot interleave.
     let mut reg = REGISTRY.lock();
     let t = pick(reg.live(), name)?;
+    if t.opts.store.is_some() {
+        return Err(format!(
+            "set: {} is decided in Redis (--store) with the values of remap.config, which a \
+             live change would not reach: nothing changed (edit remap.config and reload)",
+            t.id
+        ));
+    }
     let new = ctl::apply(&t.opts, settings)?;
     t.limiter
         .reconfigure(Limits::of(&new))

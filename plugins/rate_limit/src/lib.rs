@@ -21,6 +21,7 @@
 mod ctl;
 mod fair;
 mod peers;
+mod policy;
 mod queue;
 mod state;
 mod store;
@@ -75,7 +76,8 @@ pub struct Rule {
     _fair_metrics: Vec<Periodic>,
     /// What `traffic_ctl plugin msg rate_limit` shows of the rule.
     card: Arc<ctl::Card>,
-    policy_header: Option<String>,
+    /// `--ratelimit-headers`: the RateLimit-Policy value, following live changes.
+    policy: Option<policy::Policy>,
     /// A check for departed waiters is armed (only while anyone waits).
     watching: AtomicBool,
     /// `--store`: decided in Redis (see store.rs).
@@ -89,17 +91,18 @@ impl Rule {
             rate_limit_core::fair::load_weights(f, &ats::config_dir())
                 .map_err(|e| e.to_string())?;
         }
-        let policy_header = if opts.ratelimit_headers {
-            headers::policy(opts.limit, opts.rate.map(|r| (r, opts.burst)))
-        } else {
-            None
-        };
         let (from, to) = (args.from_url, args.to_url);
-        let (limiter, chained) = {
+        let (limiter, chained, policy) = {
             let mut reg = REGISTRY.lock();
             let place = reg.place(from, to);
             let id = Registry::<Limiter<Queued>>::identity(&opts, from, to, place);
-            (reg.join(&id, &opts, from, new_limiter)?, place > 1)
+            let limiter = reg.join(&id, &opts, from, new_limiter)?;
+            // Under the registry lock: no live `set` between the two reads.
+            let policy = opts
+                .ratelimit_headers
+                .then(|| policy::Policy::new(&Limits::of(&opts), limiter.changes()))
+                .flatten();
+            (limiter, place > 1, policy)
         };
         peers::join(&opts, &limiter)?;
         let metrics = Metrics::new(&opts);
@@ -112,7 +115,7 @@ impl Rule {
             metrics,
             limiter,
             chained,
-            policy_header,
+            policy,
             opts,
             watching: AtomicBool::new(false),
         })
@@ -305,12 +308,21 @@ impl RemapPlugin for Rule {
                      waiters and buckets start anew (the old rules keep theirs until they end)"
                 ),
                 Change::Created { .. } => {}
-                Change::Changed { id, values } => {
+                Change::Changed {
+                    id,
+                    values,
+                    overrode_live,
+                } => {
                     let list: Vec<String> = values
                         .iter()
                         .map(|(name, old, new)| format!("--{name} {old} -> {new}"))
                         .collect();
-                    log::info!("{id}: applied live: {}", list.join(", "));
+                    let why = if overrode_live {
+                        " (remap.config overrides the values set live by traffic_ctl plugin msg)"
+                    } else {
+                        ""
+                    };
+                    log::info!("{id}: applied live: {}{why}", list.join(", "));
                 }
             }
         }
@@ -552,9 +564,11 @@ fn decorate_response(txn: Txn<'_>, head: &TxnState) {
     }
     if let Some((st, policy)) = head
         .chain()
-        .find_map(|s| s.rule.policy_header.as_ref().map(|p| (s, p)))
+        .find_map(|s| s.rule.policy.as_ref().map(|p| (s, p)))
     {
-        resp.set("RateLimit-Policy", policy);
+        policy.with(&st.rule.limiter, |v| {
+            resp.set("RateLimit-Policy", v);
+        });
         let (left, quota) = st.rule.limiter.remaining(st.key);
         if let Some(v) = headers::remaining(left, quota) {
             resp.set("RateLimit", &v);

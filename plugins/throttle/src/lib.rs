@@ -170,7 +170,9 @@ impl RemapPlugin for Throttle {
             let r = rule.clone();
             let every = Duration::from_millis(u64::from(p.statfreq_ms));
             Some(Periodic::start(every, Pool::Task, move || {
-                log.write(&log_line(&r.id, &r.gate.take_interval()));
+                if let Err(e) = log.write(&log_line(&r.id, &r.gate.take_interval())) {
+                    log::warn!("throttle.log: a line of rule {} was dropped: {e}", r.id);
+                }
             })?)
         } else {
             None

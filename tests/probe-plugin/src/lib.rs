@@ -158,7 +158,9 @@ impl RemapPlugin for Probe {
             })
             .unwrap_or_default();
         if self.log {
-            g.log.write(&format!("probe path=/{path}"));
+            if let Err(e) = g.log.write(&format!("probe path=/{path}")) {
+                log::error!("probe.log: {e}");
+            }
         }
         let action = match path.split('/').collect::<Vec<_>>().as_slice() {
             ["panic", "remap", ..] => panic!("probe: deliberate panic in DoRemap"),

@@ -116,7 +116,8 @@ fn a_reload_keeps_the_limiter_and_applies_changed_values_at_commit() {
             values: vec![
                 ("limit", "3".into(), "5".into()),
                 ("queue", u32::MAX.to_string(), "2".into())
-            ]
+            ],
+            overrode_live: false,
         }]
     );
     assert_eq!(first.applied.lock().last().and_then(|o| o.limit), Some(5));
@@ -166,7 +167,8 @@ fn a_refused_configuration_changes_nothing() {
         changes,
         [Change::Changed {
             id: "group g".into(),
-            values: vec![("limit", "3".into(), "9".into())]
+            values: vec![("limit", "3".into(), "9".into())],
+            overrode_live: false,
         }]
     );
     // A begin without commit (ATS never told the outcome) drops the claim too.
@@ -222,9 +224,22 @@ fn a_live_change_lasts_until_the_file_is_loaded_again() {
         changes,
         [Change::Changed {
             id: "group g".into(),
-            values: vec![("limit", "8".into(), "3".into())]
+            values: vec![("limit", "8".into(), "3".into())],
+            overrode_live: true,
         }]
     );
     let l = first[0].as_ref().unwrap();
     assert_eq!(l.applied.lock().last().and_then(|o| o.limit), Some(3));
+    // The file's values are in force now: a later change is not a live one's.
+    let (_, changes) = load(&mut r, &[(&["--group=g", "--limit=4"], "a")]);
+    assert!(
+        matches!(
+            &changes[..],
+            [Change::Changed {
+                overrode_live: false,
+                ..
+            }]
+        ),
+        "{changes:?}"
+    );
 }

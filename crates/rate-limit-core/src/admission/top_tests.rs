@@ -1,0 +1,53 @@
+//! `top`: the best N keys, found with a bounded heap, match a full sort.
+
+use std::sync::Arc;
+
+use limits::{ManualClock, NANOS_PER_SEC};
+
+use super::*;
+
+/// A waiter that is never queued here (every request goes or is refused).
+struct Never;
+
+impl Waiter for Never {
+    fn admit(self, permit: Permit<Self>) -> Result<(), Permit<Self>> {
+        Err(permit)
+    }
+}
+
+#[test]
+fn top_returns_the_n_busiest_keys_in_order() {
+    let clock = Arc::new(ManualClock::new(NANOS_PER_SEC));
+    let limits = Limits {
+        limit: Some(100),
+        rate: None,
+        queue: 0,
+        maxage: None,
+    };
+    let l: Arc<Limiter<Never, _>> = Limiter::keyed(limits, 4096, clock);
+    // Key k holds (k * 37) % 11 slots: many ties, many idle keys.
+    let mut held = Vec::new();
+    let mut want: Vec<(u32, u64)> = Vec::new();
+    for k in 1..=600u64 {
+        let m = ((k * 37) % 11) as u32;
+        for _ in 0..m {
+            match l.admit(Some(k)) {
+                Admission::Go(Some(p)) => held.push(p),
+                _ => panic!("key {k} is under its limit"),
+            }
+        }
+        if m > 0 {
+            want.push((m, k));
+        }
+    }
+    // Most slots first, then the smaller key.
+    want.sort_by(|a, b| b.0.cmp(&a.0).then(a.1.cmp(&b.1)));
+    for n in [0, 1, 7, 54, 55, 56, 200, want.len(), 1000] {
+        let got: Vec<(u32, u64)> = l.top(n).iter().map(|k| (k.active, k.key)).collect();
+        let expected: Vec<(u32, u64)> = want.iter().copied().take(n).collect();
+        assert_eq!(got, expected, "top {n}");
+    }
+    assert!(want.len() < 600, "idle keys are left out");
+    drop(held);
+    assert!(l.top(10).is_empty(), "no key holds anything any more");
+}

@@ -1,0 +1,47 @@
+//! The `RateLimit-Policy` header of a `--ratelimit-headers` rule, following
+//! live changes (`traffic_ctl plugin msg rate_limit set`).
+//!
+//! The value is cached with the limiter's change count it was made at; only
+//! a response that carries the header reads it, and it is rebuilt only after
+//! the limiter's limits changed (a live `set` or a reload).
+
+use parking_lot::RwLock;
+use rate_limit_core::{headers, Limiter, Limits};
+
+use crate::queue::Queued;
+
+pub(crate) struct Policy {
+    /// `(Limiter::changes() when made, the value)`. A limit or a rate
+    /// cannot be added or removed live, so there is always a value.
+    cache: RwLock<(u64, String)>,
+}
+
+fn value(l: &Limits) -> Option<String> {
+    headers::policy(l.limit, l.rate)
+}
+
+impl Policy {
+    /// For a rule with `limits`, its limiter at change count `changes`;
+    /// `None` without a limit and a rate (nothing to announce).
+    pub(crate) fn new(limits: &Limits, changes: u64) -> Option<Policy> {
+        Some(Policy {
+            cache: RwLock::new((changes, value(limits)?)),
+        })
+    }
+
+    /// Calls `f` with the header's current value (if any).
+    pub(crate) fn with(&self, limiter: &Limiter<Queued>, f: impl FnOnce(&str)) {
+        let now = limiter.changes();
+        {
+            let c = self.cache.read();
+            if c.0 == now {
+                return f(&c.1);
+            }
+        }
+        let Some(fresh) = value(&limiter.limits()) else {
+            return;
+        };
+        f(&fresh);
+        *self.cache.write() = (now, fresh);
+    }
+}
