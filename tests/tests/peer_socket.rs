@@ -28,7 +28,11 @@ fn status(c: &mut Conn, host: &str, client: &str) -> u16 {
 
 /// `rules`: `(host, extra options)`, each a keyed rate limit on `X-Client`.
 /// With `manager`, metrics can be read (traffic_ctl).
-fn start(origin: &Origin, rules: &[(&str, String)], manager: bool) -> Result<TrafficServer, String> {
+fn start(
+    origin: &Origin,
+    rules: &[(&str, String)],
+    manager: bool,
+) -> Result<TrafficServer, String> {
     let mut b = TrafficServer::builder().config_file("peer.secret", &format!("{SECRET}\n"));
     if manager {
         b = b.with_manager();
@@ -83,7 +87,10 @@ fn with_a_multicast_group_only_allowed_senders_are_heard() {
     let (mut s1, mut s2) = (0, 0);
     send(&stranger, to, &report(71, &mut s1, "g", "c1", 100));
     send(&friend, to, &report(72, &mut s2, "g", "c2", 100));
-    assert_eq!(ts.wait_metric("plugin.rate_limiter.peer_rejected", 1), Ok(1));
+    assert_eq!(
+        ts.wait_metric("plugin.rate_limiter.peer_rejected", 1),
+        Ok(1)
+    );
     assert_eq!(
         ts.wait_metric("plugin.rate_limiter.peer_hits_applied", 100),
         Ok(100)
@@ -94,7 +101,11 @@ fn with_a_multicast_group_only_allowed_senders_are_heard() {
     );
     let mut c = Conn::open(ts.port()).expect("connect");
     assert_eq!(status(&mut c, "m.test", "c1"), 200, "127.0.0.2 drained c1");
-    assert_eq!(status(&mut c, "m.test", "c2"), 429, "127.0.0.1's report applies");
+    assert_eq!(
+        status(&mut c, "m.test", "c2"),
+        429,
+        "127.0.0.1's report applies"
+    );
 }
 
 /// Two rules of different groups share the process's socket: a report
@@ -105,7 +116,8 @@ fn groups_share_one_socket_and_a_report_reaches_its_own_group_only() {
     let origin = Origin::start();
     let (listen, me) = (udp_port(), UdpSocket::bind("127.0.0.1:0").expect("udp"));
     let mine = me.local_addr().expect("addr").port();
-    let socket = format!("--peers=127.0.0.1:{mine} --peer-listen=127.0.0.1:{listen} --peer-period=60000");
+    let socket =
+        format!("--peers=127.0.0.1:{mine} --peer-listen=127.0.0.1:{listen} --peer-period=60000");
     let ts = start(
         &origin,
         &[
@@ -131,10 +143,26 @@ fn groups_share_one_socket_and_a_report_reaches_its_own_group_only() {
     );
     assert_eq!(ts.metric("plugin.rate_limiter.peer_rejected"), Some(0));
     let mut c = Conn::open(ts.port()).expect("connect");
-    assert_eq!(status(&mut c, "a.test", "c1"), 429, "g1's report drains g1's c1");
-    assert_eq!(status(&mut c, "b.test", "c1"), 200, "g2 shares the socket, not g1's buckets");
-    assert_eq!(status(&mut c, "a.test", "c2"), 200, "a report for g3 is ignored");
-    assert_eq!(status(&mut c, "b.test", "c2"), 200, "a report for g3 is ignored");
+    assert_eq!(
+        status(&mut c, "a.test", "c1"),
+        429,
+        "g1's report drains g1's c1"
+    );
+    assert_eq!(
+        status(&mut c, "b.test", "c1"),
+        200,
+        "g2 shares the socket, not g1's buckets"
+    );
+    assert_eq!(
+        status(&mut c, "a.test", "c2"),
+        200,
+        "a report for g3 is ignored"
+    );
+    assert_eq!(
+        status(&mut c, "b.test", "c2"),
+        200,
+        "a report for g3 is ignored"
+    );
 }
 
 /// One socket per process: a second peered rule naming another

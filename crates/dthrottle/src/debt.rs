@@ -84,7 +84,10 @@ mod tests {
         let capped = apply_hits(tat, now, u32::MAX, &p);
         assert_eq!(capped, now + MAX_PEER_DEBT);
         assert_eq!(apply_hits(capped, now, u32::MAX, &p), capped);
-        assert_eq!(apply_hits(u64::MAX - 1, u64::MAX - 1, u32::MAX, &p), u64::MAX);
+        assert_eq!(
+            apply_hits(u64::MAX - 1, u64::MAX - 1, u32::MAX, &p),
+            u64::MAX
+        );
         // So the tag is free again (not busy) a day later at most.
         let until = debt_until(capped, &p);
         assert!(busy(0, until, now));

@@ -216,9 +216,17 @@ fn a_huge_report_is_capped_at_a_day_of_debt() {
     let level = b.level(b"x").unwrap_or(0.0);
     assert!((level - (2.0 - 86_400.0)).abs() < 1e-6, "level {level}");
     assert_eq!(b.decide(b"x"), Decision::No);
-    assert_eq!(b.decide(b"y"), Decision::Full, "x in debt holds the only place");
+    assert_eq!(
+        b.decide(b"y"),
+        Decision::Full,
+        "x in debt holds the only place"
+    );
     clock.advance(std::time::Duration::from_secs(86_400));
-    assert_eq!(b.decide(b"y"), Decision::Ok, "a day later x is paid up and evicted");
+    assert_eq!(
+        b.decide(b"y"),
+        Decision::Ok,
+        "a day later x is paid up and evicted"
+    );
     assert!(b.level(b"x").is_none());
 }
 

@@ -112,7 +112,9 @@ fn allowed_networks_admit_their_senders_only() {
     );
     let at = |ip: &str| SocketAddr::new(ip.parse().unwrap_or_else(|e| panic!("{e}")), 9);
     assert!(r.accept(at("10.1.200.3"), &one(5, 0, NOW), NOW).is_ok());
-    assert!(r.accept(at("::ffff:10.1.0.9"), &one(5, 1, NOW), NOW).is_ok());
+    assert!(r
+        .accept(at("::ffff:10.1.0.9"), &one(5, 1, NOW), NOW)
+        .is_ok());
     assert!(r.accept(at("127.0.0.1"), &one(5, 2, NOW), NOW).is_ok());
     for stranger in ["10.2.0.1", "127.0.0.2", "::1"] {
         assert_eq!(
@@ -122,7 +124,14 @@ fn allowed_networks_admit_their_senders_only() {
         );
     }
     // Empty: any sender (the MAC still applies).
-    let mut any = Receiver::new(key(), 1, Policy { allowed: vec![], ..policy() });
+    let mut any = Receiver::new(
+        key(),
+        1,
+        Policy {
+            allowed: vec![],
+            ..policy()
+        },
+    );
     assert!(any.accept(at("127.0.0.2"), &one(5, 0, NOW), NOW).is_ok());
 }
 

@@ -271,7 +271,10 @@ mod tests {
         );
         assert_eq!(c.listen_tcp.len(), 2);
         assert_eq!(c.unix_mode, 0o600);
-        assert_eq!(c.peer_allow, vec![IpNet::from(IpAddr::V4(Ipv4Addr::LOCALHOST))]);
+        assert_eq!(
+            c.peer_allow,
+            vec![IpNet::from(IpAddr::V4(Ipv4Addr::LOCALHOST))]
+        );
         assert_eq!(
             (c.max_tags, c.max_report_tags, c.max_line, c.max_connections),
             (7, 3, 64, 9)
@@ -329,12 +332,17 @@ mod tests {
     /// allow list never shuts out a configured peer.
     #[test]
     fn peer_allow_takes_networks_and_keeps_the_unicast_peers() {
-        let c = parse("peers = 127.0.0.1:9000\npeer_secret_file = /s\npeer_allow = 10.1.2.3/16, 192.0.2.7\n")
-            .unwrap_or_else(|e| panic!("{e}"));
+        let c = parse(
+            "peers = 127.0.0.1:9000\npeer_secret_file = /s\npeer_allow = 10.1.2.3/16, 192.0.2.7\n",
+        )
+        .unwrap_or_else(|e| panic!("{e}"));
         let nets: Vec<String> = c.peer_allow.iter().map(|n| n.to_string()).collect();
         assert_eq!(nets, ["10.1.0.0/16", "192.0.2.7/32", "127.0.0.1/32"]);
         let g = parse("peer_group = 239.1.1.1:7000\npeer_secret_file = /s\n")
             .unwrap_or_else(|e| panic!("{e}"));
-        assert!(g.peer_allow.is_empty(), "multicast without peer_allow: any sender");
+        assert!(
+            g.peer_allow.is_empty(),
+            "multicast without peer_allow: any sender"
+        );
     }
 }

@@ -163,7 +163,11 @@ fn silent_connections_make_room_for_new_clients() {
     let mut silent: Vec<_> = (0..2).map(|_| d.connect()).collect();
     std::thread::sleep(Duration::from_millis(1300));
     let mut newcomer = d.connect();
-    assert_eq!(newcomer.try_ask("n"), Some(true), "the new client is served");
+    assert_eq!(
+        newcomer.try_ask("n"),
+        Some(true),
+        "the new client is served"
+    );
     let closed = silent.iter_mut().map(|c| c.eof()).filter(|&e| e).count();
     assert_eq!(closed, 1, "exactly one silent connection made room");
 }

@@ -234,7 +234,8 @@ impl Shared {
         for (group, limiter, max_tags) in due {
             let Some(l) = limiter.upgrade() else { continue };
             let report = l.peer_report(max_tags);
-            dropped = dropped.saturating_add(i64::try_from(report.dropped_tags).unwrap_or(i64::MAX));
+            dropped =
+                dropped.saturating_add(i64::try_from(report.dropped_tags).unwrap_or(i64::MAX));
             if let (Some(t), false) = (&self.transport, report.entries.is_empty()) {
                 t.send(peer::Outgoing {
                     group,
