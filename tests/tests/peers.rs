@@ -8,6 +8,7 @@ use std::io::{BufRead, BufReader, Read, Write};
 use std::net::{SocketAddr, TcpStream, UdpSocket};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
+use std::sync::{Arc, Mutex};
 use std::thread;
 use std::time::{Duration, Instant};
 
@@ -374,12 +375,31 @@ fn dthrottled() -> PathBuf {
 struct Daemon {
     child: Child,
     tcp: SocketAddr,
+    /// Every line the daemon wrote on stderr (its stats lines).
+    lines: Arc<Mutex<Vec<String>>>,
 }
 
 impl Drop for Daemon {
     fn drop(&mut self) {
         let _ = self.child.kill();
         let _ = self.child.wait();
+    }
+}
+
+impl Daemon {
+    /// The last `name=value` of the daemon's stats lines (`stats_interval_s`).
+    fn stat(&self, name: &str) -> Option<u64> {
+        let lines = self.lines.lock().unwrap_or_else(|e| e.into_inner());
+        let want = format!("{name}=");
+        lines
+            .iter()
+            .rev()
+            .filter(|l| l.starts_with("dthrottled: stats "))
+            .find_map(|l| {
+                l.split(' ')
+                    .find_map(|w| w.strip_prefix(want.as_str()))
+                    .and_then(|v| v.parse().ok())
+            })
     }
 }
 
@@ -413,10 +433,17 @@ fn start_daemon(config: &str) -> Daemon {
         }
         peering |= line.starts_with("dthrottled: peer socket");
     }
-    thread::spawn(move || for _ in lines.by_ref() {});
+    let kept = Arc::new(Mutex::new(Vec::new()));
+    let k = kept.clone();
+    thread::spawn(move || {
+        for line in lines.map_while(Result::ok) {
+            k.lock().unwrap_or_else(|e| e.into_inner()).push(line);
+        }
+    });
     Daemon {
         child,
         tcp: tcp.expect("dthrottled did not start"),
+        lines: kept,
     }
 }
 
@@ -440,38 +467,58 @@ fn ask(conn: &mut TcpStream, tag: &str, n: usize) -> Vec<String> {
         .collect()
 }
 
+/// Each side spends a client's burst while the other sends nothing for
+/// it; only once the other side shows it applied the hits (a metric, a
+/// stats line) is it asked once, and it must refuse. Alone, its own fresh
+/// burst would serve that request: this passes only if reports cross in
+/// both directions. The rate is so slow (one token per 20 s) that nothing
+/// refills while the metrics sync.
 #[test]
 fn a_traffic_server_and_dthrottled_peer_with_each_other() {
     let origin = Origin::start();
     let (ts_udp, d_udp) = (udp_port(), udp_port());
     let daemon = start_daemon(&format!(
-        "burst = 5\nrate = 0.2\nperiod_ms = 200\npeers = 127.0.0.1:{ts_udp}\n\
-         peer_listen = 127.0.0.1:{d_udp}\npeer_name = g\n"
+        "burst = 5\nrate = 0.05\nperiod_ms = 200\npeers = 127.0.0.1:{ts_udp}\n\
+         peer_listen = 127.0.0.1:{d_udp}\npeer_name = g\nstats_interval_s = 1\n"
     ));
     let ts = server(
         &origin,
-        "--rate=0.2 --burst=5 --peer-period=200",
+        "--rate=0.05 --burst=5 --peer-period=200",
         ts_udp,
         &[d_udp],
-        false,
+        true,
     );
     let mut d = TcpStream::connect(daemon.tcp).expect("connect dthrottled");
     d.set_read_timeout(Some(Duration::from_secs(5)))
         .expect("timeout");
     let mut c = Conn::open(ts.port()).expect("connect");
-    // c1 spends its burst at the daemon: traffic_server hears of it.
+    // c1 spends its burst at the daemon; traffic_server sees none of it.
     assert_eq!(ask(&mut d, "c1", 5), ["OK"; 5]);
-    assert!(
-        wait_until(Duration::from_secs(3), || status(&mut c, "c1") == 429),
-        "traffic_server never learnt of c1's hits at dthrottled"
+    assert_eq!(
+        ts.wait_metric("plugin.rate_limiter.peer_hits_applied", 5),
+        Ok(5),
+        "traffic_server never applied c1's 5 hits at dthrottled"
+    );
+    assert_eq!(
+        status(&mut c, "c1"),
+        429,
+        "c1's first request at traffic_server: its burst was spent at dthrottled"
     );
     assert_eq!(status(&mut c, "c2"), 200, "other clients are unaffected");
-    // c3 spends its burst at traffic_server: the daemon hears of it.
+    // c3 spends its burst at traffic_server; the daemon sees none of it.
     let s: Vec<u16> = (0..5).map(|_| status(&mut c, "c3")).collect();
     assert_eq!(s, [200; 5]);
     assert!(
-        wait_until(Duration::from_secs(3), || ask(&mut d, "c3", 1) == ["NO"]),
-        "dthrottled never learnt of c3's hits at traffic_server"
+        wait_until(Duration::from_secs(15), || daemon
+            .stat("peer_hits_applied")
+            .is_some_and(|n| n >= 6)),
+        "dthrottled never applied c2's hit and c3's 5 at traffic_server (peer_hits_applied {:?})",
+        daemon.stat("peer_hits_applied")
+    );
+    assert_eq!(
+        ask(&mut d, "c3", 1),
+        ["NO"],
+        "c3's first request at dthrottled: its burst was spent at traffic_server"
     );
     assert_eq!(ask(&mut d, "c4", 1), ["OK"]);
 }

@@ -28,8 +28,11 @@ use keyed::{KeyState, KeyTable};
 use limits::{Clock, GcraParams, MonotonicClock, Nanos, Reservation};
 use sha2::{Digest, Sha256};
 
+pub mod debt;
 #[cfg(test)]
 mod tests;
+
+pub use debt::MAX_PEER_DEBT;
 
 /// Longest tag kept and sent as is (the wire format's one-byte length).
 /// Longer tags are replaced by [`long_tag`], which every instance computes
@@ -120,8 +123,7 @@ impl TagState {
 
     fn set_tat(&mut self, tat: Nanos, params: &GcraParams) {
         self.tat = tat;
-        let full_span = params.interval().saturating_mul(u64::from(params.burst()));
-        self.debt_until = tat.saturating_sub(full_span);
+        self.debt_until = debt::debt_until(tat, params);
     }
 }
 
@@ -129,7 +131,7 @@ impl KeyState for TagState {
     /// Unreported hits would never reach the peers, and forgetting debt
     /// would hand the client a fresh burst: keep the tag until both are gone.
     fn busy(&self) -> bool {
-        self.hits > 0 || self.debt_until > NOW.with(Cell::get)
+        debt::busy(self.hits, self.debt_until, NOW.with(Cell::get))
     }
 }
 
@@ -206,7 +208,8 @@ impl<C: Clock> Buckets<C> {
     }
 
     /// Subtracts `hits` tokens that a peer served for `tag` (the bucket may
-    /// go below zero). Returns false if there was no room for the tag.
+    /// go below zero, down to [`MAX_PEER_DEBT`]). Returns false if there was
+    /// no room for the tag.
     pub fn apply_peer(&self, tag: &[u8], hits: u32) -> bool {
         if hits == 0 {
             return true;
@@ -215,10 +218,9 @@ impl<C: Clock> Buckets<C> {
         let key = self.table.hash(&tag);
         let now = self.now();
         let params = &self.params;
-        let debt = params.interval().saturating_mul(u64::from(hits));
         let r = self.table.with(key, |s| {
             s.name(&tag);
-            s.set_tat(s.tat.max(now).saturating_add(debt), params);
+            s.set_tat(debt::apply_hits(s.tat, now, hits, params), params);
         });
         let counter = match r {
             Ok(()) => &self.peer_hits_applied,
@@ -242,19 +244,10 @@ impl<C: Clock> Buckets<C> {
             self.table
                 .get(*key, |s| s.hits = s.hits.saturating_sub(*hits));
         }
-        let mut entries: Vec<(Box<[u8]>, u32)> =
-            seen.into_iter().map(|(_, tag, hits)| (tag, hits)).collect();
-        entries.sort_unstable_by(|a, b| b.1.cmp(&a.1).then_with(|| a.0.cmp(&b.0)));
-        let mut report = Report::default();
-        if entries.len() > self.max_report_tags {
-            for (_, hits) in entries.drain(self.max_report_tags..) {
-                report.dropped_tags += 1;
-                report.dropped_hits += u64::from(hits);
-            }
-            self.report_dropped_tags
-                .fetch_add(report.dropped_tags, Ordering::Relaxed);
-        }
-        report.entries = entries;
+        let entries = seen.into_iter().map(|(_, tag, hits)| (tag, hits)).collect();
+        let report = debt::report(entries, self.max_report_tags);
+        self.report_dropped_tags
+            .fetch_add(report.dropped_tags, Ordering::Relaxed);
         report
     }
 
@@ -263,11 +256,9 @@ impl<C: Clock> Buckets<C> {
     pub fn level(&self, tag: &[u8]) -> Option<f64> {
         let tag = long_tag(tag);
         let now = self.clock.now();
-        let (interval, burst) = (self.params.interval(), self.params.burst());
-        self.table.get(self.table.hash(&tag), |s| {
-            let debt = s.tat.saturating_sub(now) as f64 / interval as f64;
-            f64::from(burst) - debt
-        })
+        let params = &self.params;
+        self.table
+            .get(self.table.hash(&tag), |s| debt::level(s.tat, now, params))
     }
 
     pub fn stats(&self) -> Stats {

@@ -202,6 +202,34 @@ fn busy_tags_stay_and_a_full_table_says_full() {
     assert!(b.level(b"c").is_none(), "paid-up tag never evicted");
 }
 
+/// One authentic report with an absurd count cannot lock a tag out, nor
+/// keep it from eviction, beyond a day: the daemon caps debt as the plugin
+/// does (the same `debt::apply_hits`).
+#[test]
+fn a_huge_report_is_capped_at_a_day_of_debt() {
+    let clock = Arc::new(ManualClock::new(T0));
+    let mut c = config(2, 1.0);
+    c.max_tags = 1;
+    let b = node(&clock, c);
+    assert!(b.apply_peer(b"x", u32::MAX));
+    assert!(b.apply_peer(b"x", u32::MAX));
+    let level = b.level(b"x").unwrap_or(0.0);
+    assert!((level - (2.0 - 86_400.0)).abs() < 1e-6, "level {level}");
+    assert_eq!(b.decide(b"x"), Decision::No);
+    assert_eq!(
+        b.decide(b"y"),
+        Decision::Full,
+        "x in debt holds the only place"
+    );
+    clock.advance(std::time::Duration::from_secs(86_400));
+    assert_eq!(
+        b.decide(b"y"),
+        Decision::Ok,
+        "a day later x is paid up and evicted"
+    );
+    assert!(b.level(b"x").is_none());
+}
+
 /// Hits served while a report is being made are kept for the next one.
 #[test]
 fn hits_served_during_a_report_are_not_lost() {

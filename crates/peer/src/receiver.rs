@@ -14,7 +14,9 @@
 //! window (NTP).
 
 use std::collections::HashMap;
-use std::net::{IpAddr, SocketAddr};
+use std::net::SocketAddr;
+
+use ipnet::IpNet;
 
 use crate::auth::Key;
 use crate::wire::{self, Datagram, Reject};
@@ -22,8 +24,9 @@ use crate::wire::{self, Datagram, Reject};
 /// What a receiver accepts.
 #[derive(Clone, Debug)]
 pub struct Policy {
-    /// Source addresses accepted; empty: any (the MAC still applies).
-    pub allowed: Vec<IpAddr>,
+    /// Source networks accepted (a single address is a /32 or /128);
+    /// empty: any (the MAC still applies).
+    pub allowed: Vec<IpNet>,
     /// Largest difference between a datagram's sent-at time and the
     /// receiver's clock, and how long an idle sender's window is kept (ms).
     pub window_ms: u64,
@@ -95,7 +98,8 @@ impl Receiver {
         now_ms: u64,
     ) -> Result<Datagram, Reject> {
         wire::precheck(data)?;
-        if !self.policy.allowed.is_empty() && !self.policy.allowed.contains(&src.ip()) {
+        let ip = src.ip().to_canonical();
+        if !self.policy.allowed.is_empty() && !self.policy.allowed.iter().any(|n| n.contains(&ip)) {
             return Err(Reject::UnknownSender);
         }
         let dg = wire::open(&self.key, data)?;

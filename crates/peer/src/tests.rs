@@ -16,7 +16,7 @@ fn key() -> Key {
 
 fn policy() -> Policy {
     Policy {
-        allowed: vec![IpAddr::V4(Ipv4Addr::LOCALHOST)],
+        allowed: vec![ipnet::IpNet::from(IpAddr::V4(Ipv4Addr::LOCALHOST))],
         window_ms: 10_000,
         max_senders: 4,
     }
@@ -94,6 +94,45 @@ fn bad_datagrams_are_classified() {
     assert_eq!(r.accept(stranger, &good, NOW), Err(Reject::UnknownSender));
     assert_eq!(r.accept(LOCAL, &one(1, 0, NOW), NOW), Err(Reject::Own));
     assert!(r.accept(LOCAL, &good, NOW).is_ok());
+}
+
+/// An allow list of networks: a sender inside one is accepted, one outside
+/// every network is an unknown sender, whatever its MAC; an IPv4 sender
+/// seen as an IPv4-mapped IPv6 address matches its IPv4 network.
+#[test]
+fn allowed_networks_admit_their_senders_only() {
+    let net = |s: &str| s.parse::<ipnet::IpNet>().unwrap_or_else(|e| panic!("{e}"));
+    let mut r = Receiver::new(
+        key(),
+        1,
+        Policy {
+            allowed: vec![net("10.1.0.0/16"), net("127.0.0.1/32")],
+            ..policy()
+        },
+    );
+    let at = |ip: &str| SocketAddr::new(ip.parse().unwrap_or_else(|e| panic!("{e}")), 9);
+    assert!(r.accept(at("10.1.200.3"), &one(5, 0, NOW), NOW).is_ok());
+    assert!(r
+        .accept(at("::ffff:10.1.0.9"), &one(5, 1, NOW), NOW)
+        .is_ok());
+    assert!(r.accept(at("127.0.0.1"), &one(5, 2, NOW), NOW).is_ok());
+    for stranger in ["10.2.0.1", "127.0.0.2", "::1"] {
+        assert_eq!(
+            r.accept(at(stranger), &one(5, 3, NOW), NOW),
+            Err(Reject::UnknownSender),
+            "{stranger}"
+        );
+    }
+    // Empty: any sender (the MAC still applies).
+    let mut any = Receiver::new(
+        key(),
+        1,
+        Policy {
+            allowed: vec![],
+            ..policy()
+        },
+    );
+    assert!(any.accept(at("127.0.0.2"), &one(5, 0, NOW), NOW).is_ok());
 }
 
 #[test]

@@ -112,6 +112,7 @@ const OPTIONS: &[(&str, bool)] = &[
     ("peer-period", true),
     ("peer-secret-file", true),
     ("peer-max-tags", true),
+    ("peer-allow", true),
     ("store", true),
     ("store-timeout", true),
     ("store-failure", true),

@@ -1,8 +1,10 @@
 //! The peer exchange options of a keyed rate limit (`--peers`,
 //! `--peer-group`, `--peer-listen`, `--peer-period`, `--peer-secret-file`,
-//! `--peer-max-tags`) and the peer tag that names a key across instances.
+//! `--peer-max-tags`, `--peer-allow`) and the peer tag that names a key across instances.
 
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr, ToSocketAddrs};
+
+use ipnet::IpNet;
 
 use limits::quote::quote;
 
@@ -17,6 +19,7 @@ pub const NAMES: &[&str] = &[
     "peer-period",
     "peer-secret-file",
     "peer-max-tags",
+    "peer-allow",
 ];
 
 pub const DEFAULT_LISTEN: SocketAddr = SocketAddr::new(IpAddr::V4(Ipv4Addr::UNSPECIFIED), 7412);
@@ -29,6 +32,8 @@ pub const MAX_MAX_TAGS: u64 = 1_000_000;
 const MAX_PATH: usize = 4096;
 /// Most unicast peers (each report goes to each of them).
 pub const MAX_PEERS: usize = 64;
+/// Most `--peer-allow` networks (each datagram is checked against them).
+pub const MAX_ALLOW: usize = 64;
 
 /// Where a peered limiter exchanges reports, and how often.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -45,6 +50,9 @@ pub struct PeerOptions {
     pub secret_file: String,
     /// Most tags per report (`--peer-max-tags`).
     pub max_tags: usize,
+    /// Networks whose datagrams are accepted besides the unicast peers'
+    /// addresses (`--peer-allow`).
+    pub allow: Vec<IpNet>,
 }
 
 impl PeerOptions {
@@ -52,6 +60,7 @@ impl PeerOptions {
     /// share: `(option, value)`.
     pub fn socket_options(&self) -> Vec<(&'static str, String)> {
         let peers: Vec<String> = self.peers.iter().map(|p| p.to_string()).collect();
+        let nets: Vec<String> = self.allow.iter().map(|n| n.to_string()).collect();
         vec![
             ("peers", peers.join(",")),
             (
@@ -60,7 +69,21 @@ impl PeerOptions {
             ),
             ("peer-listen", self.listen.to_string()),
             ("peer-secret-file", self.secret_file.clone()),
+            ("peer-allow", nets.join(",")),
         ]
+    }
+
+    /// The source networks the socket accepts: the unicast peers' addresses
+    /// and `--peer-allow`; empty (any sender, the MAC still applies) only
+    /// for a multicast group without `--peer-allow`.
+    pub fn allowed_senders(&self) -> Vec<IpNet> {
+        let mut v: Vec<IpNet> = self.peers.iter().map(|p| IpNet::from(p.ip())).collect();
+        for n in &self.allow {
+            if !v.contains(n) {
+                v.push(*n);
+            }
+        }
+        v
     }
 
     /// One line, for the log and for group agreement.
@@ -74,8 +97,14 @@ impl PeerOptions {
                 .collect::<Vec<_>>()
                 .join(","),
         };
+        let allow: Vec<String> = self.allow.iter().map(|n| n.to_string()).collect();
+        let allow = if allow.is_empty() {
+            String::new()
+        } else {
+            format!(" allow {}", allow.join(","))
+        };
         format!(
-            "{to} listen {} period {}ms secret {} max-tags {}",
+            "{to} listen {} period {}ms secret {} max-tags {}{allow}",
             self.listen, self.period_ms, self.secret_file, self.max_tags
         )
     }
@@ -97,6 +126,37 @@ fn addr(name: &str, value: &str) -> Result<SocketAddr, OptionError> {
         .or_else(|| all.first())
         .copied()
         .ok_or_else(bad)
+}
+
+/// `--peer-allow`: IP addresses or CIDR networks, comma-separated.
+fn nets(value: &str) -> Result<Vec<IpNet>, OptionError> {
+    let mut v = Vec::new();
+    for part in value.split(',').map(str::trim) {
+        let n = part
+            .parse::<IpNet>()
+            .or_else(|_| part.parse::<IpAddr>().map(IpNet::from))
+            .map_err(|_| {
+                invalid(
+                    "peer-allow",
+                    value,
+                    &format!(
+                        "IP addresses or CIDR networks, comma-separated ({} is not one)",
+                        quote(part)
+                    ),
+                )
+            })?;
+        if !v.contains(&n.trunc()) {
+            v.push(n.trunc());
+        }
+    }
+    if v.len() > MAX_ALLOW {
+        return Err(invalid(
+            "peer-allow",
+            value,
+            &format!("at most {MAX_ALLOW} addresses or networks"),
+        ));
+    }
+    Ok(v)
 }
 
 fn uint(name: &str, value: &str, min: u64, max: u64) -> Result<u64, OptionError> {
@@ -131,6 +191,7 @@ pub fn parse(
         period_ms: DEFAULT_PERIOD_MS,
         secret_file: String::new(),
         max_tags: DEFAULT_MAX_TAGS,
+        allow: Vec::new(),
     };
     // Each value first, so that a bad value is named as such.
     for (name, v) in raw {
@@ -173,6 +234,7 @@ pub fn parse(
             "peer-listen" => o.listen = addr("peer-listen", v)?,
             "peer-period" => o.period_ms = uint("peer-period", v, MIN_PERIOD_MS, MAX_PERIOD_MS)?,
             "peer-max-tags" => o.max_tags = uint("peer-max-tags", v, 1, MAX_MAX_TAGS)? as usize,
+            "peer-allow" => o.allow = nets(v)?,
             _ => {
                 if v.is_empty() || v.len() > MAX_PATH || v.chars().any(char::is_control) {
                     return Err(invalid(
@@ -276,134 +338,5 @@ fn shorten(key: &mut Vec<u8>) {
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-    use crate::key::{ForwardedHeader, KeySpec};
-
-    fn spec(sources: Vec<Source>) -> KeySpec {
-        KeySpec {
-            sources,
-            v4_prefix: 32,
-            v6_prefix: 64,
-            trusted: Vec::new(),
-            forwarded: ForwardedHeader::XForwardedFor,
-        }
-    }
-
-    #[test]
-    fn one_source_tags_are_their_text() {
-        let mut k = vec![0, 0, 4, 192, 0, 2, 7];
-        to_peer_tag(&spec(vec![Source::Ip]), &mut k);
-        assert_eq!(k, b"192.0.2.7");
-        let mut k = vec![
-            0, 0, 16, 0x20, 1, 0x0d, 0xb8, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0,
-        ];
-        to_peer_tag(&spec(vec![Source::Ip]), &mut k);
-        assert_eq!(k, b"2001:db8::/64");
-        let mut k = vec![0, 0, 3, b'a', b'b', b'c'];
-        to_peer_tag(&spec(vec![Source::Header("X-Api".into())]), &mut k);
-        assert_eq!(k, b"abc");
-    }
-
-    #[test]
-    fn several_sources_keep_their_unambiguous_bytes_and_long_tags_are_hashed() {
-        let s = spec(vec![Source::Ip, Source::Header("X".into())]);
-        let orig = vec![0, 0, 4, 1, 2, 3, 4, 1, 0, 1, b'x'];
-        let mut k = orig.clone();
-        to_peer_tag(&s, &mut k);
-        assert_eq!(k, orig);
-        let mut k = vec![0, 1, 44];
-        k.extend(std::iter::repeat_n(b'z', 300));
-        to_peer_tag(&spec(vec![Source::Query("t".into())]), &mut k);
-        assert!(k.starts_with(b"sha256:") && k.len() == 71);
-        let mut empty = Vec::new();
-        to_peer_tag(&s, &mut empty);
-        assert!(empty.is_empty());
-    }
-
-    fn raw(v: &[(&'static str, &str)]) -> Vec<(&'static str, String)> {
-        v.iter().map(|(n, v)| (*n, v.to_string())).collect()
-    }
-
-    #[test]
-    fn options_parse_with_defaults() {
-        let o = parse(
-            &raw(&[
-                ("peers", "127.0.0.1:9001, 127.0.0.1:9002"),
-                ("peer-secret-file", "peer.key"),
-            ]),
-            true,
-            true,
-            Some("api"),
-        )
-        .unwrap()
-        .unwrap();
-        assert_eq!(o.peers.len(), 2);
-        assert_eq!(o.listen, DEFAULT_LISTEN);
-        assert_eq!((o.period_ms, o.max_tags), (1000, 10_000));
-        let g = parse(
-            &raw(&[
-                ("peer-group", "239.1.2.3:7500"),
-                ("peer-secret-file", "k"),
-                ("peer-period", "250"),
-            ]),
-            true,
-            true,
-            Some("api"),
-        )
-        .unwrap()
-        .unwrap();
-        assert_eq!(g.listen.port(), 7500);
-        assert_eq!(g.period_ms, 250);
-        assert_eq!(parse(&[], false, false, None).unwrap(), None);
-    }
-
-    #[test]
-    fn errors_name_the_option_the_value_and_what_is_allowed() {
-        let e = |v: &[(&'static str, &str)], key, rate, group| {
-            parse(&raw(v), key, rate, group).unwrap_err().0
-        };
-        let ok = |extra: (&'static str, &'static str)| {
-            e(
-                &[("peers", "127.0.0.1:1"), ("peer-secret-file", "k"), extra],
-                true,
-                true,
-                Some("g"),
-            )
-        };
-        assert_eq!(
-            ok(("peer-period", "5")),
-            "--peer-period has an invalid value '5': allowed an integer from 10 to 60000"
-        );
-        assert!(ok(("peer-listen", "nope"))
-            .starts_with("--peer-listen has an invalid value 'nope': allowed HOST:PORT"));
-        assert!(ok(("peer-max-tags", "0")).starts_with("--peer-max-tags has an invalid value '0'"));
-        assert!(e(&[("peers", "1.2.3.4:5,x")], true, true, Some("g"))
-            .starts_with("--peers has an invalid value '1.2.3.4:5,x': allowed HOST:PORT, comma-separated ('x' is not one)"));
-        assert!(e(
-            &[("peer-group", "10.0.0.1:5"), ("peer-secret-file", "k")],
-            true,
-            true,
-            Some("g")
-        )
-        .starts_with("--peer-group has an invalid value '10.0.0.1:5': allowed an IPv4 multicast"));
-        assert!(e(&[("peer-period", "100")], true, true, Some("g"))
-            .starts_with("--peer-period needs --peers"));
-        assert!(e(&[("peers", "127.0.0.1:1")], true, true, Some("g"))
-            .starts_with("--peers/--peer-group need --peer-secret-file"));
-        assert!(e(
-            &[("peers", "127.0.0.1:1"), ("peer-secret-file", "k")],
-            false,
-            true,
-            Some("g")
-        )
-        .contains("need --key and --rate"));
-        assert!(e(
-            &[("peers", "127.0.0.1:1"), ("peer-secret-file", "k")],
-            true,
-            true,
-            None
-        )
-        .contains("need --group=NAME"));
-    }
-}
+#[path = "peering_tests.rs"]
+mod tests;

@@ -6,6 +6,8 @@ use std::net::{IpAddr, Ipv4Addr, SocketAddr, ToSocketAddrs};
 use std::path::PathBuf;
 use std::time::Duration;
 
+use ipnet::IpNet;
+
 /// What the daemon answers when a new tag finds the tag table full of busy
 /// tags (unreported hits or debt).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -13,6 +15,11 @@ pub enum OnFull {
     Refuse,
     Serve,
 }
+
+/// A client silent this long is disconnected (`idle_timeout_ms`): long
+/// enough that a client asking now and then keeps its connection, short
+/// enough that abandoned connections give their place back.
+pub const DEFAULT_IDLE_TIMEOUT: Duration = Duration::from_secs(300);
 
 #[derive(Clone, Debug)]
 pub struct Config {
@@ -26,7 +33,9 @@ pub struct Config {
     pub peer_group: Option<SocketAddr>,
     pub peer_listen: SocketAddr,
     pub peer_interface: Ipv4Addr,
-    pub peer_allow: Vec<IpAddr>,
+    /// Source networks accepted besides the unicast peers (empty, with no
+    /// unicast peers: any sender; the MAC still applies).
+    pub peer_allow: Vec<IpNet>,
     pub peer_secret_file: Option<PathBuf>,
     pub peer_name: String,
     pub replay_window: Duration,
@@ -62,7 +71,8 @@ impl Default for Config {
             max_line: 256,
             max_connections: 1024,
             write_timeout: Duration::from_secs(1),
-            idle_timeout: None,
+            // Not 0 (never): a silent client would hold its place forever.
+            idle_timeout: Some(DEFAULT_IDLE_TIMEOUT),
             on_full: OnFull::Refuse,
             stats_interval: None,
         }
@@ -179,9 +189,18 @@ pub fn parse(text: &str) -> Result<Config, String> {
                 c.peer_interface = num(line, name, v, "an IPv4 address of a local interface")?
             }
             "peer_allow" => {
+                let allowed = "IP addresses or CIDR networks, comma-separated, at most 64";
                 c.peer_allow = list(v)
-                    .map(|a| num(line, name, a, "comma-separated IP addresses"))
-                    .collect::<Result<_, _>>()?
+                    .map(|a| {
+                        a.parse::<IpNet>()
+                            .or_else(|_| a.parse::<IpAddr>().map(IpNet::from))
+                            .map(|n| n.trunc())
+                            .map_err(|_| err(line, name, v, allowed))
+                    })
+                    .collect::<Result<_, _>>()?;
+                if c.peer_allow.len() > 64 {
+                    return Err(err(line, name, v, allowed));
+                }
             }
             "peer_secret_file" => c.peer_secret_file = (!v.is_empty()).then(|| PathBuf::from(v)),
             "peer_name" => {
@@ -220,9 +239,12 @@ pub fn parse(text: &str) -> Result<Config, String> {
     if c.peering() && c.peer_secret_file.is_none() {
         return Err("peers or peer_group is set but peer_secret_file is not: peer reports must be authenticated".into());
     }
-    if c.peer_allow.is_empty() && c.peer_group.is_none() {
-        // Unicast: only the configured peers may send.
-        c.peer_allow = c.peers.iter().map(SocketAddr::ip).collect();
+    // The unicast peers may always send, besides peer_allow.
+    for p in &c.peers {
+        let n = IpNet::from(p.ip());
+        if !c.peer_allow.contains(&n) {
+            c.peer_allow.push(n);
+        }
     }
     Ok(c)
 }
@@ -235,6 +257,7 @@ mod tests {
     fn defaults_and_every_setting() {
         let c = parse("# nothing\n").unwrap_or_else(|e| panic!("{e}"));
         assert_eq!((c.burst, c.rate, c.max_line), (10, 1.0, 256));
+        assert_eq!(c.idle_timeout, Some(Duration::from_secs(300)));
         assert!(!c.peering());
         let text = "burst = 5\nrate = 0.5 # slow\nperiod_ms = 200\nlisten_tcp = 127.0.0.1:0, 127.0.0.1:1\n\
             listen_unix = /tmp/x.sock\nunix_mode = 600\npeers = 127.0.0.1:9000\npeer_listen = 127.0.0.1:9001\n\
@@ -248,7 +271,10 @@ mod tests {
         );
         assert_eq!(c.listen_tcp.len(), 2);
         assert_eq!(c.unix_mode, 0o600);
-        assert_eq!(c.peer_allow, vec![IpAddr::V4(Ipv4Addr::LOCALHOST)]);
+        assert_eq!(
+            c.peer_allow,
+            vec![IpNet::from(IpAddr::V4(Ipv4Addr::LOCALHOST))]
+        );
         assert_eq!(
             (c.max_tags, c.max_report_tags, c.max_line, c.max_connections),
             (7, 3, 64, 9)
@@ -274,6 +300,7 @@ mod tests {
             (c.replay_window, c.write_timeout, c.unix_mode),
             (d.replay_window, d.write_timeout, d.unix_mode)
         );
+        assert_eq!(c.idle_timeout, d.idle_timeout);
     }
 
     #[test]
@@ -294,9 +321,28 @@ mod tests {
             ("peers = 127.0.0.1:5", "peer_secret_file is not"),
             ("listen_tcp =", "nothing to listen on"),
             ("max_line = 0", "max_line = \"0\""),
+            ("peer_allow = 10.0.0.0/8,x", "IP addresses or CIDR networks"),
         ] {
             let e = parse(text).map(|_| ()).unwrap_err();
             assert!(e.contains(want), "{text:?}: {e}");
         }
+    }
+
+    /// peer_allow takes networks; the unicast peers are added to it, so an
+    /// allow list never shuts out a configured peer.
+    #[test]
+    fn peer_allow_takes_networks_and_keeps_the_unicast_peers() {
+        let c = parse(
+            "peers = 127.0.0.1:9000\npeer_secret_file = /s\npeer_allow = 10.1.2.3/16, 192.0.2.7\n",
+        )
+        .unwrap_or_else(|e| panic!("{e}"));
+        let nets: Vec<String> = c.peer_allow.iter().map(|n| n.to_string()).collect();
+        assert_eq!(nets, ["10.1.0.0/16", "192.0.2.7/32", "127.0.0.1/32"]);
+        let g = parse("peer_group = 239.1.1.1:7000\npeer_secret_file = /s\n")
+            .unwrap_or_else(|e| panic!("{e}"));
+        assert!(
+            g.peer_allow.is_empty(),
+            "multicast without peer_allow: any sender"
+        );
     }
 }

@@ -150,7 +150,7 @@ fn stats_line(s: &Server, t: Option<&peer::Transport>) -> String {
     let b = s.buckets.stats();
     let mut line = format!(
         "dthrottled: stats ok={} no={} full={} long_lines={} empty_lines={} connections={} active={} \
-         refused_connections={} write_timeouts={} tags={} evicted={} peer_hits_applied={} \
+         refused_connections={} evicted_connections={} write_timeouts={} tags={} evicted={} peer_hits_applied={} \
          peer_hits_dropped={} report_dropped_tags={}",
         l(&c.ok),
         l(&c.no),
@@ -160,6 +160,7 @@ fn stats_line(s: &Server, t: Option<&peer::Transport>) -> String {
         l(&c.connections),
         c.active.load(Ordering::Relaxed),
         l(&c.refused_connections),
+        l(&c.evicted_connections),
         l(&c.write_timeouts),
         b.tags,
         b.evicted,

@@ -154,3 +154,35 @@ fn connections_over_max_are_closed() {
     }
     assert!(b.ask("y"));
 }
+
+/// `max_connections` silent clients do not lock others out: a new client
+/// closes the longest-silent one (silent for over a second) and is served.
+#[test]
+fn silent_connections_make_room_for_new_clients() {
+    let d = Daemon::start("evict", &format!("{SLOW}max_connections = 2\n"));
+    let mut silent: Vec<_> = (0..2).map(|_| d.connect()).collect();
+    std::thread::sleep(Duration::from_millis(1300));
+    let mut newcomer = d.connect();
+    assert_eq!(
+        newcomer.try_ask("n"),
+        Some(true),
+        "the new client is served"
+    );
+    let closed = silent.iter_mut().map(|c| c.eof()).filter(|&e| e).count();
+    assert_eq!(closed, 1, "exactly one silent connection made room");
+}
+
+/// The idle timeout closes a silent client, giving its place back.
+#[test]
+fn a_silent_client_is_closed_after_the_idle_timeout() {
+    let d = Daemon::start("idle", &format!("{SLOW}idle_timeout_ms = 300\n"));
+    let mut c = d.connect();
+    assert!(c.ask("x"));
+    let t = Instant::now();
+    assert!(c.eof(), "closed after the idle timeout");
+    assert!(
+        t.elapsed() < Duration::from_secs(4),
+        "closed after {:?}",
+        t.elapsed()
+    );
+}

@@ -15,7 +15,6 @@
 //! the error is logged and the rules limit locally (the task still resets
 //! their hit counts, so keys do not stay busy).
 
-use std::net::IpAddr;
 use std::path::PathBuf;
 use std::sync::{Arc, LazyLock, Weak};
 use std::time::{Duration, Instant};
@@ -41,11 +40,15 @@ const REPLAY_WINDOW_MS: u64 = 10_000;
 
 /// The process-wide metrics, `plugin.rate_limiter.<name>`: one socket serves
 /// every peered rule, and a rejected datagram belongs to none.
-const METRICS: [&str; 4] = [
+const METRICS: [&str; 8] = [
     "peer_reports_sent",
     "peer_reports_received",
     "peer_hits_applied",
     "peer_rejected",
+    "peer_tags_dropped",
+    "peer_inbound_dropped",
+    "peer_outbound_dropped",
+    "peer_send_errors",
 ];
 
 static EXCHANGE: LazyLock<Mutex<Option<Exchange>>> = LazyLock::new(Mutex::default);
@@ -61,9 +64,20 @@ struct Exchange {
 struct Shared {
     transport: Option<peer::Transport>,
     members: Mutex<Vec<Member>>,
-    metrics: [Option<Stat>; 4],
-    /// Transport counters already published (reports sent, rejected).
-    published: Mutex<(u64, u64)>,
+    metrics: [Option<Stat>; 8],
+    /// Transport counters already published (`Published`).
+    published: Mutex<Published>,
+}
+
+/// The transport's counters as last added to the metrics (it counts on its
+/// own thread; only the tick, on an ATS thread, moves the metrics).
+#[derive(Default)]
+struct Published {
+    reports_sent: u64,
+    rejected: u64,
+    inbound_dropped: u64,
+    outbound_dropped: u64,
+    send_errors: u64,
 }
 
 /// A member's group name and its limiter, alive.
@@ -126,8 +140,9 @@ fn start(p: &PeerOptions, socket: Vec<(&'static str, String)>) -> Result<Exchang
         ats::config_dir().join(path)
     };
     let key = peer::Key::from_file(&path).map_err(|e| format!("--peer-secret-file: {e}"))?;
-    // Unicast: only the peers' addresses may send (the MAC applies anyway).
-    let allowed: Vec<IpAddr> = p.peers.iter().map(|a| a.ip()).collect();
+    // Only the unicast peers and --peer-allow may send; a multicast group
+    // without --peer-allow takes any sender (the MAC applies anyway).
+    let allowed = p.allowed_senders();
     let transport = peer::Transport::start(peer::Config {
         listen: p.listen,
         peers: p.peers.clone(),
@@ -166,7 +181,7 @@ fn start(p: &PeerOptions, socket: Vec<(&'static str, String)>) -> Result<Exchang
         transport,
         members: Mutex::new(Vec::new()),
         metrics,
-        published: Mutex::new((0, 0)),
+        published: Mutex::default(),
     });
     let s = shared.clone();
     let task = Periodic::start(TICK, Pool::Task, move || s.tick())?;
@@ -181,7 +196,8 @@ impl Shared {
     /// On an ATS task thread: apply what arrived, send what is due, publish
     /// the counters.
     fn tick(&self) {
-        let [sent, received, applied, rejected] = self.metrics;
+        let [sent, received, applied, rejected, tags_dropped, in_dropped, out_dropped, send_errors] =
+            self.metrics;
         let members: Vec<(Box<[u8]>, Live)> = self
             .members
             .lock()
@@ -214,9 +230,12 @@ impl Shared {
                 due.push((m.group.clone(), m.limiter.clone(), m.max_tags));
             }
         }
+        let mut dropped = 0i64;
         for (group, limiter, max_tags) in due {
             let Some(l) = limiter.upgrade() else { continue };
             let report = l.peer_report(max_tags);
+            dropped =
+                dropped.saturating_add(i64::try_from(report.dropped_tags).unwrap_or(i64::MAX));
             if let (Some(t), false) = (&self.transport, report.entries.is_empty()) {
                 t.send(peer::Outgoing {
                     group,
@@ -224,13 +243,19 @@ impl Shared {
                 });
             }
         }
+        bump(tags_dropped, dropped);
         if let Some(t) = &self.transport {
             let s = t.stats();
-            let (reports, refused) = (s.reports_sent, s.rejected() + s.bad());
             let mut last = self.published.lock();
-            bump(sent, reports.saturating_sub(last.0) as i64);
-            bump(rejected, refused.saturating_sub(last.1) as i64);
-            *last = (reports, refused);
+            let publish = |stat, now: u64, last: &mut u64| {
+                bump(stat, now.saturating_sub(*last) as i64);
+                *last = now;
+            };
+            publish(sent, s.reports_sent, &mut last.reports_sent);
+            publish(rejected, s.rejected() + s.bad(), &mut last.rejected);
+            publish(in_dropped, s.inbound_dropped, &mut last.inbound_dropped);
+            publish(out_dropped, s.outbound_dropped, &mut last.outbound_dropped);
+            publish(send_errors, s.send_errors, &mut last.send_errors);
         }
     }
 }

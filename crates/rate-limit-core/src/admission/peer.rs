@@ -5,13 +5,13 @@
 //! the key's TAT by `h` emission intervals (from `now` if the bucket had
 //! refilled), exactly as `h` local requests would. A TAT beyond
 //! `now + burst·interval` is a bucket below zero: that is DThrottle's debt,
-//! and it needs no new state. This is the same arithmetic as
-//! `crates/dthrottle` (its buckets are GCRA TATs too), so that crate's bound
-//! and convergence tests describe this path; but the admission core stays
-//! one (waits, slots, refunds, live rate changes and RateLimit fields work
-//! unchanged on peered rules), and the request path only adds a hit count.
-//! Debt is capped at [`MAX_PEER_DEBT`] ahead of now, so a TAT cannot
-//! overflow whatever peers report.
+//! and it needs no new state. The arithmetic (hits to TAT, the debt cap of
+//! [`MAX_PEER_DEBT`], when a key is busy, the report's cut) is
+//! `dthrottle::debt`, the one implementation the daemon's buckets use too,
+//! so that crate's bound, convergence and lost-report tests cover it; the
+//! admission core stays one (waits, slots, refunds, live rate changes and
+//! RateLimit fields work unchanged on peered rules), and the request path
+//! only adds a hit count.
 //!
 //! **Identity.** Peers must name a key the same way, and our table's hashes
 //! are seeded randomly per limiter, so reports carry the key's peer tag
@@ -26,17 +26,13 @@
 
 use std::cell::Cell;
 
-use dthrottle::Report;
-use limits::{Clock, GcraParams, Nanos, Waiter, NANOS_PER_SEC};
+pub use dthrottle::MAX_PEER_DEBT;
+use dthrottle::{debt, Report};
+use limits::{Clock, GcraParams, Nanos, Waiter};
 
 use super::{Keyed, Limiter, LiveParams};
 use crate::Limits;
 use keyed::KeyTable;
-
-/// Most debt a peer's report can put on a key: one day of the bucket's
-/// time ahead of now. Far above any honest report (a period's hits), and
-/// it keeps TAT arithmetic away from `u64::MAX`.
-pub const MAX_PEER_DEBT: Nanos = 86_400 * NANOS_PER_SEC;
 
 thread_local! {
     /// The time of the table call this thread is in: `KeyState::busy` has
@@ -59,14 +55,13 @@ pub(super) struct PeerKey {
 
 impl PeerKey {
     pub(super) fn busy(&self) -> bool {
-        self.hits > 0 || self.debt_until > NOW.with(Cell::get)
+        debt::busy(self.hits, self.debt_until, NOW.with(Cell::get))
     }
 }
 
 impl<W: Waiter> Keyed<W> {
     fn peer(&mut self, tag: &[u8], params: &GcraParams) -> &mut PeerKey {
-        let span = params.interval().saturating_mul(u64::from(params.burst()));
-        let debt_until = self.tat.saturating_sub(span);
+        let debt_until = debt::debt_until(self.tat, params);
         let p = self.queues().peer.get_or_insert_with(|| PeerKey {
             tag: tag.into(),
             hits: 0,
@@ -122,11 +117,9 @@ impl<W: Waiter, C: Clock> Limiter<W, C> {
         }
         let now = self.clock.now();
         set_now(now);
-        let debt = params.interval().saturating_mul(u64::from(hits));
-        let cap = now.saturating_add(MAX_PEER_DEBT);
         table
             .with(table.hash(tag), |st| {
-                st.tat = st.tat.max(now).saturating_add(debt).min(cap).max(st.tat);
+                st.tat = debt::apply_hits(st.tat, now, hits, &params);
                 st.peer(tag, &params);
             })
             .is_ok()
@@ -136,9 +129,8 @@ impl<W: Waiter, C: Clock> Limiter<W, C> {
     /// `max_tags` of them (the rest counted as dropped), and resets them.
     /// Visits every key (one shard lock at a time): once per period.
     pub fn peer_report(&self, max_tags: usize) -> Report {
-        let mut report = Report::default();
         let Some(table) = &self.keys else {
-            return report;
+            return Report::default();
         };
         set_now(self.clock.now());
         let mut seen: Vec<(u64, Box<[u8]>, u32)> = Vec::new();
@@ -160,30 +152,19 @@ impl<W: Waiter, C: Clock> Limiter<W, C> {
         // Hits of requests without a key (`--key-missing=shared`, empty tag)
         // are never exchanged; left out before the cap, so they never push
         // a real tag out.
-        let mut entries: Vec<(Box<[u8]>, u32)> = seen
+        let entries = seen
             .into_iter()
             .filter(|(_, tag, _)| !tag.is_empty())
             .map(|(_, tag, hits)| (tag, hits))
             .collect();
-        entries.sort_unstable_by(|a, b| b.1.cmp(&a.1).then_with(|| a.0.cmp(&b.0)));
-        if entries.len() > max_tags {
-            for (_, hits) in entries.drain(max_tags..) {
-                report.dropped_tags += 1;
-                report.dropped_hits += u64::from(hits);
-            }
-        }
-        report.entries = entries;
-        report
+        debt::report(entries, max_tags)
     }
 
     /// Tokens in `tag`'s bucket now (negative: debt); `None` if not held.
     pub fn peer_level(&self, tag: &[u8]) -> Option<f64> {
         let (table, params) = (self.keys.as_ref()?, self.key_params()?);
         let now = self.clock.now();
-        table.get(table.hash(tag), |st| {
-            let ahead = st.tat.saturating_sub(now) as f64 / params.interval() as f64;
-            f64::from(params.burst()) - ahead
-        })
+        table.get(table.hash(tag), |st| debt::level(st.tat, now, &params))
     }
 }
 

@@ -163,6 +163,17 @@ impl Client {
         Some(&buf == b"OK\n")
     }
 
+    /// Whether the daemon closed the connection: EOF or a reset, not a
+    /// read timeout.
+    pub fn eof(&mut self) -> bool {
+        let mut b = [0u8; 1];
+        match self.s.read(&mut b) {
+            Ok(0) => true,
+            Ok(_) => false,
+            Err(e) => e.kind() == std::io::ErrorKind::ConnectionReset,
+        }
+    }
+
     /// Whether the daemon closed the connection (EOF) within the timeout.
     pub fn closed(&mut self) -> bool {
         let mut b = [0u8; 1];

@@ -1,0 +1,106 @@
+//! DThrottle's bucket arithmetic, the one implementation shared by
+//! [`crate::Buckets`] (the daemon) and rate_limit.so's peered limiter
+//! (rate-limit-core's `admission/peer.rs`): how a peer's hits put a GCRA
+//! bucket into debt, how far, when a tag may be forgotten, and how a report
+//! is cut to its heaviest tags.
+//!
+//! A bucket is a GCRA theoretical arrival time (TAT; `now` or earlier is a
+//! full bucket). `h` hits served by a peer advance it by `h` emission
+//! intervals from `max(tat, now)`, exactly as `h` local requests would. A TAT
+//! beyond `now + burst·interval` is a bucket below zero: debt. Pure: the
+//! caller passes `now` from its injected clock.
+
+use limits::{GcraParams, Nanos, NANOS_PER_SEC};
+
+use crate::Report;
+
+/// Most debt peers' reports can put on a tag: its TAT at most one day
+/// ahead of now. Far above any honest report (a period's hits); it keeps
+/// TAT arithmetic away from `u64::MAX`, and bounds how long one authentic
+/// report with a huge count can refuse a tag and keep it from eviction.
+pub const MAX_PEER_DEBT: Nanos = 86_400 * NANOS_PER_SEC;
+
+/// The TAT after a peer reports `hits` for the bucket at `now`.
+#[inline]
+pub fn apply_hits(tat: Nanos, now: Nanos, hits: u32, params: &GcraParams) -> Nanos {
+    let debt = params.interval().saturating_mul(u64::from(hits));
+    let cap = now.saturating_add(MAX_PEER_DEBT);
+    // Never moves a TAT back (one already past the cap stays).
+    tat.max(now).saturating_add(debt).min(cap).max(tat)
+}
+
+/// Until when a bucket with this TAT is below zero (0 or past: not in debt).
+#[inline]
+pub fn debt_until(tat: Nanos, params: &GcraParams) -> Nanos {
+    let full_span = params.interval().saturating_mul(u64::from(params.burst()));
+    tat.saturating_sub(full_span)
+}
+
+/// Whether a tag must be kept: unreported hits would never reach the peers,
+/// and forgetting debt would hand the client a fresh burst.
+#[inline]
+pub fn busy(hits: u32, debt_until: Nanos, now: Nanos) -> bool {
+    hits > 0 || debt_until > now
+}
+
+/// Tokens in a bucket with this TAT at `now` (negative: debt).
+pub fn level(tat: Nanos, now: Nanos, params: &GcraParams) -> f64 {
+    let ahead = tat.saturating_sub(now) as f64 / params.interval() as f64;
+    f64::from(params.burst()) - ahead
+}
+
+/// A report of `(tag, hits)`: heaviest first (ties by tag), at most
+/// `max_tags` of them; the rest counted as dropped.
+pub fn report(mut entries: Vec<(Box<[u8]>, u32)>, max_tags: usize) -> Report {
+    entries.sort_unstable_by(|a, b| b.1.cmp(&a.1).then_with(|| a.0.cmp(&b.0)));
+    let mut r = Report::default();
+    if entries.len() > max_tags {
+        for (_, hits) in entries.drain(max_tags..) {
+            r.dropped_tags += 1;
+            r.dropped_hits += u64::from(hits);
+        }
+    }
+    r.entries = entries;
+    r
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn params() -> GcraParams {
+        GcraParams::per_second(1.0, 10)
+    }
+
+    #[test]
+    fn hits_advance_from_now_and_debt_is_capped_at_a_day() {
+        let p = params();
+        let now = 1_000 * NANOS_PER_SEC;
+        // A refilled bucket (TAT in the past) counts from now.
+        assert_eq!(apply_hits(0, now, 3, &p), now + 3 * NANOS_PER_SEC);
+        let tat = now + 5 * NANOS_PER_SEC;
+        assert_eq!(apply_hits(tat, now, 3, &p), now + 8 * NANOS_PER_SEC);
+        // u32::MAX hits: one day ahead, no more, and no overflow anywhere.
+        let capped = apply_hits(tat, now, u32::MAX, &p);
+        assert_eq!(capped, now + MAX_PEER_DEBT);
+        assert_eq!(apply_hits(capped, now, u32::MAX, &p), capped);
+        assert_eq!(
+            apply_hits(u64::MAX - 1, u64::MAX - 1, u32::MAX, &p),
+            u64::MAX
+        );
+        // So the tag is free again (not busy) a day later at most.
+        let until = debt_until(capped, &p);
+        assert!(busy(0, until, now));
+        assert!(!busy(0, until, now + MAX_PEER_DEBT));
+        assert!(busy(1, 0, now), "unreported hits keep a tag");
+        assert!((level(capped, now, &p) - (10.0 - 86_400.0)).abs() < 1e-6);
+    }
+
+    #[test]
+    fn reports_keep_the_heaviest_and_count_the_rest() {
+        let e = |t: &str, h| (Box::from(t.as_bytes()), h);
+        let r = report(vec![e("a", 1), e("b", 5), e("c", 5), e("d", 2)], 2);
+        assert_eq!(r.entries, vec![e("b", 5), e("c", 5)]);
+        assert_eq!((r.dropped_tags, r.dropped_hits), (2, 3));
+    }
+}
