@@ -22,6 +22,7 @@
 //! them alive, so a group no rule names any more is freed with its last user.
 
 use std::collections::HashMap;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Weak};
 
 use crate::options::Options;
@@ -41,8 +42,9 @@ const LIVE: &[&str] = &[
 
 pub struct Registry<L> {
     generation: u64,
-    /// Entries per (from, to) handed out in this generation.
-    ordinals: HashMap<(String, String), usize>,
+    /// Entries per (from, to) handed out in this generation, and whether
+    /// there is more than one (see [`Registry::followed`]).
+    ordinals: HashMap<(String, String), (usize, Arc<AtomicBool>)>,
     entries: HashMap<String, Entry<L>>,
 }
 
@@ -107,12 +109,28 @@ impl<L> Registry<L> {
     /// configuration: 1 for the first, 2 for a second entry on the same
     /// rule (or on another rule with the same URLs), …
     pub fn place(&mut self, from: &str, to: &str) -> usize {
-        let n = self
+        let (n, more) = self
             .ordinals
             .entry((from.to_owned(), to.to_owned()))
-            .or_insert(0);
+            .or_default();
         *n += 1;
+        if *n > 1 {
+            more.store(true, Ordering::Relaxed);
+        }
         *n
+    }
+
+    /// Becomes true once a later entry takes a place after the first on
+    /// `from`/`to` in this configuration. A first entry that is never
+    /// followed can keep a smaller per-transaction state: no later entry
+    /// will look for it. Entries are created before the configuration
+    /// serves, so requests only ever see the final value.
+    pub fn followed(&mut self, from: &str, to: &str) -> Arc<AtomicBool> {
+        self.ordinals
+            .entry((from.to_owned(), to.to_owned()))
+            .or_default()
+            .1
+            .clone()
     }
 
     /// The limiter identity of a rule's entry (`place` from [`Registry::place`]):

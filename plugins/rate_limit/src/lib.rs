@@ -46,12 +46,14 @@ use rate_limit_core::registry::{Change, Registry};
 use rate_limit_core::{headers, Admission, Limiter, Limits, Options};
 
 use crate::queue::{park, Queued};
-use crate::state::{bump, Held, Home, Metrics, Outcome, Place, SessionSlots, TxnState, Wait};
+use crate::state::{
+    bump, Held, Home, Metrics, Outcome, PerTxn, Place, SessionSlots, TxnState, Wait,
+};
 
 /// Process-wide objects, created once in `init`.
 struct Globals {
     hooks: HookCont,
-    txn: TxnSlot<TxnState>,
+    txn: TxnSlot<PerTxn>,
     ssn: SsnSlot<Arc<SessionSlots>>,
 }
 
@@ -69,6 +71,9 @@ pub struct Rule {
     /// A later rate_limit entry on the same remap rule: the transaction may
     /// already carry an earlier entry's state.
     chained: bool,
+    /// A later entry follows this one on the rule (set while the
+    /// configuration loads): it will look for this entry's state.
+    followed: Arc<AtomicBool>,
     metrics: Metrics,
     /// With `--key`: publishes the `keys` gauge and `evicted` counter.
     _key_metrics: Option<Periodic>,
@@ -92,9 +97,10 @@ impl Rule {
                 .map_err(|e| e.to_string())?;
         }
         let (from, to) = (args.from_url, args.to_url);
-        let (limiter, chained, policy) = {
+        let (limiter, chained, followed, policy) = {
             let mut reg = REGISTRY.lock();
             let place = reg.place(from, to);
+            let followed = reg.followed(from, to);
             let id = Registry::<Limiter<Queued>>::identity(&opts, from, to, place);
             let limiter = reg.join(&id, &opts, from, new_limiter)?;
             // Under the registry lock: no live `set` between the two reads.
@@ -102,7 +108,7 @@ impl Rule {
                 .ratelimit_headers
                 .then(|| policy::Policy::new(&Limits::of(&opts), limiter.changes()))
                 .flatten();
-            (limiter, place > 1, policy)
+            (limiter, place > 1, followed, policy)
         };
         peers::join(&opts, &limiter)?;
         let metrics = Metrics::new(&opts);
@@ -115,6 +121,7 @@ impl Rule {
             metrics,
             limiter,
             chained,
+            followed,
             policy,
             opts,
             watching: AtomicBool::new(false),
@@ -175,8 +182,15 @@ impl Rule {
     /// Several entries on one rule: what earlier entries left on this
     /// transaction, for the no-hold-and-wait rule (see `do_remap`).
     fn earlier(&self, g: &Globals, txn: Txn<'_>) -> Earlier {
-        let Some(head) = g.txn.get(txn) else {
-            return Earlier::default();
+        let head = match g.txn.get(txn) {
+            None => return Earlier::default(),
+            Some(PerTxn::Held { .. }) => {
+                return Earlier {
+                    holds: true,
+                    ..Earlier::default()
+                }
+            }
+            Some(PerTxn::Entries(head)) => head,
         };
         let slot_wait = |s: &TxnState| s.rule.opts.limit.is_some() && s.wait.lock().is_some();
         // A --conntrack entry keeps its slot in the session, not the transaction.
@@ -237,11 +251,16 @@ impl Rule {
         // skips the lookup.
         let earlier = if self.chained { g.txn.get(txn) } else { None };
         let (head, mine) = match earlier {
-            Some(head) => (head, head.push(state)?),
+            // A first entry that keeps only `Held` is never followed, so a
+            // later entry finds the entries' states or nothing.
+            Some(head) => {
+                let head = head.entries()?;
+                (head, head.push(state)?)
+            }
             None => {
                 // Fails only if this copy's state is there already, which a
                 // first entry cannot see: then it is not tracked (no slot).
-                let head = g.txn.set(txn, state).ok()?;
+                let head = g.txn.set(txn, PerTxn::Entries(state)).ok()?.entries()?;
                 (head, head)
             }
         };
@@ -412,6 +431,18 @@ impl RemapPlugin for Rule {
                     }
                     // Nothing to hold or decorate: no state, no hooks.
                     Home::Txn if held.is_none() && !self.opts.ratelimit_headers => {}
+                    // Alone on its rule, nothing to decorate: only the slot
+                    // to keep until TXN_CLOSE (if the slot is taken, the
+                    // value comes back and dropping it frees the slot).
+                    Home::Txn
+                        if !self.opts.ratelimit_headers
+                            && !self.chained
+                            && !self.followed.load(Ordering::Relaxed) =>
+                    {
+                        if let Some(h) = held {
+                            let _ = g.txn.set(txn, PerTxn::Held { _slot: h });
+                        }
+                    }
                     Home::Txn => {
                         self.attach(g, txn, Outcome::Admitted, held, None, key);
                     }
@@ -517,7 +548,7 @@ impl HookHandler for Hooks {
             return hook.resume();
         };
         let txn = hook.txn();
-        let Some(st) = g.txn.get(txn) else {
+        let Some(st) = g.txn.get(txn).and_then(PerTxn::entries) else {
             return hook.resume();
         };
         match hook.id() {

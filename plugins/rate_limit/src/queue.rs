@@ -253,7 +253,7 @@ pub(crate) fn waited_ms(rule: &Rule, since: Nanos) -> u64 {
 
 /// `rule`'s state on a parked transaction.
 pub(crate) fn state<'h>(h: &'h HomeTxn<'_>, rule: &Rule) -> Option<&'h TxnState> {
-    GLOBALS.get()?.txn.get(h.txn())?.of(rule)
+    GLOBALS.get()?.txn.get(h.txn())?.entries()?.of(rule)
 }
 
 /// `--header`: the wait in ms on the client request (for the origin and logs).

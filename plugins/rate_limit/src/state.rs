@@ -111,7 +111,29 @@ pub(crate) enum Outcome {
     Refused = 3,
 }
 
-/// Per-transaction state; dropped at TXN_CLOSE, which releases the slot.
+/// What rate_limit keeps on a transaction; dropped at TXN_CLOSE, which
+/// releases what it holds.
+pub(crate) enum PerTxn {
+    /// The common case, kept small: the rule's only entry admitted the
+    /// request with a slot and has nothing to decorate, so no hook but
+    /// TXN_CLOSE and no later entry will read it. Building, storing and
+    /// dropping the full state was most of our own instructions per request
+    /// (BENCHMARKS.md, issue 15).
+    Held { _slot: Held },
+    /// The entries' states, in remap order.
+    Entries(TxnState),
+}
+
+impl PerTxn {
+    pub(crate) fn entries(&self) -> Option<&TxnState> {
+        match self {
+            PerTxn::Entries(s) => Some(s),
+            PerTxn::Held { .. } => None,
+        }
+    }
+}
+
+/// One rate_limit entry's state on a transaction.
 pub(crate) struct TxnState {
     pub(crate) rule: Arc<Rule>,
     /// The client's key (`--key`), hashed.

@@ -243,3 +243,29 @@ fn a_live_change_lasts_until_the_file_is_loaded_again() {
         "{changes:?}"
     );
 }
+
+#[test]
+fn a_first_entry_learns_it_is_followed_and_a_new_generation_starts_over() {
+    use std::sync::atomic::Ordering::Relaxed;
+    let mut r = Registry::<Fake>::default();
+    r.begin();
+    let (a, b) = ("http://a.example/", "http://origin/");
+    assert_eq!(r.place(a, b), 1);
+    let first = r.followed(a, b);
+    assert_eq!(r.place("http://other/", b), 1);
+    assert!(
+        !first.load(Relaxed),
+        "another rule's entry does not follow it"
+    );
+    assert_eq!(r.place(a, b), 2);
+    assert!(
+        first.load(Relaxed),
+        "a second entry on the same URLs follows it"
+    );
+    r.begin();
+    assert_eq!(r.place(a, b), 1);
+    assert!(
+        !r.followed(a, b).load(Relaxed),
+        "each generation counts anew"
+    );
+}
