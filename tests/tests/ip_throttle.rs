@@ -126,7 +126,10 @@ fn timeline_delays_double_then_ban_then_allowed_again() {
 
 /// Sleeps until `at` (bounded: never more than 10 s).
 fn sleep_until(at: Instant) {
-    thread::sleep(at.saturating_duration_since(Instant::now()).min(Duration::from_secs(10)));
+    thread::sleep(
+        at.saturating_duration_since(Instant::now())
+            .min(Duration::from_secs(10)),
+    );
 }
 
 /// The idle transitions, with the values: an IP returns from
@@ -139,7 +142,11 @@ fn sleep_until(at: Instant) {
 fn timeline_idle_time_returns_throttled_to_probation_then_allowed() {
     let origin = Origin::start();
     let ts = TrafficServer::builder()
-        .remap(rule("i.test", &origin, &format!("{SMALL} --max-concurrent=5")))
+        .remap(rule(
+            "i.test",
+            &origin,
+            &format!("{SMALL} --max-concurrent=5"),
+        ))
         .start()
         .expect("start");
     let me = ip(12);
@@ -160,7 +167,10 @@ fn timeline_idle_time_returns_throttled_to_probation_then_allowed() {
     // the next request starts throttling afresh at initial_delay (1 s);
     // still throttled it would have been 4 s, allowed 0 s.
     let late = r.elapsed.as_secs_f64() - 2.0;
-    assert!(late < 0.45, "the delay ended {late:.3} s late; the window is 0.5 s");
+    assert!(
+        late < 0.45,
+        "the delay ended {late:.3} s late; the window is 0.5 s"
+    );
     sleep_until(sent + Duration::from_millis(4500));
     let sent = Instant::now();
     let r = get(&ts, me, "i.test");
@@ -178,10 +188,14 @@ fn timeline_idle_time_returns_throttled_to_probation_then_allowed() {
         &ts,
         &["event=throttled ip=127.0.0.12 rule=http.i.test state=throttled delay=2.000 violations=1"],
     );
-    let fresh = "event=throttled ip=127.0.0.12 rule=http.i.test state=throttled delay=1.000 violations=0";
+    let fresh =
+        "event=throttled ip=127.0.0.12 rule=http.i.test state=throttled delay=1.000 violations=0";
     let log = ts.log("ip_throttle.log");
     assert_eq!(log.matches(fresh).count(), 2, "{log}");
-    assert!(!log.contains("ip=127.0.0.12 rule=http.i.test state=throttled delay=4.000"), "{log}");
+    assert!(
+        !log.contains("ip=127.0.0.12 rule=http.i.test state=throttled delay=4.000"),
+        "{log}"
+    );
 }
 
 #[test]
@@ -368,13 +382,15 @@ fn ipv6_allow_and_deny_lists() {
     }
     let origin = Origin::start();
     let throttle = "--initial-delay=0.5 --threshold=10";
-    let remap = rule("d6.test", &origin, &format!("{throttle} --deny-file=deny6.txt"))
-        + &rule(
-            "a6.test",
-            &origin,
-            &format!("{throttle} --allow-file=allow6.txt --deny-file=deny6b.txt"),
-        )
-        + &rule("n6.test", &origin, throttle);
+    let remap = rule(
+        "d6.test",
+        &origin,
+        &format!("{throttle} --deny-file=deny6.txt"),
+    ) + &rule(
+        "a6.test",
+        &origin,
+        &format!("{throttle} --allow-file=allow6.txt --deny-file=deny6b.txt"),
+    ) + &rule("n6.test", &origin, throttle);
     let ts = TrafficServer::builder()
         .ipv6()
         .config_file("deny6.txt", "2001:db8::/32\n::/64\n")

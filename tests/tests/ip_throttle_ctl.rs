@@ -119,7 +119,11 @@ fn reload_allow_swaps_the_allow_list_in() {
         .expect("start");
     assert_eq!(get(&ts, ip(48), "ra.test").status, 200);
     assert_eq!(get(&ts, ip(49), "ra.test").status, 403);
-    fs::write(ts.config_dir().join("allow.list"), "# swapped\n127.0.0.49/32\n").expect("write");
+    fs::write(
+        ts.config_dir().join("allow.list"),
+        "# swapped\n127.0.0.49/32\n",
+    )
+    .expect("write");
     let r = ctl(&ts, "reload allow");
     assert!(
         ok(&r) && r.contains("\"prefixes\":1") && r.contains("\"rule\":\"http.ra.test\""),
@@ -141,7 +145,11 @@ fn ipv6_clients_are_aggregated_by_64() {
     let origin = Origin::start();
     let ts = TrafficServer::builder()
         .ipv6()
-        .remap(rule("v6.test", &origin, "--initial-delay=1 --threshold=600"))
+        .remap(rule(
+            "v6.test",
+            &origin,
+            "--initial-delay=1 --threshold=600",
+        ))
         .with_manager()
         .start()
         .expect("start");

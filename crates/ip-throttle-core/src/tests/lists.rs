@@ -41,10 +41,15 @@ fn a_bad_line_names_file_and_line() {
 #[test]
 fn any_allow_match_wins_over_any_deny_match() {
     let lists = Lists {
-        allow: Arc::new(CidrList::parse("10.0.0.0/8\n172.16.0.0/12\n2001:db8::/32\n", "a").unwrap()),
+        allow: Arc::new(
+            CidrList::parse("10.0.0.0/8\n172.16.0.0/12\n2001:db8::/32\n", "a").unwrap(),
+        ),
         deny: Arc::new(
-            CidrList::parse("10.1.2.3\n172.16.0.0/12\n172.16.5.0/24\n192.0.2.0/24\n2001:db8::1\n", "d")
-                .unwrap(),
+            CidrList::parse(
+                "10.1.2.3\n172.16.0.0/12\n172.16.5.0/24\n192.0.2.0/24\n2001:db8::1\n",
+                "d",
+            )
+            .unwrap(),
         ),
     };
     // A deny entry more specific than the allow entry does not win.
