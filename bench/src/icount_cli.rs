@@ -1,8 +1,8 @@
 //! `ats-bench icount`'s command line: options, the configurations it
 //! measures (the load bench's, a rate-only and a keyed rule of ours,
-//! ip_throttle.so once built, any `--plugin` given), and the report.
+//! any `--plugin` given), and the report.
 
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::process::ExitCode;
 
 use crate::icount::run;
@@ -94,17 +94,16 @@ pub fn parse_args(argv: &[String]) -> Result<Args, String> {
 pub const RATE_ONLY_OPTIONS: &[&str] = &["--rate=1000000", "--queue=1000"];
 /// Our keyed rule: the same limits, per client address.
 pub const KEYED_OPTIONS: &[&str] = &["--limit=1000000", "--queue=1000", "--key=ip"];
-/// ip_throttle.so's options: `--threshold=0` keeps one sequential client on
-/// the allowed path (back to allowed before each request) while every
-/// request still visits its state in the table. Measured when its `.so`
-/// sits next to ours (ci/bench.sh builds it).
+/// ip_throttle.so's options: `--threshold=0` keeps a client on the allowed
+/// path (its probation ends at once, so it is allowed again before each
+/// request, also with wrk's parallel connections) while every request still
+/// visits its state in the table. The load bench uses the same options.
 pub const IP_THROTTLE_OPTIONS: &[&str] = &["--threshold=0"];
 
 /// The configurations of `ats-bench icount`: the load bench's, plus a
-/// rate-only and a keyed rule of ours, ip_throttle.so once it is built, and
-/// any `--plugin`.
-fn variants(args: &Args, ours_rl: &str, ours_throttle: &str) -> Vec<Variant> {
-    let mut v = crate::load_variants(ours_rl, ours_throttle);
+/// rate-only and a keyed rule of ours, and any `--plugin`.
+fn variants(args: &Args, ours_rl: &str, ours_throttle: &str, ours_ip: &str) -> Vec<Variant> {
+    let mut v = crate::load_variants(ours_rl, ours_throttle, ours_ip);
     let control = v.pop().expect("the load bench ends with its A/A control");
     v.insert(
         3,
@@ -124,19 +123,6 @@ fn variants(args: &Args, ours_rl: &str, ours_throttle: &str) -> Vec<Variant> {
             plugin: format!("@plugin={ours_rl}{}", crate::pparams(RATE_ONLY_OPTIONS)),
         },
     );
-    let ip_throttle = Path::new(ours_rl).with_file_name("ip_throttle.so");
-    if ip_throttle.is_file() {
-        v.push(Variant {
-            key: "ip_throttle",
-            label: "our ip_throttle.so",
-            host: "ip-throttle.bench",
-            plugin: format!(
-                "@plugin={}{}",
-                ip_throttle.display(),
-                crate::pparams(IP_THROTTLE_OPTIONS)
-            ),
-        });
-    }
     for (key, so, opts) in &args.plugins {
         // Leaked once per run: Variant holds 'static names, like the load bench's.
         let key: &'static str = Box::leak(key.clone().into_boxed_str());
@@ -179,7 +165,8 @@ pub fn main(argv: &[String]) -> ExitCode {
     };
     let ours_rl = ats_tests::plugin("rate_limit");
     let ours_throttle = ats_tests::plugin("throttle");
-    let variants = variants(&args, &ours_rl, &ours_throttle);
+    let ours_ip = ats_tests::plugin("ip_throttle");
+    let variants = variants(&args, &ours_rl, &ours_throttle, &ours_ip);
     let objects = variants
         .iter()
         .map(|v| {

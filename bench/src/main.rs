@@ -54,8 +54,8 @@ usage: ats-bench [--smoke] [--out FILE] [options]
                        are meaningless and FILE is not written
   --out FILE           update the generated sections of FILE (e.g. BENCHMARKS.md);
                        the markdown is printed to stdout in any case
-  --rounds N           measured rounds per workload (default 30: with 5 configurations
-                       each runs in each position of the rotating order 6 times; smoke 1)
+  --rounds N           measured rounds per workload (default 30: with 6 configurations
+                       each runs in each position of the rotating order 5 times; smoke 1)
   --duration SECS      seconds per wrk run (default 3: many short rounds cancel the
                        drift of a shared machine better than a few long ones; smoke 1)
   --warmup SECS        seconds per run of the warm-up round, 0 = none (default 3; smoke 0)
@@ -141,7 +141,7 @@ pub(crate) fn pparams(options: &[&str]) -> String {
     options.iter().map(|o| format!(" @pparam={o}")).collect()
 }
 
-pub(crate) fn load_variants(ours_rl: &str, ours_throttle: &str) -> Vec<Variant> {
+pub(crate) fn load_variants(ours_rl: &str, ours_throttle: &str, ours_ip: &str) -> Vec<Variant> {
     vec![
         Variant {
             key: "none",
@@ -166,6 +166,15 @@ pub(crate) fn load_variants(ours_rl: &str, ours_throttle: &str) -> Vec<Variant> 
             label: "our throttle.so",
             host: "throttle.bench",
             plugin: format!("@plugin={ours_throttle}{}", pparams(THROTTLE_LOAD_OPTIONS)),
+        },
+        Variant {
+            key: "ip_throttle",
+            label: "our ip_throttle.so",
+            host: "ip-throttle.bench",
+            plugin: format!(
+                "@plugin={ours_ip}{}",
+                pparams(icount_cli::IP_THROTTLE_OPTIONS)
+            ),
         },
         // A/A control: the same as "none" under another name. How far it
         // lands from "none" is the noise floor of the comparison.
@@ -231,7 +240,8 @@ fn run(args: &Args) -> Result<(), String> {
         // Builds the plugins for this binary's profile first (release under ci/bench.sh).
         let ours_rl = ats_tests::plugin("rate_limit");
         let ours_throttle = ats_tests::plugin("throttle");
-        let variants = load_variants(&ours_rl, &ours_throttle);
+        let ours_ip = ats_tests::plugin("ip_throttle");
+        let variants = load_variants(&ours_rl, &ours_throttle, &ours_ip);
         let nginx = if args.load {
             Some(nginx::Nginx::start()?)
         } else {

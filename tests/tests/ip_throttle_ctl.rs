@@ -2,7 +2,8 @@
 //! under traffic_manager: `show IP` reporting a ban, `unban IP` lifting it,
 //! `reload allow|deny|config` swapping files in (a bad line answers
 //! file:line and keeps the old list), bad commands answered without a
-//! change, and a 1 M-line list reloaded while traffic flows.
+//! change, a 1 M-line list reloaded while traffic flows, and `show` seeing
+//! IPv6 clients aggregated by /64.
 //!
 //! Clients bind their own loopback sources (127.0.0.40 and up here).
 
@@ -98,6 +99,71 @@ fn show_reports_a_ban_and_unban_lifts_it() {
     assert!(ts
         .diags()
         .contains("127.0.0.40: unbanned by command in http.u.test"));
+}
+
+/// `reload allow`: the allow list changed on disk takes effect (it beats
+/// the deny list that holds both clients).
+#[test]
+fn reload_allow_swaps_the_allow_list_in() {
+    let origin = Origin::start();
+    let ts = TrafficServer::builder()
+        .config_file("allow.list", "127.0.0.48\n")
+        .config_file("deny.list", "127.0.0.48/31\n")
+        .remap(rule(
+            "ra.test",
+            &origin,
+            "--allow-file=allow.list --deny-file=deny.list",
+        ))
+        .with_manager()
+        .start()
+        .expect("start");
+    assert_eq!(get(&ts, ip(48), "ra.test").status, 200);
+    assert_eq!(get(&ts, ip(49), "ra.test").status, 403);
+    fs::write(
+        ts.config_dir().join("allow.list"),
+        "# swapped\n127.0.0.49/32\n",
+    )
+    .expect("write");
+    let r = ctl(&ts, "reload allow");
+    assert!(
+        ok(&r) && r.contains("\"prefixes\":1") && r.contains("\"rule\":\"http.ra.test\""),
+        "{r}"
+    );
+    assert_eq!(get(&ts, ip(49), "ra.test").status, 200);
+    assert_eq!(get(&ts, ip(48), "ra.test").status, 403);
+}
+
+/// IPv6 clients share their /64's state (the default `--key-prefix`):
+/// after a request from ::1, `show` reports another address of `::/64` in
+/// probation too, and one of the next /64 untracked.
+#[test]
+fn ipv6_clients_are_aggregated_by_64() {
+    if std::net::TcpListener::bind((std::net::Ipv6Addr::LOCALHOST, 0)).is_err() {
+        eprintln!("no IPv6 loopback here: skipped");
+        return;
+    }
+    let origin = Origin::start();
+    let ts = TrafficServer::builder()
+        .ipv6()
+        .remap(rule(
+            "v6.test",
+            &origin,
+            "--initial-delay=1 --threshold=600",
+        ))
+        .with_manager()
+        .start()
+        .expect("start");
+    let mut c = Conn::open_ipv6(ts.port()).expect("connect [::1]");
+    assert_eq!(c.get("v6.test", "/", &[]).expect("response").status, 200);
+    for same in ["::1", "::2", "::1:0:0:2", "0:0:0:0:ffff:ffff:ffff:ffff"] {
+        let shown = ctl(&ts, &format!("show {same}"));
+        assert!(
+            shown.contains("\"tracked\":true") && shown.contains("\"state\":\"probation\""),
+            "{same}: {shown}"
+        );
+    }
+    let other = ctl(&ts, "show 0:0:0:1::1");
+    assert!(other.contains("\"tracked\":false"), "{other}");
 }
 
 #[test]

@@ -1,12 +1,12 @@
 //! Allow and deny lists: addresses and CIDRs (IPv4 and IPv6) from files,
-//! one per line with `#` comments, matched by longest prefix.
+//! one per line with `#` comments, matched by prefix.
 //!
 //! Each list is a pair of prefix tries (`prefix-trie`), v4 and v6, keyed by
 //! the address bits as integers (`(u32, u8)`, `(u128, u8)`): a lookup walks
-//! at most 32 or 128 levels and allocates nothing. When an address is on
-//! both lists, the longer (more specific) prefix decides, so a deny list of
-//! `10.0.0.0/8` with `10.1.2.3` allowed lets 10.1.2.3 through; on equal
-//! prefixes the allow list wins (Perlbal checks it first).
+//! at most 32 or 128 levels and allocates nothing. An address on the allow
+//! list is always allowed, whatever the deny list says (Perlbal checks the
+//! allow list first): allowing `10.0.0.0/8` and denying `10.1.2.3` lets
+//! 10.1.2.3 through.
 
 use std::net::IpAddr;
 use std::path::Path;
@@ -160,14 +160,15 @@ pub struct Lists {
 }
 
 impl Lists {
-    /// Longest prefix over both lists; the allow list wins a tie.
+    /// Any allow match wins over any deny match (the issue: "always
+    /// allowed"); an allowed address skips the deny lookup.
     pub fn classify(&self, ip: IpAddr) -> Listed {
-        match (self.allow.longest(ip), self.deny.longest(ip)) {
-            (None, None) => Listed::Neither,
-            (Some(_), None) => Listed::Allow,
-            (None, Some(_)) => Listed::Deny,
-            (Some(a), Some(d)) if a >= d => Listed::Allow,
-            _ => Listed::Deny,
+        if self.allow.contains(ip) {
+            Listed::Allow
+        } else if self.deny.contains(ip) {
+            Listed::Deny
+        } else {
+            Listed::Neither
         }
     }
 }

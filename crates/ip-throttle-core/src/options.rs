@@ -311,7 +311,7 @@ impl Options {
             .map_err(|e| format!("--config cannot read {}: {e}", shorten_to(&shown, 256)))?;
         for (n, line) in text.lines().enumerate() {
             let at = At(Some((shown.clone(), n + 1)));
-            let line = line.split('#').next().unwrap_or("").trim();
+            let line = strip_comment(line).trim();
             if line.is_empty() {
                 continue;
             }
@@ -528,4 +528,13 @@ fn lookup(name: &str) -> Option<bool> {
 pub fn fmt_seconds(n: Nanos) -> String {
     let ms = n / 1_000_000;
     format!("{}.{:03}", ms / 1000, ms % 1000)
+}
+
+/// A config line without its comment: `#` starts one at the start of the
+/// line or after whitespace, so a regex value may hold `#` (`path-regex =
+/// ^/a#b`), while `threshold = 3 # seconds` still ends at `3`.
+pub(crate) fn strip_comment(line: &str) -> &str {
+    let b = line.as_bytes();
+    let at = (0..b.len()).find(|&i| b[i] == b'#' && (i == 0 || b[i - 1].is_ascii_whitespace()));
+    at.map_or(line, |i| &line[..i])
 }

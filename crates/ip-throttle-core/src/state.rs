@@ -136,7 +136,10 @@ impl IpState {
                     let since = self.at.saturating_add(self.delay);
                     self.reset_to(Phase::Probation, since);
                 }
-                Phase::Probation if now >= self.at.saturating_add(p.threshold) => {
+                // A request stamped a hair before the probation began (two
+                // threads read the clock, then take the IP's lock in the
+                // other order) counts as arriving when it began.
+                Phase::Probation if now.saturating_sub(self.at) >= p.threshold => {
                     self.reset_to(Phase::Allowed, 0);
                 }
                 _ => return false,

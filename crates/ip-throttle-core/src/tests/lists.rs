@@ -39,17 +39,67 @@ fn a_bad_line_names_file_and_line() {
 }
 
 #[test]
-fn longest_prefix_decides_between_lists_and_allow_wins_ties() {
+fn any_allow_match_wins_over_any_deny_match() {
     let lists = Lists {
-        allow: Arc::new(CidrList::parse("10.1.2.3\n172.16.0.0/12\n", "a").unwrap()),
-        deny: Arc::new(CidrList::parse("10.0.0.0/8\n172.16.0.0/12\n172.16.5.0/24\n", "d").unwrap()),
+        allow: Arc::new(
+            CidrList::parse("10.0.0.0/8\n172.16.0.0/12\n2001:db8::/32\n", "a").unwrap(),
+        ),
+        deny: Arc::new(
+            CidrList::parse(
+                "10.1.2.3\n172.16.0.0/12\n172.16.5.0/24\n192.0.2.0/24\n2001:db8::1\n",
+                "d",
+            )
+            .unwrap(),
+        ),
     };
+    // A deny entry more specific than the allow entry does not win.
     assert_eq!(lists.classify(ip("10.1.2.3")), Listed::Allow);
-    assert_eq!(lists.classify(ip("10.1.2.4")), Listed::Deny);
+    assert_eq!(lists.classify(ip("172.16.5.1")), Listed::Allow);
     assert_eq!(lists.classify(ip("172.16.9.1")), Listed::Allow);
-    assert_eq!(lists.classify(ip("172.16.5.1")), Listed::Deny);
-    assert_eq!(lists.classify(ip("192.0.2.1")), Listed::Neither);
+    assert_eq!(lists.classify(ip("2001:db8::1")), Listed::Allow);
+    assert_eq!(lists.classify(ip("192.0.2.1")), Listed::Deny);
+    assert_eq!(lists.classify(ip("198.51.100.1")), Listed::Neither);
     assert_eq!(lists.classify(ip("::1")), Listed::Neither);
+}
+
+fn v4net(a: u32, len: u8) -> ipnet::IpNet {
+    ipnet::IpNet::V4(ipnet::Ipv4Net::new(a.into(), len).unwrap().trunc())
+}
+
+proptest::proptest! {
+    #![proptest_config(proptest::prelude::ProptestConfig::with_cases(256))]
+    /// Whatever the prefix lengths, an address on the allow list is Allow;
+    /// otherwise on the deny list it is Deny; else Neither.
+    #[test]
+    fn allow_always_wins(
+        allow in proptest::collection::vec((proptest::prelude::any::<u32>(), 0u8..=32), 0..20),
+        deny in proptest::collection::vec((proptest::prelude::any::<u32>(), 0u8..=32), 0..20),
+        probes in proptest::collection::vec(proptest::prelude::any::<u32>(), 1..20),
+    ) {
+        let mut a = CidrList::new();
+        let mut d = CidrList::new();
+        allow.iter().for_each(|&(x, l)| a.insert(v4net(x, l)));
+        deny.iter().for_each(|&(x, l)| d.insert(v4net(x, l)));
+        let within = |nets: &[(u32, u8)], p: u32| {
+            nets.iter().any(|&(x, l)| {
+                let m = u32::MAX.checked_shl(32 - u32::from(l)).unwrap_or(0);
+                p & m == x & m
+            })
+        };
+        let lists = Lists { allow: Arc::new(a), deny: Arc::new(d) };
+        // Probes include addresses inside each deny entry, so the
+        // allow-and-deny case is exercised.
+        for p in probes.iter().copied().chain(deny.iter().map(|&(x, _)| x)) {
+            let want = if within(&allow, p) {
+                Listed::Allow
+            } else if within(&deny, p) {
+                Listed::Deny
+            } else {
+                Listed::Neither
+            };
+            proptest::prop_assert_eq!(lists.classify(IpAddr::V4(p.into())), want);
+        }
+    }
 }
 
 /// The trie against a linear scan, on random prefixes.

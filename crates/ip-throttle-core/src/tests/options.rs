@@ -201,6 +201,25 @@ fn config_file_holds_the_same_options_and_pparams_after_it_override() {
 }
 
 #[test]
+fn a_hash_inside_a_value_is_not_a_comment() {
+    let files = MemFiles::with(&[(
+        "/etc/ts/t.conf",
+        "# scope
+path-regex = ^/a#b(#x)?$ # the anchor page
+threshold=3 # seconds
+	max-delay=9	# tab
+",
+    )]);
+    let o = Options::parse(&["--config=t.conf"], Path::new("/etc/ts"), &files).unwrap();
+    let re = o.path_regex.as_ref().unwrap();
+    assert_eq!(re.as_str(), "^/a#b(#x)?$");
+    assert!(re.is_match(b"/a#b") && re.is_match(b"/a#b#x") && !re.is_match(b"/a"));
+    assert_eq!((o.params.threshold, o.params.max_delay), (3 * S, 9 * S));
+    assert_eq!(crate::options::strip_comment("#all"), "");
+    assert_eq!(crate::options::strip_comment("a=1#2"), "a=1#2");
+}
+
+#[test]
 fn config_file_errors_name_file_and_line() {
     let files = MemFiles::with(&[("/etc/ts/t.conf", "initial-delay=1\n\nmax-delay=soon\n")]);
     let e = Options::parse(&["--config=t.conf"], Path::new("/etc/ts"), &files).unwrap_err();

@@ -49,6 +49,27 @@ fn probation_returns_to_allowed_after_threshold() {
 /// The timeline: a client that sends each request when the
 /// previous one was answered gets 0, 1, 2, 4, 4 s, then a ban (403) for 3 s,
 /// then is allowed again.
+/// With `threshold = 0` every request finds the IP allowed, also one whose
+/// clock reading is a little older than the probation it finds (parallel
+/// requests of one IP race for its lock after reading the clock).
+#[test]
+fn zero_threshold_allows_a_request_stamped_before_the_probation() {
+    let p = Params {
+        threshold: 0,
+        ..small()
+    };
+    let mut s = IpState::default();
+    assert_eq!(req(&mut s, 10 * S, &p), Step::Pass);
+    assert_eq!(req(&mut s, 10 * S - 1000, &p), Step::Pass);
+    assert_eq!(req(&mut s, 10 * S, &p), Step::Pass);
+    assert_eq!(s.violations(), 0);
+    // A positive threshold is unchanged by it: still probation, so delayed.
+    let p = small();
+    let mut s = IpState::default();
+    assert_eq!(req(&mut s, 10 * S, &p), Step::Pass);
+    assert_eq!(req(&mut s, 10 * S - 1000, &p), Step::Delay(S));
+}
+
 #[test]
 fn sequential_client_escalates_to_a_ban_and_is_allowed_after_it() {
     let p = small();
