@@ -240,7 +240,10 @@ pub fn parse(text: &str) -> Result<Config, String> {
         return Err("nothing to listen on: set listen_tcp or listen_unix".into());
     }
     if !c.peers.is_empty() && c.peer_group.is_some() {
-        return Err("peers and peer_group exclude each other: give unicast peers or one multicast group".into());
+        return Err(
+            "peers and peer_group exclude each other: give unicast peers or one multicast group"
+                .into(),
+        );
     }
     if c.peering() && c.peer_secret_file.is_none() {
         return Err("peers or peer_group is set but peer_secret_file is not: peer reports must be authenticated".into());

@@ -211,7 +211,11 @@ fn warn_if_descriptors_are_short(max_connections: usize) {
 /// unknown or unlimited).
 fn soft_nofile(limits: &str) -> Option<u64> {
     let line = limits.lines().find(|l| l.starts_with("Max open files"))?;
-    line["Max open files".len()..].split_whitespace().next()?.parse().ok()
+    line["Max open files".len()..]
+        .split_whitespace()
+        .next()?
+        .parse()
+        .ok()
 }
 
 fn spawn(name: &str, f: impl FnOnce() + Send + 'static) -> Result<(), String> {
@@ -265,7 +269,9 @@ mod tests {
                     Max open files            1024                 524288               files     \n";
         assert_eq!(soft_nofile(text), Some(1024));
         assert_eq!(
-            soft_nofile("Max open files            unlimited            unlimited            files"),
+            soft_nofile(
+                "Max open files            unlimited            unlimited            files"
+            ),
             None
         );
         assert_eq!(soft_nofile(""), None);
