@@ -4,8 +4,12 @@
 //! report leaves out (`--peer-max-tags`).
 //!
 //! The multicast rules use `--peer-period=60000` and the datagrams come
-//! from this test: the servers never send a report while the test runs, so
-//! nothing leaves loopback.
+//! from this test (sent unicast to 127.0.0.1): the servers never send a
+//! report while the test runs. The group itself, though, is joined on
+//! 0.0.0.0 (rate_limit.so has no option to choose the interface), so the
+//! kernel joins it on the interface of the route to 239.255.77.1 (usually
+//! the default one) and sends an IGMP membership report there: this test
+//! is not strictly loopback-only. No report datagram leaves the host.
 
 use std::net::{SocketAddr, UdpSocket};
 use std::time::{Duration, Instant};

@@ -14,17 +14,29 @@ use limits::{GcraParams, Nanos, NANOS_PER_SEC};
 
 use crate::Report;
 
-/// Most debt peers' reports can put on a tag: its TAT at most one day
-/// ahead of now. Far above any honest report (a period's hits); it keeps
-/// TAT arithmetic away from `u64::MAX`, and bounds how long one authentic
-/// report with a huge count can refuse a tag and keep it from eviction.
+/// Most debt peers' reports can put on a tag: one day of the bucket's time
+/// below zero, i.e. its TAT at most a full bucket's span plus one day ahead
+/// of now (a full bucket may span up to a year, so the cap must count from
+/// the bottom of the bucket, not from now). Far above any honest report (a
+/// period's hits); it keeps TAT arithmetic away from `u64::MAX`, and bounds
+/// how long one authentic report with a huge count can refuse a tag and
+/// keep it from eviction ([`debt_until`] at most one day ahead).
 pub const MAX_PEER_DEBT: Nanos = 86_400 * NANOS_PER_SEC;
+
+/// A full bucket's span: how far ahead of now a TAT may be before the
+/// bucket is below zero.
+#[inline]
+fn full_span(params: &GcraParams) -> Nanos {
+    params.interval().saturating_mul(u64::from(params.burst()))
+}
 
 /// The TAT after a peer reports `hits` for the bucket at `now`.
 #[inline]
 pub fn apply_hits(tat: Nanos, now: Nanos, hits: u32, params: &GcraParams) -> Nanos {
     let debt = params.interval().saturating_mul(u64::from(hits));
-    let cap = now.saturating_add(MAX_PEER_DEBT);
+    let cap = now
+        .saturating_add(full_span(params))
+        .saturating_add(MAX_PEER_DEBT);
     // Never moves a TAT back (one already past the cap stays).
     tat.max(now).saturating_add(debt).min(cap).max(tat)
 }
@@ -32,8 +44,7 @@ pub fn apply_hits(tat: Nanos, now: Nanos, hits: u32, params: &GcraParams) -> Nan
 /// Until when a bucket with this TAT is below zero (0 or past: not in debt).
 #[inline]
 pub fn debt_until(tat: Nanos, params: &GcraParams) -> Nanos {
-    let full_span = params.interval().saturating_mul(u64::from(params.burst()));
-    tat.saturating_sub(full_span)
+    tat.saturating_sub(full_span(params))
 }
 
 /// Whether a tag must be kept: unreported hits would never reach the peers,
@@ -80,9 +91,9 @@ mod tests {
         assert_eq!(apply_hits(0, now, 3, &p), now + 3 * NANOS_PER_SEC);
         let tat = now + 5 * NANOS_PER_SEC;
         assert_eq!(apply_hits(tat, now, 3, &p), now + 8 * NANOS_PER_SEC);
-        // u32::MAX hits: one day ahead, no more, and no overflow anywhere.
+        // u32::MAX hits: one day below zero, no more, and no overflow anywhere.
         let capped = apply_hits(tat, now, u32::MAX, &p);
-        assert_eq!(capped, now + MAX_PEER_DEBT);
+        assert_eq!(capped, now + 10 * NANOS_PER_SEC + MAX_PEER_DEBT);
         assert_eq!(apply_hits(capped, now, u32::MAX, &p), capped);
         assert_eq!(
             apply_hits(u64::MAX - 1, u64::MAX - 1, u32::MAX, &p),
@@ -93,7 +104,25 @@ mod tests {
         assert!(busy(0, until, now));
         assert!(!busy(0, until, now + MAX_PEER_DEBT));
         assert!(busy(1, 0, now), "unreported hits keep a tag");
-        assert!((level(capped, now, &p) - (10.0 - 86_400.0)).abs() < 1e-6);
+        assert!((level(capped, now, &p) + 86_400.0).abs() < 1e-6);
+    }
+
+    /// A full bucket may span more than a day (up to a year): peers' hits
+    /// must still push it below zero, and the tag is still freed within a day.
+    #[test]
+    fn debt_is_reached_when_a_full_bucket_spans_more_than_a_day() {
+        // 2 days of burst at 1/s.
+        let p = GcraParams::per_second(1.0, 2 * 86_400);
+        let now = 1_000 * NANOS_PER_SEC;
+        let capped = apply_hits(0, now, u32::MAX, &p);
+        assert!(level(capped, now, &p) < 0.0, "{}", level(capped, now, &p));
+        assert!((level(capped, now, &p) + 86_400.0).abs() < 1e-6);
+        let until = debt_until(capped, &p);
+        assert!(until > now && until <= now + MAX_PEER_DEBT);
+        assert!(!busy(0, until, now + MAX_PEER_DEBT));
+        // A bucket a year deep, near the end of time: no overflow.
+        let year = GcraParams::per_second(1.0, 365 * 86_400);
+        assert_eq!(apply_hits(0, u64::MAX - 5, u32::MAX, &year), u64::MAX);
     }
 
     #[test]

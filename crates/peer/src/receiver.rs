@@ -16,7 +16,7 @@
 use std::collections::HashMap;
 use std::net::SocketAddr;
 
-use ipnet::IpNet;
+use ipnet::{IpNet, Ipv4Net};
 
 use crate::auth::Key;
 use crate::wire::{self, Datagram, Reject};
@@ -70,6 +70,25 @@ impl Window {
     }
 }
 
+/// `n` with an IPv4-mapped IPv6 network (`::ffff:a.b.c.d/96+`) written as
+/// the IPv4 network it is, truncated: sources are checked as
+/// [`std::net::IpAddr::to_canonical`], which never yields a mapped address.
+pub fn canonical_net(n: IpNet) -> IpNet {
+    let IpNet::V6(v6) = n else {
+        return n.trunc();
+    };
+    match (v6.addr().to_ipv4_mapped(), v6.prefix_len().checked_sub(96)) {
+        (Some(v4), Some(len)) => Ipv4Net::new(v4, len).map_or(n, IpNet::V4).trunc(),
+        _ => n.trunc(),
+    }
+}
+
+/// `a` with an IPv4-mapped IPv6 address written as IPv4 (so it matches
+/// canonical sources, and an IPv4 socket can send to it).
+pub fn canonical_addr(a: SocketAddr) -> SocketAddr {
+    SocketAddr::new(a.ip().to_canonical(), a.port())
+}
+
 /// Authenticates and deduplicates datagrams for one socket.
 pub struct Receiver {
     key: Key,
@@ -79,7 +98,10 @@ pub struct Receiver {
 }
 
 impl Receiver {
-    pub fn new(key: Key, own_id: u64, policy: Policy) -> Receiver {
+    pub fn new(key: Key, own_id: u64, mut policy: Policy) -> Receiver {
+        for n in &mut policy.allowed {
+            *n = canonical_net(*n);
+        }
         Receiver {
             key,
             own_id,

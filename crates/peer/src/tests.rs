@@ -135,6 +135,51 @@ fn allowed_networks_admit_their_senders_only() {
     assert!(any.accept(at("127.0.0.2"), &one(5, 0, NOW), NOW).is_ok());
 }
 
+/// Allowed networks written as IPv4-mapped IPv6 match the canonical (IPv4)
+/// sources the receiver checks.
+#[test]
+fn mapped_allowed_networks_are_canonicalised() {
+    use crate::receiver::{canonical_addr, canonical_net};
+    let net = |s: &str| s.parse::<ipnet::IpNet>().unwrap_or_else(|e| panic!("{e}"));
+    assert_eq!(
+        canonical_net(net("::ffff:10.1.2.3/112")),
+        net("10.1.0.0/16")
+    );
+    assert_eq!(
+        canonical_net(net("::ffff:10.1.2.3/128")),
+        net("10.1.2.3/32")
+    );
+    assert_eq!(canonical_net(net("::ffff:0:0/96")), net("0.0.0.0/0"));
+    assert_eq!(canonical_net(net("2001:db8::1/32")), net("2001:db8::/32"));
+    assert_eq!(canonical_net(net("::1/128")), net("::1/128"));
+    assert_eq!(canonical_net(net("10.1.2.3/16")), net("10.1.0.0/16"));
+    let mapped: SocketAddr = "[::ffff:127.0.0.1]:7412"
+        .parse()
+        .unwrap_or_else(|e| panic!("{e}"));
+    assert_eq!(
+        canonical_addr(mapped),
+        "127.0.0.1:7412".parse().unwrap_or_else(|e| panic!("{e}"))
+    );
+    let mut r = Receiver::new(
+        key(),
+        1,
+        Policy {
+            allowed: vec![net("::ffff:10.1.0.0/112"), net("::ffff:127.0.0.1/128")],
+            ..policy()
+        },
+    );
+    let at = |ip: &str| SocketAddr::new(ip.parse().unwrap_or_else(|e| panic!("{e}")), 9);
+    assert!(r.accept(at("10.1.200.3"), &one(5, 0, NOW), NOW).is_ok());
+    assert!(r
+        .accept(at("::ffff:10.1.0.9"), &one(5, 1, NOW), NOW)
+        .is_ok());
+    assert!(r.accept(at("127.0.0.1"), &one(5, 2, NOW), NOW).is_ok());
+    assert_eq!(
+        r.accept(at("10.2.0.1"), &one(5, 3, NOW), NOW),
+        Err(Reject::UnknownSender)
+    );
+}
+
 #[test]
 fn replays_are_rejected_and_restarted_senders_accepted() {
     let mut r = Receiver::new(key(), 1, policy());

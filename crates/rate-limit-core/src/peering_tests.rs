@@ -169,6 +169,23 @@ fn peer_allow_takes_addresses_and_networks_and_unicast_peers_are_implicit() {
     .unwrap();
     let nets: Vec<String> = u.allowed_senders().iter().map(|n| n.to_string()).collect();
     assert_eq!(nets, ["127.0.0.1/32", "127.0.0.3/32"]);
+    // IPv4-mapped IPv6 peers and networks are taken as IPv4 (sources are
+    // checked canonical).
+    let m = parse(
+        &raw(&[
+            ("peers", "[::ffff:127.0.0.1]:9001"),
+            ("peer-secret-file", "k"),
+            ("peer-allow", "::ffff:10.1.2.3/112,::ffff:192.0.2.7"),
+        ]),
+        true,
+        true,
+        Some("api"),
+    )
+    .unwrap()
+    .unwrap();
+    let nets: Vec<String> = m.allowed_senders().iter().map(|n| n.to_string()).collect();
+    assert_eq!(nets, ["127.0.0.1/32", "10.1.0.0/16", "192.0.2.7/32"]);
+    assert_eq!(m.peers, ["127.0.0.1:9001".parse().unwrap()]);
     assert!(u
         .socket_options()
         .contains(&("peer-allow", "127.0.0.3/32".to_owned())));

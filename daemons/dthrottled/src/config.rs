@@ -107,11 +107,14 @@ fn list(v: &str) -> impl Iterator<Item = &str> {
     v.split(',').map(str::trim).filter(|s| !s.is_empty())
 }
 
-/// `host:port` resolved now (first address); names are looked up once.
+/// `host:port` resolved now (first address); names are looked up once. An
+/// IPv4-mapped IPv6 address is taken as the IPv4 one (sources are matched
+/// canonical).
 fn addr(line: usize, name: &str, v: &str) -> Result<SocketAddr, String> {
     v.to_socket_addrs()
         .ok()
         .and_then(|mut a| a.next())
+        .map(peer::receiver::canonical_addr)
         .ok_or_else(|| {
             err(
                 line,
@@ -194,7 +197,7 @@ pub fn parse(text: &str) -> Result<Config, String> {
                     .map(|a| {
                         a.parse::<IpNet>()
                             .or_else(|_| a.parse::<IpAddr>().map(IpNet::from))
-                            .map(|n| n.trunc())
+                            .map(peer::receiver::canonical_net)
                             .map_err(|_| err(line, name, v, allowed))
                     })
                     .collect::<Result<_, _>>()?;
@@ -235,6 +238,12 @@ pub fn parse(text: &str) -> Result<Config, String> {
     }
     if c.listen_tcp.is_empty() && c.listen_unix.is_none() {
         return Err("nothing to listen on: set listen_tcp or listen_unix".into());
+    }
+    if !c.peers.is_empty() && c.peer_group.is_some() {
+        return Err(
+            "peers and peer_group exclude each other: give unicast peers or one multicast group"
+                .into(),
+        );
     }
     if c.peering() && c.peer_secret_file.is_none() {
         return Err("peers or peer_group is set but peer_secret_file is not: peer reports must be authenticated".into());
@@ -319,6 +328,10 @@ mod tests {
             ("bogus = 1", "unknown setting \"bogus\""),
             ("burst", "is not `name = value`"),
             ("peers = 127.0.0.1:5", "peer_secret_file is not"),
+            (
+                "peers = 127.0.0.1:5\npeer_group = 239.1.1.1:5\npeer_secret_file = /s",
+                "peers and peer_group exclude each other",
+            ),
             ("listen_tcp =", "nothing to listen on"),
             ("max_line = 0", "max_line = \"0\""),
             ("peer_allow = 10.0.0.0/8,x", "IP addresses or CIDR networks"),
@@ -344,5 +357,21 @@ mod tests {
             g.peer_allow.is_empty(),
             "multicast without peer_allow: any sender"
         );
+    }
+
+    /// IPv4-mapped IPv6 peers and networks are taken as IPv4: sources are
+    /// checked canonical, so a mapped entry would never match.
+    #[test]
+    fn mapped_peers_and_networks_are_canonical() {
+        let c = parse(
+            "peers = [::ffff:127.0.0.1]:9000
+peer_secret_file = /s
+peer_allow = ::ffff:10.1.2.3/112
+",
+        )
+        .unwrap_or_else(|e| panic!("{e}"));
+        let nets: Vec<String> = c.peer_allow.iter().map(|n| n.to_string()).collect();
+        assert_eq!(nets, ["10.1.0.0/16", "127.0.0.1/32"]);
+        assert_eq!(c.peers, [SocketAddr::from((Ipv4Addr::LOCALHOST, 9000))]);
     }
 }

@@ -57,6 +57,7 @@ fn run() -> Result<(), String> {
         println!("dthrottled: config file {path} is valid");
         return Ok(());
     }
+    warn_if_descriptors_are_short(config.max_connections);
     let server = Arc::new(Server::new(&config));
     for addr in &config.listen_tcp {
         let l = TcpListener::bind(addr).map_err(|e| format!("listen_tcp {addr}: {e}"))?;
@@ -185,6 +186,38 @@ fn stats_line(s: &Server, t: Option<&peer::Transport>) -> String {
     line
 }
 
+/// Descriptors the daemon holds besides its connections (stdio, listeners,
+/// the peer socket, files being read), with room to spare.
+const OTHER_DESCRIPTORS: u64 = 32;
+
+/// Warns when `max_connections` (one descriptor each) cannot all be open
+/// under RLIMIT_NOFILE: accept would fail (EMFILE) before the daemon's own
+/// limit, and new clients would wait in the backlog instead.
+fn warn_if_descriptors_are_short(max_connections: usize) {
+    let limits = std::fs::read_to_string("/proc/self/limits").unwrap_or_default();
+    if let Some(soft) = soft_nofile(&limits) {
+        let need = max_connections as u64 + OTHER_DESCRIPTORS;
+        if need > soft {
+            eprintln!(
+                "dthrottled: warning: max_connections = {max_connections} needs about {need} file \
+                 descriptors but RLIMIT_NOFILE allows {soft}: raise it (ulimit -n, LimitNOFILE=) \
+                 or lower max_connections"
+            );
+        }
+    }
+}
+
+/// The soft "Max open files" limit from `/proc/self/limits` text (None:
+/// unknown or unlimited).
+fn soft_nofile(limits: &str) -> Option<u64> {
+    let line = limits.lines().find(|l| l.starts_with("Max open files"))?;
+    line["Max open files".len()..]
+        .split_whitespace()
+        .next()?
+        .parse()
+        .ok()
+}
+
 fn spawn(name: &str, f: impl FnOnce() + Send + 'static) -> Result<(), String> {
     std::thread::Builder::new()
         .name(name.into())
@@ -222,5 +255,28 @@ fn accept_unix(l: &UnixListener, s: &Arc<Server>) {
             Ok(c) => s.spawn::<UnixStream>(c),
             Err(_) => std::thread::sleep(Duration::from_millis(10)),
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::soft_nofile;
+
+    #[test]
+    fn the_soft_descriptor_limit_is_read_from_proc_limits() {
+        let text = "Limit                     Soft Limit           Hard Limit           Units     \n\
+                    Max processes             63418                63418                processes \n\
+                    Max open files            1024                 524288               files     \n";
+        assert_eq!(soft_nofile(text), Some(1024));
+        assert_eq!(
+            soft_nofile(
+                "Max open files            unlimited            unlimited            files"
+            ),
+            None
+        );
+        assert_eq!(soft_nofile(""), None);
+        // This machine's own limits parse.
+        let own = std::fs::read_to_string("/proc/self/limits").unwrap_or_default();
+        assert!(soft_nofile(&own).is_some_and(|n| n > 0), "{own}");
     }
 }

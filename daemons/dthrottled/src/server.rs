@@ -6,11 +6,18 @@
 //!
 //! Silent clients cannot lock others out: a connection silent for
 //! `idle_timeout` is closed, and when `max_connections` are open a new one
-//! closes the longest-silent connection if it has been silent for at least
-//! [`EVICT_AFTER`] (otherwise the new one is closed at once).
+//! closes the longest-silent connection that never sent a whole line, if
+//! silent for [`EVICT_UNANSWERED_AFTER`]; failing that, the longest-silent
+//! one, if silent for [`Server::evict_after`] (a tenth of `idle_timeout`,
+//! at least [`MIN_EVICT_AFTER`]). Otherwise the new one is closed at once,
+//! so a flood of new connections cannot churn out clients that ask now and
+//! then.
+//!
+//! One file descriptor per connection: the stream is shared (an `Arc`)
+//! between its thread and the closer, never duplicated.
 
 use std::io::{self, Read, Write};
-use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
@@ -20,10 +27,12 @@ use crate::config::{Config, OnFull};
 
 const READ_BUF: usize = 16 * 1024;
 const STACK: usize = 128 * 1024;
-/// Silence after which a connection may be closed to admit a new one when
-/// `max_connections` are open. Active clients are never churned by a flood
-/// of new connections; silent ones make room within this.
-pub const EVICT_AFTER: Duration = Duration::from_secs(1);
+/// Silence after which a connection that never sent a whole line may be
+/// closed to admit a new one when `max_connections` are open.
+pub const EVICT_UNANSWERED_AFTER: Duration = Duration::from_secs(1);
+/// Least silence after which a connection that did send lines may be
+/// closed to admit a new one (see [`Server::evict_after`]).
+pub const MIN_EVICT_AFTER: Duration = Duration::from_secs(30);
 
 /// Daemon-wide counters.
 #[derive(Default)]
@@ -48,6 +57,7 @@ pub struct Server {
     max_connections: usize,
     write_timeout: Duration,
     idle_timeout: Option<Duration>,
+    evict_after: Duration,
     on_full: OnFull,
     /// The open connections (at most `max_connections`).
     conns: Mutex<Vec<Slot>>,
@@ -55,19 +65,30 @@ pub struct Server {
     epoch: Instant,
 }
 
-/// An open connection: when it last read something (ms since `epoch`),
-/// and how to close it from another thread.
+/// What other threads see of a connection: when it last read something (ms
+/// since `epoch`) and whether it ever sent a whole line.
+#[derive(Default)]
+struct Activity {
+    last: AtomicU64,
+    answered: AtomicBool,
+}
+
+/// An open connection: its activity, and how to close it from another
+/// thread (the shared stream, not a duplicated descriptor).
 struct Slot {
     id: u64,
-    last: Arc<AtomicU64>,
+    activity: Arc<Activity>,
     close: Box<dyn Fn() + Send>,
 }
 
-/// A connected stream (TCP or Unix).
-pub trait Stream: Read + Write + Send + 'static {
+/// A connected stream (TCP or Unix), used through a shared reference so
+/// that one descriptor serves both the connection's thread and its closer.
+pub trait Stream: Send + Sync + 'static {
     fn timeouts(&self, read: Option<Duration>, write: Duration) -> io::Result<()>;
+    fn read_into(&self, buf: &mut [u8]) -> io::Result<usize>;
+    fn write_all_of(&self, buf: &[u8]) -> io::Result<()>;
     /// Closes the connection from another thread (its reader sees EOF).
-    fn closer(&self) -> io::Result<Box<dyn Fn() + Send>>;
+    fn shut(&self);
 }
 
 impl Stream for std::net::TcpStream {
@@ -77,11 +98,16 @@ impl Stream for std::net::TcpStream {
         self.set_write_timeout(Some(write))
     }
 
-    fn closer(&self) -> io::Result<Box<dyn Fn() + Send>> {
-        let s = self.try_clone()?;
-        Ok(Box::new(move || {
-            let _ = s.shutdown(std::net::Shutdown::Both);
-        }))
+    fn read_into(&self, buf: &mut [u8]) -> io::Result<usize> {
+        (&mut &*self).read(buf)
+    }
+
+    fn write_all_of(&self, buf: &[u8]) -> io::Result<()> {
+        (&mut &*self).write_all(buf)
+    }
+
+    fn shut(&self) {
+        let _ = self.shutdown(std::net::Shutdown::Both);
     }
 }
 
@@ -91,11 +117,16 @@ impl Stream for std::os::unix::net::UnixStream {
         self.set_write_timeout(Some(write))
     }
 
-    fn closer(&self) -> io::Result<Box<dyn Fn() + Send>> {
-        let s = self.try_clone()?;
-        Ok(Box::new(move || {
-            let _ = s.shutdown(std::net::Shutdown::Both);
-        }))
+    fn read_into(&self, buf: &mut [u8]) -> io::Result<usize> {
+        (&mut &*self).read(buf)
+    }
+
+    fn write_all_of(&self, buf: &[u8]) -> io::Result<()> {
+        (&mut &*self).write_all(buf)
+    }
+
+    fn shut(&self) {
+        let _ = self.shutdown(std::net::Shutdown::Both);
     }
 }
 
@@ -123,11 +154,19 @@ impl Server {
             max_connections: c.max_connections,
             write_timeout: c.write_timeout,
             idle_timeout: c.idle_timeout,
+            evict_after: Server::evict_after(c.idle_timeout),
             on_full: c.on_full,
             conns: Mutex::new(Vec::new()),
             next_id: AtomicU64::new(0),
             epoch: Instant::now(),
         }
+    }
+
+    /// Silence after which a connection that sent lines may be closed to
+    /// admit a new one: a tenth of `idle_timeout`, at least
+    /// [`MIN_EVICT_AFTER`] (and that when there is no idle timeout).
+    pub fn evict_after(idle_timeout: Option<Duration>) -> Duration {
+        idle_timeout.map_or(MIN_EVICT_AFTER, |t| (t / 10).max(MIN_EVICT_AFTER))
     }
 
     fn conns(&self) -> MutexGuard<'_, Vec<Slot>> {
@@ -139,19 +178,31 @@ impl Server {
         u64::try_from(self.epoch.elapsed().as_millis()).unwrap_or(u64::MAX)
     }
 
-    /// Makes room for a new connection: true if there is a place, or the
-    /// longest-silent connection was silent for [`EVICT_AFTER`] and closed.
+    /// Makes room for a new connection: true if there is a place, or a
+    /// connection silent long enough (see the module's doc) was closed.
     fn admit(&self, slot: Slot) -> bool {
         let mut conns = self.conns();
         if conns.len() >= self.max_connections {
             let now = self.ms();
-            let evict_after = EVICT_AFTER.as_millis() as u64;
-            let victim = conns
-                .iter()
-                .enumerate()
-                .min_by_key(|(_, s)| s.last.load(Ordering::Relaxed))
-                .filter(|(_, s)| now.saturating_sub(s.last.load(Ordering::Relaxed)) >= evict_after)
-                .map(|(i, _)| i);
+            let ms = |d: Duration| u64::try_from(d.as_millis()).unwrap_or(u64::MAX);
+            // The longest-silent connection among those `which` accepts,
+            // if silent for `after`.
+            let silent = |which: &dyn Fn(&Slot) -> bool, after: u64| {
+                conns
+                    .iter()
+                    .enumerate()
+                    .filter(|(_, s)| which(s))
+                    .min_by_key(|(_, s)| s.activity.last.load(Ordering::Relaxed))
+                    .filter(|(_, s)| {
+                        now.saturating_sub(s.activity.last.load(Ordering::Relaxed)) >= after
+                    })
+                    .map(|(i, _)| i)
+            };
+            let victim = silent(
+                &|s| !s.activity.answered.load(Ordering::Relaxed),
+                ms(EVICT_UNANSWERED_AFTER),
+            )
+            .or_else(|| silent(&|_| true, ms(self.evict_after)));
             let Some(i) = victim else { return false };
             let v = conns.swap_remove(i);
             (v.close)();
@@ -168,13 +219,16 @@ impl Server {
     pub fn spawn<S: Stream>(self: &Arc<Self>, stream: S) {
         let c = &self.counters;
         let id = self.next_id.fetch_add(1, Ordering::Relaxed);
-        let last = Arc::new(AtomicU64::new(self.ms()));
-        let admitted = stream.closer().is_ok_and(|close| {
-            self.admit(Slot {
-                id,
-                last: last.clone(),
-                close,
-            })
+        let activity = Arc::new(Activity {
+            last: AtomicU64::new(self.ms()),
+            answered: AtomicBool::new(false),
+        });
+        let stream = Arc::new(stream);
+        let closer = stream.clone();
+        let admitted = self.admit(Slot {
+            id,
+            activity: activity.clone(),
+            close: Box::new(move || closer.shut()),
         });
         if !admitted {
             c.refused_connections.fetch_add(1, Ordering::Relaxed);
@@ -188,10 +242,10 @@ impl Server {
             .stack_size(STACK)
             .spawn(move || {
                 let _place = Place(&me, id);
-                let _ = me.serve(stream, &last);
+                let _ = me.serve(&*stream, &activity);
             });
         if started.is_err() {
-            // No thread: the stream was dropped (closed) with the closure.
+            // No thread: the stream closes when its slot (the last owner) goes.
             c.active.fetch_sub(1, Ordering::Relaxed);
             self.conns().retain(|s| s.id != id);
             c.refused_connections.fetch_add(1, Ordering::Relaxed);
@@ -199,7 +253,7 @@ impl Server {
     }
 
     /// Answers every line read, in order, one write per read.
-    fn serve<S: Stream>(&self, mut s: S, last: &AtomicU64) -> io::Result<()> {
+    fn serve<S: Stream>(&self, s: &S, activity: &Activity) -> io::Result<()> {
         s.timeouts(self.idle_timeout, self.write_timeout)?;
         let mut buf = vec![0u8; READ_BUF];
         let mut line: Vec<u8> = Vec::with_capacity(self.max_line);
@@ -208,10 +262,10 @@ impl Server {
         let mut out: Vec<u8> = Vec::with_capacity(READ_BUF * 3);
         let mut local = Tally::default();
         loop {
-            let n = match s.read(&mut buf) {
+            let n = match s.read_into(&mut buf) {
                 Ok(0) => break,
                 Ok(n) => {
-                    last.store(self.ms(), Ordering::Relaxed);
+                    activity.last.store(self.ms(), Ordering::Relaxed);
                     n
                 }
                 Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
@@ -247,7 +301,10 @@ impl Server {
                 }
             }
             if !out.is_empty() {
-                if let Err(e) = s.write_all(&out) {
+                if !activity.answered.load(Ordering::Relaxed) {
+                    activity.answered.store(true, Ordering::Relaxed);
+                }
+                if let Err(e) = s.write_all_of(&out) {
                     if matches!(
                         e.kind(),
                         io::ErrorKind::WouldBlock | io::ErrorKind::TimedOut

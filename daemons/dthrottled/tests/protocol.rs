@@ -156,7 +156,8 @@ fn connections_over_max_are_closed() {
 }
 
 /// `max_connections` silent clients do not lock others out: a new client
-/// closes the longest-silent one (silent for over a second) and is served.
+/// closes the longest-silent one that never sent a line (silent for over a
+/// second) and is served.
 #[test]
 fn silent_connections_make_room_for_new_clients() {
     let d = Daemon::start("evict", &format!("{SLOW}max_connections = 2\n"));
@@ -170,6 +171,38 @@ fn silent_connections_make_room_for_new_clients() {
     );
     let closed = silent.iter_mut().map(|c| c.eof()).filter(|&e| e).count();
     assert_eq!(closed, 1, "exactly one silent connection made room");
+}
+
+/// A flood of new connections cannot churn out clients that asked: a
+/// connection that sent lines is closed for a newcomer only after
+/// `max(idle_timeout / 10, 30 s)` of silence, far beyond this test.
+#[test]
+fn clients_that_asked_are_not_evicted_by_newcomers() {
+    let d = Daemon::start("noevict", &format!("{SLOW}max_connections = 2\n"));
+    let mut a = d.connect();
+    let mut b = d.connect();
+    assert!(a.ask("x") && b.ask("y"));
+    std::thread::sleep(Duration::from_millis(1300));
+    for _ in 0..3 {
+        let mut c = d.connect();
+        assert!(c.closed(), "the newcomer is closed, not an older client");
+    }
+    assert!(a.ask("x") && b.ask("y"), "both clients are still served");
+}
+
+/// One descriptor per connection (not two: the closer shares the stream),
+/// so `max_connections` fit under RLIMIT_NOFILE.
+#[test]
+fn a_connection_costs_one_descriptor() {
+    let d = Daemon::start("fds", SLOW);
+    let mut first = d.connect();
+    assert!(first.ask("w"));
+    let before = d.open_descriptors();
+    let mut clients: Vec<_> = (0..10).map(|_| d.connect()).collect();
+    for c in &mut clients {
+        assert!(c.try_ask("v").is_some());
+    }
+    assert_eq!(d.open_descriptors(), before + 10);
 }
 
 /// The idle timeout closes a silent client, giving its place back.

@@ -93,6 +93,14 @@ impl Daemon {
         Client::tcp(self.tcp)
     }
 
+    /// File descriptors the daemon has open now.
+    pub fn open_descriptors(&self) -> usize {
+        let dir = format!("/proc/{}/fd", self.child.id());
+        std::fs::read_dir(&dir)
+            .unwrap_or_else(|e| panic!("{dir}: {e}"))
+            .count()
+    }
+
     /// Kills the daemon (this test's own child, by its handle).
     pub fn kill(&mut self) {
         let _ = self.child.kill();
