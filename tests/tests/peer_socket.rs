@@ -5,11 +5,8 @@
 //!
 //! The multicast rules use `--peer-period=60000` and the datagrams come
 //! from this test (sent unicast to 127.0.0.1): the servers never send a
-//! report while the test runs. The group itself, though, is joined on
-//! 0.0.0.0 (rate_limit.so has no option to choose the interface), so the
-//! kernel joins it on the interface of the route to 239.255.77.1 (usually
-//! the default one) and sends an IGMP membership report there: this test
-//! is not strictly loopback-only. No report datagram leaves the host.
+//! report while the test runs, and the group is joined on loopback
+//! (`--peer-interface=127.0.0.1`), so nothing leaves the host.
 
 use std::net::{SocketAddr, UdpSocket};
 use std::time::{Duration, Instant};
@@ -78,7 +75,7 @@ fn with_a_multicast_group_only_allowed_senders_are_heard() {
         &[(
             "m.test",
             format!(
-                "--group=g --peer-group=239.255.77.1:{port} --peer-listen=127.0.0.1:{port} \
+                "--group=g --peer-group=239.255.77.1:{port} --peer-interface=127.0.0.1 --peer-listen=127.0.0.1:{port} \
                  --peer-allow=127.0.0.1/32 --peer-period=60000"
             ),
         )],

@@ -20,6 +20,7 @@ pub const NAMES: &[&str] = &[
     "peer-secret-file",
     "peer-max-tags",
     "peer-allow",
+    "peer-interface",
 ];
 
 pub const DEFAULT_LISTEN: SocketAddr = SocketAddr::new(IpAddr::V4(Ipv4Addr::UNSPECIFIED), 7412);
@@ -42,6 +43,9 @@ pub struct PeerOptions {
     pub peers: Vec<SocketAddr>,
     /// An IPv4 multicast group (`--peer-group`).
     pub group: Option<SocketAddr>,
+    /// The local IPv4 address the group is joined and sent on
+    /// (`--peer-interface`; 0.0.0.0: the kernel picks by route).
+    pub interface: Ipv4Addr,
     /// The UDP address reports arrive at (`--peer-listen`).
     pub listen: SocketAddr,
     /// How often this limiter reports its hits (`--peer-period`).
@@ -70,6 +74,7 @@ impl PeerOptions {
             ("peer-listen", self.listen.to_string()),
             ("peer-secret-file", self.secret_file.clone()),
             ("peer-allow", nets.join(",")),
+            ("peer-interface", self.interface.to_string()),
         ]
     }
 
@@ -203,6 +208,7 @@ pub fn parse(
     let mut o = PeerOptions {
         peers: Vec::new(),
         group: None,
+        interface: Ipv4Addr::UNSPECIFIED,
         listen: DEFAULT_LISTEN,
         period_ms: DEFAULT_PERIOD_MS,
         secret_file: String::new(),
@@ -251,6 +257,15 @@ pub fn parse(
             "peer-period" => o.period_ms = uint("peer-period", v, MIN_PERIOD_MS, MAX_PERIOD_MS)?,
             "peer-max-tags" => o.max_tags = uint("peer-max-tags", v, 1, MAX_MAX_TAGS)? as usize,
             "peer-allow" => o.allow = nets(v)?,
+            "peer-interface" => {
+                o.interface = v.parse().map_err(|_| {
+                    invalid(
+                        "peer-interface",
+                        v,
+                        "a local IPv4 address to join --peer-group on (default 0.0.0.0: by route)",
+                    )
+                })?
+            }
             _ => {
                 if v.is_empty() || v.len() > MAX_PATH || v.chars().any(char::is_control) {
                     return Err(invalid(
@@ -262,6 +277,12 @@ pub fn parse(
                 o.secret_file = v.clone();
             }
         }
+    }
+    if o.group.is_none() && !o.interface.is_unspecified() {
+        return Err(OptionError(
+            "--peer-interface needs --peer-group: it is where the multicast group is joined"
+                .to_owned(),
+        ));
     }
     match (get("peers"), get("peer-group")) {
         (Some(_), Some(_)) => {

@@ -206,3 +206,40 @@ fn peer_allow_takes_addresses_and_networks_and_unicast_peers_are_implicit() {
         "--peer-allow has an invalid value '10.0.0.0/8,nope': allowed IP addresses or CIDR networks, comma-separated ('nope' is not one)"
     );
 }
+
+#[test]
+fn peer_interface_joins_the_group_on_a_local_address_and_needs_a_group() {
+    let err = |r: &[(&'static str, &str)]| {
+        parse(&raw(r), true, true, Some("api"))
+            .unwrap_err()
+            .to_string()
+    };
+    let o = parse(
+        &raw(&[
+            ("peer-group", "239.1.2.3:7500"),
+            ("peer-secret-file", "k"),
+            ("peer-interface", "127.0.0.1"),
+        ]),
+        true,
+        true,
+        Some("api"),
+    )
+    .unwrap()
+    .unwrap();
+    assert_eq!(o.interface, Ipv4Addr::LOCALHOST);
+    assert!(o
+        .socket_options()
+        .contains(&("peer-interface", "127.0.0.1".to_owned())));
+    assert!(err(&[
+        ("peer-group", "239.1.2.3:7500"),
+        ("peer-secret-file", "k"),
+        ("peer-interface", "lo"),
+    ])
+    .starts_with("--peer-interface has an invalid value 'lo': allowed a local IPv4 address"));
+    assert!(err(&[
+        ("peers", "127.0.0.1:9001"),
+        ("peer-secret-file", "k"),
+        ("peer-interface", "127.0.0.1"),
+    ])
+    .starts_with("--peer-interface needs --peer-group"));
+}

@@ -147,7 +147,7 @@ fn start(p: &PeerOptions, socket: Vec<(&'static str, String)>) -> Result<Exchang
         listen: p.listen,
         peers: p.peers.clone(),
         group: p.group,
-        multicast_interface: std::net::Ipv4Addr::UNSPECIFIED,
+        multicast_interface: p.interface,
         multicast_ttl: 1,
         key,
         policy: peer::Policy {
