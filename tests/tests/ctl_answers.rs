@@ -61,6 +61,26 @@ fn script(ts: &TrafficServer, args: &[&str]) -> (bool, String, String) {
 }
 
 #[test]
+fn the_helper_script_refuses_a_wait_that_is_not_whole_seconds() {
+    let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("../tools/ats-plugin-msg");
+    for bad in ["abc", "0", "1.5", "-1", "3601"] {
+        let out = Command::new("bash")
+            .arg(&path)
+            .args(["rate_limit", "show"])
+            .env("ATS_MSG_WAIT", bad)
+            .env("ATS_LOGDIR", "/nonexistent")
+            .output()
+            .expect("run tools/ats-plugin-msg");
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(2), "{bad}: {err}");
+        assert!(
+            err.contains(&format!("ATS_MSG_WAIT='{bad}' is invalid")) && err.contains("1 to 3600"),
+            "{bad}: {err}"
+        );
+    }
+}
+
+#[test]
 fn long_answers_are_split_into_lines_and_read_whole() {
     let origin = Origin::start();
     let mut remap: String = (0..40)
