@@ -25,16 +25,22 @@ fn json(text: &str) -> serde_json::Value {
     serde_json::from_str(text).unwrap_or_else(|e| panic!("{e}: {text}"))
 }
 
-/// Most parts of one request in the answer log, and the longest line.
-fn parts_and_longest(ts: &TrafficServer) -> (u64, usize) {
+/// The parts of `answer` (joined, with its `request` id) in the answer
+/// log, and the longest of its lines.
+fn parts_and_longest(ts: &TrafficServer, answer: &serde_json::Value) -> (u64, usize) {
+    let id = answer["request"].as_str().expect("request id");
     let log = ts.log("rate_limit_ctl.log");
-    let parts = log
+    let mine: Vec<(serde_json::Value, usize)> = log
         .lines()
-        .filter_map(|l| serde_json::from_str::<serde_json::Value>(l).ok())
-        .filter_map(|v| v["parts"].as_u64())
-        .max()
+        .filter_map(|l| Some((serde_json::from_str::<serde_json::Value>(l).ok()?, l.len())))
+        .filter(|(v, _)| v["request"].as_str() == Some(id))
+        .collect();
+    let parts = mine
+        .first()
+        .and_then(|(v, _)| v["parts"].as_u64())
         .unwrap_or(0);
-    (parts, log.lines().map(str::len).max().unwrap_or(0))
+    assert_eq!(mine.len() as u64, parts, "request {id}: every part once");
+    (parts, mine.iter().map(|(_, n)| *n).max().unwrap_or(0))
 }
 
 /// Runs the helper script against `ts`, finding the log directory itself.
@@ -52,6 +58,26 @@ fn script(ts: &TrafficServer, args: &[&str]) -> (bool, String, String) {
         String::from_utf8_lossy(&out.stdout).into_owned(),
         String::from_utf8_lossy(&out.stderr).into_owned(),
     )
+}
+
+#[test]
+fn the_helper_script_refuses_a_wait_that_is_not_whole_seconds() {
+    let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("../tools/ats-plugin-msg");
+    for bad in ["abc", "0", "1.5", "-1", "3601"] {
+        let out = Command::new("bash")
+            .arg(&path)
+            .args(["rate_limit", "show"])
+            .env("ATS_MSG_WAIT", bad)
+            .env("ATS_LOGDIR", "/nonexistent")
+            .output()
+            .expect("run tools/ats-plugin-msg");
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(2), "{bad}: {err}");
+        assert!(
+            err.contains(&format!("ATS_MSG_WAIT='{bad}' is invalid")) && err.contains("1 to 3600"),
+            "{bad}: {err}"
+        );
+    }
 }
 
 #[test]
@@ -94,7 +120,7 @@ fn long_answers_are_split_into_lines_and_read_whole() {
             "r{i}.test"
         );
     }
-    let (parts, longest) = parts_and_longest(&ts);
+    let (parts, longest) = parts_and_longest(&ts, &shown);
     assert!(parts > 1, "show of 41 limiters takes several lines");
     assert!(longest <= 8000, "longest line {longest} bytes");
 
@@ -105,7 +131,7 @@ fn long_answers_are_split_into_lines_and_read_whole() {
     assert!(keys
         .iter()
         .all(|k| k["over_rate_ms"].as_u64() > Some(90_000)));
-    let (parts, longest) = parts_and_longest(&ts);
+    let (parts, longest) = parts_and_longest(&ts, &top);
     assert!(parts >= 5, "top 1000 takes several lines ({parts})");
     assert!(longest <= 8000, "longest line {longest} bytes");
     assert!(!ts.diags().contains("was not written"), "no line dropped");

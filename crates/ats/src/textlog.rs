@@ -37,8 +37,8 @@ impl TextLog {
     }
 
     /// Appends one line (no trailing newline needed). ATS skips a line that
-    /// does not fit its log buffer ([`max_line`]) whole, and says so only by
-    /// this error.
+    /// does not fit its log buffer ([`max_line`]) whole, or any line when
+    /// its log space is exhausted, and says so only by this error.
     pub fn write(&self, line: &str) -> Result<(), String> {
         let c = to_cstring(line);
         // SAFETY: live log object; fixed "%s" format with one C string.
@@ -48,7 +48,7 @@ impl TextLog {
             Ok(())
         } else {
             Err(format!(
-                "ATS refused a {} byte line (proxy.config.log.log_buffer_size is {} bytes)",
+                "ATS refused a {} byte line (line longer than proxy.config.log.log_buffer_size {}, or log space exhausted)",
                 line.len(),
                 buffer_size().map_or_else(|| "unknown".to_owned(), |n| n.to_string())
             ))

@@ -3,9 +3,12 @@
 //!
 //! The value is cached with the limiter's change count it was made at; only
 //! a response that carries the header reads it, and it is rebuilt only after
-//! the limiter's limits changed (a live `set` or a reload).
+//! the limiter's limits changed (a live `set` or a reload). Reading it is an
+//! `ArcSwap` load (no write to a line shared by all threads, unlike a lock).
 
-use parking_lot::RwLock;
+use std::sync::Arc;
+
+use arc_swap::ArcSwap;
 use rate_limit_core::{headers, Limiter, Limits};
 
 use crate::queue::Queued;
@@ -13,7 +16,7 @@ use crate::queue::Queued;
 pub(crate) struct Policy {
     /// `(Limiter::changes() when made, the value)`. A limit or a rate
     /// cannot be added or removed live, so there is always a value.
-    cache: RwLock<(u64, String)>,
+    cache: ArcSwap<(u64, String)>,
 }
 
 fn value(l: &Limits) -> Option<String> {
@@ -25,7 +28,7 @@ impl Policy {
     /// `None` without a limit and a rate (nothing to announce).
     pub(crate) fn new(limits: &Limits, changes: u64) -> Option<Policy> {
         Some(Policy {
-            cache: RwLock::new((changes, value(limits)?)),
+            cache: ArcSwap::from_pointee((changes, value(limits)?)),
         })
     }
 
@@ -33,15 +36,17 @@ impl Policy {
     pub(crate) fn with(&self, limiter: &Limiter<Queued>, f: impl FnOnce(&str)) {
         let now = limiter.changes();
         {
-            let c = self.cache.read();
+            let c = self.cache.load();
             if c.0 == now {
                 return f(&c.1);
             }
         }
+        // Changed: rebuilt from the limiter. Racing rebuilds may store out
+        // of order; a value is used only at its own change count.
         let Some(fresh) = value(&limiter.limits()) else {
             return;
         };
         f(&fresh);
-        *self.cache.write() = (now, fresh);
+        self.cache.store(Arc::new((now, fresh)));
     }
 }

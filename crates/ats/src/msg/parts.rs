@@ -7,11 +7,16 @@
 //!   the array: the answer is part 1 with the arrays of all parts joined;
 //! - else each line has a `chunk` of the answer's JSON text: the answer is
 //!   the chunks joined, in `part` order, parsed.
+//!
+//! An answer of several lines echoes its `command` in at most a quarter of
+//! `max` bytes (JSON-escaped), cut with a trailing `…`, so a long command
+//! cannot leave a line no room for its part of the answer.
 
 use serde_json::{json, Map, Value};
 
-/// The lines of one answer, each at most `max` bytes (as far as the
-/// `command` echo leaves room: a line is never less than its head).
+/// The lines of one answer, each at most `max` bytes (`max` of 1000 or
+/// more, as [`crate::textlog::max_line`] gives; the request id is at most
+/// 64 characters).
 pub(crate) fn lines(request: &str, command: &str, body: Value, max: usize) -> Vec<String> {
     let mut body = match body {
         Value::Object(m) => m,
@@ -26,7 +31,30 @@ pub(crate) fn lines(request: &str, command: &str, body: Value, max: usize) -> Ve
     if text.len() <= max {
         return vec![text];
     }
+    body.insert("command".into(), json!(echo(command, max / 4)));
     split_array(&body, max).unwrap_or_else(|| chunks(&body, max))
+}
+
+/// `command`, cut (marked by a trailing `…`) so that it takes at most
+/// `budget` bytes as a JSON string, quotes included.
+fn echo(command: &str, budget: usize) -> String {
+    let json_len = |s: &str| Value::String(s.to_owned()).to_string().len();
+    if json_len(command) <= budget {
+        return command.to_owned();
+    }
+    let mut out = String::new();
+    let mut len = json_len("…");
+    let mut one = [0u8; 4];
+    for c in command.chars() {
+        let n = json_len(c.encode_utf8(&mut one)) - 2;
+        if len + n > budget {
+            break;
+        }
+        len += n;
+        out.push(c);
+    }
+    out.push('…');
+    out
 }
 
 /// Placeholders as wide as any part number, to size a line's head.
@@ -45,6 +73,11 @@ fn split_array(body: &Map<String, Value>, max: usize) -> Option<Vec<String>> {
     base.insert("part".into(), json!(WIDE));
     base.insert("parts".into(), json!(WIDE));
     let base_len = Value::Object(base.clone()).to_string().len();
+    // The other fields alone too long (the loop below never runs for an
+    // empty array): chunks instead.
+    if base_len > max {
+        return None;
+    }
     let mut groups: Vec<Vec<Value>> = vec![Vec::new()];
     let mut len = base_len;
     for item in items {
@@ -193,6 +226,67 @@ mod tests {
             l.iter().map(String::len).max()
         );
         assert!(l.iter().all(|x| x.contains("\"request\":\"r1\"")));
+        assert_eq!(join(&l), expected(&body));
+    }
+
+    #[test]
+    fn long_other_fields_beside_an_empty_array_are_sent_in_chunks() {
+        let body = json!({ "ok": true, "keys": [], "note": "n".repeat(3000) });
+        let l = lines("r1", "rate_limit show", body.clone(), 2000);
+        assert!(l.len() > 1);
+        assert!(
+            l.iter().all(|x| x.len() <= 2000),
+            "{:?}",
+            l.iter().map(String::len).max()
+        );
+        assert_eq!(join(&l), expected(&body));
+    }
+
+    /// A command echo as long as msg.rs lets through (1024 characters),
+    /// each escaping to several bytes.
+    fn long_command() -> String {
+        "rate_limit show \"\\é\u{1}"
+            .repeat(200)
+            .chars()
+            .take(1024)
+            .collect()
+    }
+
+    #[test]
+    fn a_long_command_leaves_every_line_within_max() {
+        let cmd = long_command();
+        let keys: Vec<Value> = (0..300).map(|i| json!({ "key": i })).collect();
+        let big = "\"é\\".repeat(1000);
+        let bodies = [
+            json!({ "ok": true, "keys": keys }),
+            json!({ "ok": true, "limiters": [{ "from": big }] }),
+            json!({ "ok": false, "error": "e".repeat(3000) }),
+        ];
+        let id = "i".repeat(64);
+        for body in bodies {
+            let l = lines(&id, &cmd, body.clone(), 1000);
+            assert!(l.len() > 1);
+            assert!(
+                l.iter().all(|x| x.len() <= 1000),
+                "{:?}",
+                l.iter().map(String::len).max()
+            );
+            let joined = join(&l);
+            let echoed = joined["command"].as_str().unwrap();
+            let kept = echoed.strip_suffix('…').unwrap();
+            assert!(!kept.is_empty() && cmd.starts_with(kept), "{echoed}");
+            let mut want = body.clone();
+            want["request"] = json!(id);
+            want["command"] = json!(echoed);
+            assert_eq!(joined, want);
+        }
+    }
+
+    #[test]
+    fn a_command_that_fits_its_share_is_echoed_whole() {
+        let body = json!({ "ok": true, "keys": (0..3000).collect::<Vec<_>>() });
+        let l = lines("r1", "rate_limit show", body.clone(), 1000);
+        assert!(l.len() > 1);
         assert_eq!(join(&l), expected(&body));
     }
 }
