@@ -113,6 +113,7 @@ const OPTIONS: &[(&str, bool)] = &[
     ("peer-secret-file", true),
     ("peer-max-tags", true),
     ("peer-allow", true),
+    ("peer-interface", true),
     ("store", true),
     ("store-timeout", true),
     ("store-failure", true),
@@ -650,6 +651,18 @@ mod tests {
 
     fn err(args: &[&str]) -> String {
         parse(args).expect_err("must be rejected").0
+    }
+
+    #[test]
+    fn every_peer_option_is_a_known_option() {
+        // The peer options are validated in peering.rs; the rule's parser
+        // must accept each of them first.
+        for name in crate::peering::NAMES {
+            assert!(
+                OPTIONS.iter().any(|(o, _)| o == name),
+                "--{name} is missing from OPTIONS"
+            );
+        }
     }
 
     #[test]
