@@ -130,21 +130,8 @@ fn addr(name: &str, value: &str) -> Result<SocketAddr, OptionError> {
         .find(|a| a.is_ipv4())
         .or_else(|| all.first())
         .copied()
-        .map(|a| SocketAddr::new(a.ip().to_canonical(), a.port()))
+        .map(peer::receiver::canonical_addr)
         .ok_or_else(bad)
-}
-
-/// `n` with an IPv4-mapped IPv6 network written as the IPv4 network it is,
-/// truncated (as `peer::receiver::canonical_net`, which the receiver also
-/// applies; this crate does not link the transport).
-fn canonical_net(n: IpNet) -> IpNet {
-    let IpNet::V6(v6) = n else {
-        return n.trunc();
-    };
-    match (v6.addr().to_ipv4_mapped(), v6.prefix_len().checked_sub(96)) {
-        (Some(v4), Some(len)) => ipnet::Ipv4Net::new(v4, len).map_or(n, IpNet::V4).trunc(),
-        _ => n.trunc(),
-    }
 }
 
 /// `--peer-allow`: IP addresses or CIDR networks, comma-separated.
@@ -165,7 +152,7 @@ fn nets(value: &str) -> Result<Vec<IpNet>, OptionError> {
                 )
             })?;
         // Sources are checked canonical (IPv4-mapped IPv6 as IPv4).
-        let n = canonical_net(n);
+        let n = peer::receiver::canonical_net(n);
         if !v.contains(&n) {
             v.push(n);
         }
