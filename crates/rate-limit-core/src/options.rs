@@ -654,12 +654,17 @@ mod tests {
     }
 
     #[test]
-    fn every_peer_option_is_a_known_option() {
-        // The peer options are validated in peering.rs; the rule's parser
-        // must accept each of them first.
-        for name in crate::peering::NAMES {
+    fn every_module_option_is_a_known_option() {
+        // The peer, store and fair options are validated in their modules;
+        // the rule's parser must accept each of them first.
+        let modules = [
+            crate::peering::NAMES,
+            crate::store::NAMES,
+            crate::fair::NAMES,
+        ];
+        for name in modules.concat() {
             assert!(
-                OPTIONS.iter().any(|(o, _)| o == name),
+                OPTIONS.iter().any(|(o, _)| *o == name),
                 "--{name} is missing from OPTIONS"
             );
         }
