@@ -1,18 +1,19 @@
-//! Diagnostics: `TSError`/`TSWarning`/`TSNote`/`TSDebug` with a fixed `"%s"`
-//! format, and a [`log`] crate backend so plugin and logic code can use
-//! `log::warn!` and friends.
+//! Diagnostics: error, warning, note and debug lines in diags.log, and a
+//! [`log`] crate backend so plugin and logic code can use `log::warn!` and
+//! friends.
 //!
-//! Text is never passed as a C format string: a `%n` in a URL or an option
-//! must not become a write primitive inside `traffic_server`.
+//! Every line goes through the shim (`ats-sys/shim/ts_shim.h`) as one
+//! finished string: 9.x writes it with `TSError("%s", …)` and `TSDebug`,
+//! 10.x the same or through a C++ `DbgCtl` (10.x has no `TSDebug`). Text is
+//! never passed as a C format string: a `%n` in a URL or an option must not
+//! become a write primitive inside `traffic_server`.
 
 use std::borrow::Cow;
-use std::ffi::{c_char, CStr, CString};
+use std::ffi::{c_char, c_void, CStr, CString};
 use std::fmt::Write;
 use std::sync::OnceLock;
 
 use crate::sys;
-
-const FMT: &CStr = c"%s";
 
 /// `text` with the characters `which` selects written as escapes (`\0`,
 /// `\n`, `\u{1b}`), so they can neither end a C string nor break a line.
@@ -40,12 +41,30 @@ pub(crate) fn to_cstring(text: &str) -> CString {
     CString::new(escape(text, |c| c == '\0').into_owned()).unwrap_or_default()
 }
 
-/// The plugin's name, used as the `[name]` prefix of every message and as
-/// its debug tag. Set once by the remap entry points.
-static PLUGIN: OnceLock<(&'static str, CString)> = OnceLock::new();
+/// The plugin's name, used as the `[name]` prefix of every message, and the
+/// debug control of its tag (same name). Set once by the remap entry points.
+static PLUGIN: OnceLock<(&'static str, DbgCtl)> = OnceLock::new();
+
+/// The shim's debug control for one tag, made once and never freed.
+struct DbgCtl(*const c_void);
+
+// SAFETY: the control is immutable after creation (9.x: a C string; 10.x: a
+// DbgCtl whose state ATS updates atomically) and is read from any thread.
+unsafe impl Send for DbgCtl {}
+// SAFETY: as above.
+unsafe impl Sync for DbgCtl {}
 
 pub(crate) fn set_plugin_name(name: &'static str) {
-    let _ = PLUGIN.set((name, to_cstring(name)));
+    if PLUGIN.get().is_some() {
+        return;
+    }
+    // Leaked on purpose: the control must outlive every debug call, and a
+    // plugin sets its name once per process.
+    let tag: &'static CStr = Box::leak(to_cstring(name).into_boxed_c_str());
+    // SAFETY: `tag` is NUL-terminated and lives for the process, as the
+    // shim requires (it may keep the pointer).
+    let ctl = DbgCtl(unsafe { sys::tsrs_dbg_ctl(tag.as_ptr()) });
+    let _ = PLUGIN.set((name, ctl));
 }
 
 /// The plugin's name as given to [`crate::remap_plugin!`], or `"plugin"` before init.
@@ -60,44 +79,49 @@ fn prefixed(msg: &str) -> CString {
 /// Logs to diags.log (and error.log) at ERROR level.
 pub fn error(msg: &str) {
     let c = prefixed(msg);
-    // SAFETY: fixed "%s" format with exactly one NUL-terminated string argument.
-    unsafe { sys::TSError(FMT.as_ptr(), c.as_ptr()) }
+    // SAFETY: a NUL-terminated string, written with a fixed "%s" format.
+    unsafe { sys::tsrs_error(c.as_ptr()) }
 }
 
 /// Logs to diags.log at WARNING level.
 pub fn warning(msg: &str) {
     let c = prefixed(msg);
-    // SAFETY: fixed "%s" format with exactly one NUL-terminated string argument.
-    unsafe { sys::TSWarning(FMT.as_ptr(), c.as_ptr()) }
+    // SAFETY: a NUL-terminated string, written with a fixed "%s" format.
+    unsafe { sys::tsrs_warning(c.as_ptr()) }
 }
 
 /// Logs to diags.log at NOTE level.
 pub fn note(msg: &str) {
     let c = prefixed(msg);
-    // SAFETY: fixed "%s" format with exactly one NUL-terminated string argument.
-    unsafe { sys::TSNote(FMT.as_ptr(), c.as_ptr()) }
+    // SAFETY: a NUL-terminated string, written with a fixed "%s" format.
+    unsafe { sys::tsrs_note(c.as_ptr()) }
 }
 
 /// True if debug output for the plugin's tag is enabled
 /// (`proxy.config.diags.debug.tags`). Cheap: check it before formatting.
 pub fn debug_enabled() -> bool {
     match PLUGIN.get() {
-        // SAFETY: the tag is a valid NUL-terminated string that lives for the program.
-        Some((_, tag)) => unsafe { sys::TSIsDebugTagSet(tag.as_ptr()) != 0 },
+        // SAFETY: a control made by tsrs_dbg_ctl, never freed.
+        Some((_, ctl)) => unsafe { sys::tsrs_dbg_on(ctl.0) != 0 },
         None => false,
     }
 }
 
 /// Writes a debug line under the plugin's tag if that tag is enabled.
 pub fn debug(msg: &str) {
-    let Some((_, tag)) = PLUGIN.get() else { return };
+    let Some((_, ctl)) = PLUGIN.get() else { return };
+    // 10.x's print does not check the tag itself (its Dbg macro does).
+    // SAFETY: a control made by tsrs_dbg_ctl, never freed.
+    if unsafe { sys::tsrs_dbg_on(ctl.0) } == 0 {
+        return;
+    }
     let c = to_cstring(msg);
-    // SAFETY: valid tag; fixed "%s" format with one NUL-terminated argument.
-    unsafe { sys::TSDebug(tag.as_ptr(), FMT.as_ptr(), c.as_ptr()) }
+    // SAFETY: live control; a NUL-terminated string, written with "%s".
+    unsafe { sys::tsrs_dbg_print(ctl.0, c.as_ptr()) }
 }
 
-/// `log` backend: error → TSError, warn → TSWarning, info → TSNote,
-/// debug/trace → TSDebug under the plugin's tag.
+/// `log` backend: error, warn and info → diags.log's ERROR, WARNING and
+/// NOTE; debug/trace → debug output under the plugin's tag.
 struct AtsLogger;
 
 impl log::Log for AtsLogger {

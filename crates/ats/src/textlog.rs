@@ -41,9 +41,8 @@ impl TextLog {
     /// its log space is exhausted, and says so only by this error.
     pub fn write(&self, line: &str) -> Result<(), String> {
         let c = to_cstring(line);
-        // SAFETY: live log object; fixed "%s" format with one C string.
-        let rc =
-            unsafe { sys::TSTextLogObjectWrite(self.obj.as_ptr(), c"%s".as_ptr(), c.as_ptr()) };
+        // SAFETY: live log object; the shim writes the C string with "%s".
+        let rc = unsafe { sys::tsrs_text_log_write(self.obj.as_ptr(), c.as_ptr()) };
         if rc == sys::TSReturnCode::TS_SUCCESS {
             Ok(())
         } else {

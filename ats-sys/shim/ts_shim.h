@@ -1,0 +1,41 @@
+/*
+ * The few calls whose form differs between Traffic Server 9 and 10, as C
+ * functions with one signature for both (ts_shim.cc implements them).
+ *
+ * 9.x: the TS API is C; diagnostics go through variadic TSDebug/TSError.
+ * 10.x: the TS API has C++ linkage, debug output needs the C++ DbgCtl class,
+ * and a variadic call cannot be forwarded. So every text goes through here
+ * as one finished C string, never as a format.
+ */
+#ifndef ATS_RS_TS_SHIM_H
+#define ATS_RS_TS_SHIM_H
+
+#include <ts/apidefs.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* diags.log at NOTE, WARNING and ERROR level (TSNote/TSWarning/TSError "%s"). */
+void tsrs_note(const char *msg);
+void tsrs_warning(const char *msg);
+void tsrs_error(const char *msg);
+
+/*
+ * A debug control for `tag`, made once and kept for the life of the process
+ * (9.x: the tag itself; 10.x: a DbgCtl, which must outlive every use).
+ */
+const void *tsrs_dbg_ctl(const char *tag);
+/* Nonzero if debug output is on for the control's tag. */
+int tsrs_dbg_on(const void *ctl);
+/* Writes `msg` under the control's tag (callers check tsrs_dbg_on first). */
+void tsrs_dbg_print(const void *ctl, const char *msg);
+
+/* TSTextLogObjectWrite(obj, "%s", line). */
+TSReturnCode tsrs_text_log_write(TSTextLogObject obj, const char *line);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif
