@@ -89,12 +89,19 @@ fn row(r: &Results, v: usize, w: Workload) -> Row {
     }
 }
 
-/// ATS's own code: traffic_server and its libraries (libtscore, ...). Shared
+/// ATS's own code: traffic_server and its libraries (libtscore, ...; in 10
+/// libtsapi, libswoc, ...) of the install under test (`ATS_PREFIX`). Shared
 /// libraries (libc, libstdc++, ld.so) are left out of the machinery list:
 /// most of their increase comes from the plugin's own calls
 /// (`__dynamic_cast` under `TSUserArgGet`, `__tls_get_addr`).
 fn is_ats(object: &str) -> bool {
-    object == "/usr/bin/traffic_server" || object.starts_with("/usr/lib/trafficserver/lib")
+    let path = std::path::Path::new(object);
+    path == ats_tests::ats::bin("traffic_server")
+        || (path.parent() == Some(ats_tests::ats::lib_dir().as_path())
+            && path
+                .file_name()
+                .and_then(|n| n.to_str())
+                .is_some_and(|n| n.starts_with("lib")))
 }
 
 /// Mean self-cost difference per function of ATS itself, outside the

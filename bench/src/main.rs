@@ -33,8 +33,11 @@ use crate::load::Variant;
 use crate::queue::{Plan, QueueVariant};
 use crate::report::Context;
 
-/// Upstream's plugin, from Debian's trafficserver-experimental-plugins.
-const UPSTREAM: &str = "/usr/lib/trafficserver/modules/rate_limit.so";
+/// Upstream's plugin of the Traffic Server under test (`ATS_PREFIX`; for
+/// Debian's 9.2 from trafficserver-experimental-plugins).
+fn upstream() -> String {
+    ats_tests::ats::upstream_plugin("rate_limit")
+}
 
 /// Options both rate_limit.so get in the load bench: a limit that is never
 /// reached and a queue, so both run their normal admission path (a slot
@@ -153,7 +156,7 @@ pub(crate) fn load_variants(ours_rl: &str, ours_throttle: &str, ours_ip: &str) -
             key: "upstream",
             label: "upstream rate_limit.so (C++)",
             host: "upstream.bench",
-            plugin: format!("@plugin={UPSTREAM}{}", pparams(RL_LOAD_OPTIONS)),
+            plugin: format!("@plugin={}{}", upstream(), pparams(RL_LOAD_OPTIONS)),
         },
         Variant {
             key: "ours",
@@ -232,9 +235,10 @@ fn run(args: &Args) -> Result<(), String> {
     let mut sections: Vec<(&str, String)> = Vec::new();
 
     if args.load || args.queue {
-        if !Path::new(UPSTREAM).is_file() {
+        let upstream = upstream();
+        if !Path::new(&upstream).is_file() {
             return Err(format!(
-                "{UPSTREAM} is missing: install trafficserver-experimental-plugins (ci/bench.sh does)"
+                "{upstream} is missing: install trafficserver-experimental-plugins (ci/bench.sh does)"
             ));
         }
         // Builds the plugins for this binary's profile first (release under ci/bench.sh).
@@ -262,7 +266,7 @@ fn run(args: &Args) -> Result<(), String> {
         if let Some(o) = &origin {
             for (q, plugin) in QUEUE_VARIANTS
                 .iter()
-                .zip([Some(UPSTREAM), Some(&ours_rl), None])
+                .zip([Some(&upstream), Some(&ours_rl), None])
             {
                 let plugin = plugin.map_or(String::new(), |p| {
                     format!("@plugin={p}{}", pparams(RL_QUEUE_OPTIONS))

@@ -173,7 +173,10 @@ impl Machine {
             .and_then(|l| l.split_once(':'))
             .map(|(_, m)| m.trim().to_owned())
             .unwrap_or_else(|| "unknown".into());
-        let ats = first_line(command_output("traffic_server", &["--version"]));
+        let ats = first_line(command_output(
+            &ats_tests::ats::bin("traffic_server").display().to_string(),
+            &["--version"],
+        ));
         Machine {
             date: first_line(command_output("date", &["-u", "+%Y-%m-%d %H:%M UTC"])),
             cpus: std::thread::available_parallelism().map_or(0, |n| n.get()),

@@ -1,8 +1,11 @@
 //! Integration test harness: runs a real `traffic_server` with our plugins.
 //!
-//! - [`TrafficServer`]: a throwaway instance in its own runroot and ports,
-//!   started directly or under `traffic_manager` (for `traffic_ctl`), whose
-//!   logs are printed when the test fails.
+//! - [`ats`]: which Traffic Server runs (`ATS_PREFIX` unset: Debian's 9.2;
+//!   set: the install under that prefix, e.g. 10.x), its detected version,
+//!   binaries, default configs and upstream plugins.
+//! - [`TrafficServer`]: a throwaway instance of it in its own runroot and
+//!   ports, started directly or made reachable by `traffic_ctl` (under
+//!   `traffic_manager` in 9.2), whose logs are printed when the test fails.
 //! - [`Origin`]: a loopback origin whose responses the test controls per
 //!   request (delay, status, Cache-Control, body size) and which records
 //!   every request it receives.
@@ -15,6 +18,7 @@
 //! - [`redis_cluster`]: a three-master Redis Cluster per test.
 //! - [`plugin`]: paths of the freshly built plugin `.so` files.
 
+pub mod ats;
 pub mod client;
 pub mod memcached;
 pub mod nginx;

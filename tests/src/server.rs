@@ -1,4 +1,9 @@
 //! A throwaway Traffic Server: own runroot, own loopback ports, own logs.
+//!
+//! Runs the Traffic Server that [`crate::ats`] selects (`ATS_PREFIX`): 9.2
+//! from a `records.config`, optionally under traffic_manager; 10.x from a
+//! `records.yaml`, always as a plain traffic_server that `traffic_ctl`
+//! reaches over JSON-RPC (`RUNTIMEDIR/jsonrpc20.sock`).
 
 use std::collections::BTreeMap;
 use std::fmt;
@@ -10,6 +15,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
+use crate::ats;
 use crate::client::{self, Response};
 use crate::wait_until;
 
@@ -67,7 +73,11 @@ pub struct TrafficServer {
     dir: Root,
     port: u16,
     child: Option<Child>,
-    manager: bool,
+    /// `traffic_ctl` may be used ([`TsBuilder::with_manager`]).
+    ctl: bool,
+    /// Running under traffic_manager (9.x with `with_manager`): the child is
+    /// the manager, traffic_server its child.
+    managed: bool,
     /// traffic_server's pid when the start completed (under the manager).
     first_server_pid: Option<u32>,
 }
@@ -86,7 +96,10 @@ impl TsBuilder {
         self
     }
 
-    /// Overrides a records.config setting: `record("proxy.config.x", "INT 1")`.
+    /// Overrides a records.config setting: `record("proxy.config.x", "INT 1")`
+    /// (`INT`, `FLOAT` or `STRING`, 9.2 names). On 10.x it goes to
+    /// records.yaml under its 10.x name; one that 10.x dropped (such as
+    /// `proxy.config.process_manager.mgmt_port`) is left out.
     pub fn record(mut self, name: &str, typed_value: &str) -> Self {
         self.records.insert(name.to_owned(), typed_value.to_owned());
         self
@@ -104,7 +117,9 @@ impl TsBuilder {
         self
     }
 
-    /// Start under `traffic_manager`, so `traffic_ctl` works (9.2).
+    /// Make `traffic_ctl` work: in 9.x start under `traffic_manager`; in
+    /// 10.x (no traffic_manager) start traffic_server as usual and wait for
+    /// its JSON-RPC socket as well.
     pub fn with_manager(mut self) -> Self {
         self.manager = true;
         self
@@ -191,18 +206,20 @@ impl TsBuilder {
         let port = self.port.unwrap_or_else(free_port);
         self.write_runroot(root, port).expect("writing the runroot");
         let runroot = root.join("runroot.yaml");
-        let bin = if self.manager {
+        let managed = self.manager && ats::has_manager();
+        let bin = if managed {
             "traffic_manager"
         } else {
             "traffic_server"
         };
+        let bin_path = ats::bin(bin);
         let mut cmd = match self.wrapper.split_first() {
             Some((prog, args)) => {
                 let mut c = Command::new(prog);
-                c.args(args).arg(bin);
+                c.args(args).arg(&bin_path);
                 c
             }
-            None => Command::new(bin),
+            None => Command::new(&bin_path),
         };
         cmd.env("TS_RUNROOT", &runroot)
             .current_dir(root)
@@ -211,21 +228,35 @@ impl TsBuilder {
             .stderr(fs::File::create(root.join("stderr.txt")).expect("stderr file"))
             // Own process group: the whole tree (manager + server) is killed together.
             .process_group(0);
-        let child = cmd
-            .spawn()
-            .unwrap_or_else(|e| panic!("cannot run {bin}: {e} (is trafficserver installed?)"));
+        let child = cmd.spawn().unwrap_or_else(|e| {
+            panic!(
+                "cannot run {}: {e} (is trafficserver installed? {} selects it)",
+                bin_path.display(),
+                ats::PREFIX_VAR
+            )
+        });
         let mut ts = TrafficServer {
             dir,
             port,
             child: Some(child),
-            manager: self.manager,
+            ctl: self.manager,
+            managed,
             first_server_pid: None,
+        };
+        // What traffic_ctl connects to: traffic_manager's socket (9.x) or
+        // traffic_server's JSON-RPC one (10.x).
+        let ctl_socket = if !self.manager {
+            None
+        } else if managed {
+            Some(ts.runtime_path("mgmtapi.sock"))
+        } else {
+            Some(ts.runtime_path("jsonrpc20.sock"))
         };
         let diags = ts.log_path("diags.log");
         let start = Instant::now();
         loop {
             let text = fs::read_to_string(&diags).unwrap_or_default();
-            if text.contains(READY) && (!ts.manager || ts.runtime_path("mgmtapi.sock").exists()) {
+            if text.contains(READY) && ctl_socket.as_ref().is_none_or(|s| s.exists()) {
                 ts.first_server_pid = ts.server_pid();
                 return Ok(ts);
             }
@@ -236,7 +267,7 @@ impl TsBuilder {
             let fatal = text
                 .lines()
                 .find(|l| l.contains("FATAL") || l.contains("EMERGENCY"));
-            let silent = ts.manager
+            let silent = ts.managed
                 && text.is_empty()
                 && fs::read_to_string(ts.log_path("manager.log"))
                     .unwrap_or_default()
@@ -267,12 +298,24 @@ impl TsBuilder {
             fs::create_dir_all(root.join(d))?;
         }
         let r = root.display();
+        let (bin, inc, lib, libexec) = (
+            ats::bin_dir(),
+            ats::include_dir(),
+            ats::lib_dir(),
+            ats::plugin_dir(),
+        );
+        let (bin, inc, lib, libexec) = (
+            bin.display(),
+            inc.display(),
+            lib.display(),
+            libexec.display(),
+        );
         fs::write(
             root.join("runroot.yaml"),
             format!(
-                "prefix: {r}\nexec_prefix: {r}\nbindir: /usr/bin\nsbindir: /usr/bin\nsysconfdir: {r}/etc\n\
-                 datadir: {r}/var\nincludedir: /usr/include\nlibdir: /usr/lib/trafficserver\n\
-                 libexecdir: /usr/lib/trafficserver/modules\nlocalstatedir: {r}/var\nruntimedir: {r}/run\n\
+                "prefix: {r}\nexec_prefix: {r}\nbindir: {bin}\nsbindir: {bin}\nsysconfdir: {r}/etc\n\
+                 datadir: {r}/var\nincludedir: {inc}\nlibdir: {lib}\n\
+                 libexecdir: {libexec}\nlocalstatedir: {r}/var\nruntimedir: {r}/run\n\
                  logdir: {r}/log\ncachedir: {r}/cache\n"
             ),
         )?;
@@ -322,12 +365,34 @@ impl TsBuilder {
         .into_iter()
         .map(|(k, v)| (k.to_owned(), v))
         .collect();
-        records.extend(self.records.clone());
-        let text: String = records
-            .iter()
-            .map(|(k, v)| format!("CONFIG {k} {v}\n"))
-            .collect();
-        fs::write(etc.join("records.config"), text)?;
+        if ats::is_10() {
+            // 10 resolves the default (etc/trafficserver/body_factory) against
+            // the runroot's prefix, not sysconfdir as 9.2 does.
+            records.insert(
+                "proxy.config.body_factory.template_sets_dir".into(),
+                format!("STRING {r}/etc/body_factory"),
+            );
+            let mut yaml = BTreeMap::new();
+            for (k, v) in records.into_iter().chain(self.records.clone()) {
+                if let Some(name) = name_in_10(&k) {
+                    yaml.insert(name.to_owned(), v);
+                }
+            }
+            fs::write(etc.join("records.yaml"), records_yaml(&yaml))?;
+            // The JSON-RPC server that traffic_ctl talks to, as by default:
+            // RUNTIMEDIR/jsonrpc20.sock, for this user and root only.
+            fs::write(
+                etc.join("jsonrpc.yaml"),
+                "rpc:\n  enabled: true\n  unix:\n    restricted_api: true\n",
+            )?;
+        } else {
+            records.extend(self.records.clone());
+            let text: String = records
+                .iter()
+                .map(|(k, v)| format!("CONFIG {k} {v}\n"))
+                .collect();
+            fs::write(etc.join("records.config"), text)?;
+        }
         fs::write(etc.join("remap.config"), &self.remap)?;
         fs::write(etc.join("plugin.config"), &self.plugin_config)?;
         fs::write(etc.join("storage.config"), format!("{}/cache 64M\n", r))?;
@@ -335,19 +400,134 @@ impl TsBuilder {
             etc.join("logging.yaml"),
             "logging:\n  formats:\n    - name: test\n      format: '%<cqtq> %<ttms> %<chi> %<crc>/%<pssc> %<cqhm> %<cquc> %<phr>/%<shn>'\n  logs:\n    - filename: access\n      format: test\n      mode: ascii\n",
         )?;
-        fs::copy(
-            "/etc/trafficserver/ip_allow.yaml",
-            etc.join("ip_allow.yaml"),
-        )?;
-        copy_dir(
-            Path::new("/etc/trafficserver/body_factory"),
-            &etc.join("body_factory"),
-        )?;
+        let defaults = ats::default_config_dir();
+        fs::copy(defaults.join("ip_allow.yaml"), etc.join("ip_allow.yaml"))?;
+        copy_dir(&defaults.join("body_factory"), &etc.join("body_factory"))?;
         for (name, contents) in &self.files {
             fs::write(etc.join(name), contents)?;
         }
         Ok(())
     }
+}
+
+/// records.config names that 10.x renamed ("Configuration Changes" in
+/// 10's upgrading notes). Tests keep using the 9.2 names.
+const RENAMED_IN_10: &[(&str, &str)] = &[
+    (
+        "proxy.config.exec_thread.autoconfig",
+        "proxy.config.exec_thread.autoconfig.enabled",
+    ),
+    (
+        "proxy.config.output.logfile",
+        "proxy.config.output.logfile.name",
+    ),
+    (
+        "proxy.config.tunnel.prewarm",
+        "proxy.config.tunnel.prewarm.enabled",
+    ),
+    (
+        "proxy.config.ssl.origin_session_cache",
+        "proxy.config.ssl.origin_session_cache.enabled",
+    ),
+    (
+        "proxy.config.ssl.session_cache",
+        "proxy.config.ssl.session_cache.mode",
+    ),
+    (
+        "proxy.config.ssl.TLSv1_3",
+        "proxy.config.ssl.TLSv1_3.enabled",
+    ),
+    (
+        "proxy.config.ssl.client.TLSv1_3",
+        "proxy.config.ssl.client.TLSv1_3.enabled",
+    ),
+    (
+        "proxy.config.http.connect_attempts_max_retries_dead_server",
+        "proxy.config.http.connect_attempts_max_retries_down_server",
+    ),
+    (
+        "proxy.config.http.connect.dead.policy",
+        "proxy.config.http.connect.down.policy",
+    ),
+];
+
+/// records.config names that 10.x no longer has (traffic_manager's among
+/// them): left out of records.yaml, where 10 would only warn "Unrecognized
+/// configuration value" about them.
+const GONE_IN_10: &[&str] = &[
+    "proxy.config.process_manager.mgmt_port",
+    "proxy.config.admin.synthetic_port",
+    "proxy.config.http.down_server.abort_threshold",
+    "proxy.config.http.parent_proxy.connect_attempts_timeout",
+    "proxy.config.http.post_connect_attempts_timeout",
+    "proxy.config.http.per_server.connection.queue_size",
+    "proxy.config.http.per_server.connection.queue_delay",
+    "proxy.config.http.keepalive_internal_vc",
+];
+
+/// The 10.x name of a 9.2 record, `None` if 10 has no such record.
+fn name_in_10(name: &str) -> Option<&str> {
+    if GONE_IN_10.contains(&name) {
+        return None;
+    }
+    Some(
+        RENAMED_IN_10
+            .iter()
+            .find(|(old, _)| *old == name)
+            .map_or(name, |(_, new)| new),
+    )
+}
+
+/// records.yaml text for `records` (full names, records.config typed values
+/// such as `INT 1`, `STRING a b`, `FLOAT 0.5`).
+///
+/// Each record is one dotted key under `records:` (10 builds a record's name
+/// by joining the keys on its path with dots, so `diags.debug.enabled: 1`
+/// and the nested form are the same record). Every value is a quoted scalar
+/// with its YAML type tag: 10 takes the type of a record it knows from its
+/// own table and the string as records.config's value (`STRING NULL` still
+/// means unset), and sets a record it does not know (a plugin's) only when
+/// it is tagged.
+fn records_yaml(records: &BTreeMap<String, String>) -> String {
+    let mut out = String::from("records:\n");
+    for (name, typed) in records {
+        let key = name.strip_prefix("proxy.config.").unwrap_or_else(|| {
+            panic!("records.yaml holds proxy.config.* records only, not {name:?}")
+        });
+        assert!(
+            !key.is_empty()
+                && key
+                    .chars()
+                    .all(|c| c.is_ascii_alphanumeric() || c == '_' || c == '.' || c == '-'),
+            "unexpected record name {name:?}"
+        );
+        let (ty, value) = typed.split_once(char::is_whitespace).unwrap_or((typed, ""));
+        let tag = match ty {
+            "INT" | "COUNTER" => "!!int",
+            "FLOAT" => "!!float",
+            "STRING" => "!!str",
+            _ => panic!("record {name}: unknown type in {typed:?} (INT, FLOAT or STRING)"),
+        };
+        out.push_str(&format!("  {key}: {tag} {}\n", yaml_quoted(value.trim())));
+    }
+    out
+}
+
+/// `s` as a YAML double-quoted scalar.
+fn yaml_quoted(s: &str) -> String {
+    let mut out = String::from("\"");
+    for c in s.chars() {
+        match c {
+            '"' => out.push_str("\\\""),
+            '\\' => out.push_str("\\\\"),
+            c if (c as u32) < 0x20 || c == '\u{7f}' => {
+                out.push_str(&format!("\\x{:02x}", c as u32))
+            }
+            c => out.push(c),
+        }
+    }
+    out.push('"');
+    out
 }
 
 /// PIDs of the running processes of the instance whose runroot is `root`
@@ -457,13 +637,14 @@ impl TrafficServer {
         client::get(self.port, host, path, headers)
     }
 
-    /// Runs `traffic_ctl` against this instance (needs [`TsBuilder::with_manager`]).
+    /// Runs this version's `traffic_ctl` against this instance (needs
+    /// [`TsBuilder::with_manager`]).
     pub fn traffic_ctl(&self, args: &[&str]) -> Output {
         assert!(
-            self.manager,
+            self.ctl,
             "traffic_ctl needs the instance started with_manager()"
         );
-        Command::new("traffic_ctl")
+        Command::new(ats::bin("traffic_ctl"))
             .args(args)
             .env("TS_RUNROOT", self.dir.path().join("runroot.yaml"))
             .output()
@@ -504,18 +685,24 @@ impl TrafficServer {
         answer
     }
 
-    /// Current value of a metric, through `traffic_ctl metric get`.
+    /// Current value of a metric, through `traffic_ctl metric get`: both
+    /// 9.2 and 10.x print `NAME VALUE` (nothing on stdout for an unknown
+    /// metric).
     pub fn metric(&self, name: &str) -> Option<i64> {
         let out = self.traffic_ctl(&["metric", "get", name]);
         let text = String::from_utf8_lossy(&out.stdout);
         text.lines()
-            .find_map(|l| l.strip_prefix(name).map(str::trim))
+            .find_map(|l| match l.trim().split_once(char::is_whitespace) {
+                Some((n, v)) if n == name => Some(v.trim()),
+                _ => None,
+            })
             .and_then(|v| v.parse().ok())
     }
 
     /// Waits until metric `name` reads `expected`. In 9.2 a plugin metric
     /// reaches `traffic_ctl` through two 5 s sync cycles (raw stats, then the
-    /// manager), so values lag up to ~10 s. Returns the last value read.
+    /// manager), so values lag up to ~10 s; 10.x reads them live. Returns
+    /// the last value read.
     pub fn wait_metric(&self, name: &str, expected: i64) -> Result<i64, Option<i64>> {
         let mut last = None;
         if wait_until(Duration::from_secs(25), || {
@@ -566,6 +753,7 @@ impl TrafficServer {
     /// Writes a new remap.config and reloads it with `traffic_ctl config
     /// reload`. `Ok` once ATS logged it loaded the new file; `Err` with the
     /// diags.log lines of the attempt if ATS refused it (the old rules stay).
+    /// 9.2 and 10.1 log the same NOTE / ERROR lines.
     pub fn reload_remap(&self, remap: &str) -> Result<(), String> {
         const DONE: &str = "remap.config finished loading";
         const FAILED: &str = "remap.config failed to load";
@@ -592,7 +780,6 @@ impl TrafficServer {
         outcome.unwrap_or_else(|| Err("remap.config was not reloaded within 15 s".into()))
     }
 
-    /// PID of the traffic_server process (not the manager).
     /// traffic_server's resident memory in kB (`VmRSS`).
     pub fn rss_kb(&self) -> Option<u64> {
         let status = fs::read_to_string(format!("/proc/{}/status", self.server_pid()?)).ok()?;
@@ -602,8 +789,9 @@ impl TrafficServer {
             .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
     }
 
+    /// PID of the traffic_server process (not the manager).
     pub fn server_pid(&self) -> Option<u32> {
-        if !self.manager {
+        if !self.managed {
             return self.child.as_ref().map(|c| c.id());
         }
         let lock = fs::read_to_string(self.runtime_path("server.lock")).ok()?;
@@ -615,7 +803,7 @@ impl TrafficServer {
     /// with a new pid in server.lock and a second READY line in diags.log).
     pub fn is_running(&mut self) -> bool {
         let child = matches!(self.child.as_mut().map(|c| c.try_wait()), Some(Ok(None)));
-        if !self.manager {
+        if !self.managed {
             return child;
         }
         let Some(first) = self.first_server_pid else {
@@ -635,6 +823,7 @@ impl TrafficServer {
             // traffic_server killed alone. kill(1) avoids unsafe here.
             let _ = Command::new("kill")
                 .args(["-KILL", "--", &format!("-{}", child.id())])
+                .stderr(Stdio::null())
                 .status();
             let _ = child.kill();
             let _ = child.wait();
@@ -731,4 +920,43 @@ pub fn join_answer(log: &str, id: &str) -> Option<String> {
         o.remove(k);
     }
     Some(out.to_string())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn records_become_tagged_dotted_yaml_keys_with_10_names() {
+        let records: BTreeMap<String, String> = [
+            ("proxy.config.admin.user_id", "STRING #-1"),
+            ("proxy.config.crash_log_helper", "STRING NULL"),
+            ("proxy.config.proxy_name", "STRING a \"b\" \\c"),
+            ("proxy.config.diags.debug.tags", "STRING "),
+            ("proxy.config.net.poll_timeout", "INT 10"),
+            ("proxy.config.http.cache.heuristic_lm_factor", "FLOAT 0.5"),
+        ]
+        .into_iter()
+        .map(|(k, v)| (k.to_owned(), v.to_owned()))
+        .collect();
+        assert_eq!(
+            records_yaml(&records),
+            "records:\n  \
+             admin.user_id: !!str \"#-1\"\n  \
+             crash_log_helper: !!str \"NULL\"\n  \
+             diags.debug.tags: !!str \"\"\n  \
+             http.cache.heuristic_lm_factor: !!float \"0.5\"\n  \
+             net.poll_timeout: !!int \"10\"\n  \
+             proxy_name: !!str \"a \\\"b\\\" \\\\c\"\n"
+        );
+        assert_eq!(
+            name_in_10("proxy.config.exec_thread.autoconfig"),
+            Some("proxy.config.exec_thread.autoconfig.enabled")
+        );
+        assert_eq!(name_in_10("proxy.config.process_manager.mgmt_port"), None);
+        assert_eq!(
+            name_in_10("proxy.config.exec_thread.limit"),
+            Some("proxy.config.exec_thread.limit")
+        );
+    }
 }

@@ -241,7 +241,7 @@ fn messages_during_reloads_under_load_do_no_harm() {
             let until = Instant::now() + Duration::from_secs(60);
             while !stop.load(Ordering::Relaxed) && Instant::now() < until && sent < 500 {
                 for cmd in ["show", "top k4 3", "set ctl4 limit=4", "show ctl4", "bogus"] {
-                    let out = std::process::Command::new("traffic_ctl")
+                    let out = std::process::Command::new(ats_tests::ats::bin("traffic_ctl"))
                         .args(["plugin", "msg", "rate_limit", cmd])
                         .env("TS_RUNROOT", root.join("runroot.yaml"))
                         .output()

@@ -50,6 +50,9 @@ fn script(ts: &TrafficServer, args: &[&str]) -> (bool, String, String) {
         .arg(path)
         .args(args)
         .env("TS_RUNROOT", ts.root().join("runroot.yaml"))
+        // This version's tools (ATS_PREFIX), not whichever PATH finds.
+        .env("TRAFFIC_CTL", ats_tests::ats::bin("traffic_ctl"))
+        .env("TRAFFIC_LAYOUT", ats_tests::ats::bin("traffic_layout"))
         .env_remove("ATS_LOGDIR")
         .output()
         .expect("run tools/ats-plugin-msg");

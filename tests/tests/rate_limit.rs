@@ -9,7 +9,10 @@ use std::time::{Duration, Instant};
 use ats_tests::client::{self, Conn, GiveUp, Response};
 use ats_tests::{Origin, TrafficServer};
 
-const UPSTREAM: &str = "/usr/lib/trafficserver/modules/rate_limit.so";
+/// Upstream's rate_limit.so of the Traffic Server under test (`ATS_PREFIX`).
+fn upstream() -> String {
+    ats_tests::ats::upstream_plugin("rate_limit")
+}
 
 fn rule(host: &str, origin: &Origin, params: &str) -> String {
     ats_tests::rule("rate_limit", host, origin, params)
@@ -640,9 +643,10 @@ fn reload_under_load_lets_old_transactions_finish() {
 /// in one traffic_server: the status counts must match where semantics do.
 #[test]
 fn same_status_counts_as_upstream_rate_limit() {
+    let upstream = upstream();
     assert!(
-        std::path::Path::new(UPSTREAM).is_file(),
-        "{UPSTREAM} missing: install trafficserver-experimental-plugins"
+        std::path::Path::new(&upstream).is_file(),
+        "{upstream} missing: install trafficserver-experimental-plugins"
     );
     let origin = Origin::start();
     let scenarios = [
@@ -661,7 +665,7 @@ fn same_status_counts_as_upstream_rate_limit() {
             .map(|p| format!(" @pparam={p}"))
             .collect();
         let remap = format!(
-            "{}map http://upstream.test/ {} @plugin={UPSTREAM}{pp}\n",
+            "{}map http://upstream.test/ {} @plugin={upstream}{pp}\n",
             rule("ours.test", &origin, params),
             origin.url()
         );

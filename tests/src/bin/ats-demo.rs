@@ -77,6 +77,12 @@ fn main() {
         .unwrap_or_else(|e| die(&format!("traffic_server did not start: {e:?}")));
     let root = ts.root().display().to_string();
     let u = format!("http://127.0.0.1:{port}");
+    let ctl = ats_tests::ats::bin("traffic_ctl").display().to_string();
+    let lag = if ats_tests::ats::has_manager() {
+        "\n         (values reach traffic_ctl up to ~10 s late in ATS 9.2)"
+    } else {
+        ""
+    };
     println!(
         r#"
 Traffic Server is running on {u} (runroot {root}), origin {o}.
@@ -102,8 +108,7 @@ Try:
   for i in $(seq 7); do curl -s -o /dev/null -w '%{{http_code}} %{{time_total}}s\n' -H 'Host: ip.demo' {u}/; done
 
 Logs:    {root}/log/throttle.log (a line every 5 s), {root}/log/ip_throttle.log (events), {root}/log/diags.log
-Metrics: TS_RUNROOT={root}/runroot.yaml traffic_ctl metric match 'rate_limiter|throttle'
-         (values reach traffic_ctl up to ~10 s late in ATS 9.2)
+Metrics: TS_RUNROOT={root}/runroot.yaml {ctl} metric match 'rate_limiter|throttle'{lag}
 Press Ctrl-C to stop."#
     );
     if redis_up {
