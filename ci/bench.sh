@@ -20,11 +20,15 @@
 #
 # Extra arguments go to ats-bench (see `cargo run -p ats-bench -- --help`),
 # e.g. `ci/bench.sh --rounds 9 --duration 15`.
+#
+# Debian's 9.2 by default; with ATS_PREFIX (e.g. /opt/ats10) against that
+# install, built in its own target dir (ci/ats-env.sh).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 ci/install-deps.sh wrk nginx-light valgrind
-
-TARGET="${CARGO_TARGET_DIR:-target}"
+. ci/ats-env.sh
+ats_env
+echo "bench: $ats_flavour, cargo target dir $TARGET"
 MICRO=(-p limits -p rate-limit-core -p throttle-core -p keyed --bench admission --bench options --bench gate --bench keyed)
 # Recorded in BENCHMARKS.md as the command that produced it.
 export ATS_BENCH_COMMAND="ci/bench.sh${*:+ $*}"

@@ -1,12 +1,29 @@
 #!/usr/bin/env bash
 # Installs what building and testing need on Debian/Ubuntu: Traffic Server
-# (binaries, plugin headers, upstream's experimental plugins for the
-# comparison tests) and libclang for bindgen. As root it installs what is
-# missing; otherwise it prints the exact command and fails.
+# 9.2 (binaries, plugin headers, upstream's experimental plugins for the
+# comparison tests), libclang for bindgen and g++ (ats-sys compiles a small
+# C++ shim). As root it installs what is missing; otherwise it prints the
+# exact command and fails.
 # Used by ci/test.sh, ci/demo.sh, ci/bench.sh and docker/Dockerfile alike.
+#
+#   ci/install-deps.sh [--ats10] [PACKAGE...]
+#
+# --ats10, or ATS_PREFIX naming a prefix without include/ts/ts.h: also
+# Traffic Server 10 at ${ATS_PREFIX:-/opt/ats10}, by ci/install-ats10.sh (an
+# ATS 10 already there is used as it is; else the prebuilt tarball or the
+# source from ATS10_DIST, default ../shared/ats beside this repository).
 set -euo pipefail
 
-PACKAGES=(trafficserver trafficserver-dev trafficserver-experimental-plugins libclang-dev clang curl ca-certificates)
+ats10=false
+if [ "${1:-}" = "--ats10" ]; then
+    ats10=true
+    shift
+fi
+if [ -n "${ATS_PREFIX:-}" ] && [ ! -f "$ATS_PREFIX/include/ts/ts.h" ]; then
+    ats10=true
+fi
+
+PACKAGES=(trafficserver trafficserver-dev trafficserver-experimental-plugins libclang-dev clang g++ curl ca-certificates)
 PACKAGES+=("$@")
 
 missing=()
@@ -30,6 +47,10 @@ if [ ${#missing[@]} -gt 0 ]; then
     printf '#!/bin/sh\nexit 101\n' > /usr/sbin/policy-rc.d && chmod +x /usr/sbin/policy-rc.d
     DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
     rm -f /usr/sbin/policy-rc.d
+fi
+
+if $ats10; then
+    "$(dirname "$0")/install-ats10.sh"
 fi
 
 if ! command -v cargo >/dev/null; then
