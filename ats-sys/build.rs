@@ -51,7 +51,12 @@ const OWN_ENTRY_POINTS: &[&str] = &[
 fn main() {
     println!("cargo:rerun-if-env-changed={INCLUDE_ENV}");
     println!("cargo:rerun-if-env-changed={PREFIX_ENV}");
-    for f in ["wrapper.h", "shim/ts_shim.h", "shim/ts_shim.cc", "shim/forward.def"] {
+    for f in [
+        "wrapper.h",
+        "shim/ts_shim.h",
+        "shim/ts_shim.cc",
+        "shim/forward.def",
+    ] {
         println!("cargo:rerun-if-changed={f}");
     }
     // bindgen/clang-sys read these; list them so a change rebuilds.

@@ -74,9 +74,16 @@ ats_env() {
     ats_major="${ats_version%%.*}"
     ats_minor="${ats_version#*.}"
     ats_minor="${ats_minor%%.*}"
+    # Absolute: cargo resolves a relative CARGO_TARGET_DIR against the
+    # directory it runs in, and trybuild (crates/ats's compile-fail tests)
+    # runs it in the crate's own directory.
+    case "${CARGO_TARGET_DIR:-}" in
+    '' | /*) ;;
+    *) export CARGO_TARGET_DIR="$PWD/$CARGO_TARGET_DIR" ;;
+    esac
     if [ -n "${ATS_PREFIX:-}" ]; then
         if [ -z "${CARGO_TARGET_DIR:-}" ]; then
-            export CARGO_TARGET_DIR="target/ats$ats_major"
+            export CARGO_TARGET_DIR="$PWD/target/ats$ats_major"
         elif [ "${1:-}" = --beside ]; then
             export CARGO_TARGET_DIR="$CARGO_TARGET_DIR/ats$ats_major"
         fi

@@ -192,7 +192,8 @@ pub fn main(argv: &[String]) -> ExitCode {
             let body = crate::icount_report::section(&ctx, &res);
             println!("{body}");
             if let Some(out) = &args.out {
-                if let Err(e) = crate::report::update(out, &[("icount", body)]) {
+                let name = crate::icount_report::section_name();
+                if let Err(e) = crate::report::update(out, &[(name.as_str(), body)]) {
                     eprintln!("ats-bench icount: {e}");
                     return ExitCode::FAILURE;
                 }

@@ -131,9 +131,21 @@ fn machinery_fns(r: &Results, v: usize, w: Workload, top: usize) -> Vec<(Func, f
     v
 }
 
+/// The BENCHMARKS.md section of the Traffic Server under test: `icount`
+/// for 9.2 (as before there were two), `icount-MAJOR.MINOR` for later ones,
+/// so each version's run replaces only its own table.
+pub fn section_name() -> String {
+    match ats_tests::ats::version() {
+        (9, _) => "icount".to_owned(),
+        (major, minor) => format!("icount-{major}.{minor}"),
+    }
+}
+
 pub fn section(ctx: &Context, r: &Results) -> String {
     let a = &r.args;
-    let mut s = String::from("## Instructions per request (callgrind)\n\n");
+    let (major, minor) = ats_tests::ats::version();
+    let mut s =
+        format!("## Instructions per request (callgrind), Traffic Server {major}.{minor}\n\n");
     s += &ctx.provenance();
     let _ = writeln!(
         s,

@@ -20,6 +20,10 @@ use crate::cont::{HookCont, HookHandler};
 use crate::txn::{Done, Hook, HookId, Ssn, SsnHook, Txn};
 use crate::{log::to_cstring, sys};
 
+// Compiled for tests on 9.x too: it is pure, and its tests run everywhere.
+#[cfg(any(ats_10, test))]
+mod table;
+
 /// Identifies this loaded copy of the plugin. With ATS's dynamic reload a
 /// replaced .so is loaded again beside the old one; both reserve the same
 /// user-argument index by name, and a session can meet both copies. A value
@@ -143,17 +147,19 @@ fn reserve(scope: Scope, name: &str) -> Result<c_int, String> {
 /// Drops whatever a slot holds when the transaction/session closes.
 struct Reaper<T> {
     idx: c_int,
-    /// Where a transaction's box goes back (sessions free theirs).
-    pool: Option<Arc<Pool<T>>>,
+    /// A transaction slot's values and where their boxes go back (sessions
+    /// free theirs).
+    txn: Option<(Arc<TxnValues>, Arc<Pool<T>>)>,
     _t: PhantomData<fn(T)>,
 }
 
 impl<T: Send + Sync + 'static> HookHandler for Reaper<T> {
     fn on_txn(&self, hook: Hook<'_>) -> Done {
-        // SAFETY: this copy only stores Tagged<T> at idx (TxnSlot::<T>::set).
-        let taken = unsafe { take_raw::<T>(Scope::Txn, hook.txn().as_ptr().cast(), self.idx) };
-        if let (Some(b), Some(pool)) = (taken, &self.pool) {
-            pool.recycle(b);
+        if let Some((values, pool)) = &self.txn {
+            // SAFETY: the slot of this reaper stores only Tagged<T> (TxnSlot::<T>::set).
+            if let Some(b) = unsafe { values.take::<T>(hook.txn()) } {
+                pool.recycle(b);
+            }
         }
         hook.resume()
     }
@@ -224,9 +230,114 @@ impl<T> Pool<T> {
     }
 }
 
+/// Where a [`TxnSlot`]'s values live: each transaction's user argument
+/// (9.x, whose `TSHttpTxnArgGet` costs ~20 instructions), or on 10.x, whose
+/// only argument API costs ~540 per call, a lock-free table keyed by the
+/// transaction id, spilling to the user argument only when the table's
+/// probes are all taken (see `slot/table.rs`).
+struct TxnValues {
+    idx: c_int,
+    #[cfg(ats_10)]
+    table: table::IdTable,
+    /// Values of open transactions that went to the user argument.
+    #[cfg(ats_10)]
+    spilled: std::sync::atomic::AtomicUsize,
+}
+
+/// 2^15 entries of 16 bytes: 512 KiB a slot, far more than the transactions
+/// one traffic_server has open at once.
+#[cfg(ats_10)]
+const TABLE_BITS: u32 = 15;
+
+impl TxnValues {
+    fn new(idx: c_int) -> Self {
+        TxnValues {
+            idx,
+            #[cfg(ats_10)]
+            table: table::IdTable::new(TABLE_BITS),
+            #[cfg(ats_10)]
+            spilled: std::sync::atomic::AtomicUsize::new(0),
+        }
+    }
+
+    /// This copy's value for `txn`.
+    ///
+    /// # Safety
+    /// The slot stores only `Tagged<T>`.
+    unsafe fn get<'t, T>(&self, txn: Txn<'t>) -> Option<&'t Tagged<T>> {
+        #[cfg(ats_10)]
+        if let Some(p) = self.table.get(txn.id()) {
+            // SAFETY: stored by put() from a live Box<Tagged<T>>, owned by the
+            // slot until take(), which runs at TXN_CLOSE after every callback
+            // that can hold `txn`.
+            return Some(unsafe { &*p.cast::<Tagged<T>>() });
+        }
+        #[cfg(ats_10)]
+        if self.spilled.load(std::sync::atomic::Ordering::Relaxed) == 0 {
+            return None;
+        }
+        // SAFETY: live txn; per the contract.
+        unsafe { ours::<T>(Scope::Txn, txn.as_ptr().cast(), self.idx) }
+    }
+
+    /// True if a value (of any copy of the plugin, on 9.x) is stored for `txn`.
+    fn occupied(&self, txn: Txn<'_>) -> bool {
+        #[cfg(ats_10)]
+        {
+            if self.table.get(txn.id()).is_some() {
+                return true;
+            }
+            if self.spilled.load(std::sync::atomic::Ordering::Relaxed) == 0 {
+                return false;
+            }
+        }
+        // SAFETY: live txn, reserved index.
+        !unsafe { arg_get(Scope::Txn, txn.as_ptr().cast(), self.idx) }.is_null()
+    }
+
+    /// Stores `p` for `txn`, which is not [`occupied`](Self::occupied).
+    fn put<T>(&self, txn: Txn<'_>, p: *mut Tagged<T>) {
+        #[cfg(ats_10)]
+        if self.table.insert(txn.id(), p.cast()).is_ok() {
+            return;
+        }
+        #[cfg(ats_10)]
+        self.spilled
+            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        // SAFETY: live txn, reserved index; ownership moves into the slot
+        // until take() reclaims it.
+        unsafe { arg_set(Scope::Txn, txn.as_ptr().cast(), self.idx, p.cast()) };
+    }
+
+    /// Takes this copy's value for `txn` out.
+    ///
+    /// # Safety
+    /// The slot stores only `Tagged<T>`.
+    unsafe fn take<T>(&self, txn: Txn<'_>) -> Option<Box<Tagged<T>>> {
+        #[cfg(ats_10)]
+        {
+            if let Some(p) = self.table.remove(txn.id()) {
+                // SAFETY: p came from Box::<Tagged<T>>::into_raw via put().
+                return Some(unsafe { Box::from_raw(p.cast::<Tagged<T>>()) });
+            }
+            if self.spilled.load(std::sync::atomic::Ordering::Relaxed) == 0 {
+                return None;
+            }
+        }
+        // SAFETY: live txn; per the contract.
+        let taken = unsafe { take_raw::<T>(Scope::Txn, txn.as_ptr().cast(), self.idx) };
+        #[cfg(ats_10)]
+        if taken.is_some() {
+            self.spilled
+                .fetch_sub(1, std::sync::atomic::Ordering::Relaxed);
+        }
+        taken
+    }
+}
+
 /// A typed per-transaction slot. Create one per state type at plugin init.
 pub struct TxnSlot<T> {
-    idx: c_int,
+    values: Arc<TxnValues>,
     reaper: HookCont,
     pool: Arc<Pool<T>>,
     _t: PhantomData<fn(T)>,
@@ -236,33 +347,31 @@ impl<T: Send + Sync + 'static> TxnSlot<T> {
     /// Reserves the slot; `name` should be unique to the plugin (e.g. "rate_limit").
     pub fn new(name: &str) -> Result<Self, String> {
         let idx = reserve(Scope::Txn, name)?;
+        let values = Arc::new(TxnValues::new(idx));
         let pool = Arc::new(Pool(ArrayQueue::new(POOL)));
         let reaper = HookCont::new(Reaper::<T> {
             idx,
-            pool: Some(pool.clone()),
+            txn: Some((values.clone(), pool.clone())),
             _t: PhantomData,
         })?;
         Ok(TxnSlot {
-            idx,
+            values,
             reaper,
             pool,
             _t: PhantomData,
         })
     }
 
-    /// Stores `value` for the transaction; it is dropped at TXN_CLOSE. If the slot is occupied (the plugin twice in one remap
-    /// chain), the value is handed back.
+    /// Stores `value` for the transaction; it is dropped at TXN_CLOSE. If
+    /// the slot is occupied (the plugin twice in one remap chain, or a
+    /// second remap of the transaction), the value is handed back.
     /// Returns the stored value, as [`TxnSlot::get`] would.
     pub fn set<'t>(&self, txn: Txn<'t>, value: T) -> Result<&'t T, T> {
-        let obj: *mut c_void = txn.as_ptr().cast();
-        // SAFETY: live txn, reserved index.
-        if !unsafe { arg_get(Scope::Txn, obj, self.idx) }.is_null() {
+        if self.values.occupied(txn) {
             return Err(value);
         }
         let p = self.pool.tagged(value);
-        // SAFETY: live txn, reserved index; ownership moves into the slot until
-        // the reaper reclaims it.
-        unsafe { arg_set(Scope::Txn, obj, self.idx, p.cast()) };
+        self.values.put(txn, p);
         txn.hook(HookId::TxnClose, &self.reaper);
         // SAFETY: as in `get`: the box lives until TXN_CLOSE, after every
         // callback that holds `txn`.
@@ -271,9 +380,9 @@ impl<T: Send + Sync + 'static> TxnSlot<T> {
 
     /// The state stored for the transaction, if any.
     pub fn get<'t>(&self, txn: Txn<'t>) -> Option<&'t T> {
-        // SAFETY: live txn; the slot holds null or a tagged box owned until
+        // SAFETY: this slot stores only Tagged<T>; the box is owned until
         // TXN_CLOSE, which cannot happen while a callback holding `txn` runs.
-        unsafe { ours::<T>(Scope::Txn, txn.as_ptr().cast(), self.idx) }.map(|t| &t.value)
+        unsafe { self.values.get::<T>(txn) }.map(|t| &t.value)
     }
 }
 
@@ -289,7 +398,7 @@ impl<T: Send + Sync + 'static> SsnSlot<T> {
         let idx = reserve(Scope::Ssn, name)?;
         let reaper = HookCont::new(Reaper::<T> {
             idx,
-            pool: None,
+            txn: None,
             _t: PhantomData,
         })?;
         Ok(SsnSlot {
