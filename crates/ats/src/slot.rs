@@ -157,7 +157,7 @@ impl<T: Send + Sync + 'static> HookHandler for Reaper<T> {
     fn on_txn(&self, hook: Hook<'_>) -> Done {
         if let Some((values, pool)) = &self.txn {
             // SAFETY: the slot of this reaper stores only Tagged<T> (TxnSlot::<T>::set).
-            if let Some(b) = unsafe { values.take::<T>(hook.txn()) } {
+            if let Some(b) = unsafe { values.take::<T>(Key::of(hook.txn())) } {
                 pool.recycle(b);
             }
         }
@@ -217,6 +217,20 @@ impl<T> Pool<T> {
         }
     }
 
+    /// Moves the value out of a box from [`tagged`](Self::tagged) that was
+    /// never stored, and keeps the box.
+    ///
+    /// # Safety
+    /// `p` came from `self.tagged` and is owned by the caller.
+    unsafe fn untag(&self, p: *mut Tagged<T>) -> T {
+        // SAFETY: per the contract, a valid, owned Tagged<T>.
+        let b: Box<MaybeUninit<Tagged<T>>> = unsafe { Box::from_raw(p.cast()) };
+        // SAFETY: initialised by `tagged`; read once, then only the memory is kept.
+        let t = unsafe { b.assume_init_read() };
+        let _ = self.0.push(b);
+        t.value
+    }
+
     /// Drops the value and keeps its box (or frees it if the pool is full).
     fn recycle(&self, b: Box<Tagged<T>>) {
         let raw = Box::into_raw(b);
@@ -233,99 +247,132 @@ impl<T> Pool<T> {
 /// Where a [`TxnSlot`]'s values live: each transaction's user argument
 /// (9.x, whose `TSHttpTxnArgGet` costs ~20 instructions), or on 10.x, whose
 /// only argument API costs ~540 per call, a lock-free table keyed by the
-/// transaction id, spilling to the user argument only when the table's
-/// probes are all taken (see `slot/table.rs`).
+/// transaction id, spilling to the user argument only for a transaction
+/// whose bucket is full (see `slot/table.rs`).
 struct TxnValues {
     idx: c_int,
     #[cfg(ats_10)]
     table: table::IdTable,
-    /// Values of open transactions that went to the user argument.
+    /// Values of open transactions that went to the user argument: while
+    /// there are none, a value not in the table is not anywhere.
     #[cfg(ats_10)]
     spilled: std::sync::atomic::AtomicUsize,
 }
 
-/// 2^15 entries of 16 bytes: 512 KiB a slot, far more than the transactions
-/// one traffic_server has open at once.
+/// 2^13 buckets of 4 entries, 64 bytes each: 512 KiB a slot, room for far
+/// more transactions than one traffic_server has open at once.
+const TABLE_BITS: u32 = 13;
+
+/// What locates a transaction's value: its id on 10.x (one
+/// `TSHttpTxnIdGet`, taken once per callback), nothing more on 9.x.
+#[derive(Clone, Copy)]
+struct Key<'t> {
+    txn: Txn<'t>,
+    #[cfg(ats_10)]
+    id: u64,
+}
+
+impl<'t> Key<'t> {
+    fn of(txn: Txn<'t>) -> Self {
+        Key {
+            txn,
+            #[cfg(ats_10)]
+            id: txn.id(),
+        }
+    }
+
+    fn obj(self) -> *mut c_void {
+        self.txn.as_ptr().cast()
+    }
+}
+
 #[cfg(ats_10)]
-const TABLE_BITS: u32 = 15;
+fn spilled_now(n: &std::sync::atomic::AtomicUsize) -> bool {
+    n.load(std::sync::atomic::Ordering::Relaxed) > 0
+}
 
 impl TxnValues {
-    fn new(idx: c_int) -> Self {
+    fn new(idx: c_int, table_bits: u32) -> Self {
+        let _ = table_bits;
         TxnValues {
             idx,
             #[cfg(ats_10)]
-            table: table::IdTable::new(TABLE_BITS),
+            table: table::IdTable::new(table_bits),
             #[cfg(ats_10)]
             spilled: std::sync::atomic::AtomicUsize::new(0),
         }
     }
 
-    /// This copy's value for `txn`.
+    /// This copy's value for the transaction.
     ///
     /// # Safety
     /// The slot stores only `Tagged<T>`.
-    unsafe fn get<'t, T>(&self, txn: Txn<'t>) -> Option<&'t Tagged<T>> {
-        #[cfg(ats_10)]
-        if let Some(p) = self.table.get(txn.id()) {
-            // SAFETY: stored by put() from a live Box<Tagged<T>>, owned by the
-            // slot until take(), which runs at TXN_CLOSE after every callback
-            // that can hold `txn`.
-            return Some(unsafe { &*p.cast::<Tagged<T>>() });
-        }
-        #[cfg(ats_10)]
-        if self.spilled.load(std::sync::atomic::Ordering::Relaxed) == 0 {
-            return None;
-        }
-        // SAFETY: live txn; per the contract.
-        unsafe { ours::<T>(Scope::Txn, txn.as_ptr().cast(), self.idx) }
-    }
-
-    /// True if a value (of any copy of the plugin, on 9.x) is stored for `txn`.
-    fn occupied(&self, txn: Txn<'_>) -> bool {
+    unsafe fn get<'t, T>(&self, key: Key<'t>) -> Option<&'t Tagged<T>> {
         #[cfg(ats_10)]
         {
-            if self.table.get(txn.id()).is_some() {
-                return true;
+            if let Some(p) = self.table.get(key.id) {
+                // SAFETY: stored by put() from a live Box<Tagged<T>>, owned by
+                // the slot until take(), which runs at TXN_CLOSE after every
+                // callback that can hold the transaction.
+                return Some(unsafe { &*p.cast::<Tagged<T>>() });
             }
-            if self.spilled.load(std::sync::atomic::Ordering::Relaxed) == 0 {
-                return false;
-            }
-        }
-        // SAFETY: live txn, reserved index.
-        !unsafe { arg_get(Scope::Txn, txn.as_ptr().cast(), self.idx) }.is_null()
-    }
-
-    /// Stores `p` for `txn`, which is not [`occupied`](Self::occupied).
-    fn put<T>(&self, txn: Txn<'_>, p: *mut Tagged<T>) {
-        #[cfg(ats_10)]
-        if self.table.insert(txn.id(), p.cast()).is_ok() {
-            return;
-        }
-        #[cfg(ats_10)]
-        self.spilled
-            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-        // SAFETY: live txn, reserved index; ownership moves into the slot
-        // until take() reclaims it.
-        unsafe { arg_set(Scope::Txn, txn.as_ptr().cast(), self.idx, p.cast()) };
-    }
-
-    /// Takes this copy's value for `txn` out.
-    ///
-    /// # Safety
-    /// The slot stores only `Tagged<T>`.
-    unsafe fn take<T>(&self, txn: Txn<'_>) -> Option<Box<Tagged<T>>> {
-        #[cfg(ats_10)]
-        {
-            if let Some(p) = self.table.remove(txn.id()) {
-                // SAFETY: p came from Box::<Tagged<T>>::into_raw via put().
-                return Some(unsafe { Box::from_raw(p.cast::<Tagged<T>>()) });
-            }
-            if self.spilled.load(std::sync::atomic::Ordering::Relaxed) == 0 {
+            if !spilled_now(&self.spilled) {
                 return None;
             }
         }
         // SAFETY: live txn; per the contract.
-        let taken = unsafe { take_raw::<T>(Scope::Txn, txn.as_ptr().cast(), self.idx) };
+        unsafe { ours::<T>(Scope::Txn, key.obj(), self.idx) }
+    }
+
+    /// Stores `p` for the transaction unless a value is stored already (on
+    /// 9.x, by any copy of the plugin), in which case `p` is handed back.
+    fn put<T>(&self, key: Key<'_>, p: *mut Tagged<T>) -> Result<(), *mut Tagged<T>> {
+        #[cfg(ats_10)]
+        {
+            // A value that spilled earlier (its bucket was full then) is in
+            // the argument; look there only while spills exist.
+            if spilled_now(&self.spilled)
+                // SAFETY: live txn, reserved index.
+                && !unsafe { arg_get(Scope::Txn, key.obj(), self.idx) }.is_null()
+            {
+                return Err(p);
+            }
+            match self.table.insert(key.id, p.cast()) {
+                Ok(()) => return Ok(()),
+                Err(table::Refused::Taken) => return Err(p),
+                Err(table::Refused::Full) => {}
+            }
+            self.spilled
+                .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        }
+        #[cfg(ats_9)]
+        // SAFETY: live txn, reserved index.
+        if !unsafe { arg_get(Scope::Txn, key.obj(), self.idx) }.is_null() {
+            return Err(p);
+        }
+        // SAFETY: live txn, reserved index; ownership moves into the slot
+        // until take() reclaims it.
+        unsafe { arg_set(Scope::Txn, key.obj(), self.idx, p.cast()) };
+        Ok(())
+    }
+
+    /// Takes this copy's value for the transaction out.
+    ///
+    /// # Safety
+    /// The slot stores only `Tagged<T>`.
+    unsafe fn take<T>(&self, key: Key<'_>) -> Option<Box<Tagged<T>>> {
+        #[cfg(ats_10)]
+        {
+            if let Some(p) = self.table.remove(key.id) {
+                // SAFETY: p came from Box::<Tagged<T>>::into_raw via put().
+                return Some(unsafe { Box::from_raw(p.cast::<Tagged<T>>()) });
+            }
+            if !spilled_now(&self.spilled) {
+                return None;
+            }
+        }
+        // SAFETY: live txn; per the contract.
+        let taken = unsafe { take_raw::<T>(Scope::Txn, key.obj(), self.idx) };
         #[cfg(ats_10)]
         if taken.is_some() {
             self.spilled
@@ -346,8 +393,15 @@ pub struct TxnSlot<T> {
 impl<T: Send + Sync + 'static> TxnSlot<T> {
     /// Reserves the slot; `name` should be unique to the plugin (e.g. "rate_limit").
     pub fn new(name: &str) -> Result<Self, String> {
+        Self::with_table_bits(name, TABLE_BITS)
+    }
+
+    /// As [`new`](Self::new), with a table of `2^bits` buckets of 4 on
+    /// 10.x (ignored on 9.x), at most 2^20. For tests that must drive the
+    /// spill to the user argument (probe.so's `--slot-table-bits`).
+    pub fn with_table_bits(name: &str, bits: u32) -> Result<Self, String> {
         let idx = reserve(Scope::Txn, name)?;
-        let values = Arc::new(TxnValues::new(idx));
+        let values = Arc::new(TxnValues::new(idx, bits.min(20)));
         let pool = Arc::new(Pool(ArrayQueue::new(POOL)));
         let reaper = HookCont::new(Reaper::<T> {
             idx,
@@ -367,11 +421,11 @@ impl<T: Send + Sync + 'static> TxnSlot<T> {
     /// second remap of the transaction), the value is handed back.
     /// Returns the stored value, as [`TxnSlot::get`] would.
     pub fn set<'t>(&self, txn: Txn<'t>, value: T) -> Result<&'t T, T> {
-        if self.values.occupied(txn) {
-            return Err(value);
-        }
         let p = self.pool.tagged(value);
-        self.values.put(txn, p);
+        if let Err(p) = self.values.put(Key::of(txn), p) {
+            // SAFETY: `p` came from the pool just now and was not stored.
+            return Err(unsafe { self.pool.untag(p) });
+        }
         txn.hook(HookId::TxnClose, &self.reaper);
         // SAFETY: as in `get`: the box lives until TXN_CLOSE, after every
         // callback that holds `txn`.
@@ -382,7 +436,7 @@ impl<T: Send + Sync + 'static> TxnSlot<T> {
     pub fn get<'t>(&self, txn: Txn<'t>) -> Option<&'t T> {
         // SAFETY: this slot stores only Tagged<T>; the box is owned until
         // TXN_CLOSE, which cannot happen while a callback holding `txn` runs.
-        unsafe { self.values.get::<T>(txn) }.map(|t| &t.value)
+        unsafe { self.values.get::<T>(Key::of(txn)) }.map(|t| &t.value)
     }
 }
 

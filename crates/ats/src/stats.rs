@@ -13,6 +13,13 @@ use std::ffi::c_int;
 
 use crate::{log::to_cstring, sys};
 
+/// How many metrics the version's table holds, for the error when it is full.
+#[cfg(ats_9)]
+const TABLE: &str =
+    "ATS 9.2 holds about 1400 plugin metrics; traffic_server --maxRecords raises it";
+#[cfg(ats_10)]
+const TABLE: &str = "ATS 10 holds 8 388 608 metrics in all, its own included";
+
 /// A registered integer metric.
 #[derive(Clone, Copy, Debug)]
 pub struct Stat(c_int);
@@ -40,8 +47,7 @@ impl Stat {
         };
         if id < 0 {
             Err(format!(
-                "cannot create metric {name}: the plugin metric table is full \
-                 (ATS 9.2 holds about 1400 plugin metrics; traffic_server --maxRecords raises it)"
+                "cannot create metric {name}: the plugin metric table is full ({TABLE})"
             ))
         } else {
             Ok(Stat(id))
