@@ -83,40 +83,55 @@ impl Stat {
 /// gauge and a counter every `every`, on a task thread. As deltas: rules may
 /// share a metric name, so each adds only what changed since its last look.
 /// `read` returns `None` once its source is gone (e.g. a reloaded-away
-/// rule's table, held weakly). Dropping the returned task stops it, and the
-/// publisher then takes its share back out of the gauge.
-pub fn publish_deltas(
+/// rule's table, held weakly). Dropping the returned task stops it; the
+/// publisher then adds what the count gained since its last look and takes
+/// its share back out of the gauge.
+pub fn publish_deltas<F>(
     every: std::time::Duration,
     gauge: Option<Stat>,
     counter: Option<Stat>,
-    read: impl Fn() -> Option<(i64, u64)> + Send + Sync + 'static,
-) -> Result<crate::sched::Periodic, String> {
-    let share = Share {
+    read: F,
+) -> Result<crate::sched::Periodic, String>
+where
+    F: Fn() -> Option<(i64, u64)> + Send + Sync + 'static,
+{
+    let p = Publisher {
         gauge,
+        counter,
+        read,
         last: std::sync::Mutex::new((0, 0)),
     };
-    crate::sched::Periodic::start(every, crate::sched::Pool::Task, move || {
-        let Some((level, count)) = read() else { return };
-        let mut last = share.last.lock().unwrap_or_else(|e| e.into_inner());
-        if let Some(g) = share.gauge {
-            g.add(level - last.0);
-        }
-        if let Some(c) = counter {
-            c.add(count.saturating_sub(last.1) as i64);
-        }
-        *last = (level, count);
-    })
+    crate::sched::Periodic::start(every, crate::sched::Pool::Task, move || p.tick())
 }
 
-/// A publisher's share of a gauge; dropped with its task's closure (on a
-/// task thread, under the guard), it takes the share back out.
-struct Share {
+/// A publisher's share of a gauge and a counter. Owned by its periodic
+/// task's closure, so it is dropped on a task thread, under the guard.
+struct Publisher<F: Fn() -> Option<(i64, u64)>> {
     gauge: Option<Stat>,
+    counter: Option<Stat>,
+    read: F,
     last: std::sync::Mutex<(i64, u64)>,
 }
 
-impl Drop for Share {
+impl<F: Fn() -> Option<(i64, u64)>> Publisher<F> {
+    fn tick(&self) {
+        let Some((level, count)) = (self.read)() else {
+            return;
+        };
+        let mut last = self.last.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some(g) = self.gauge {
+            g.add(level - last.0);
+        }
+        if let Some(c) = self.counter {
+            c.add(count.saturating_sub(last.1) as i64);
+        }
+        *last = (level, count);
+    }
+}
+
+impl<F: Fn() -> Option<(i64, u64)>> Drop for Publisher<F> {
     fn drop(&mut self) {
+        self.tick();
         if let Some(g) = self.gauge {
             let last = self.last.get_mut().unwrap_or_else(|e| e.into_inner());
             g.add(-last.0);

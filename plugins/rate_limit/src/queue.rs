@@ -190,7 +190,7 @@ impl Queued {
             }
             note_delay(&h, &rule, since);
             bump(rule.metrics.resumed, 1);
-            bump(rule.metrics.admitted, 1);
+            rule.live.admit();
             if let Some(r) = rate {
                 r.spend();
             }

@@ -2,7 +2,7 @@
 //! in it whose `Drop` gives back what a transaction held: a slot (`Held`),
 //! a queue place (`Place`); each keeps its gauge exact.
 
-use std::sync::atomic::{AtomicBool, AtomicU8, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicI64, AtomicU64, AtomicU8, Ordering};
 use std::sync::{Arc, OnceLock};
 
 use ats::stats::Stat;
@@ -67,25 +67,56 @@ impl Metrics {
     }
 }
 
-/// A held slot, counted in the `active` gauge.
+/// A rule's `active` level and `admitted` count, kept in its own atomics
+/// and added to its metrics every second (`ats::stats::publish_deltas`, as
+/// deltas: rules may share a metric name). Changing the metrics themselves
+/// cost three `TSStatIntIncrement` per admitted transaction: on ATS 10 ~40
+/// instructions each, and an atomic on a line every thread shares
+/// (BENCHMARKS.md, "Instructions per request", 10.1). Operators read
+/// metrics seconds apart, and 9.2 shows them ~10 s late anyway.
+#[derive(Default)]
+pub(crate) struct Live {
+    active: AtomicI64,
+    admitted: AtomicU64,
+}
+
+/// How often a rule's `active` and `admitted` reach its metrics.
+pub(crate) const LIVE_EVERY: std::time::Duration = std::time::Duration::from_secs(1);
+
+impl Live {
+    /// Counts an admitted transaction, after its slot (if any) was taken:
+    /// once `admitted` shows it, `active` shows the slot.
+    pub(crate) fn admit(&self) {
+        self.admitted.fetch_add(1, Ordering::Release);
+    }
+
+    /// (active, admitted) now. `admitted` is read first (Acquire): the
+    /// slots of the admissions it counts are in the `active` read after it.
+    pub(crate) fn read(&self) -> (i64, u64) {
+        let admitted = self.admitted.load(Ordering::Acquire);
+        (self.active.load(Ordering::Relaxed), admitted)
+    }
+}
+
+/// A held slot, counted in its rule's `active` level.
 pub(crate) struct Held {
     pub(crate) _permit: Permit<Queued>,
-    pub(crate) gauge: Option<Stat>,
+    live: Arc<Live>,
 }
 
 impl Held {
     pub(crate) fn new(permit: Permit<Queued>, rule: &Rule) -> Held {
-        bump(rule.metrics.active, 1);
+        rule.live.active.fetch_add(1, Ordering::Relaxed);
         Held {
             _permit: permit,
-            gauge: rule.metrics.active,
+            live: rule.live.clone(),
         }
     }
 }
 
 impl Drop for Held {
     fn drop(&mut self) {
-        bump(self.gauge, -1);
+        self.live.active.fetch_sub(1, Ordering::Relaxed);
     }
 }
 

@@ -394,7 +394,7 @@ fn admit(rule: Arc<Rule>, parked: Parked, lease: Option<Lease>) {
 }
 
 fn resume(h: HomeTxn<'_>, rule: &Rule, lease: Option<Lease>) -> Done {
-    bump(rule.metrics.admitted, 1);
+    rule.live.admit();
     if let Some(st) = state(&h, rule) {
         st.set_outcome(TxnOutcome::Admitted);
         if let Some(l) = lease {
