@@ -23,15 +23,34 @@
 //!   probe itself) and `X-Probe-Initiated: home|foreign` (where the resume
 //!   was started); the counters `plugin.probe.off_home_mutations` and
 //!   `plugin.probe.foreign_resumes` sum them.
-//! - anything else: passes through; the response carries
-//!   `X-Probe-Txn-State: <id>` read back from per-transaction state.
+//! - anything else: passes through.
+//!
+//! Every response (of a request whose state was stored) carries, read back
+//! from per-transaction state: `X-Probe-Txn-State: <id>` (a number unique
+//! to the transaction), `X-Probe-Mark: <mark>` if the request sent the
+//! header `X-Probe-Mark` (echoed, so a client can tell its own transaction's
+//! state from another's), and `X-Probe-States-Live: <n>`, how many
+//! transactions had state stored in the slot when the response went out.
+//! The gauge `plugin.probe.txn_states_live` counts stored states that were
+//! not dropped yet (0 once every one was reaped at TXN_CLOSE); the counter
+//! `plugin.probe.txn_states_stored`, bumped after the gauge, counts every
+//! state stored (a witness for the gauge: see `wait_metrics_after` in the
+//! test harness).
 //!
 //! Options: `--tag=<text>` (echoed in a response header), `--log` (write a
-//! line per request to probe.log). Any other option fails the rule.
+//! line per request to probe.log), `--slot-table-bits=<0..=20>` (the
+//! probe's `TxnSlot` is made with `TxnSlot::with_table_bits("probe", N)`:
+//! on Traffic Server 10 a table of 2^N buckets of 4, so with 0 a fifth open
+//! transaction spills to the user argument; ignored by the slot on 9.2).
+//! The slot and the probe's other globals are created once, by the first
+//! probe rule ATS loads (the first in remap.config at startup), so
+//! `--slot-table-bits` only takes effect on that rule; a later rule (or a
+//! reload) that asks for a table other than the one in effect is refused.
+//! Any other option fails the rule.
 #![forbid(unsafe_code)]
 
 use std::collections::VecDeque;
-use std::sync::atomic::{AtomicU64, AtomicU8, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicU8, Ordering};
 use std::sync::{Arc, Mutex, OnceLock};
 use std::time::Duration;
 
@@ -53,6 +72,10 @@ struct State {
     action: Action,
     tag: String,
     seq: u64,
+    /// The request's `X-Probe-Mark` ("" if none), echoed in the response.
+    mark: String,
+    /// Counted in the live states (set once the slot holds it).
+    counted: AtomicBool,
     /// For `/home/...`: 0 not resumed yet, 1 changed on its home thread, 2 off it.
     home: AtomicU8,
     /// For `/home/...`: 1 resume started on the home thread, 2 elsewhere.
@@ -89,55 +112,131 @@ struct Waiting {
 struct Globals {
     cont: HookCont,
     state: TxnSlot<State>,
+    /// The `--slot-table-bits` the slot was made with (`None`: `TxnSlot::new`).
+    table_bits: Option<u32>,
     requests: Stat,
+    states_live: Stat,
+    states_stored: Stat,
     cancelled_ran: Stat,
     off_home: Stat,
     foreign: Stat,
     log: TextLog,
 }
 
+/// Set by the first rule's `new_instance` (see [`init_globals`]).
 static GLOBALS: OnceLock<Globals> = OnceLock::new();
+/// Serialises the creation of [`GLOBALS`].
+static GLOBALS_INIT: Mutex<()> = Mutex::new(());
 static SEQ: AtomicU64 = AtomicU64::new(0);
+/// States stored in the slot and not dropped yet (`plugin.probe.txn_states_live`
+/// as this process sees it now, not as of the last metric sync).
+static LIVE: AtomicU64 = AtomicU64::new(0);
+
+/// The largest `--slot-table-bits` (`TxnSlot::with_table_bits` caps there).
+const MAX_TABLE_BITS: u32 = 20;
 
 fn globals() -> &'static Globals {
     GLOBALS
         .get()
-        .expect("TSRemapInit ran before any instance exists")
+        .expect("hooks and DoRemap run only after an instance exists")
+}
+
+/// Creates the globals on the first rule, its `--slot-table-bits` deciding
+/// the slot's table; a later rule may only ask for the table in effect.
+fn init_globals(table_bits: Option<u32>) -> Result<(), String> {
+    let _init = GLOBALS_INIT.lock().unwrap_or_else(|e| e.into_inner());
+    if let Some(g) = GLOBALS.get() {
+        return match table_bits {
+            Some(bits) if g.table_bits != Some(bits) => Err(format!(
+                "--slot-table-bits={bits}: the probe's slot was made by the first probe \
+                 rule, with {}; the option only takes effect on that rule",
+                match g.table_bits {
+                    Some(b) => format!("--slot-table-bits={b}"),
+                    None => "the default table".to_owned(),
+                }
+            )),
+            _ => Ok(()),
+        };
+    }
+    let state = match table_bits {
+        Some(bits) => TxnSlot::with_table_bits("probe", bits)?,
+        None => TxnSlot::new("probe")?,
+    };
+    let g = Globals {
+        cont: HookCont::new(Hooks)?,
+        state,
+        table_bits,
+        requests: Stat::find_or_create("plugin.probe.requests")?,
+        states_live: Stat::find_or_create("plugin.probe.txn_states_live")?,
+        states_stored: Stat::find_or_create("plugin.probe.txn_states_stored")?,
+        cancelled_ran: Stat::find_or_create("plugin.probe.cancelled_timer_ran")?,
+        off_home: Stat::find_or_create("plugin.probe.off_home_mutations")?,
+        foreign: Stat::find_or_create("plugin.probe.foreign_resumes")?,
+        log: TextLog::create("probe", true)?,
+    };
+    let _ = GLOBALS.set(g);
+    Ok(())
+}
+
+/// `--slot-table-bits`'s value: decimal digits only, at most [`MAX_TABLE_BITS`].
+fn parse_table_bits(v: &str) -> Result<u32, String> {
+    v.parse::<u32>()
+        .ok()
+        .filter(|b| v.bytes().all(|c| c.is_ascii_digit()) && *b <= MAX_TABLE_BITS)
+        .ok_or_else(|| {
+            format!(
+                "invalid value '{v}' for --slot-table-bits \
+                 (allowed: an integer from 0 to {MAX_TABLE_BITS})"
+            )
+        })
+}
+
+impl State {
+    /// Counts the state as live once the slot holds it; the counter, a
+    /// witness for the gauge, comes after the gauge.
+    fn count_stored(&self, g: &Globals) {
+        self.counted.store(true, Ordering::Relaxed);
+        LIVE.fetch_add(1, Ordering::Relaxed);
+        g.states_live.inc();
+        g.states_stored.inc();
+    }
+}
+
+impl Drop for State {
+    fn drop(&mut self) {
+        if *self.counted.get_mut() {
+            LIVE.fetch_sub(1, Ordering::Relaxed);
+            if let Some(g) = GLOBALS.get() {
+                g.states_live.dec();
+            }
+        }
+    }
 }
 
 impl RemapPlugin for Probe {
     const NAME: &'static str = "probe";
-
-    fn init() -> Result<(), String> {
-        let g = Globals {
-            cont: HookCont::new(Hooks)?,
-            state: TxnSlot::new("probe")?,
-            requests: Stat::find_or_create("plugin.probe.requests")?,
-            cancelled_ran: Stat::find_or_create("plugin.probe.cancelled_timer_ran")?,
-            off_home: Stat::find_or_create("plugin.probe.off_home_mutations")?,
-            foreign: Stat::find_or_create("plugin.probe.foreign_resumes")?,
-            log: TextLog::create("probe", true)?,
-        };
-        let _ = GLOBALS.set(g);
-        Ok(())
-    }
 
     fn new_instance(args: &RemapArgs<'_>) -> Result<Self, String> {
         let mut probe = Probe {
             tag: String::new(),
             log: false,
         };
+        let mut table_bits = None;
         for opt in args.options() {
             if let Some(tag) = opt.strip_prefix("--tag=") {
                 probe.tag = tag.to_owned();
             } else if *opt == "--log" {
                 probe.log = true;
+            } else if let Some(v) = opt.strip_prefix("--slot-table-bits=") {
+                table_bits = Some(parse_table_bits(v)?);
             } else {
                 return Err(format!(
-                    "unknown option '{opt}' (allowed: --tag=<text>, --log)"
+                    "unknown option '{opt}' (allowed: --tag=<text>, --log), \
+                     or on the first probe rule --slot-table-bits=<0..={MAX_TABLE_BITS}>"
                 ));
             }
         }
+        init_globals(table_bits)?;
         log::info!(
             "probe rule {} -> {} tag={:?}",
             args.from_url,
@@ -180,16 +279,24 @@ impl RemapPlugin for Probe {
         if matches!(action, Action::PanicClose | Action::HomeHandoff) {
             txn.hook(HookId::TxnClose, &g.cont);
         }
+        let mark = req
+            .request_header()
+            .and_then(|h| h.get("X-Probe-Mark"))
+            .map(|m| String::from_utf8_lossy(&m).into_owned())
+            .unwrap_or_default();
         let state = State {
             action,
             tag: self.tag.clone(),
             seq: SEQ.fetch_add(1, Ordering::Relaxed),
+            mark,
+            counted: AtomicBool::new(false),
             home: AtomicU8::new(0),
             initiated: AtomicU8::new(0),
             parked_on: Mutex::new(None),
         };
-        if g.state.set(txn, state).is_err() {
-            log::warn!("probe state already set on this transaction");
+        match g.state.set(txn, state) {
+            Ok(stored) => stored.count_stored(g),
+            Err(_) => log::warn!("probe state already set on this transaction"),
         }
         txn.hook(HookId::PostRemap, &g.cont);
         txn.hook(HookId::SendResponseHdr, &g.cont);
@@ -295,6 +402,11 @@ impl HookHandler for Hooks {
             (HookId::SendResponseHdr, _) => {
                 if let Some(mut resp) = txn.client_response() {
                     resp.set("X-Probe-Txn-State", &state.seq.to_string());
+                    if !state.mark.is_empty() {
+                        resp.set("X-Probe-Mark", &state.mark);
+                    }
+                    let live = LIVE.load(Ordering::Relaxed);
+                    resp.set("X-Probe-States-Live", &live.to_string());
                     let home = match state.home.load(Ordering::Acquire) {
                         1 => Some("on"),
                         2 => Some("off"),
