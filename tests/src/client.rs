@@ -65,6 +65,20 @@ impl Conn {
         Conn::wrap(sock.into(), port)
     }
 
+    /// A connection from `from` that starts with a PROXY protocol v1 header
+    /// naming `client` as the source (to a port with
+    /// [`TsBuilder::proxy_protocol`](crate::TsBuilder::proxy_protocol)).
+    pub fn open_proxied(
+        port: u16,
+        from: std::net::Ipv4Addr,
+        client: std::net::Ipv4Addr,
+    ) -> io::Result<Conn> {
+        let mut c = Conn::open_from(port, from)?;
+        let header = format!("PROXY TCP4 {client} 127.0.0.1 40000 {port}\r\n");
+        c.reader.get_mut().write_all(header.as_bytes())?;
+        Ok(c)
+    }
+
     fn wrap(s: TcpStream, port: u16) -> io::Result<Conn> {
         s.set_read_timeout(Some(TIMEOUT))?;
         s.set_nodelay(true)?;

@@ -35,6 +35,7 @@ pub struct TsBuilder {
     wrapper: Vec<String>,
     start_timeout: Duration,
     ipv6: bool,
+    proxy_protocol: bool,
 }
 
 /// Why a start is retried: the manager's child keeps dying unheard.
@@ -135,6 +136,14 @@ impl TsBuilder {
     /// [`Conn::open_ipv6`](crate::client::Conn::open_ipv6)).
     pub fn ipv6(mut self) -> Self {
         self.ipv6 = true;
+        self
+    }
+
+    /// The port expects a PROXY protocol header before each connection's
+    /// first request (`:pp`; send it with
+    /// [`Conn::open_proxied`](crate::client::Conn::open_proxied)).
+    pub fn proxy_protocol(mut self) -> Self {
+        self.proxy_protocol = true;
         self
     }
 
@@ -320,14 +329,14 @@ impl TsBuilder {
             ),
         )?;
         let mut records: BTreeMap<String, String> = [
-            (
-                "proxy.config.http.server_ports",
+            ("proxy.config.http.server_ports", {
+                let pp = if self.proxy_protocol { ":pp" } else { "" };
                 if self.ipv6 {
-                    format!("STRING {port}:ip-in=127.0.0.1 {port}:ipv6:ip-in=[::1]")
+                    format!("STRING {port}:ip-in=127.0.0.1{pp} {port}:ipv6:ip-in=[::1]{pp}")
                 } else {
-                    format!("STRING {port}:ip-in=127.0.0.1")
-                },
-            ),
+                    format!("STRING {port}:ip-in=127.0.0.1{pp}")
+                }
+            }),
             ("proxy.config.admin.user_id", "STRING #-1".into()),
             ("proxy.config.crash_log_helper", "STRING NULL".into()),
             ("proxy.config.diags.output.diag", "STRING L".into()),
@@ -594,6 +603,7 @@ impl TrafficServer {
             wrapper: Vec::new(),
             start_timeout: START_TIMEOUT,
             ipv6: false,
+            proxy_protocol: false,
         }
     }
 

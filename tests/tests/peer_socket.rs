@@ -1,7 +1,8 @@
 //! rate_limit.so's one peer socket against real traffic_servers on loopback:
 //! who may send (`--peer-allow` with a multicast group), several groups on
 //! one socket, rules that disagree on the socket, and the metrics of what a
-//! report leaves out (`--peer-max-tags`).
+//! report leaves out (`--peer-max-tags`) and of senders over the sender
+//! table (`--peer-max-senders`).
 //!
 //! The multicast rules use `--peer-period=60000` and the datagrams come
 //! from this test (sent unicast to 127.0.0.1): the servers never send a
@@ -240,4 +241,45 @@ fn tags_left_out_of_a_report_are_counted() {
         Ok(dropped)
     );
     assert_eq!(ts.metric("plugin.rate_limiter.peer_send_errors"), Some(0));
+}
+
+/// With `--peer-max-senders=1`, a second sender's authentic report is
+/// dropped while the first is tracked, and counted in `peer_senders_dropped`
+/// (and `peer_rejected`); the first sender is still heard.
+#[test]
+fn senders_beyond_the_table_are_dropped_and_counted() {
+    let origin = Origin::start();
+    let (listen, me) = (udp_port(), UdpSocket::bind("127.0.0.1:0").expect("udp"));
+    let mine = me.local_addr().expect("addr").port();
+    let ts = start(
+        &origin,
+        &[(
+            "s.test",
+            format!(
+                "--group=g --peers=127.0.0.1:{mine} --peer-listen=127.0.0.1:{listen} \
+                 --peer-period=60000 --peer-max-senders=1"
+            ),
+        )],
+        true,
+    )
+    .unwrap_or_else(|d| panic!("{d}"));
+    let to: SocketAddr = ([127, 0, 0, 1], listen).into();
+    let (mut s1, mut s2) = (0, 0);
+    send(&me, to, &report(91, &mut s1, "g", "c1", 100));
+    send(&me, to, &report(92, &mut s2, "g", "c2", 100));
+    send(&me, to, &report(91, &mut s1, "g", "c3", 100));
+    assert_eq!(
+        ts.wait_metric("plugin.rate_limiter.peer_senders_dropped", 1),
+        Ok(1),
+        "{}",
+        ts.diags()
+    );
+    assert_eq!(
+        ts.wait_metric("plugin.rate_limiter.peer_hits_applied", 200),
+        Ok(200)
+    );
+    assert_eq!(ts.metric("plugin.rate_limiter.peer_rejected"), Some(1));
+    let mut c = Conn::open(ts.port()).expect("connect");
+    assert_eq!(status(&mut c, "s.test", "c2"), 200, "92 was not heard");
+    assert_eq!(status(&mut c, "s.test", "c3"), 429, "91 still is");
 }

@@ -25,3 +25,71 @@ pub(crate) unsafe fn ip_from_sockaddr(sa: *const libc::sockaddr) -> Option<IpAdd
         _ => None,
     }
 }
+
+/// Like [`ip_from_sockaddr`], for a sockaddr of `len` bytes: `None` if it
+/// is shorter than its family's structure.
+///
+/// # Safety
+/// `sa` must be null or point to `len` readable bytes.
+#[cfg_attr(not(ats_10), allow(dead_code))]
+pub(crate) unsafe fn ip_from_sockaddr_len(
+    sa: *const libc::sockaddr,
+    len: std::ffi::c_int,
+) -> Option<IpAddr> {
+    let len = usize::try_from(len).ok()?;
+    if sa.is_null() || len < std::mem::size_of::<libc::sa_family_t>() {
+        return None;
+    }
+    // SAFETY: at least the family's bytes are readable (checked above).
+    let family = i32::from(unsafe { (*sa).sa_family });
+    let need = match family {
+        libc::AF_INET => std::mem::size_of::<libc::sockaddr_in>(),
+        libc::AF_INET6 => std::mem::size_of::<libc::sockaddr_in6>(),
+        _ => return None,
+    };
+    if len < need {
+        return None;
+    }
+    // SAFETY: a sockaddr of its family's full size.
+    unsafe { ip_from_sockaddr(sa) }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_sockaddr_shorter_than_its_family_is_no_address() {
+        // SAFETY: all-zero bytes are a valid sockaddr_in6.
+        let mut sin6: libc::sockaddr_in6 = unsafe { std::mem::zeroed() };
+        sin6.sin6_family = libc::AF_INET6 as libc::sa_family_t;
+        sin6.sin6_addr.s6_addr[15] = 1;
+        let sa = std::ptr::from_ref(&sin6).cast::<libc::sockaddr>();
+        let full = std::mem::size_of::<libc::sockaddr_in6>() as std::ffi::c_int;
+        // SAFETY: `sa` points to `full` readable bytes.
+        unsafe {
+            assert_eq!(
+                ip_from_sockaddr_len(sa, full),
+                Some(IpAddr::V6(Ipv6Addr::LOCALHOST))
+            );
+            assert_eq!(ip_from_sockaddr_len(sa, full - 1), None);
+            assert_eq!(ip_from_sockaddr_len(sa, 0), None);
+            assert_eq!(ip_from_sockaddr_len(sa, -1), None);
+            assert_eq!(ip_from_sockaddr_len(std::ptr::null(), full), None);
+        }
+        // SAFETY: all-zero bytes are a valid sockaddr_in.
+        let mut sin: libc::sockaddr_in = unsafe { std::mem::zeroed() };
+        sin.sin_family = libc::AF_INET as libc::sa_family_t;
+        sin.sin_addr.s_addr = u32::from(Ipv4Addr::new(192, 0, 2, 7)).to_be();
+        let sa = std::ptr::from_ref(&sin).cast::<libc::sockaddr>();
+        let len = std::mem::size_of::<libc::sockaddr_in>() as std::ffi::c_int;
+        // SAFETY: `sa` points to `len` readable bytes.
+        unsafe {
+            assert_eq!(
+                ip_from_sockaddr_len(sa, len),
+                Some(IpAddr::V4(Ipv4Addr::new(192, 0, 2, 7)))
+            );
+            assert_eq!(ip_from_sockaddr_len(sa, len - 1), None);
+        }
+    }
+}

@@ -216,6 +216,20 @@ impl<'a> Txn<'a> {
         unsafe { crate::net::ip_from_sockaddr(sa.cast()) }
     }
 
+    /// The client's IP address as its connection names it: on a port with
+    /// PROXY protocol (`:pp`), the source of the header ATS accepted;
+    /// otherwise the socket peer. 9.x's [`Txn::client_ip`] already is that
+    /// (ATS replaces the peer by the header's source); 10.x's is the header's
+    /// source only on `pp-clnt` ports, so there the header is asked
+    /// directly.
+    pub fn connection_client_ip(self) -> Option<IpAddr> {
+        #[cfg(ats_10)]
+        if let Some(ip) = self.ssn().and_then(Ssn::proxy_protocol_source) {
+            return Some(ip);
+        }
+        self.client_ip()
+    }
+
     /// Result of the cache lookup; `None` before the lookup completed.
     pub fn cache_lookup(self) -> Option<CacheLookup> {
         let mut status: std::ffi::c_int = -1;
@@ -310,6 +324,30 @@ impl<'a> Ssn<'a> {
     pub fn id(self) -> i64 {
         // SAFETY: live session.
         unsafe { sys::TSHttpSsnIdGet(self.as_ptr()) }
+    }
+
+    /// The source address of the connection's PROXY protocol header, if
+    /// ATS accepted one (`None` also for `PROXY UNKNOWN`/`LOCAL`).
+    #[cfg(ats_10)]
+    fn proxy_protocol_source(self) -> Option<IpAddr> {
+        // SAFETY: live session; ATS returns its client vconn, or null (a
+        // session without a network connection).
+        let vc = unsafe { sys::TSHttpSsnClientVConnGet(self.as_ptr()) };
+        if vc.is_null() {
+            return None;
+        }
+        let key = u16::try_from(sys::TSVConnPPInfoKey::TS_PP_INFO_SRC_ADDR.0).ok()?;
+        let mut value: *const std::ffi::c_char = std::ptr::null();
+        let mut len: std::ffi::c_int = 0;
+        // SAFETY: non-null vconn of a live session (TSVConnPPInfoGet does
+        // not check it); valid out pointers. On success ATS points `value`
+        // at the vconn's own sockaddr of `len` bytes.
+        let rc = unsafe { sys::TSVConnPPInfoGet(vc, key, &mut value, &mut len) };
+        if rc != sys::TSReturnCode::TS_SUCCESS {
+            return None;
+        }
+        // SAFETY: ATS's sockaddr of `len` bytes, alive with the session.
+        unsafe { crate::net::ip_from_sockaddr_len(value.cast(), len) }
     }
 }
 

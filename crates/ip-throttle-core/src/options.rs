@@ -7,8 +7,11 @@
 //! then the value (short and printable, [`limits::quote`]), then what is
 //! allowed: ATS keeps only about 1 KB of a diagnostic.
 
+use std::net::IpAddr;
 use std::path::{Path, PathBuf};
 
+use forwarded::ForwardedHeader;
+use ipnet::IpNet;
 use limits::quote::{quote, shorten_to};
 use limits::{Nanos, NANOS_PER_SEC};
 use regex::bytes::Regex;
@@ -40,6 +43,9 @@ pub const MAX_BAN_SECONDS: u64 = 365 * 86_400;
 /// Largest `--config` file and regex accepted.
 pub const MAX_CONFIG_BYTES: u64 = 1 << 20;
 pub const MAX_REGEX_BYTES: usize = 4096;
+/// Most `--trusted-proxies` networks (each request's peer is checked
+/// against them, and each forwarded hop while they are trusted).
+pub const MAX_TRUSTED: usize = 64;
 
 /// What happens to clients on neither list (`--default-action`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -82,6 +88,12 @@ pub struct Options {
     pub store: Option<StoreUrl>,
     /// `--store-timeout`: longest a request waits for the store, in ms.
     pub store_timeout_ms: u64,
+    /// Peers whose forwarding header names the client (`--trusted-proxies`);
+    /// empty: the peer is the client.
+    pub trusted_proxies: Vec<IpNet>,
+    /// The header they write (`--forwarded-header`); `None`: not given,
+    /// `X-Forwarded-For`.
+    pub forwarded_header: Option<ForwardedHeader>,
 }
 
 impl Default for Options {
@@ -109,6 +121,8 @@ impl Default for Options {
             v6_prefix: 64,
             store: None,
             store_timeout_ms: DEFAULT_STORE_TIMEOUT_MS,
+            trusted_proxies: Vec::new(),
+            forwarded_header: None,
         }
     }
 }
@@ -134,6 +148,8 @@ pub const OPTIONS: &[(&str, bool)] = &[
     ("key-prefix", true),
     ("store", true),
     ("store-timeout", true),
+    ("trusted-proxies", true),
+    ("forwarded-header", true),
     ("config", true),
 ];
 
@@ -448,6 +464,34 @@ impl Options {
                 })?)
             }
             "store-timeout" => self.store_timeout_ms = uint(name, v, at, 1, MAX_STORE_TIMEOUT_MS)?,
+            "trusted-proxies" => {
+                let nets = forwarded::parse_trusted(v).map_err(|why| {
+                    invalid(
+                        name,
+                        v,
+                        at,
+                        &format!(
+                            "IP addresses or CIDRs, comma-separated, at most {MAX_TRUSTED} (e.g. \
+                             10.0.0.0/8,2001:db8::/32; {why})"
+                        ),
+                    )
+                })?;
+                if nets.len() > MAX_TRUSTED {
+                    return Err(invalid(
+                        name,
+                        v,
+                        at,
+                        &format!("at most {MAX_TRUSTED} IP addresses or CIDRs"),
+                    ));
+                }
+                self.trusted_proxies = nets;
+            }
+            "forwarded-header" => {
+                self.forwarded_header = Some(
+                    ForwardedHeader::parse(v)
+                        .ok_or_else(|| invalid(name, v, at, "X-Forwarded-For or Forwarded"))?,
+                )
+            }
             // A flag given a value in a file, or a name `lookup` knows.
             _ => return Err(format!("unknown option --{name}{}", at.suffix())),
         }
@@ -463,6 +507,12 @@ impl Options {
                 quote(&self.instance),
                 crate::shared::MAX_INSTANCE
             ));
+        }
+        if self.forwarded_header.is_some() && self.trusted_proxies.is_empty() {
+            return Err(
+                "--forwarded-header needs --trusted-proxies: the header is read only from them"
+                    .to_owned(),
+            );
         }
         let p = &self.params;
         if p.max_delay < p.initial_delay {
@@ -486,6 +536,16 @@ impl Options {
             f.as_ref()
                 .map_or("none".to_owned(), |f| f.display().to_string())
         };
+        let proxies = if self.trusted_proxies.is_empty() {
+            String::new()
+        } else {
+            let nets: Vec<String> = self.trusted_proxies.iter().map(|n| n.to_string()).collect();
+            format!(
+                " trusted-proxies={} forwarded-header={}",
+                nets.join(","),
+                self.header().name()
+            )
+        };
         let store = match &self.store {
             Some(s) => format!(
                 " store={} store-timeout={}ms",
@@ -497,7 +557,7 @@ impl Options {
         format!(
             "initial-delay={} max-delay={} threshold={} max-concurrent={} ban-threshold={} \
              ban-expiration={} path-regex={} method-regex={} allow-file={} deny-file={} \
-             default-action={:?} deny-action={:?} log-events={} log-only={} instance={} keys={} key-prefix={}/{}{store}",
+             default-action={:?} deny-action={:?} log-events={} log-only={} instance={} keys={} key-prefix={}/{}{proxies}{store}",
             fmt_seconds(p.initial_delay),
             fmt_seconds(p.max_delay),
             fmt_seconds(p.threshold),
@@ -517,6 +577,27 @@ impl Options {
             self.v4_prefix,
             self.v6_prefix
         )
+    }
+}
+
+impl Options {
+    /// The forwarding header the trusted proxies write.
+    pub fn header(&self) -> ForwardedHeader {
+        self.forwarded_header
+            .unwrap_or(ForwardedHeader::XForwardedFor)
+    }
+
+    /// The client of a request from `peer` (the connection's address, or
+    /// its PROXY protocol source): `peer`, unless it is a trusted proxy;
+    /// then the right-most address of its forwarding header that is not a
+    /// trusted proxy. `read` gives every field of a header name joined with
+    /// ", "; it is called only for a trusted peer.
+    pub fn client_ip(
+        &self,
+        peer: IpAddr,
+        read: impl FnOnce(&'static str) -> Option<Vec<u8>>,
+    ) -> IpAddr {
+        forwarded::client_ip(&self.trusted_proxies, self.header(), peer, read)
     }
 }
 

@@ -272,6 +272,17 @@ impl<C: Clock> Throttler<C> {
         }
     }
 
+    /// The client of a request from `peer` under the configuration in
+    /// force (`--trusted-proxies`, `--forwarded-header`): see
+    /// [`Options::client_ip`]. Lists, bans and state all apply to it.
+    pub fn client_ip(
+        &self,
+        peer: IpAddr,
+        read: impl FnOnce(&'static str) -> Option<Vec<u8>>,
+    ) -> IpAddr {
+        self.current.load().opts.client_ip(peer, read)
+    }
+
     /// Decides what happens to `req` on this proxy's own state.
     pub fn decide(&self, req: &Request<'_>) -> Decision {
         match self.scope(req) {

@@ -5,13 +5,21 @@
 //! its datagrams from 0. A receiver keeps, per sender id, the highest
 //! sequence number seen and a 64-datagram window below it: a number seen
 //! before, or older than the window, is a replay. A restarted sender has a
-//! new id, so it is never mistaken for a replayer; the old id's state is
-//! forgotten once idle for the replay window. Datagrams also carry the
+//! new id, so it is never mistaken for a replayer. Datagrams also carry the
 //! sender's wall-clock time and are refused when it differs from the
-//! receiver's by more than the replay window: that bounds what a replay can
-//! do after a *receiver* restart (which forgets every window) to datagrams
-//! recorded within the last window. Peers' clocks must agree within the
-//! window (NTP).
+//! receiver's by more than the replay window W: that bounds what a replay
+//! can do after a *receiver* restart (which forgets every window) to
+//! datagrams recorded within the last window. Peers' clocks must agree
+//! within the window (NTP).
+//!
+//! A sender's state is forgotten only once idle for 2W: a datagram accepted
+//! at receiver time t was sent at most W ahead of t, so it stays fresh until
+//! t + 2W at the latest. Forgotten any sooner, a sender whose clock runs
+//! ahead could have a captured datagram replayed once.
+//!
+//! At most `max_senders` senders are tracked; a datagram from a new sender
+//! when all of them were heard within 2W is refused
+//! ([`Reject::TooManySenders`]): evicting a live window would reopen replays.
 
 use std::collections::HashMap;
 use std::net::SocketAddr;
@@ -28,15 +36,29 @@ pub struct Policy {
     /// empty: any (the MAC still applies).
     pub allowed: Vec<IpNet>,
     /// Largest difference between a datagram's sent-at time and the
-    /// receiver's clock, and how long an idle sender's window is kept (ms).
+    /// receiver's clock (ms); an idle sender's window is kept twice as long.
     pub window_ms: u64,
-    /// Most senders tracked at once; datagrams from more are dropped as
-    /// unknown senders until some are idle for the window.
+    /// Most senders tracked at once ([`SENDER_BYTES`] each); datagrams from
+    /// more are dropped until some are idle for twice the window.
     pub max_senders: usize,
 }
 
+/// Bytes of one slot of the sender table (8-byte id, 24-byte window, 1
+/// control byte). The table has a power of two of slots above 8/7 of the
+/// senders, so a sender costs 38 to 76 bytes (1024 senders: 66 KiB).
+pub const SENDER_BYTES: usize = 33;
+/// Default and largest `max_senders` the users accept.
+pub const DEFAULT_MAX_SENDERS: usize = 1024;
+pub const MAX_MAX_SENDERS: usize = 65_536;
+
+/// How long a sender's window outlives its last datagram: its datagrams
+/// stay fresh up to 2W after they arrive (see the module notes).
+fn keep_ms(window_ms: u64) -> u64 {
+    window_ms.saturating_mul(2)
+}
+
 #[derive(Clone, Copy, Debug)]
-struct Window {
+pub(crate) struct Window {
     top: u64,
     /// Bit i: sequence number `top - i` was seen.
     seen: u64,
@@ -136,15 +158,17 @@ impl Receiver {
                 if !w.admit(dg.seq) {
                     return Err(Reject::Replay);
                 }
-                w.last_ms = now_ms;
+                // Never backwards: a receiver clock stepped back must not
+                // shorten how long the window is kept.
+                w.last_ms = w.last_ms.max(now_ms);
             }
             None => {
                 if self.senders.len() >= self.policy.max_senders {
-                    let window = self.policy.window_ms;
+                    let keep = keep_ms(self.policy.window_ms);
                     self.senders
-                        .retain(|_, w| now_ms.saturating_sub(w.last_ms) <= window);
+                        .retain(|_, w| now_ms.saturating_sub(w.last_ms) <= keep);
                     if self.senders.len() >= self.policy.max_senders {
-                        return Err(Reject::UnknownSender);
+                        return Err(Reject::TooManySenders);
                     }
                 }
                 self.senders.insert(dg.sender, Window::new(dg.seq, now_ms));

@@ -218,11 +218,65 @@ fn senders_are_bounded_and_idle_ones_forgotten() {
     }
     assert_eq!(
         r.accept(LOCAL, &one(20, 0, NOW), NOW),
-        Err(Reject::UnknownSender)
+        Err(Reject::TooManySenders)
     );
-    let later = NOW + 10_001;
+    // Kept for twice the window after their last datagram, then forgotten.
+    let later = NOW + 20_000;
+    assert_eq!(
+        r.accept(LOCAL, &one(20, 0, later), later),
+        Err(Reject::TooManySenders)
+    );
+    let later = NOW + 20_001;
     assert!(r.accept(LOCAL, &one(20, 0, later), later).is_ok());
     assert_eq!(r.senders(), 1);
+}
+
+/// The documented memory cost of a tracked sender is its table slot.
+#[test]
+fn a_sender_slot_is_what_the_docs_say() {
+    assert_eq!(
+        std::mem::size_of::<(u64, crate::receiver::Window)>() + 1,
+        crate::receiver::SENDER_BYTES
+    );
+}
+
+/// A sender whose clock runs ahead sends datagrams that stay fresh up to
+/// twice the window after they arrive: its replay window must outlive that,
+/// even when the sender table is full and new senders want its place.
+#[test]
+fn a_fresh_datagram_of_a_sender_ahead_cannot_be_replayed_after_it_went_quiet() {
+    const W: u64 = 10_000;
+    let mut r = Receiver::new(
+        key(),
+        1,
+        Policy {
+            max_senders: 2,
+            ..policy()
+        },
+    );
+    // Sent with a clock 9.5 s ahead: fresh until NOW + 19.5 s.
+    let captured = one(5, 0, NOW + 9_500);
+    assert!(r.accept(LOCAL, &captured, NOW).is_ok());
+    assert!(r.accept(LOCAL, &one(7, 0, NOW), NOW).is_ok());
+    // Both go quiet for more than the window; a new sender wants in.
+    let later = NOW + W + 1;
+    let newcomer = r.accept(LOCAL, &one(6, 0, later), later);
+    assert_eq!(
+        r.accept(LOCAL, &captured, later + 1),
+        Err(Reject::Replay),
+        "replayed while still fresh"
+    );
+    assert_eq!(
+        newcomer,
+        Err(Reject::TooManySenders),
+        "the quiet senders' windows are still needed"
+    );
+    // Once every datagram the sender could have sent is stale, its window
+    // goes; the captured datagram is then refused as stale.
+    let much_later = NOW + 2 * W + 1;
+    assert!(r.accept(LOCAL, &one(6, 0, much_later), much_later).is_ok());
+    assert_eq!(r.senders(), 1);
+    assert_eq!(r.accept(LOCAL, &captured, much_later), Err(Reject::Stale));
 }
 
 #[test]
@@ -283,6 +337,31 @@ proptest! {
     }
 
     #[test]
+    /// Whatever the sender's clock offset (within the window) and whatever
+    /// other senders come and go, a datagram accepted once is never
+    /// accepted again.
+    #[test]
+    fn an_accepted_datagram_is_never_accepted_twice(
+        skew in -10_000i64..=10_000,
+        steps in proptest::collection::vec((0u64..25_000, any::<bool>()), 1..24),
+    ) {
+        let mut r = Receiver::new(key(), 1, Policy { max_senders: 2, ..policy() });
+        let sent = NOW.saturating_add_signed(skew);
+        let captured = one(5, 0, sent);
+        prop_assert!(r.accept(LOCAL, &captured, NOW).is_ok());
+        let (mut now, mut other) = (NOW, 100u64);
+        for (gap, newcomer) in steps {
+            now += gap;
+            if newcomer {
+                other += 1;
+                let _ = r.accept(LOCAL, &one(other, 0, now), now);
+            }
+            prop_assert!(r.accept(LOCAL, &captured, now).is_err(), "replayed at +{} ms", now - NOW);
+            prop_assert!(r.senders() <= 2);
+        }
+    }
+
+    #[test]
     fn arbitrary_reports_round_trip(
         report in proptest::collection::vec(
             (proptest::collection::vec(any::<u8>(), 1..=255), 1u32..=u32::MAX), 0..300),
@@ -311,6 +390,15 @@ fn transport(peers: Vec<SocketAddr>) -> Transport {
 }
 
 fn transport_on(listen: &str, peers: Vec<SocketAddr>, group: Option<SocketAddr>) -> Transport {
+    transport_with(listen, peers, group, policy())
+}
+
+fn transport_with(
+    listen: &str,
+    peers: Vec<SocketAddr>,
+    group: Option<SocketAddr>,
+    policy: Policy,
+) -> Transport {
     Transport::start(Config {
         listen: listen.parse().unwrap_or(LOCAL),
         peers,
@@ -318,7 +406,7 @@ fn transport_on(listen: &str, peers: Vec<SocketAddr>, group: Option<SocketAddr>)
         multicast_interface: Ipv4Addr::LOCALHOST,
         multicast_ttl: 1,
         key: key(),
-        policy: policy(),
+        policy,
         inbound_capacity: 64,
         outbound_capacity: 8,
     })
@@ -405,4 +493,30 @@ fn multicast_members_hear_each_other_on_loopback() {
     assert_eq!((d.sender, d.entries), (a.id(), report.entries));
     std::thread::sleep(Duration::from_millis(50));
     assert_eq!(a.recv(), None, "a member does not hear itself");
+}
+
+/// Authentic datagrams of senders beyond `max_senders` are dropped and
+/// counted as such (and in `rejected`, the plugin's `peer_rejected`).
+#[test]
+fn senders_over_the_table_are_counted() {
+    let b = transport_with(
+        "127.0.0.1:0",
+        vec![],
+        None,
+        Policy {
+            max_senders: 2,
+            ..policy()
+        },
+    );
+    let s = UdpSocket::bind("127.0.0.1:0").unwrap_or_else(|e| panic!("{e}"));
+    for sender in 1..=5 {
+        s.send_to(&one(sender + 100, 0, crate::unix_ms()), b.local_addr())
+            .unwrap_or_else(|e| panic!("{e}"));
+    }
+    let st = wait_for("5 datagrams", || {
+        let st = b.stats();
+        (st.datagrams_received == 5).then_some(st)
+    });
+    assert_eq!((st.senders_dropped, st.rejected()), (3, 3));
+    assert!(b.recv().is_some() && b.recv().is_some() && b.recv().is_none());
 }

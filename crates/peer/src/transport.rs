@@ -72,6 +72,9 @@ pub struct Stats {
     pub garbage: u64,
     pub wrong_version: u64,
     pub unknown_sender: u64,
+    /// Authentic datagrams of new senders refused because the sender table
+    /// was full (`max_senders`, each heard within twice the replay window).
+    pub senders_dropped: u64,
     pub bad_mac: u64,
     pub replay: u64,
     pub stale: u64,
@@ -79,10 +82,10 @@ pub struct Stats {
 }
 
 impl Stats {
-    /// Datagrams refused as forged or replayed or from unknown senders (the
-    /// plugin's `peer_rejected`).
+    /// Datagrams refused as forged or replayed or from unknown senders, or
+    /// over the sender table (the plugin's `peer_rejected`).
     pub fn rejected(&self) -> u64 {
-        self.unknown_sender + self.bad_mac + self.replay + self.stale
+        self.unknown_sender + self.senders_dropped + self.bad_mac + self.replay + self.stale
     }
 
     /// Datagrams dropped as malformed in any way.
@@ -105,6 +108,7 @@ struct Counters {
     garbage: AtomicU64,
     wrong_version: AtomicU64,
     unknown_sender: AtomicU64,
+    senders_dropped: AtomicU64,
     bad_mac: AtomicU64,
     replay: AtomicU64,
     stale: AtomicU64,
@@ -203,6 +207,7 @@ impl Transport {
             garbage: l(&c.garbage),
             wrong_version: l(&c.wrong_version),
             unknown_sender: l(&c.unknown_sender),
+            senders_dropped: l(&c.senders_dropped),
             bad_mac: l(&c.bad_mac),
             replay: l(&c.replay),
             stale: l(&c.stale),
@@ -307,6 +312,7 @@ fn run(socket: UdpSocket, config: Config, id: u64, shared: &Shared) {
                     Reject::Garbage => &c.garbage,
                     Reject::WrongVersion => &c.wrong_version,
                     Reject::UnknownSender => &c.unknown_sender,
+                    Reject::TooManySenders => &c.senders_dropped,
                     Reject::BadMac => &c.bad_mac,
                     Reject::Replay => &c.replay,
                     Reject::Stale => &c.stale,

@@ -46,8 +46,11 @@ pub enum Reject {
     Garbage,
     /// A version this build does not speak.
     WrongVersion,
-    /// Source address not among the allowed senders, or too many senders.
+    /// Source address not among the allowed senders.
     UnknownSender,
+    /// Authentic, from a new sender, but the receiver already tracks its
+    /// most senders (each heard within twice the replay window).
+    TooManySenders,
     /// The MAC does not match: forged, corrupted, or another secret.
     BadMac,
     /// Sequence number already seen (or older than the window) for this sender.

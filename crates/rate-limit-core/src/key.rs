@@ -6,8 +6,9 @@
 //! key bytes handed to the caller (who keeps only their keyed hash), and
 //! every parse is linear in the input.
 
-use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
+use std::net::IpAddr;
 
+use forwarded::canonical;
 use ipnet::IpNet;
 
 /// One part of a client key.
@@ -63,31 +64,9 @@ impl Missing {
 }
 
 /// The header trusted proxies append the client's address to
-/// (`--forwarded-header`). Only that one is read: a proxy that writes one
-/// passes the other through from the client untouched.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum ForwardedHeader {
-    XForwardedFor,
-    /// RFC 7239 `Forwarded: for=…`.
-    Forwarded,
-}
-
-impl ForwardedHeader {
-    pub fn parse(v: &str) -> Option<ForwardedHeader> {
-        match v.to_ascii_lowercase().as_str() {
-            "x-forwarded-for" => Some(ForwardedHeader::XForwardedFor),
-            "forwarded" => Some(ForwardedHeader::Forwarded),
-            _ => None,
-        }
-    }
-
-    pub fn name(self) -> &'static str {
-        match self {
-            ForwardedHeader::XForwardedFor => "X-Forwarded-For",
-            ForwardedHeader::Forwarded => "Forwarded",
-        }
-    }
-}
+/// (`--forwarded-header`); the walk is in crates/forwarded, shared with
+/// ip_throttle.so.
+pub use forwarded::ForwardedHeader;
 
 /// The parts of a request a key can come from.
 pub trait RequestView {
@@ -117,11 +96,7 @@ pub struct KeySpec {
 /// Most bytes of one source that go into a key: longer values are cut (and
 /// still distinguish clients by their first 512 bytes).
 pub const MAX_SOURCE_BYTES: usize = 512;
-/// Most addresses of a forwarding chain that are looked at, from the right.
-pub const MAX_FORWARDED_HOPS: usize = 32;
-/// Most bytes of a forwarding header read: its **last** 8 KB, where the
-/// trusted proxies' entries are (the start is whatever the client wrote).
-pub const MAX_FORWARDED_BYTES: usize = 8 * 1024;
+pub use forwarded::{MAX_FORWARDED_BYTES, MAX_FORWARDED_HOPS};
 
 impl KeySpec {
     /// Parses `--key`: `ip`, `header:NAME`, `cookie:NAME`, `query:NAME`,
@@ -159,18 +134,7 @@ impl KeySpec {
 
     /// Parses `--trusted-proxies=CIDR[,CIDR…]` (a bare address is a /32 or /128).
     pub fn parse_trusted(value: &str) -> Result<Vec<IpNet>, String> {
-        value
-            .split(',')
-            .map(str::trim)
-            .map(|s| {
-                s.parse::<IpNet>()
-                    .or_else(|_| s.parse::<IpAddr>().map(IpNet::from))
-                    .map(|n| n.trunc())
-                    .map_err(|_| {
-                        format!("{} is not an IP address or CIDR", limits::quote::quote(s))
-                    })
-            })
-            .collect()
+        forwarded::parse_trusted(value)
     }
 
     /// The sources as `--key` spells them, for the log.
@@ -179,44 +143,18 @@ impl KeySpec {
         names.join(",")
     }
 
-    fn trusts(&self, ip: IpAddr) -> bool {
-        let ip = canonical(ip);
-        self.trusted.iter().any(|n| n.contains(&ip))
-    }
-
     /// The client's address: the peer's, unless the peer is a trusted proxy;
     /// then the right-most address of the forwarding chain that is not a
     /// trusted proxy (the left-most entries are whatever the client wrote,
-    /// so they are never believed). Only the last [`MAX_FORWARDED_BYTES`]
-    /// and [`MAX_FORWARDED_HOPS`] are read; an unparsable entry (such as
-    /// the cut-off first one of an over-long chain) ends the walk at the
-    /// last good address.
+    /// so they are never believed). See [`forwarded::client_ip`].
     pub fn client_ip(&self, req: &impl RequestView) -> Option<IpAddr> {
-        let peer = canonical(req.peer_ip()?);
-        if self.trusted.is_empty() || !self.trusts(peer) {
-            return Some(peer);
-        }
-        let Some(chain) = req.header(self.forwarded.name()) else {
-            return Some(peer);
-        };
-        let chain = &chain[chain.len().saturating_sub(MAX_FORWARDED_BYTES)..];
-        let rfc7239 = self.forwarded == ForwardedHeader::Forwarded;
-        let mut client = peer;
-        for hop in chain.rsplit(|&b| b == b',').take(MAX_FORWARDED_HOPS) {
-            let addr = if rfc7239 {
-                forwarded_for(hop)
-            } else {
-                parse_ip(trim(hop))
-            };
-            let Some(addr) = addr.map(canonical) else {
-                break;
-            };
-            client = addr;
-            if !self.trusts(addr) {
-                break;
-            }
-        }
-        Some(client)
+        let peer = req.peer_ip()?;
+        Some(forwarded::client_ip(
+            &self.trusted,
+            self.forwarded,
+            peer,
+            |name| req.header(name),
+        ))
     }
 
     /// Writes the key of `req` into `out` (cleared first): each source as a
@@ -346,15 +284,6 @@ fn mask128(prefix: u8) -> u128 {
         .unwrap_or(0)
 }
 
-/// IPv4-mapped IPv6 addresses (`::ffff:a.b.c.d`, what a dual-stack socket
-/// reports) count as the IPv4 address, so one client has one key.
-fn canonical(ip: IpAddr) -> IpAddr {
-    match ip {
-        IpAddr::V6(v6) => v6.to_ipv4_mapped().map_or(IpAddr::V6(v6), IpAddr::V4),
-        v4 => v4,
-    }
-}
-
 fn push_part(out: &mut Vec<u8>, tag: u8, value: &[u8]) {
     let value = &value[..value.len().min(MAX_SOURCE_BYTES)];
     out.push(tag);
@@ -372,39 +301,6 @@ fn valid_token(name: &str) -> bool {
 
 fn trim(b: &[u8]) -> &[u8] {
     b.trim_ascii()
-}
-
-/// An address as it appears in a forwarding header: `1.2.3.4`, `1.2.3.4:80`,
-/// `2001:db8::1`, `[2001:db8::1]`, `[2001:db8::1]:80`, optionally quoted.
-fn parse_ip(b: &[u8]) -> Option<IpAddr> {
-    let s = std::str::from_utf8(b).ok()?.trim_matches('"');
-    if let Some(rest) = s.strip_prefix('[') {
-        return rest
-            .split_once(']')?
-            .0
-            .parse::<Ipv6Addr>()
-            .ok()
-            .map(IpAddr::V6);
-    }
-    if let Ok(ip) = s.parse::<IpAddr>() {
-        return Some(ip);
-    }
-    // a.b.c.d:port
-    let (host, port) = s.rsplit_once(':')?;
-    port.parse::<u16>().ok()?;
-    host.parse::<Ipv4Addr>().ok().map(IpAddr::V4)
-}
-
-/// The `for=` address of one `Forwarded` element (RFC 7239), e.g.
-/// `for=192.0.2.60;proto=http;by=203.0.113.43` or `for="[2001:db8::1]:80"`.
-fn forwarded_for(element: &[u8]) -> Option<IpAddr> {
-    element.split(|&b| b == b';').find_map(|pair| {
-        let pair = trim(pair);
-        let (k, v) = pair.split_at(pair.iter().position(|&b| b == b'=')?);
-        k.eq_ignore_ascii_case(b"for")
-            .then(|| parse_ip(trim(&v[1..])))
-            .flatten()
-    })
 }
 
 /// The value of cookie `name` in a `Cookie` field (`a=1; b=2`).

@@ -114,6 +114,7 @@ const OPTIONS: &[(&str, bool)] = &[
     ("peer-max-tags", true),
     ("peer-allow", true),
     ("peer-interface", true),
+    ("peer-max-senders", true),
     ("store", true),
     ("store-timeout", true),
     ("store-failure", true),

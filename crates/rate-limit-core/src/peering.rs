@@ -1,6 +1,7 @@
 //! The peer exchange options of a keyed rate limit (`--peers`,
 //! `--peer-group`, `--peer-listen`, `--peer-period`, `--peer-secret-file`,
-//! `--peer-max-tags`, `--peer-allow`) and the peer tag that names a key across instances.
+//! `--peer-max-tags`, `--peer-allow`, `--peer-interface`, `--peer-max-senders`) and the
+//! peer tag that names a key across instances.
 
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr, ToSocketAddrs};
 
@@ -21,6 +22,7 @@ pub const NAMES: &[&str] = &[
     "peer-max-tags",
     "peer-allow",
     "peer-interface",
+    "peer-max-senders",
 ];
 
 pub const DEFAULT_LISTEN: SocketAddr = SocketAddr::new(IpAddr::V4(Ipv4Addr::UNSPECIFIED), 7412);
@@ -35,6 +37,9 @@ const MAX_PATH: usize = 4096;
 pub const MAX_PEERS: usize = 64;
 /// Most `--peer-allow` networks (each datagram is checked against them).
 pub const MAX_ALLOW: usize = 64;
+/// `--peer-max-senders`: most peer processes whose replay windows are kept.
+pub const DEFAULT_MAX_SENDERS: usize = peer::receiver::DEFAULT_MAX_SENDERS;
+pub const MAX_MAX_SENDERS: u64 = peer::receiver::MAX_MAX_SENDERS as u64;
 
 /// Where a peered limiter exchanges reports, and how often.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -57,6 +62,8 @@ pub struct PeerOptions {
     /// Networks whose datagrams are accepted besides the unicast peers'
     /// addresses (`--peer-allow`).
     pub allow: Vec<IpNet>,
+    /// Most senders the socket tracks (`--peer-max-senders`).
+    pub max_senders: usize,
 }
 
 impl PeerOptions {
@@ -75,6 +82,7 @@ impl PeerOptions {
             ("peer-secret-file", self.secret_file.clone()),
             ("peer-allow", nets.join(",")),
             ("peer-interface", self.interface.to_string()),
+            ("peer-max-senders", self.max_senders.to_string()),
         ]
     }
 
@@ -109,8 +117,8 @@ impl PeerOptions {
             format!(" allow {}", allow.join(","))
         };
         format!(
-            "{to} listen {} period {}ms secret {} max-tags {}{allow}",
-            self.listen, self.period_ms, self.secret_file, self.max_tags
+            "{to} listen {} period {}ms secret {} max-tags {} max-senders {}{allow}",
+            self.listen, self.period_ms, self.secret_file, self.max_tags, self.max_senders
         )
     }
 }
@@ -201,6 +209,7 @@ pub fn parse(
         secret_file: String::new(),
         max_tags: DEFAULT_MAX_TAGS,
         allow: Vec::new(),
+        max_senders: DEFAULT_MAX_SENDERS,
     };
     // Each value first, so that a bad value is named as such.
     for (name, v) in raw {
@@ -244,6 +253,9 @@ pub fn parse(
             "peer-period" => o.period_ms = uint("peer-period", v, MIN_PERIOD_MS, MAX_PERIOD_MS)?,
             "peer-max-tags" => o.max_tags = uint("peer-max-tags", v, 1, MAX_MAX_TAGS)? as usize,
             "peer-allow" => o.allow = nets(v)?,
+            "peer-max-senders" => {
+                o.max_senders = uint("peer-max-senders", v, 1, MAX_MAX_SENDERS)? as usize
+            }
             "peer-interface" => {
                 o.interface = v.parse().map_err(|_| {
                     invalid(

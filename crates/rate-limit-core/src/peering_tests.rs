@@ -61,7 +61,10 @@ fn options_parse_with_defaults() {
     .unwrap();
     assert_eq!(o.peers.len(), 2);
     assert_eq!(o.listen, DEFAULT_LISTEN);
-    assert_eq!((o.period_ms, o.max_tags), (1000, 10_000));
+    assert_eq!(
+        (o.period_ms, o.max_tags, o.max_senders),
+        (1000, 10_000, 1024)
+    );
     let g = parse(
         &raw(&[
             ("peer-group", "239.1.2.3:7500"),
@@ -99,6 +102,10 @@ fn errors_name_the_option_the_value_and_what_is_allowed() {
     assert!(ok(("peer-listen", "nope"))
         .starts_with("--peer-listen has an invalid value 'nope': allowed HOST:PORT"));
     assert!(ok(("peer-max-tags", "0")).starts_with("--peer-max-tags has an invalid value '0'"));
+    assert_eq!(
+        ok(("peer-max-senders", "65537")),
+        "--peer-max-senders has an invalid value '65537': allowed an integer from 1 to 65536"
+    );
     assert!(e(&[("peers", "1.2.3.4:5,x")], true, true, Some("g"))
         .starts_with("--peers has an invalid value '1.2.3.4:5,x': allowed HOST:PORT, comma-separated ('x' is not one)"));
     assert!(e(
@@ -205,6 +212,28 @@ fn peer_allow_takes_addresses_and_networks_and_unicast_peers_are_implicit() {
         e,
         "--peer-allow has an invalid value '10.0.0.0/8,nope': allowed IP addresses or CIDR networks, comma-separated ('nope' is not one)"
     );
+}
+
+/// The sender table is the socket's, so its size is one of the settings
+/// every peered rule of the process must agree on.
+#[test]
+fn peer_max_senders_sizes_the_shared_socket() {
+    let o = parse(
+        &raw(&[
+            ("peers", "127.0.0.1:9001"),
+            ("peer-secret-file", "k"),
+            ("peer-max-senders", "4096"),
+        ]),
+        true,
+        true,
+        Some("api"),
+    )
+    .unwrap()
+    .unwrap();
+    assert_eq!(o.max_senders, 4096);
+    assert!(o
+        .socket_options()
+        .contains(&("peer-max-senders", "4096".to_owned())));
 }
 
 #[test]

@@ -39,6 +39,8 @@ pub struct Config {
     pub peer_secret_file: Option<PathBuf>,
     pub peer_name: String,
     pub replay_window: Duration,
+    /// Peer processes whose replay windows are kept at once.
+    pub peer_max_senders: usize,
     pub max_tags: usize,
     pub max_report_tags: usize,
     pub max_line: usize,
@@ -66,6 +68,7 @@ impl Default for Config {
             peer_secret_file: None,
             peer_name: "dthrottle".into(),
             replay_window: Duration::from_secs(10),
+            peer_max_senders: peer::receiver::DEFAULT_MAX_SENDERS,
             max_tags: 100_000,
             max_report_tags: 10_000,
             max_line: 256,
@@ -213,6 +216,10 @@ pub fn parse(text: &str) -> Result<Config, String> {
                 c.peer_name = v.into();
             }
             "replay_window_ms" => c.replay_window = millis(line, name, v, 100, 3_600_000)?,
+            "peer_max_senders" => {
+                let most = peer::receiver::MAX_MAX_SENDERS as u64;
+                c.peer_max_senders = ranged(line, name, v, 1, most)? as usize
+            }
             "max_tags" => c.max_tags = ranged(line, name, v, 1, 100_000_000)? as usize,
             "max_report_tags" => c.max_report_tags = ranged(line, name, v, 1, 10_000_000)? as usize,
             "max_line" => c.max_line = ranged(line, name, v, 1, 65_536)? as usize,
@@ -270,7 +277,7 @@ mod tests {
         assert!(!c.peering());
         let text = "burst = 5\nrate = 0.5 # slow\nperiod_ms = 200\nlisten_tcp = 127.0.0.1:0, 127.0.0.1:1\n\
             listen_unix = /tmp/x.sock\nunix_mode = 600\npeers = 127.0.0.1:9000\npeer_listen = 127.0.0.1:9001\n\
-            peer_secret_file = /etc/s\npeer_name = api\nreplay_window_ms = 5000\nmax_tags = 7\n\
+            peer_secret_file = /etc/s\npeer_name = api\nreplay_window_ms = 5000\npeer_max_senders = 16\nmax_tags = 7\n\
             max_report_tags = 3\nmax_line = 64\nmax_connections = 9\nwrite_timeout_ms = 50\n\
             idle_timeout_ms = 0\non_full = serve\nstats_interval_s = 10\n";
         let c = parse(text).unwrap_or_else(|e| panic!("{e}"));
@@ -290,6 +297,7 @@ mod tests {
         );
         assert_eq!((c.on_full, c.idle_timeout), (OnFull::Serve, None));
         assert_eq!(c.peer_name, "api");
+        assert_eq!(c.peer_max_senders, 16);
     }
 
     /// The documented example is valid and states the defaults.
@@ -310,6 +318,7 @@ mod tests {
             (d.replay_window, d.write_timeout, d.unix_mode)
         );
         assert_eq!(c.idle_timeout, d.idle_timeout);
+        assert_eq!(c.peer_max_senders, d.peer_max_senders);
     }
 
     #[test]
@@ -334,6 +343,10 @@ mod tests {
             ),
             ("listen_tcp =", "nothing to listen on"),
             ("max_line = 0", "max_line = \"0\""),
+            (
+                "peer_max_senders = 65537",
+                "line 1: peer_max_senders = \"65537\" is not valid: a whole number from 1 to 65536",
+            ),
             ("peer_allow = 10.0.0.0/8,x", "IP addresses or CIDR networks"),
         ] {
             let e = parse(text).map(|_| ()).unwrap_err();

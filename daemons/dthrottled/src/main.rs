@@ -128,7 +128,7 @@ fn start_peering(c: &Config, key: peer::Key) -> Option<peer::Transport> {
         policy: peer::Policy {
             allowed: c.peer_allow.clone(),
             window_ms: c.replay_window.as_millis() as u64,
-            max_senders: 1024,
+            max_senders: c.peer_max_senders,
         },
         inbound_capacity: 4096,
         outbound_capacity: 16,
@@ -173,12 +173,13 @@ fn stats_line(s: &Server, t: Option<&peer::Transport>) -> String {
         let p = t.stats();
         line += &format!(
             " peer_reports_sent={} peer_datagrams_sent={} peer_bytes_sent={} peer_datagrams_received={} \
-             peer_rejected={} peer_bad={} peer_send_errors={}",
+             peer_rejected={} peer_senders_dropped={} peer_bad={} peer_send_errors={}",
             p.reports_sent,
             p.datagrams_sent,
             p.bytes_sent,
             p.datagrams_received,
             p.rejected(),
+            p.senders_dropped,
             p.bad(),
             p.send_errors
         );

@@ -3,7 +3,9 @@
 //! `--max-concurrent` delayed requests, allow and deny lists.
 //!
 //! One transaction, top to bottom:
-//! 1. `do_remap`: the decision ([`Throttler::decide`]: lists, ban, scope,
+//! 1. `do_remap`: the client (the connection's, or the PROXY protocol
+//!    source; behind `--trusted-proxies`, the address they forward for),
+//!    then the decision ([`Throttler::decide`]: lists, ban, scope,
 //!    the IP's state machine), its events to `ip_throttle.log` and its
 //!    metrics. Pass: nothing more. Forbid (403) / TooMany (503): the status
 //!    is set in remap, so ATS answers with its error page and never
@@ -274,12 +276,17 @@ impl RemapPlugin for Rule {
         if txn.is_internal() {
             return RemapStatus::NoRemap;
         }
-        let Some(ip) = txn.client_ip() else {
+        // The connection's client (a PROXY protocol source counts), then,
+        // if that is a trusted proxy, the client it forwards for.
+        let Some(peer) = txn.connection_client_ip() else {
             return RemapStatus::NoRemap;
         };
+        let hdr = req.request_header();
+        let ip = self
+            .throttler
+            .client_ip(peer, |name| hdr.as_ref()?.joined(name));
         // Read only what the scope regexes need (each read copies).
         let (need_method, need_path) = self.throttler.scope_needs();
-        let hdr = req.request_header();
         let method = match (&hdr, need_method) {
             (Some(h), true) => h.method(),
             _ => Vec::new(),

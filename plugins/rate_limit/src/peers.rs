@@ -9,7 +9,8 @@
 //! `--peer-period` is due, and updates the metrics (only ever from there).
 //!
 //! The socket's settings (`--peer-listen`, `--peers`/`--peer-group`,
-//! `--peer-secret-file`) come from the first peered rule loaded; every later
+//! `--peer-secret-file`, `--peer-allow`, `--peer-interface`,
+//! `--peer-max-senders`) come from the first peered rule loaded; every later
 //! rule must name the same ones (a different one fails the rule, naming the
 //! option): changing them needs a restart. If the socket cannot be opened,
 //! the error is logged and the rules limit locally (the task still resets
@@ -35,12 +36,13 @@ const TICK: Duration = Duration::from_millis(10);
 const MAX_PER_TICK: usize = 1024;
 const INBOUND: usize = 4096;
 const OUTBOUND: usize = 64;
-/// Largest clock difference between peers, and replay state lifetime.
+/// Largest clock difference between peers; a quiet sender's replay state
+/// is kept twice as long (crates/peer/src/receiver.rs).
 const REPLAY_WINDOW_MS: u64 = 10_000;
 
 /// The process-wide metrics, `plugin.rate_limiter.<name>`: one socket serves
 /// every peered rule, and a rejected datagram belongs to none.
-const METRICS: [&str; 8] = [
+const METRICS: [&str; 9] = [
     "peer_reports_sent",
     "peer_reports_received",
     "peer_hits_applied",
@@ -49,6 +51,7 @@ const METRICS: [&str; 8] = [
     "peer_inbound_dropped",
     "peer_outbound_dropped",
     "peer_send_errors",
+    "peer_senders_dropped",
 ];
 
 static EXCHANGE: LazyLock<Mutex<Option<Exchange>>> = LazyLock::new(Mutex::default);
@@ -64,7 +67,7 @@ struct Exchange {
 struct Shared {
     transport: Option<peer::Transport>,
     members: Mutex<Vec<Member>>,
-    metrics: [Option<Stat>; 8],
+    metrics: [Option<Stat>; 9],
     /// Transport counters already published (`Published`).
     published: Mutex<Published>,
 }
@@ -78,6 +81,7 @@ struct Published {
     inbound_dropped: u64,
     outbound_dropped: u64,
     send_errors: u64,
+    senders_dropped: u64,
 }
 
 /// A member's group name and its limiter, alive.
@@ -153,7 +157,7 @@ fn start(p: &PeerOptions, socket: Vec<(&'static str, String)>) -> Result<Exchang
         policy: peer::Policy {
             allowed,
             window_ms: REPLAY_WINDOW_MS,
-            max_senders: 1024,
+            max_senders: p.max_senders,
         },
         inbound_capacity: INBOUND,
         outbound_capacity: OUTBOUND,
@@ -196,7 +200,7 @@ impl Shared {
     /// On an ATS task thread: apply what arrived, send what is due, publish
     /// the counters.
     fn tick(&self) {
-        let [sent, received, applied, rejected, tags_dropped, in_dropped, out_dropped, send_errors] =
+        let [sent, received, applied, rejected, tags_dropped, in_dropped, out_dropped, send_errors, senders_dropped] =
             self.metrics;
         let members: Vec<(Box<[u8]>, Live)> = self
             .members
@@ -256,6 +260,11 @@ impl Shared {
             publish(in_dropped, s.inbound_dropped, &mut last.inbound_dropped);
             publish(out_dropped, s.outbound_dropped, &mut last.outbound_dropped);
             publish(send_errors, s.send_errors, &mut last.send_errors);
+            publish(
+                senders_dropped,
+                s.senders_dropped,
+                &mut last.senders_dropped,
+            );
         }
     }
 }

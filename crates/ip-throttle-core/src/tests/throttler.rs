@@ -559,3 +559,79 @@ mod shared_store {
         assert_eq!((v.violations, v.delay), (2, 4 * S));
     }
 }
+
+/// A request from `peer` with an `X-Forwarded-For` of `xff` (if any), as
+/// the plugin builds it: the client is resolved under the rule's options.
+fn forwarded(t: &Throttler<Arc<ManualClock>>, peer: &str, xff: Option<&str>) -> Request<'static> {
+    let read = |name: &str| {
+        assert_eq!(name, "X-Forwarded-For");
+        xff.map(|v| v.as_bytes().to_vec())
+    };
+    Request {
+        ip: t.client_ip(ip(peer), read),
+        method: b"GET",
+        path: b"/",
+    }
+}
+
+/// Behind a trusted balancer, the state machine, bans and the lists apply
+/// to the client it forwards for: the abuser is banned, another client
+/// behind the same balancer is not, and entries the client wrote itself
+/// change nothing.
+#[test]
+fn behind_a_trusted_proxy_the_client_is_throttled_not_the_proxy() {
+    let (t, _) = throttler(
+        &format!("{SMALL} --max-concurrent=9 --deny-file=deny.txt --trusted-proxies=127.0.0.9"),
+        &files(),
+    );
+    let lb = "127.0.0.9";
+    let abuser = forwarded(&t, lb, Some("198.51.100.1"));
+    assert_eq!(abuser.ip, ip("198.51.100.1"));
+    let actions: Vec<Action> = (0..6).map(|_| t.decide(&abuser).action).collect();
+    assert_eq!(
+        actions,
+        [
+            Action::Pass,
+            Action::Delay(S),
+            Action::Delay(2 * S),
+            Action::Delay(4 * S),
+            Action::Delay(4 * S),
+            Action::Forbid
+        ]
+    );
+    let other = forwarded(&t, lb, Some("198.51.100.2"));
+    assert_eq!(t.decide(&other).action, Action::Pass);
+    // The abuser claiming to be the other client: the balancer appended
+    // the real address, which is the one that counts.
+    let spoof = forwarded(&t, lb, Some("198.51.100.2, 198.51.100.1"));
+    assert_eq!(spoof.ip, ip("198.51.100.1"));
+    assert_eq!(t.decide(&spoof).action, Action::Forbid);
+    // The balancer's own requests, and an untrusted peer's header.
+    assert_eq!(forwarded(&t, lb, None).ip, ip(lb));
+    assert_eq!(t.show(ip(lb)), None, "the balancer has no state");
+    let direct = forwarded(&t, "127.0.0.8", Some("198.51.100.1"));
+    assert_eq!(direct.ip, ip("127.0.0.8"));
+    assert_eq!(t.decide(&direct).action, Action::Pass);
+    // The deny list holds 10.0.0.0/8: it applies to the forwarded client.
+    assert_eq!(
+        t.decide(&forwarded(&t, lb, Some("10.1.2.3"))).action,
+        Action::Forbid
+    );
+}
+
+/// `reload config` can start or stop trusting proxies.
+#[test]
+fn a_reload_changes_who_is_trusted() {
+    let f = files();
+    let (t, _) = throttler(&format!("{SMALL} --trusted-proxies=127.0.0.9"), &f);
+    assert_eq!(
+        forwarded(&t, "127.0.0.9", Some("198.51.100.1")).ip,
+        ip("198.51.100.1")
+    );
+    let o = Options::parse(&[], Path::new("/etc/ts"), &f).unwrap();
+    t.reload(o, &f).unwrap();
+    assert_eq!(
+        forwarded(&t, "127.0.0.9", Some("198.51.100.1")).ip,
+        ip("127.0.0.9")
+    );
+}

@@ -1,0 +1,159 @@
+//! ip_throttle.so behind a load balancer, against a real traffic_server:
+//! with `--trusted-proxies` the client is the right-most forwarded address
+//! that is not a trusted proxy, so an abusive client is delayed and banned,
+//! not the balancer (and everyone behind it); the deny list applies to the
+//! real client; a client's own left-most entries change nothing. And the
+//! source of a PROXY protocol header (a `:pp` port) is the client.
+//!
+//! The "balancer" is this test connecting from its own loopback source;
+//! the clients behind it are documentation addresses (192.0.2.0/24).
+
+// Shared with ip_throttle.rs and ip_throttle_scope.rs; not every helper is used here.
+#[allow(dead_code)]
+mod ip_throttle_common;
+
+use std::net::Ipv4Addr;
+
+use ats_tests::client::{Conn, Response};
+use ats_tests::{Origin, TrafficServer};
+use ip_throttle_common::{delayed_by, get, ip, rule, waits_for_log};
+
+/// Quick escalation: the 5th request in a row is the ban (violation 3 > 2).
+const FAST: &str = "--initial-delay=0.1 --max-delay=0.2 --threshold=5 --ban-threshold=2 \
+                    --ban-expiration=60 --max-concurrent=5 --deny-file=deny.txt";
+
+fn client(last: u8) -> Ipv4Addr {
+    Ipv4Addr::new(192, 0, 2, last)
+}
+
+/// One request from `src` with these header fields, on a fresh connection.
+fn via(ts: &TrafficServer, src: Ipv4Addr, host: &str, fields: &[(&str, &str)]) -> Response {
+    let mut c = Conn::open_from(ts.port(), src).expect("connect");
+    c.request("GET", host, "/", fields).expect("response")
+}
+
+/// One request on a fresh connection from `src` whose PROXY header names
+/// `client`.
+fn proxied(ts: &TrafficServer, src: Ipv4Addr, client: Ipv4Addr, fields: &[(&str, &str)]) -> u16 {
+    let mut c = Conn::open_proxied(ts.port(), src, client).expect("connect");
+    c.request("GET", "p.test", "/", fields)
+        .expect("response")
+        .status
+}
+
+#[test]
+fn behind_a_trusted_proxy_the_abuser_is_banned_and_the_others_are_not() {
+    let origin = Origin::start();
+    let balancer = ip(9);
+    let remap = rule(
+        "x.test",
+        &origin,
+        &format!("{FAST} --trusted-proxies=127.0.0.9,10.0.0.0/8"),
+    ) + &rule(
+        "f.test",
+        &origin,
+        &format!("{FAST} --trusted-proxies=127.0.0.9 --forwarded-header=Forwarded"),
+    );
+    let ts = TrafficServer::builder()
+        .config_file("deny.txt", "192.0.2.66\n")
+        .remap(remap)
+        .start()
+        .expect("start");
+    let abuser = [("X-Forwarded-For", "192.0.2.10")];
+    // The balancer forwards the abuser's requests one after the other:
+    // passed, delayed, delayed, delayed, banned.
+    let statuses: Vec<u16> = (0..5)
+        .map(|_| via(&ts, balancer, "x.test", &abuser).status)
+        .collect();
+    assert_eq!(statuses, [200, 200, 200, 200, 403]);
+    // Another client behind the same balancer is not affected.
+    let r = via(
+        &ts,
+        balancer,
+        "x.test",
+        &[("X-Forwarded-For", "192.0.2.20")],
+    );
+    assert_eq!(r.status, 200);
+    delayed_by(&r, 0.0);
+    // The abuser writes the other client's address first: the balancer
+    // appends the real one, which is what counts.
+    let spoofed = [("X-Forwarded-For", "192.0.2.20, 192.0.2.10")];
+    assert_eq!(via(&ts, balancer, "x.test", &spoofed).status, 403);
+    // The other client naming the abuser first is still itself (its second
+    // request: in probation, so delayed, not refused).
+    let innocent = [("X-Forwarded-For", "192.0.2.10, 192.0.2.20")];
+    assert_eq!(via(&ts, balancer, "x.test", &innocent).status, 200);
+    // Through two trusted proxies, the client is still found.
+    let chained = [("X-Forwarded-For", "192.0.2.10, 10.1.2.3")];
+    assert_eq!(via(&ts, balancer, "x.test", &chained).status, 403);
+    // The balancer itself is not banned, and an untrusted peer's header is
+    // never read: it is its own client.
+    assert_eq!(get(&ts, balancer, "x.test").status, 200);
+    assert_eq!(via(&ts, ip(8), "x.test", &abuser).status, 200);
+    // The deny list applies to the client behind the balancer.
+    let denied = [("X-Forwarded-For", "192.0.2.66")];
+    assert_eq!(via(&ts, balancer, "x.test", &denied).status, 403);
+    // --forwarded-header=Forwarded reads RFC 7239's header, and only it.
+    let rfc = [("Forwarded", "for=\"192.0.2.66:4711\";proto=http")];
+    assert_eq!(via(&ts, balancer, "f.test", &rfc).status, 403);
+    assert_eq!(via(&ts, balancer, "f.test", &denied).status, 200);
+    waits_for_log(
+        &ts,
+        &[
+            "event=ban ip=192.0.2.10 rule=http.x.test state=banned",
+            "event=banned ip=192.0.2.10 rule=http.x.test state=banned",
+            "event=blacklisted ip=192.0.2.66 rule=http.x.test",
+            "event=blacklisted ip=192.0.2.66 rule=http.f.test",
+        ],
+    );
+    // Nothing happened to the balancer, nor was the other client banned.
+    let log = ts.log("ip_throttle.log");
+    assert!(!log.contains("ip=127.0.0.9 "), "{log}");
+    assert!(
+        !log.contains("ip=192.0.2.20 rule=http.x.test state=banned"),
+        "{log}"
+    );
+}
+
+/// On a `:pp` port the PROXY header's source is the client, on 9.2 (where
+/// ATS reports it as the client address) and on 10.x (where it does only
+/// with `pp-clnt`, so the plugin reads the header's source itself).
+#[test]
+fn the_proxy_protocol_source_is_the_client() {
+    let origin = Origin::start();
+    let ts = TrafficServer::builder()
+        .proxy_protocol()
+        .config_file("deny.txt", "192.0.2.66\n")
+        .remap(rule(
+            "p.test",
+            &origin,
+            &format!("{FAST} --trusted-proxies=192.0.2.40"),
+        ))
+        .start()
+        .expect("start");
+    let balancer = ip(9);
+    let statuses: Vec<u16> = (0..5)
+        .map(|_| proxied(&ts, balancer, client(30), &[]))
+        .collect();
+    assert_eq!(statuses, [200, 200, 200, 200, 403]);
+    assert_eq!(proxied(&ts, balancer, client(31), &[]), 200);
+    assert_eq!(proxied(&ts, balancer, client(66), &[]), 403);
+    // A PROXY source that is a trusted proxy has its forwarding header read.
+    let behind = |c| [("X-Forwarded-For", c)];
+    assert_eq!(
+        proxied(&ts, balancer, client(40), &behind("192.0.2.30")),
+        403
+    );
+    assert_eq!(
+        proxied(&ts, balancer, client(40), &behind("192.0.2.32")),
+        200
+    );
+    waits_for_log(
+        &ts,
+        &[
+            "event=ban ip=192.0.2.30 rule=http.p.test state=banned",
+            "event=blacklisted ip=192.0.2.66 rule=http.p.test",
+        ],
+    );
+    assert!(!ts.log("ip_throttle.log").contains("ip=127.0.0.9 "));
+}
