@@ -15,12 +15,16 @@
 //! - Both Redis backends send their batches through one connection layer
 //!   (`redis_conn`): one server, or a Redis Cluster's masters
 //!   (`redis_cluster`: slots, the slot map, redirects).
+//! - Every backend's sockets (`net`): one deadline bounds a whole exchange
+//!   (a server that drips its answer cannot stretch it), and host names
+//!   are resolved off the I/O thread.
 //!
 //! A later memcached backend (ip_throttle's shared state) implements
 //! [`Backend`] and reuses the rest.
 
 mod client;
 pub mod memcached;
+mod net;
 pub mod redis;
 pub mod redis_cas;
 mod redis_cluster;

@@ -14,10 +14,10 @@
 //! needs a bounded, pipelined exchange on one thread with a deadline.
 
 use std::io::{BufRead, BufReader, Read, Write};
-use std::net::{SocketAddr, TcpStream, ToSocketAddrs};
 use std::time::Instant;
 
 use crate::client::BatchError;
+use crate::net::{io_err, Endpoint, Timed};
 use crate::rmw::{CasStore, CasWrite};
 
 /// Longest value read back; a longer one breaks the connection (no value
@@ -43,101 +43,49 @@ pub fn server_of(key: &str, servers: usize) -> usize {
     (h % servers.max(1) as u64) as usize
 }
 
-/// The socket, read with a deadline for the whole exchange: each read
-/// waits at most what is left, and none starts past it, so a server that
-/// drips its answer a byte at a time cannot stretch a request.
-struct Timed {
-    stream: TcpStream,
-    deadline: Instant,
-}
-
-impl Read for Timed {
-    fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
-        let left = self
-            .deadline
-            .checked_duration_since(Instant::now())
-            .filter(|d| !d.is_zero())
-            .ok_or(std::io::ErrorKind::TimedOut)?;
-        self.stream.set_read_timeout(Some(left))?;
-        self.stream.read(buf)
-    }
-}
-
+/// One server's connection; one deadline bounds each exchange on it
+/// ([`Timed`]), so a server that drips its answer cannot stretch a request.
 struct Conn {
-    reader: BufReader<Timed>,
-    writer: TcpStream,
+    io: BufReader<Timed>,
 }
 
 pub struct Memcached {
     servers: Vec<String>,
+    /// Resolved off the I/O thread ([`Endpoint`]).
+    endpoints: Vec<Endpoint>,
     conns: Vec<Conn>,
 }
 
 impl Memcached {
+    /// `servers`: `HOST:PORT` each (as [`crate::url::memcached`] gives them).
     pub fn new(servers: Vec<String>) -> Self {
         Memcached {
+            endpoints: servers.iter().map(|s| Endpoint::parse(s)).collect(),
             servers,
             conns: Vec::new(),
         }
     }
 }
 
-/// Time left until `deadline`, or a timeout.
-fn left(deadline: Instant) -> Result<std::time::Duration, BatchError> {
-    deadline
-        .checked_duration_since(Instant::now())
-        .filter(|d| !d.is_zero())
-        .ok_or(BatchError::Timeout)
-}
-
-fn io_err(e: std::io::Error) -> BatchError {
-    match e.kind() {
-        std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut => BatchError::Timeout,
-        _ => BatchError::Failed(e.to_string()),
-    }
-}
-
 impl Conn {
-    fn open(server: &str, deadline: Instant) -> Result<Conn, BatchError> {
-        let addrs: Vec<SocketAddr> = server
-            .to_socket_addrs()
-            .map_err(|e| BatchError::Failed(format!("{server}: {e}")))?
-            .collect();
-        let mut last = BatchError::Failed(format!("{server}: no address"));
-        for a in addrs {
-            match TcpStream::connect_timeout(&a, left(deadline)?) {
-                Ok(s) => {
-                    s.set_nodelay(true).map_err(io_err)?;
-                    let writer = s.try_clone().map_err(io_err)?;
-                    return Ok(Conn {
-                        reader: BufReader::with_capacity(
-                            16 * 1024,
-                            Timed {
-                                stream: s,
-                                deadline,
-                            },
-                        ),
-                        writer,
-                    });
-                }
-                Err(e) => last = io_err(e),
-            }
-        }
-        Err(last)
+    fn open(server: &Endpoint, deadline: Instant) -> Result<Conn, BatchError> {
+        let s = server.connect(deadline)?;
+        Ok(Conn {
+            io: BufReader::with_capacity(16 * 1024, Timed::new(s)),
+        })
     }
 
     fn send(&mut self, buf: &[u8], deadline: Instant) -> Result<(), BatchError> {
-        self.writer
-            .set_write_timeout(Some(left(deadline)?))
-            .map_err(io_err)?;
-        self.writer.write_all(buf).map_err(io_err)
+        let io = self.io.get_mut();
+        io.deadline = deadline;
+        io.write_all(buf).map_err(io_err)
     }
 
     /// One reply line without its CRLF.
     fn line(&mut self, deadline: Instant) -> Result<String, BatchError> {
-        self.reader.get_mut().deadline = deadline;
+        self.io.get_mut().deadline = deadline;
         let mut buf = Vec::with_capacity(64);
-        let n = (&mut self.reader)
+        let n = (&mut self.io)
             .take(MAX_LINE as u64 + 2)
             .read_until(b'\n', &mut buf)
             .map_err(io_err)?;
@@ -152,9 +100,9 @@ impl Conn {
     }
 
     fn exact(&mut self, n: usize, deadline: Instant) -> Result<Vec<u8>, BatchError> {
-        self.reader.get_mut().deadline = deadline;
+        self.io.get_mut().deadline = deadline;
         let mut v = vec![0; n + 2];
-        self.reader.read_exact(&mut v).map_err(io_err)?;
+        self.io.read_exact(&mut v).map_err(io_err)?;
         if !v.ends_with(b"\r\n") {
             return Err(BatchError::Failed(
                 "memcached value not ended by CRLF".into(),
@@ -208,8 +156,12 @@ impl CasStore for Memcached {
 
     fn connect(&mut self, deadline: Instant) -> Result<(), BatchError> {
         self.conns.clear();
-        for s in &self.servers {
-            self.conns.push(Conn::open(s, deadline)?);
+        for (s, e) in self.servers.iter().zip(&self.endpoints) {
+            let c = Conn::open(e, deadline).map_err(|e| match e {
+                BatchError::Failed(e) => BatchError::Failed(format!("{s}: {e}")),
+                t => t,
+            })?;
+            self.conns.push(c);
         }
         Ok(())
     }

@@ -32,8 +32,8 @@ use redis::Value;
 use sha2::{Digest, Sha256};
 
 use crate::client::{Backend, BatchError};
-pub use crate::redis_conn::Target;
 use crate::redis_conn::{server_error, Conn, Routed};
+pub use crate::redis_conn::{Target, MAX_REPLY};
 
 /// The decision script. ARGV: emission interval in µs (0: no rate), burst,
 /// concurrency limit (0: none), lease member, lease TTL in ms. Returns

@@ -7,9 +7,9 @@
 //! N timeouts, not one deadline); it fails the whole pipeline on one error
 //! reply (`NOSCRIPT`, a script error); its `MOVED` retry never triggers in
 //! a pipeline (error replies arrive as values, not errors); and its single
-//! commands retry with sleeps that ignore any deadline. Here every read
-//! and write is bounded by what is left of the deadline, as with one
-//! server, on the crate's plain `Connection`s: one per master.
+//! commands retry with sleeps that ignore any deadline. Here the batch's
+//! deadline bounds the whole exchange, as with one server, on
+//! `redis_conn`'s connections: one per master.
 //!
 //! - **Slot map**: `CLUSTER SLOTS` from the first seed that answers, at
 //!   connect. A slot no master serves, or any I/O error or timeout, fails
@@ -29,8 +29,9 @@ use std::time::Instant;
 use redis::Value;
 
 use crate::client::BatchError;
+use crate::net::{left, Endpoint};
 use crate::redis::Addr;
-use crate::redis_conn::{batch_error, left, load_scripts, open, recv, send, Routed};
+use crate::redis_conn::{load_scripts, RespConn, Routed};
 
 pub const SLOTS: usize = 16_384;
 /// A slot no master serves.
@@ -68,7 +69,8 @@ fn crc16(data: &[u8]) -> u16 {
 
 struct Master {
     addr: Addr,
-    conn: Option<redis::Connection>,
+    endpoint: Endpoint,
+    conn: Option<RespConn>,
 }
 
 pub(crate) struct Cluster {
@@ -76,14 +78,39 @@ pub(crate) struct Cluster {
     masters: Vec<Master>,
     /// Slot -> index in `masters` ([`NONE`]: not served).
     slots: Vec<u16>,
+    /// The seeds' and masters' endpoints, kept across reconnects so a
+    /// name's addresses outlive a connection (pruned at each connect).
+    endpoints: Vec<Endpoint>,
 }
 
 impl Cluster {
     pub fn new(seeds: Vec<Addr>) -> Cluster {
+        let endpoints = seeds
+            .iter()
+            .map(|a| Endpoint::new(&a.host, a.port))
+            .collect();
         Cluster {
             seeds,
             masters: Vec::new(),
             slots: Vec::new(),
+            endpoints,
+        }
+    }
+
+    fn endpoint(&mut self, host: &str, port: u16) -> Endpoint {
+        if let Some(e) = self.endpoints.iter().find(|e| e.is(host, port)) {
+            return e.clone();
+        }
+        let e = Endpoint::new(host, port);
+        self.endpoints.push(e.clone());
+        e
+    }
+
+    fn master(&mut self, addr: Addr, conn: Option<RespConn>) -> Master {
+        Master {
+            endpoint: self.endpoint(&addr.host, addr.port),
+            addr,
+            conn,
         }
     }
 
@@ -101,11 +128,22 @@ impl Cluster {
     pub fn connect(&mut self, deadline: Instant) -> Result<(), BatchError> {
         self.disconnect();
         let mut why = String::new();
-        for seed in &self.seeds {
-            match slot_map(seed, deadline) {
-                Ok((masters, slots)) => {
-                    self.masters = masters;
+        for seed in self.seeds.clone() {
+            let endpoint = self.endpoint(&seed.host, seed.port);
+            match slot_map(&seed, &endpoint, deadline) {
+                Ok((masters, slots, mut conn)) => {
+                    for addr in masters {
+                        // The seed is a master: keep its connection.
+                        let c = if addr == seed { conn.take() } else { None };
+                        let m = self.master(addr, c);
+                        self.masters.push(m);
+                    }
                     self.slots = slots;
+                    let (seeds, masters) = (&self.seeds, &self.masters);
+                    self.endpoints.retain(|e| {
+                        seeds.iter().any(|a| e.is(&a.host, a.port))
+                            || masters.iter().any(|m| e.is(&m.addr.host, m.addr.port))
+                    });
                     break;
                 }
                 Err(BatchError::Failed(e)) => why = format!("{}: {e}", seed.host_port()),
@@ -130,11 +168,10 @@ impl Cluster {
     }
 
     /// The connection to master `i`, opened if need be.
-    fn conn(&mut self, i: usize, deadline: Instant) -> Result<&mut redis::Connection, BatchError> {
+    fn conn(&mut self, i: usize, deadline: Instant) -> Result<&mut RespConn, BatchError> {
         let m = &mut self.masters[i];
         if m.conn.is_none() {
-            let client = redis::Client::open(m.addr.url()).map_err(batch_error)?;
-            let c = open(&client, deadline).map_err(|e| match e {
+            let c = RespConn::open(&m.endpoint, deadline).map_err(|e| match e {
                 BatchError::Failed(e) => {
                     BatchError::Failed(format!("master {}: {e}", m.addr.host_port()))
                 }
@@ -175,14 +212,13 @@ impl Cluster {
         if self.masters.len() >= MAX_NODES || host.is_empty() {
             return None;
         }
-        self.masters.push(Master {
-            addr: Addr {
-                host: host.to_owned(),
-                port,
-                db: 0,
-            },
-            conn: None,
-        });
+        let addr = Addr {
+            host: host.to_owned(),
+            port,
+            db: 0,
+        };
+        let m = self.master(addr, None);
+        self.masters.push(m);
         Some(self.masters.len() - 1)
     }
 
@@ -249,16 +285,16 @@ impl Cluster {
                 }
                 packed.extend_from_slice(&cmds[i].packed);
             }
-            send(self.conn(m, deadline)?, &packed, deadline)?;
+            self.conn(m, deadline)?.send(&packed, deadline)?;
         }
         let mut redirected = Vec::new();
         for &m in &masters {
             let conn = self.conn(m, deadline)?;
             for &(i, _, asking) in todo.iter().filter(|t| t.1 == m) {
                 if asking {
-                    recv(conn, deadline)?;
+                    conn.recv(deadline)?;
                 }
-                let v = recv(conn, deadline)?;
+                let v = conn.recv(deadline)?;
                 if matches!(&v, Value::ServerError(e) if matches!(e.code(), "MOVED" | "ASK")) {
                     redirected.push(i);
                 }
@@ -269,18 +305,21 @@ impl Cluster {
     }
 }
 
-/// `CLUSTER SLOTS` from `seed`: the masters and each slot's master.
-fn slot_map(seed: &Addr, deadline: Instant) -> Result<(Vec<Master>, Vec<u16>), BatchError> {
-    let client = redis::Client::open(seed.url()).map_err(batch_error)?;
-    let mut conn = open(&client, deadline)?;
+/// The masters and each slot's master.
+type SlotMap = (Vec<Addr>, Vec<u16>, Option<RespConn>);
+
+/// `CLUSTER SLOTS` from `seed`: the masters, each slot's master, and the
+/// connection to the seed.
+fn slot_map(seed: &Addr, endpoint: &Endpoint, deadline: Instant) -> Result<SlotMap, BatchError> {
+    let mut conn = RespConn::open(endpoint, deadline)?;
     let packed = redis::cmd("CLUSTER").arg("SLOTS").get_packed_command();
-    send(&mut conn, &packed, deadline)?;
-    let v = recv(&mut conn, deadline)?;
+    conn.send(&packed, deadline)?;
+    let v = conn.recv(deadline)?;
     let bad = |why: &str| BatchError::Failed(format!("CLUSTER SLOTS: {why}"));
     let Value::Array(ranges) = &v else {
         return Err(bad(&format!("answered {v:?}")));
     };
-    let mut masters: Vec<Master> = Vec::new();
+    let mut masters: Vec<Addr> = Vec::new();
     let mut slots = vec![NONE; SLOTS];
     for r in ranges {
         let Value::Array(r) = r else {
@@ -306,14 +345,11 @@ fn slot_map(seed: &Addr, deadline: Instant) -> Result<(Vec<Master>, Vec<u16>), B
         }
         let i = match masters
             .iter()
-            .position(|m| m.addr.host == host && m.addr.port == port)
+            .position(|m| m.host == host && m.port == port)
         {
             Some(i) => i,
             None if masters.len() < MAX_NODES => {
-                masters.push(Master {
-                    addr: Addr { host, port, db: 0 },
-                    conn: None,
-                });
+                masters.push(Addr { host, port, db: 0 });
                 masters.len() - 1
             }
             None => return Err(bad("too many masters")),
@@ -326,14 +362,7 @@ fn slot_map(seed: &Addr, deadline: Instant) -> Result<(Vec<Master>, Vec<u16>), B
             *s = i as u16;
         }
     }
-    // The seed is a master: keep its connection.
-    if let Some(m) = masters
-        .iter_mut()
-        .find(|m| m.addr.host == seed.host && m.addr.port == seed.port)
-    {
-        m.conn = Some(conn);
-    }
-    Ok((masters, slots))
+    Ok((masters, slots, Some(conn)))
 }
 
 #[cfg(test)]

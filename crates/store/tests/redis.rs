@@ -369,3 +369,29 @@ fn sync_counts_every_proxys_hits_per_period_of_the_servers_clock() {
     let counter = format!("{base}:sync:{period}");
     assert!(s.int(&["PTTL", &counter]).unwrap() > 0, "periods expire");
 }
+
+/// A database other than 0 is selected on connect (the connection is
+/// crates/store's own, not the crate's), and a host name is resolved.
+#[test]
+fn a_named_host_and_a_database_are_honoured() {
+    let s = Server::start().unwrap();
+    let on = |host: &str, db| {
+        let addr = Addr {
+            host: host.into(),
+            port: s.port(),
+            db,
+        };
+        let c: C = Client::start("store-test", Redis::new(&addr).unwrap(), Config::default())
+            .expect("thread");
+        c
+    };
+    let (db3, db0) = (on("localhost", 3), on("127.0.0.1", 0));
+    let ids = LeaseIds::default();
+    let base = key_base("db", None);
+    let one = |c: &C| ask(c, vec![decide(&base, None, 1, ids.next(), 10_000)]).remove(0);
+    assert!(admitted(&one(&db3)));
+    assert_eq!(one(&db3), Outcome::Reply(Reply::Busy { leases: 1 }));
+    // Database 0 holds no lease of database 3.
+    assert!(admitted(&one(&db0)));
+    assert_eq!(s.int(&["DBSIZE"]).unwrap(), 1);
+}
