@@ -511,8 +511,10 @@ struct KeyView<'t> {
 }
 
 impl RequestView for KeyView<'_> {
+    /// The connection's client: on a PROXY-protocol port the header's
+    /// source, on 10.x as on 9.2 (as ip_throttle reads it).
     fn peer_ip(&self) -> Option<IpAddr> {
-        self.txn.client_ip()
+        self.txn.connection_client_ip()
     }
 
     fn header(&self, name: &str) -> Option<Vec<u8>> {
