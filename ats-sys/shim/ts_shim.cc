@@ -7,6 +7,10 @@
 //    from the real declaration through decltype, so a signature change in a
 //    later 10.x is a compile error here, not a silent ABI mismatch.
 // 2. On both, the calls of ts_shim.h, whose form differs between versions.
+//
+// Every function is noexcept: a C++ exception (bad_alloc in new DbgCtl, a
+// std::string inside ATS) must end in std::terminate here, never unwind
+// into Rust frames through an extern "C" call.
 
 #include <ts/ts.h>
 #include <ts/remap.h>
@@ -37,39 +41,39 @@ template <typename R, typename... A> struct Sig<R(A...)> {
 
 #define TSRS_FORWARD_0(f)                                       \
   TSRS_ARITY(f, 0);                                            \
-  extern "C" TSRS_RET(f) tsrs_##f() { return f(); }
+  extern "C" TSRS_RET(f) tsrs_##f() noexcept { return f(); }
 #define TSRS_FORWARD_1(f)                                       \
   TSRS_ARITY(f, 1);                                            \
-  extern "C" TSRS_RET(f) tsrs_##f(TSRS_ARG(f, 0) a0) { return f(a0); }
+  extern "C" TSRS_RET(f) tsrs_##f(TSRS_ARG(f, 0) a0) noexcept { return f(a0); }
 #define TSRS_FORWARD_2(f)                                                         \
   TSRS_ARITY(f, 2);                                                              \
-  extern "C" TSRS_RET(f) tsrs_##f(TSRS_ARG(f, 0) a0, TSRS_ARG(f, 1) a1) \
+  extern "C" TSRS_RET(f) tsrs_##f(TSRS_ARG(f, 0) a0, TSRS_ARG(f, 1) a1) noexcept \
   {                                                                               \
     return f(a0, a1);                                                             \
   }
 #define TSRS_FORWARD_3(f)                                                                        \
   TSRS_ARITY(f, 3);                                                                             \
-  extern "C" TSRS_RET(f) tsrs_##f(TSRS_ARG(f, 0) a0, TSRS_ARG(f, 1) a1, TSRS_ARG(f, 2) a2) \
+  extern "C" TSRS_RET(f) tsrs_##f(TSRS_ARG(f, 0) a0, TSRS_ARG(f, 1) a1, TSRS_ARG(f, 2) a2) noexcept \
   {                                                                                              \
     return f(a0, a1, a2);                                                                        \
   }
 #define TSRS_FORWARD_4(f)                                                                                       \
   TSRS_ARITY(f, 4);                                                                                            \
-  extern "C" TSRS_RET(f) tsrs_##f(TSRS_ARG(f, 0) a0, TSRS_ARG(f, 1) a1, TSRS_ARG(f, 2) a2, TSRS_ARG(f, 3) a3) \
+  extern "C" TSRS_RET(f) tsrs_##f(TSRS_ARG(f, 0) a0, TSRS_ARG(f, 1) a1, TSRS_ARG(f, 2) a2, TSRS_ARG(f, 3) a3) noexcept \
   {                                                                                                             \
     return f(a0, a1, a2, a3);                                                                                   \
   }
 #define TSRS_FORWARD_5(f)                                                                                      \
   TSRS_ARITY(f, 5);                                                                                           \
   extern "C" TSRS_RET(f)                                                                                       \
-    tsrs_##f(TSRS_ARG(f, 0) a0, TSRS_ARG(f, 1) a1, TSRS_ARG(f, 2) a2, TSRS_ARG(f, 3) a3, TSRS_ARG(f, 4) a4) \
+    tsrs_##f(TSRS_ARG(f, 0) a0, TSRS_ARG(f, 1) a1, TSRS_ARG(f, 2) a2, TSRS_ARG(f, 3) a3, TSRS_ARG(f, 4) a4) noexcept \
   {                                                                                                            \
     return f(a0, a1, a2, a3, a4);                                                                              \
   }
 #define TSRS_FORWARD_6(f)                                                                                      \
   TSRS_ARITY(f, 6);                                                                                           \
   extern "C" TSRS_RET(f) tsrs_##f(TSRS_ARG(f, 0) a0, TSRS_ARG(f, 1) a1, TSRS_ARG(f, 2) a2, TSRS_ARG(f, 3) a3, \
-                                  TSRS_ARG(f, 4) a4, TSRS_ARG(f, 5) a5)                                        \
+                                  TSRS_ARG(f, 4) a4, TSRS_ARG(f, 5) a5) noexcept                                        \
   {                                                                                                            \
     return f(a0, a1, a2, a3, a4, a5);                                                                          \
   }
@@ -80,19 +84,19 @@ template <typename R, typename... A> struct Sig<R(A...)> {
 // Debug output: one DbgCtl per tag, made once and never freed (DbgCtl
 // objects are meant to be static; the plugin's tag lives for the process).
 extern "C" const void *
-tsrs_dbg_ctl(const char *tag)
+tsrs_dbg_ctl(const char *tag) noexcept
 {
   return new DbgCtl(tag);
 }
 
 extern "C" int
-tsrs_dbg_on(const void *ctl)
+tsrs_dbg_on(const void *ctl) noexcept
 {
   return static_cast<const DbgCtl *>(ctl)->on() ? 1 : 0;
 }
 
 extern "C" void
-tsrs_dbg_print(const void *ctl, const char *msg)
+tsrs_dbg_print(const void *ctl, const char *msg) noexcept
 {
   auto c = static_cast<const DbgCtl *>(ctl);
   // No source location: this file's would mislead, and 9.x's TSDebug has none.
@@ -102,19 +106,19 @@ tsrs_dbg_print(const void *ctl, const char *msg)
 #else // 9.x: the C API as it is.
 
 extern "C" const void *
-tsrs_dbg_ctl(const char *tag)
+tsrs_dbg_ctl(const char *tag) noexcept
 {
   return tag;
 }
 
 extern "C" int
-tsrs_dbg_on(const void *ctl)
+tsrs_dbg_on(const void *ctl) noexcept
 {
   return TSIsDebugTagSet(static_cast<const char *>(ctl));
 }
 
 extern "C" void
-tsrs_dbg_print(const void *ctl, const char *msg)
+tsrs_dbg_print(const void *ctl, const char *msg) noexcept
 {
   TSDebug(static_cast<const char *>(ctl), "%s", msg);
 }
@@ -122,25 +126,25 @@ tsrs_dbg_print(const void *ctl, const char *msg)
 #endif
 
 extern "C" void
-tsrs_note(const char *msg)
+tsrs_note(const char *msg) noexcept
 {
   TSNote("%s", msg);
 }
 
 extern "C" void
-tsrs_warning(const char *msg)
+tsrs_warning(const char *msg) noexcept
 {
   TSWarning("%s", msg);
 }
 
 extern "C" void
-tsrs_error(const char *msg)
+tsrs_error(const char *msg) noexcept
 {
   TSError("%s", msg);
 }
 
 extern "C" TSReturnCode
-tsrs_text_log_write(TSTextLogObject obj, const char *line)
+tsrs_text_log_write(TSTextLogObject obj, const char *line) noexcept
 {
   return TSTextLogObjectWrite(obj, "%s", line);
 }

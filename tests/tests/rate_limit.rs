@@ -684,3 +684,60 @@ fn same_status_counts_as_upstream_rate_limit() {
         assert_eq!(ours, BTreeMap::from(expect), "{params}");
     }
 }
+
+/// `active` (published every second from the rule's own counts) shows the
+/// slots held, also those still held under a rule replaced by a reload,
+/// and comes back to 0 when they are given back.
+#[test]
+fn active_shows_held_slots_across_a_reload_then_zero() {
+    let origin = Origin::start();
+    let ts = TrafficServer::builder()
+        .remap(rule(
+            "a.test",
+            &origin,
+            "--limit=10 --prefix=act --tag=live",
+        ))
+        .with_manager()
+        .start()
+        .expect("start");
+    let port = ts.port();
+    // 3 slots held for 12 s: long enough to see them before and after the
+    // reload (9.2 shows metrics up to ~10 s late).
+    let holders = thread::spawn(move || {
+        client::burst(3, move |i| {
+            client::get(
+                port,
+                "a.test",
+                &format!("/h{i}"),
+                &[("X-Origin-Delay", "12000")],
+            )
+        })
+    });
+    assert!(
+        ats_tests::wait_until(Duration::from_secs(5), || origin.count() == 3),
+        "the 3 holders reached the origin"
+    );
+    assert_eq!(ts.wait_metric("act.remap.live.active", 3), Ok(3));
+    // The rule is replaced (other options, same metrics): the old rule's
+    // held slots stay in `active` while the new rule publishes its own.
+    ts.reload_remap(&rule(
+        "a.test",
+        &origin,
+        "--limit=9 --prefix=act --tag=live",
+    ))
+    .expect("reload");
+    let r = client::get(port, "a.test", "/after", &[]).expect("GET");
+    assert_eq!(r.status, 200);
+    // Two publishing periods after the reload, the 3 are still counted.
+    thread::sleep(Duration::from_millis(2500));
+    assert_eq!(ts.wait_metric("act.remap.live.active", 3), Ok(3));
+    let results = holders.join().expect("thread");
+    assert_eq!(counts(&results), BTreeMap::from([(200, 3)]));
+    assert_eq!(
+        ts.wait_metrics_after(
+            &[("act.remap.live.admitted", 4)],
+            &[("act.remap.live.active", 0)],
+        ),
+        Ok(())
+    );
+}

@@ -342,14 +342,16 @@ impl TxnValues {
                 Err(table::Refused::Taken) => return Err(p),
                 Err(table::Refused::Full) => {}
             }
-            self.spilled
-                .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         }
-        #[cfg(ats_9)]
+        // The argument's index is shared by every loaded copy of the plugin
+        // (reserved by name): never overwrite another copy's value.
         // SAFETY: live txn, reserved index.
         if !unsafe { arg_get(Scope::Txn, key.obj(), self.idx) }.is_null() {
             return Err(p);
         }
+        #[cfg(ats_10)]
+        self.spilled
+            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         // SAFETY: live txn, reserved index; ownership moves into the slot
         // until take() reclaims it.
         unsafe { arg_set(Scope::Txn, key.obj(), self.idx, p.cast()) };

@@ -119,10 +119,11 @@ impl<F: Fn() -> Option<(i64, u64)>> Publisher<F> {
             return;
         };
         let mut last = self.last.lock().unwrap_or_else(|e| e.into_inner());
-        if let Some(g) = self.gauge {
+        // An idle source costs no TS call.
+        if let Some(g) = self.gauge.filter(|_| level != last.0) {
             g.add(level - last.0);
         }
-        if let Some(c) = self.counter {
+        if let Some(c) = self.counter.filter(|_| count != last.1) {
             c.add(count.saturating_sub(last.1) as i64);
         }
         *last = (level, count);
@@ -131,10 +132,17 @@ impl<F: Fn() -> Option<(i64, u64)>> Publisher<F> {
 
 impl<F: Fn() -> Option<(i64, u64)>> Drop for Publisher<F> {
     fn drop(&mut self) {
+        // Dropped by its task on a task thread; if the task never started,
+        // possibly elsewhere: 9.2's stats must not be changed off ATS threads.
+        if crate::EventThread::current().is_none() {
+            return;
+        }
         self.tick();
         if let Some(g) = self.gauge {
             let last = self.last.get_mut().unwrap_or_else(|e| e.into_inner());
-            g.add(-last.0);
+            if last.0 != 0 {
+                g.add(-last.0);
+            }
         }
     }
 }

@@ -75,9 +75,8 @@ pub struct Rule {
     /// configuration loads): it will look for this entry's state.
     followed: Arc<AtomicBool>,
     metrics: Metrics,
-    /// `active` and `admitted`, published every second by `_live_metrics`.
+    /// `active` and `admitted`, published every second.
     live: Arc<state::Live>,
-    _live_metrics: Option<Periodic>,
     /// With `--key`: publishes the `keys` gauge and `evicted` counter.
     _key_metrics: Option<Periodic>,
     /// With `--fair`: publishes `flows`, `borrowed` and `flow_rejected`.
@@ -116,10 +115,9 @@ impl Rule {
         peers::join(&opts, &limiter)?;
         let metrics = Metrics::new(&opts);
         let store = crate::store::RuleStore::new(&opts, &limiter)?;
-        let live = Arc::new(state::Live::default());
+        let live = Arc::new(state::Live::new(&metrics));
         Ok(Rule {
             store,
-            _live_metrics: live_metrics(&live, &metrics),
             live,
             _key_metrics: key_metrics(&limiter, &metrics),
             _fair_metrics: fair::metrics(&limiter, &metrics),
@@ -547,21 +545,6 @@ fn key_metrics(limiter: &Arc<Limiter<Queued>>, m: &Metrics) -> Option<Periodic> 
 }
 
 const KEY_METRICS_EVERY: Duration = Duration::from_secs(1);
-
-/// Every second, adds a rule's `active` and `admitted` to its metrics.
-/// Stops with the rule (a reload): the last counts go out and the rule's
-/// share leaves the `active` gauge.
-fn live_metrics(live: &Arc<state::Live>, m: &Metrics) -> Option<Periodic> {
-    let live = live.clone();
-    let read = move || Some(live.read());
-    match ats::stats::publish_deltas(state::LIVE_EVERY, m.active, m.admitted, read) {
-        Ok(p) => Some(p),
-        Err(e) => {
-            log::error!("cannot start the active/admitted metrics task: {e}");
-            None
-        }
-    }
-}
 
 struct Hooks;
 

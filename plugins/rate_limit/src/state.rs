@@ -5,6 +5,7 @@
 use std::sync::atomic::{AtomicBool, AtomicI64, AtomicU64, AtomicU8, Ordering};
 use std::sync::{Arc, OnceLock};
 
+use ats::sched::Periodic;
 use ats::stats::Stat;
 use limits::{BudgetToken, Nanos, Permit};
 use parking_lot::Mutex;
@@ -71,30 +72,56 @@ impl Metrics {
 /// and added to its metrics every second (`ats::stats::publish_deltas`, as
 /// deltas: rules may share a metric name). Changing the metrics themselves
 /// cost three `TSStatIntIncrement` per admitted transaction: on ATS 10 ~40
-/// instructions each, and an atomic on a line every thread shares
-/// (BENCHMARKS.md, "Instructions per request", 10.1). Operators read
-/// metrics seconds apart, and 9.2 shows them ~10 s late anyway.
-#[derive(Default)]
+/// instructions each (BENCHMARKS.md, "Instructions per request", 10.1).
+/// Operators read metrics seconds apart, and 9.2 shows them ~10 s late
+/// anyway.
+///
+/// The rule and every held slot keep it, and with it its publisher: after a
+/// reload, slots still held under the old rule stay in `active` until they
+/// are given back, as when each slot changed the metric itself.
 pub(crate) struct Live {
+    counts: Arc<Counts>,
+    _publisher: Option<Periodic>,
+}
+
+#[derive(Default)]
+struct Counts {
     active: AtomicI64,
     admitted: AtomicU64,
 }
 
 /// How often a rule's `active` and `admitted` reach its metrics.
-pub(crate) const LIVE_EVERY: std::time::Duration = std::time::Duration::from_secs(1);
+const LIVE_EVERY: std::time::Duration = std::time::Duration::from_secs(1);
 
 impl Live {
+    pub(crate) fn new(m: &Metrics) -> Live {
+        let counts = Arc::new(Counts::default());
+        // The publisher reads the counts strongly: when it stops (the last
+        // holder of Live is gone), its final look still sees them.
+        let c = counts.clone();
+        let read = move || {
+            // `admitted` first (Acquire): the slots of the admissions it
+            // counts are in the `active` read after it.
+            let admitted = c.admitted.load(Ordering::Acquire);
+            Some((c.active.load(Ordering::Relaxed), admitted))
+        };
+        let publisher = match ats::stats::publish_deltas(LIVE_EVERY, m.active, m.admitted, read) {
+            Ok(p) => Some(p),
+            Err(e) => {
+                log::error!("cannot start the active/admitted metrics task: {e}");
+                None
+            }
+        };
+        Live {
+            counts,
+            _publisher: publisher,
+        }
+    }
+
     /// Counts an admitted transaction, after its slot (if any) was taken:
     /// once `admitted` shows it, `active` shows the slot.
     pub(crate) fn admit(&self) {
-        self.admitted.fetch_add(1, Ordering::Release);
-    }
-
-    /// (active, admitted) now. `admitted` is read first (Acquire): the
-    /// slots of the admissions it counts are in the `active` read after it.
-    pub(crate) fn read(&self) -> (i64, u64) {
-        let admitted = self.admitted.load(Ordering::Acquire);
-        (self.active.load(Ordering::Relaxed), admitted)
+        self.counts.admitted.fetch_add(1, Ordering::Release);
     }
 }
 
@@ -106,7 +133,7 @@ pub(crate) struct Held {
 
 impl Held {
     pub(crate) fn new(permit: Permit<Queued>, rule: &Rule) -> Held {
-        rule.live.active.fetch_add(1, Ordering::Relaxed);
+        rule.live.counts.active.fetch_add(1, Ordering::Relaxed);
         Held {
             _permit: permit,
             live: rule.live.clone(),
@@ -116,7 +143,7 @@ impl Held {
 
 impl Drop for Held {
     fn drop(&mut self) {
-        self.live.active.fetch_sub(1, Ordering::Relaxed);
+        self.live.counts.active.fetch_sub(1, Ordering::Relaxed);
     }
 }
 
