@@ -23,7 +23,8 @@ if [ -n "${ATS_PREFIX:-}" ] && [ ! -f "$ATS_PREFIX/include/ts/ts.h" ]; then
     ats10=true
 fi
 
-PACKAGES=(trafficserver trafficserver-dev trafficserver-experimental-plugins libclang-dev clang g++ curl ca-certificates)
+# xz-utils unpacks the ATS 10 tarball; procps gives the harness kill(1).
+PACKAGES=(trafficserver trafficserver-dev trafficserver-experimental-plugins libclang-dev clang g++ curl ca-certificates xz-utils procps)
 PACKAGES+=("$@")
 
 missing=()

@@ -52,6 +52,14 @@ ats10_prefix="${ATS_PREFIX:-$ATS10_DEFAULT_PREFIX}"
 ats10_asked="${ATS_PREFIX:-}"
 ats10_dist="$(realpath -m "${ATS10_DIST:-../shared/ats}")"
 unset ATS_PREFIX
+# Each would win over ATS_PREFIX (headers in ats-sys, plugins in the
+# harness) and mix one version's build into the other's run.
+for v in ATS_INCLUDE_DIR ATS_PLUGIN_DIR; do
+    if [ -n "${!v:-}" ]; then
+        echo "error: $v is set; ci/test.sh chooses each version's headers and plugins itself (unset it)" >&2
+        exit 2
+    fi
+done
 # The ATS-version-dependent packages; the others are pure and ran in part 1.
 ATS_PACKAGES=(-p ats-sys -p ats -p throttle -p rate_limit -p ip_throttle -p ats-probe -p ats-tests)
 # nginx: the side-by-side test against limit_req (tests/tests/keyed_nginx.rs);
