@@ -191,8 +191,10 @@ fn build_shim(include_dir: &Path, major: u32) {
         .flag("-fvisibility=hidden")
         .warnings(true);
     if major < 10 {
-        // 9.x's shim only calls C functions: no C++ runtime needed.
-        build.cpp_link_stdlib(None);
+        // 9.x's shim only calls C functions: no C++ runtime, and no
+        // exception tables (their personality routine is libstdc++'s, which
+        // a test binary of a plugin crate would then have to link).
+        build.cpp_link_stdlib(None).flag("-fno-exceptions");
     }
     build.compile("tsrs_shim");
 }
