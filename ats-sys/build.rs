@@ -128,6 +128,10 @@ fn main() {
         builder = builder
             .clang_args(["-x", "c++", "-std=c++17"])
             .allowlist_function(format!("({})", forwarded.join("|")))
+            // ATS is C++: an exception (bad_alloc) could leave a forwarder,
+            // which is a tail call. "C-unwind" makes that defined behaviour
+            // in Rust (catch_unwind aborts on it) instead of UB, at no cost.
+            .override_abi(bindgen::Abi::CUnwind, format!("({})", forwarded.join("|")))
             .opaque_type("std::.*")
             .parse_callbacks(Box::new(Forwarders(forwarded.clone())));
     }

@@ -8,9 +8,12 @@
 //    later 10.x is a compile error here, not a silent ABI mismatch.
 // 2. On both, the calls of ts_shim.h, whose form differs between versions.
 //
-// Every function is noexcept: a C++ exception (bad_alloc in new DbgCtl, a
-// std::string inside ATS) must end in std::terminate here, never unwind
-// into Rust frames through an extern "C" call.
+// Exceptions: the forwarders stay plain tail calls (one `jmp`), so an
+// exception thrown inside ATS passes through them; ats-sys declares the
+// forwarded functions `extern "C-unwind"`, which makes that defined in Rust
+// (the guard's catch_unwind aborts on a foreign exception) rather than UB.
+// The functions of ts_shim.h are noexcept: they end such an exception in
+// std::terminate themselves.
 
 #include <ts/ts.h>
 #include <ts/remap.h>
@@ -41,39 +44,39 @@ template <typename R, typename... A> struct Sig<R(A...)> {
 
 #define TSRS_FORWARD_0(f)                                       \
   TSRS_ARITY(f, 0);                                            \
-  extern "C" TSRS_RET(f) tsrs_##f() noexcept { return f(); }
+  extern "C" TSRS_RET(f) tsrs_##f() { return f(); }
 #define TSRS_FORWARD_1(f)                                       \
   TSRS_ARITY(f, 1);                                            \
-  extern "C" TSRS_RET(f) tsrs_##f(TSRS_ARG(f, 0) a0) noexcept { return f(a0); }
+  extern "C" TSRS_RET(f) tsrs_##f(TSRS_ARG(f, 0) a0) { return f(a0); }
 #define TSRS_FORWARD_2(f)                                                         \
   TSRS_ARITY(f, 2);                                                              \
-  extern "C" TSRS_RET(f) tsrs_##f(TSRS_ARG(f, 0) a0, TSRS_ARG(f, 1) a1) noexcept \
+  extern "C" TSRS_RET(f) tsrs_##f(TSRS_ARG(f, 0) a0, TSRS_ARG(f, 1) a1) \
   {                                                                               \
     return f(a0, a1);                                                             \
   }
 #define TSRS_FORWARD_3(f)                                                                        \
   TSRS_ARITY(f, 3);                                                                             \
-  extern "C" TSRS_RET(f) tsrs_##f(TSRS_ARG(f, 0) a0, TSRS_ARG(f, 1) a1, TSRS_ARG(f, 2) a2) noexcept \
+  extern "C" TSRS_RET(f) tsrs_##f(TSRS_ARG(f, 0) a0, TSRS_ARG(f, 1) a1, TSRS_ARG(f, 2) a2) \
   {                                                                                              \
     return f(a0, a1, a2);                                                                        \
   }
 #define TSRS_FORWARD_4(f)                                                                                       \
   TSRS_ARITY(f, 4);                                                                                            \
-  extern "C" TSRS_RET(f) tsrs_##f(TSRS_ARG(f, 0) a0, TSRS_ARG(f, 1) a1, TSRS_ARG(f, 2) a2, TSRS_ARG(f, 3) a3) noexcept \
+  extern "C" TSRS_RET(f) tsrs_##f(TSRS_ARG(f, 0) a0, TSRS_ARG(f, 1) a1, TSRS_ARG(f, 2) a2, TSRS_ARG(f, 3) a3) \
   {                                                                                                             \
     return f(a0, a1, a2, a3);                                                                                   \
   }
 #define TSRS_FORWARD_5(f)                                                                                      \
   TSRS_ARITY(f, 5);                                                                                           \
   extern "C" TSRS_RET(f)                                                                                       \
-    tsrs_##f(TSRS_ARG(f, 0) a0, TSRS_ARG(f, 1) a1, TSRS_ARG(f, 2) a2, TSRS_ARG(f, 3) a3, TSRS_ARG(f, 4) a4) noexcept \
+    tsrs_##f(TSRS_ARG(f, 0) a0, TSRS_ARG(f, 1) a1, TSRS_ARG(f, 2) a2, TSRS_ARG(f, 3) a3, TSRS_ARG(f, 4) a4) \
   {                                                                                                            \
     return f(a0, a1, a2, a3, a4);                                                                              \
   }
 #define TSRS_FORWARD_6(f)                                                                                      \
   TSRS_ARITY(f, 6);                                                                                           \
   extern "C" TSRS_RET(f) tsrs_##f(TSRS_ARG(f, 0) a0, TSRS_ARG(f, 1) a1, TSRS_ARG(f, 2) a2, TSRS_ARG(f, 3) a3, \
-                                  TSRS_ARG(f, 4) a4, TSRS_ARG(f, 5) a5) noexcept                                        \
+                                  TSRS_ARG(f, 4) a4, TSRS_ARG(f, 5) a5)                                        \
   {                                                                                                            \
     return f(a0, a1, a2, a3, a4, a5);                                                                          \
   }
