@@ -130,7 +130,8 @@ fn main() {
             .allowlist_function(format!("({})", forwarded.join("|")))
             // ATS is C++: an exception (bad_alloc) could leave a forwarder,
             // which is a tail call. "C-unwind" makes that defined behaviour
-            // in Rust (catch_unwind aborts on it) instead of UB, at no cost.
+            // in Rust (the guard aborts, or fails safe as on a panic: std
+            // leaves which unspecified) instead of UB, at no cost.
             .override_abi(bindgen::Abi::CUnwind, format!("({})", forwarded.join("|")))
             .opaque_type("std::.*")
             .parse_callbacks(Box::new(Forwarders(forwarded.clone())));

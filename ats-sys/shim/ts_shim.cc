@@ -11,7 +11,7 @@
 // Exceptions: the forwarders stay plain tail calls (one `jmp`), so an
 // exception thrown inside ATS passes through them; ats-sys declares the
 // forwarded functions `extern "C-unwind"`, which makes that defined in Rust
-// (the guard's catch_unwind aborts on a foreign exception) rather than UB.
+// (the guard aborts, or fails safe as on a panic) rather than UB.
 // The functions of ts_shim.h are noexcept: they end such an exception in
 // std::terminate themselves.
 
