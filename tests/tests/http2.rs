@@ -100,6 +100,75 @@ fn conntrack_streams_of_a_waiting_connection_pass_with_it() {
     assert_drained(&ts, "ct");
 }
 
+/// `--conntrack`: the connection's first waiting stream expires
+/// (`--maxage`) while its later streams still wait. The connection keeps
+/// its place through them: the next of its streams takes the slot when
+/// the holder closes, and the rest pass with it.
+#[test]
+fn conntrack_first_stream_expiring_hands_the_wait_to_the_next() {
+    let origin = Origin::start();
+    let ts = start(rate_limit(
+        &origin,
+        "--conntrack --limit=1 --queue=10 --maxage=1000 --tag=ct2",
+    ));
+    let conns = h2::run(
+        ts.tls_port(),
+        HOST,
+        20,
+        vec![
+            vec![send(1, "/a"), wait(1), signal("a"), sleep_ms(1400), close()],
+            vec![
+                await_signal("a"),
+                send(1, "/b"),
+                sleep_ms(600),
+                send(4, "/b"),
+                wait(5),
+            ],
+        ],
+    );
+    let b = &conns[1];
+    assert_eq!(b.error, None);
+    assert_eq!(b.statuses(), [429, 200, 200, 200, 200], "{b:?}");
+    assert_eq!(origin.count(), 5);
+    assert_eq!(counter(&ts, "ct2", "expired", 1), 1);
+    assert_drained(&ts, "ct2");
+}
+
+/// `--conntrack`: the connection's first waiting stream is reset
+/// (RST_STREAM); at its turn it is skipped, and the slot goes to the
+/// connection's next stream, with which the others pass.
+#[test]
+fn conntrack_first_stream_reset_hands_the_wait_to_the_next() {
+    let origin = Origin::start();
+    let ts = start(rate_limit(
+        &origin,
+        "--conntrack --limit=1 --queue=10 --tag=ct3",
+    ));
+    let conns = h2::run(
+        ts.tls_port(),
+        HOST,
+        20,
+        vec![
+            vec![send(1, "/a"), wait(1), signal("a"), sleep_ms(1000), close()],
+            vec![
+                await_signal("a"),
+                send(1, "/b"),
+                sleep_ms(200),
+                send(3, "/b"),
+                sleep_ms(200),
+                h2::reset(&[0]),
+                wait(4),
+            ],
+        ],
+    );
+    let b = &conns[1];
+    assert_eq!(b.error, None);
+    assert_eq!(b.statuses(), [0, 200, 200, 200], "{b:?}");
+    assert_eq!(origin.count(), 4);
+    assert_eq!(counter(&ts, "ct3", "abandoned", 1), 1);
+    assert_drained(&ts, "ct3");
+}
+
 /// Waits until the rule's counter `name` (`abandoned`, `expired`, ...) in
 /// `show` reads `want` (it reads the metric, which may lag a little);
 /// returns the last value read.
