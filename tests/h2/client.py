@@ -143,6 +143,8 @@ class Conn:
         elif "sleep_ms" in st:
             end = time.monotonic() + st["sleep_ms"] / 1000
             self.pump(lambda: time.monotonic() >= end)
+            if self.closed:  # pump returned early: sleep the rest
+                time.sleep(max(0.0, end - time.monotonic()))
         elif "reset" in st:
             for i in st["reset"]:
                 s = self.streams[i]
@@ -161,6 +163,8 @@ class Conn:
                 if time.monotonic() > end:
                     return "await %s" % st["await"]
                 self.pump(lambda: ev.is_set() or time.monotonic() > end)
+                if self.closed:
+                    time.sleep(0.01)
         return True
 
     def close(self):
