@@ -64,8 +64,10 @@ done
 ATS_PACKAGES=(-p ats-sys -p ats -p throttle -p rate_limit -p ip_throttle -p ats-probe -p ats-tests)
 # nginx: the side-by-side test against limit_req (tests/tests/keyed_nginx.rs);
 # redis-server: the store tests (crates/store, tests/tests/store.rs);
-# memcached for ip_throttle's shared state.
-DEPS=(nginx-light redis-server redis-tools memcached)
+# memcached for ip_throttle's shared state; python3-h2 (the HTTP/2 client of
+# tests/h2/client.py, run by /usr/bin/python3) and openssl (its test
+# certificate) for tests/tests/http2.rs.
+DEPS=(nginx-light redis-server redis-tools memcached python3-h2 openssl)
 
 trap 'print_times "ci/test.sh"' EXIT
 

@@ -11,6 +11,8 @@
 //!   every request it receives.
 //! - [`client`]: a small HTTP/1.1 client (single requests, keep-alive
 //!   connections, concurrent bursts, aborts) with timings.
+//! - [`h2`]: a scripted HTTP/2 client over TLS (python3-h2): many streams
+//!   per connection, RST_STREAM, connection close, with timings.
 //! - [`nginx`]: an nginx with the test's `server` blocks, for side-by-side
 //!   comparisons.
 //! - [`redis`]: a redis-server per test (and a delaying relay in front of
@@ -20,6 +22,7 @@
 
 pub mod ats;
 pub mod client;
+pub mod h2;
 pub mod memcached;
 pub mod nginx;
 mod origin;

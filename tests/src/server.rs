@@ -36,6 +36,7 @@ pub struct TsBuilder {
     start_timeout: Duration,
     ipv6: bool,
     proxy_protocol: bool,
+    tls: bool,
 }
 
 /// Why a start is retried: the manager's child keeps dying unheard.
@@ -73,6 +74,8 @@ impl Root {
 pub struct TrafficServer {
     dir: Root,
     port: u16,
+    /// The TLS port ([`TsBuilder::tls`]).
+    tls_port: Option<u16>,
     child: Option<Child>,
     /// `traffic_ctl` may be used ([`TsBuilder::with_manager`]).
     ctl: bool,
@@ -147,6 +150,15 @@ impl TsBuilder {
         self
     }
 
+    /// Also listen for TLS (HTTP/1.1 and HTTP/2 by ALPN) on another
+    /// loopback port ([`TrafficServer::tls_port`]), with a self-signed
+    /// certificate the `openssl` CLI makes for the test. Map `https://HOST/`
+    /// in remap.config for requests that arrive there.
+    pub fn tls(mut self) -> Self {
+        self.tls = true;
+        self
+    }
+
     /// Listen on this port instead of a free one.
     pub fn port(mut self, port: u16) -> Self {
         self.port = Some(port);
@@ -213,7 +225,9 @@ impl TsBuilder {
         let root = dir.path().to_path_buf();
         let root = root.as_path();
         let port = self.port.unwrap_or_else(free_port);
-        self.write_runroot(root, port).expect("writing the runroot");
+        let tls_port = self.tls.then(free_port);
+        self.write_runroot(root, port, tls_port)
+            .expect("writing the runroot");
         let runroot = root.join("runroot.yaml");
         let managed = self.manager && ats::has_manager();
         let bin = if managed {
@@ -247,6 +261,7 @@ impl TsBuilder {
         let mut ts = TrafficServer {
             dir,
             port,
+            tls_port,
             child: Some(child),
             ctl: self.manager,
             managed,
@@ -301,7 +316,7 @@ impl TsBuilder {
         }
     }
 
-    fn write_runroot(&self, root: &Path, port: u16) -> io::Result<()> {
+    fn write_runroot(&self, root: &Path, port: u16, tls_port: Option<u16>) -> io::Result<()> {
         let etc = root.join("etc");
         for d in ["etc", "log", "run", "cache", "var"] {
             fs::create_dir_all(root.join(d))?;
@@ -331,11 +346,14 @@ impl TsBuilder {
         let mut records: BTreeMap<String, String> = [
             ("proxy.config.http.server_ports", {
                 let pp = if self.proxy_protocol { ":pp" } else { "" };
+                let mut ports = format!("STRING {port}:ip-in=127.0.0.1{pp}");
                 if self.ipv6 {
-                    format!("STRING {port}:ip-in=127.0.0.1{pp} {port}:ipv6:ip-in=[::1]{pp}")
-                } else {
-                    format!("STRING {port}:ip-in=127.0.0.1{pp}")
+                    ports.push_str(&format!(" {port}:ipv6:ip-in=[::1]{pp}"));
                 }
+                if let Some(t) = tls_port {
+                    ports.push_str(&format!(" {t}:ssl:ip-in=127.0.0.1"));
+                }
+                ports
             }),
             ("proxy.config.admin.user_id", "STRING #-1".into()),
             ("proxy.config.crash_log_helper", "STRING NULL".into()),
@@ -374,6 +392,25 @@ impl TsBuilder {
         .into_iter()
         .map(|(k, v)| (k.to_owned(), v))
         .collect();
+        if tls_port.is_some() {
+            make_certificate(&etc)?;
+            for (k, v) in [
+                (
+                    "proxy.config.ssl.server.cert.path",
+                    format!("STRING {r}/etc"),
+                ),
+                (
+                    "proxy.config.ssl.server.private_key.path",
+                    format!("STRING {r}/etc"),
+                ),
+                (
+                    "proxy.config.ssl.server.multicert.filename",
+                    format!("STRING {r}/etc/ssl_multicert.config"),
+                ),
+            ] {
+                records.insert(k.to_owned(), v);
+            }
+        }
         if ats::is_10() {
             // 10 resolves the default (etc/trafficserver/body_factory) against
             // the runroot's prefix, not sysconfdir as 9.2 does.
@@ -417,6 +454,44 @@ impl TsBuilder {
         }
         Ok(())
     }
+}
+
+/// A self-signed certificate for `*.test` and its key (`cert.pem`,
+/// `key.pem` in `etc`), made by the `openssl` CLI, and the
+/// ssl_multicert.config that serves them on every address.
+fn make_certificate(etc: &Path) -> io::Result<()> {
+    let out = Command::new("openssl")
+        .args([
+            "req",
+            "-x509",
+            "-newkey",
+            "ec",
+            "-pkeyopt",
+            "ec_paramgen_curve:prime256v1",
+            "-nodes",
+            "-days",
+            "2",
+            "-subj",
+            "/CN=a.test",
+            "-addext",
+            "subjectAltName=DNS:*.test",
+        ])
+        .arg("-keyout")
+        .arg(etc.join("key.pem"))
+        .arg("-out")
+        .arg(etc.join("cert.pem"))
+        .output()
+        .map_err(|e| io::Error::other(format!("cannot run openssl (install it): {e}")))?;
+    if !out.status.success() {
+        return Err(io::Error::other(format!(
+            "openssl req failed: {}",
+            String::from_utf8_lossy(&out.stderr)
+        )));
+    }
+    fs::write(
+        etc.join("ssl_multicert.config"),
+        "dest_ip=* ssl_cert_name=cert.pem ssl_key_name=key.pem\n",
+    )
 }
 
 /// records.config names that 10.x renamed ("Configuration Changes" in
@@ -604,12 +679,20 @@ impl TrafficServer {
             start_timeout: START_TIMEOUT,
             ipv6: false,
             proxy_protocol: false,
+            tls: false,
         }
     }
 
     /// The proxy port on 127.0.0.1.
     pub fn port(&self) -> u16 {
         self.port
+    }
+
+    /// The TLS port on 127.0.0.1 (HTTP/2 by ALPN); panics unless the
+    /// instance was built with [`TsBuilder::tls`].
+    pub fn tls_port(&self) -> u16 {
+        self.tls_port
+            .expect("tls_port needs the instance built with tls()")
     }
 
     pub fn root(&self) -> &Path {

@@ -12,6 +12,9 @@
 //!    or failed by a `--maxage` timer. Timers fire on the transaction's own
 //!    thread; a slot freed elsewhere hands the waiter its permit at once and
 //!    the rest (headers, status, resume) runs on its thread (`on_home`).
+//!    With `--conntrack`, when one of a session's waiting transactions (its
+//!    HTTP/2 streams) gets the slot, its others waiting on that limiter
+//!    leave the queue and pass with it (`Rule::resume_session_mates`).
 //! 3. SEND_RESPONSE_HDR (refused, or `--ratelimit-headers`): `Retry-After`,
 //!    `Cache-Control: no-store`, RateLimit fields.
 //! 4. TXN_CLOSE / SSN_CLOSE: dropping the state drops the permit, which frees

@@ -15,7 +15,7 @@ use limits::{Nanos, Permit, Waiter, NANOS_PER_MS};
 use parking_lot::Mutex;
 use rate_limit_core::SlotWait;
 
-use crate::state::{bump, Held, Home, Outcome, Place, TxnState, Wait};
+use crate::state::{bump, Held, Home, Outcome, Place, SessionSlots, TxnState, Wait};
 use crate::{Rule, GLOBALS};
 
 pub(crate) type RateToken = rate_limit_core::RateToken<Queued>;
@@ -75,6 +75,18 @@ impl Rule {
         let home = q.parked.home();
         let expiry = q.expiry.clone();
         let key = q.key;
+        // --conntrack: a stream of a session that got its slot while this
+        // one was in DoRemap or its rate wait passes with the session.
+        let session = match &q.home {
+            Home::Session(s) => Some(s.clone()),
+            Home::Txn => None,
+        };
+        if session
+            .as_ref()
+            .is_some_and(|s| s.admitted(self.limiter_id()))
+        {
+            return q.join_session();
+        }
         let (ticket, expires_in) = match self.limiter.wait_for_slot(q.since, q, key) {
             SlotWait::Go(q) => return q.resume(None),
             SlotWait::Expired(q) => return q.expire(),
@@ -88,6 +100,14 @@ impl Rule {
         };
         if !ticket.is_waiting() {
             return;
+        }
+        // Checked again after the enqueue: the session's slot was kept
+        // either before this check (seen here) or after the enqueue, and
+        // then its sweep (`resume_session_mates`) finds this waiter.
+        if session.is_some_and(|s| s.admitted(self.limiter_id())) {
+            if let Some(q) = ticket.cancel() {
+                return q.join_session();
+            }
         }
         self.watch_queue();
         let Some(expires_in) = expires_in else { return };
@@ -123,6 +143,17 @@ impl Rule {
         if let Err(e) = Timer::after(WATCH_EVERY, Pool::Net, move || rule.drop_departed()) {
             self.watching.store(false, Ordering::Release);
             log::error!("cannot arm the queue watch: {e}");
+        }
+    }
+
+    /// --conntrack: session `s` just kept its slot; its other streams
+    /// (HTTP/2) waiting on this limiter leave the queue and pass with it.
+    /// A scan of the queue under its lock, once per connection that waited.
+    pub(crate) fn resume_session_mates(self: &Arc<Self>, s: &Arc<SessionSlots>) {
+        let same = |q: &Queued| matches!(&q.home, Home::Session(o) if Arc::ptr_eq(o, s));
+        let (mates, _) = self.limiter.remove_departed(usize::MAX, same);
+        for q in mates {
+            q.join_session();
         }
     }
 
@@ -173,6 +204,20 @@ impl Waiter for Queued {
 impl Queued {
     /// Continues the transaction, holding `held` (None: the rule has no slots).
     pub(crate) fn resume(self, held: Option<Held>) {
+        self.go(held, false);
+    }
+
+    /// --conntrack: passes because its session holds the slot (another of
+    /// its streams waited for it). Like the session's later transactions it
+    /// takes nothing: its rate token goes back.
+    pub(crate) fn join_session(self) {
+        if let Some(t) = self.expiry.get() {
+            t.cancel();
+        }
+        self.go(None, true);
+    }
+
+    fn go(self, held: Option<Held>, joined: bool) {
         let Queued {
             rule,
             parked,
@@ -191,15 +236,21 @@ impl Queued {
             note_delay(&h, &rule, since);
             bump(rule.metrics.resumed, 1);
             rule.live.admit();
-            if let Some(r) = rate {
+            if let Some(r) = rate.filter(|_| !joined) {
                 r.spend();
             }
             let st = state(&h, &rule);
             if let Some(st) = st {
                 st.set_outcome(Outcome::Resumed);
             }
-            match &home {
-                Home::Session(s) => s.keep(rule.limiter_id(), held),
+            let mut mates = None;
+            match home {
+                Home::Session(s) => {
+                    if held.is_some() {
+                        mates = Some(s.clone());
+                    }
+                    s.keep(rule.limiter_id(), held);
+                }
                 Home::Txn => {
                     if let Some(st) = st {
                         *st.held.lock() = held;
@@ -207,7 +258,11 @@ impl Queued {
                 }
             }
             drop(place);
-            h.resume()
+            let done = h.resume();
+            if let Some(s) = mates {
+                rule.resume_session_mates(&s);
+            }
+            done
         });
     }
 
