@@ -103,7 +103,8 @@ mod tests {
         }
         let mut taken = e.take();
         taken.entries.sort();
-        let want: Vec<(Box<[u8]>, u32)> = vec![(Box::from(&b"b"[..]), 5), (Box::from(&b"c"[..]), 3)];
+        let want: Vec<(Box<[u8]>, u32)> =
+            vec![(Box::from(&b"b"[..]), 5), (Box::from(&b"c"[..]), 3)];
         assert_eq!(taken.entries, want);
         assert_eq!((taken.dropped_tags, taken.dropped_hits), (2, 2));
         assert_eq!(e.dropped_total(), 2);

@@ -185,7 +185,10 @@ fn a_full_table_makes_room_and_debt_yields_last() {
     assert!(b.apply_peer(b"d", 1));
     assert_eq!(b.stats().tags, 2);
     let r = b.report();
-    assert_eq!((hits_of(&r, b"a"), hits_of(&r, b"b"), hits_of(&r, b"c")), (1, 1, 1));
+    assert_eq!(
+        (hits_of(&r, b"a"), hits_of(&r, b"b"), hits_of(&r, b"c")),
+        (1, 1, 1)
+    );
     assert_eq!(r.dropped_tags, 0);
     // A tag in debt stays while an idle tag can go.
     assert!(b.apply_peer(b"c", 10));
@@ -266,7 +269,11 @@ fn a_huge_report_is_capped_at_a_day_of_debt() {
     clock.advance(std::time::Duration::from_secs(2));
     assert_eq!(b.decide(b"x"), Decision::Ok, "a day later x is paid up");
     assert!(b.apply_peer(b"x", u32::MAX));
-    assert_eq!(b.decide(b"y"), Decision::Ok, "x in debt yields the only place");
+    assert_eq!(
+        b.decide(b"y"),
+        Decision::Ok,
+        "x in debt yields the only place"
+    );
     assert!(b.level(b"x").is_none());
 }
 
