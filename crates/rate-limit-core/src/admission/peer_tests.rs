@@ -90,7 +90,7 @@ fn refunded_tokens_are_not_reported_and_debt_is_capped() {
 }
 
 #[test]
-fn reports_keep_the_heaviest_tags_and_busy_keys_stay() {
+fn reports_keep_the_heaviest_tags_and_debt_keys_yield_last() {
     let clock = Arc::new(ManualClock::new(NANOS_PER_SEC));
     let a = peered(1.0, 100, &clock);
     for (i, tag) in [b"a", b"b", b"c"].iter().enumerate() {
