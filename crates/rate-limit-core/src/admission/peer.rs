@@ -23,8 +23,8 @@
 //! **Eviction** (issue 21), as in `crates/dthrottle`. A key with unreported
 //! hits is evicted like an idle one (S3-FIFO order), and its tag and hits
 //! go to a bounded buffer that the next report drains
-//! (`dthrottle::evicted`: the heaviest `--keys` are kept, the rest counted
-//! in `peer_tags_dropped`): were such keys kept, ≥ `--keys` distinct
+//! (`dthrottle::evicted`: the heaviest `--peer-max-tags` are kept, the rest
+//! counted in `peer_tags_dropped`): were such keys kept, ≥ `--keys` distinct
 //! client-chosen keys within one `--peer-period` would fill the table and
 //! refuse every new client until the next report. A key in debt is sticky:
 //! kept while an idle key can go, evicted rather than refuse a new key
@@ -111,16 +111,21 @@ impl<W: Waiter, C: Clock> Limiter<W, C> {
 
     /// A keyed limiter that joins the peer exchange: its table is keyed by
     /// peer tags ([`Limiter::admit_tagged`]), and it reports and takes hits.
-    pub fn peered(limits: Limits, keys: usize, clock: C) -> std::sync::Arc<Self> {
+    /// `report_tags`: the most tags its reports carry (`--peer-max-tags`),
+    /// which also bounds the evicted keys' hits kept for the next report.
+    pub fn peered(
+        limits: Limits,
+        keys: usize,
+        report_tags: usize,
+        clock: C,
+    ) -> std::sync::Arc<Self> {
         std::sync::Arc::new(Limiter {
             keys: Some(KeyTable::new(keys)),
             params: limits
                 .rate
                 .map(|(r, b)| LiveParams::new(GcraParams::per_second(r, b))),
             peered: true,
-            // As many as the table holds: what a report of the table
-            // collects anyway before its cut.
-            evicted_hits: parking_lot::Mutex::new(dthrottle::EvictedHits::new(keys)),
+            evicted_hits: parking_lot::Mutex::new(dthrottle::EvictedHits::new(report_tags)),
             ..Limiter::base(limits, clock)
         })
     }

@@ -26,7 +26,7 @@ fn peered(rate: f64, burst: u32, clock: &Arc<ManualClock>) -> L {
         queue: 0,
         maxage: None,
     };
-    Limiter::peered(limits, 1000, clock.clone())
+    Limiter::peered(limits, 1000, 5000, clock.clone())
 }
 
 fn ask(l: &L, tag: &[u8]) -> bool {
@@ -116,6 +116,7 @@ fn reports_keep_the_heaviest_tags_and_debt_keys_yield_last() {
             maxage: None,
         },
         2,
+        100,
         clock.clone(),
     );
     assert!(small.apply_peer(b"x", 10));
@@ -134,9 +135,8 @@ fn reports_keep_the_heaviest_tags_and_debt_keys_yield_last() {
 }
 
 /// Issue 21: 2x `--keys` distinct client-chosen keys within one period,
-/// then a new honest key is admitted; every hit is reported, or counted as
-/// dropped (the evicted keys' buffer holds `--keys`: a flood of 2x keys
-/// plus one evicts one more than that, the newest of the lightest).
+/// then a new honest key is admitted; every hit reaches the next report
+/// (the evicted keys' buffer holds `report_tags`, 5000 here).
 #[test]
 fn a_flood_of_one_off_keys_locks_nobody_out_and_keeps_the_hits() {
     let clock = Arc::new(ManualClock::new(NANOS_PER_SEC));
@@ -147,8 +147,7 @@ fn a_flood_of_one_off_keys_locks_nobody_out_and_keeps_the_hits() {
     assert!(ask(&a, b"honest"), "a new honest key is admitted");
     let r = a.peer_report(5000);
     let sent: u64 = r.entries.iter().map(|e| u64::from(e.1)).sum();
-    assert_eq!(sent + r.dropped_hits, 2001, "every hit sent or counted");
-    assert!(r.dropped_tags <= 1, "{} dropped", r.dropped_tags);
+    assert_eq!((sent, r.entries.len(), r.dropped_tags), (2001, 2001, 0));
     assert!(r.entries.iter().any(|e| &*e.0 == b"honest"));
     assert!(
         a.peer_report(5000).entries.is_empty(),
@@ -161,6 +160,29 @@ fn a_flood_of_one_off_keys_locks_nobody_out_and_keeps_the_hits() {
         b.apply_peer(tag, *h);
     }
     assert!(ask(&b, b"honest-2"));
+}
+
+/// Beyond `report_tags` evicted keys in one period, the lightest are
+/// dropped and counted: every hit is sent or counted.
+#[test]
+fn evicted_hits_beyond_the_bound_are_counted() {
+    let clock = Arc::new(ManualClock::new(NANOS_PER_SEC));
+    let limits = Limits {
+        limit: None,
+        rate: Some((1.0, 5)),
+        queue: 0,
+        maxage: None,
+    };
+    let a: L = Limiter::peered(limits, 100, 100, clock.clone());
+    for i in 0..400u32 {
+        assert!(ask(&a, format!("flood-{i}").as_bytes()));
+    }
+    let r = a.peer_report(100);
+    let sent: u64 = r.entries.iter().map(|e| u64::from(e.1)).sum();
+    assert_eq!(
+        (sent, sent + r.dropped_hits, r.dropped_tags),
+        (100, 400, 300)
+    );
 }
 
 /// Keys in debt (peers' reports of clients over their rate) cannot lock new
