@@ -318,7 +318,11 @@ fn a_flood_of_one_off_keys_locks_no_new_client_out_and_its_hits_reach_peers() {
     for i in 0..100 {
         assert_eq!(status(&mut c, &format!("flood-{i}")), 200, "flood key {i}");
     }
-    assert_eq!(status(&mut c, "honest"), 200, "a new client after the flood");
+    assert_eq!(
+        status(&mut c, "honest"),
+        200,
+        "a new client after the flood"
+    );
     assert_eq!(status(&mut c, "honest"), 429, "and limited as usual");
     let right = peer::Key::new(SECRET.as_bytes()).expect("key");
     me.set_read_timeout(Some(Duration::from_secs(4)))
