@@ -102,7 +102,8 @@ fn run() -> Result<(), String> {
                 }
             }
         } else if now >= next_report {
-            // Alone: still reset the hit counts, so tags do not stay busy.
+            // Alone: still reset the hit counts and drain the evicted tags'
+            // hits, so neither grows without bound.
             next_report = now + config.period;
             server.buckets.report();
         }
