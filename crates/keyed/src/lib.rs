@@ -189,9 +189,12 @@ impl<S: KeyState> KeyTable<S> {
 
     /// Runs `f` on `key`'s state, inserting a default state first if the key
     /// is absent. Inserting into a full shard evicts an idle key (S3-FIFO
-    /// order); if every key there is busy, nothing is inserted, `f` is not
-    /// called and the result is `Err(Full)`. A key that was evicted comes
-    /// back with the default state.
+    /// order), or failing that a sticky one; if every key there is busy,
+    /// nothing is inserted, `f` is not called and the result is
+    /// `Err(Full)`. After a sweep that found no idle key, the shard's next
+    /// inserts look only a few slots each (`shard/evict.rs`), so a key that
+    /// stopped being busy meanwhile may be found a few inserts late. A key
+    /// that was evicted comes back with the default state.
     ///
     /// `f` runs under the shard's lock: keep it short, and do not call the
     /// same table from it (the lock is not reentrant).
