@@ -300,6 +300,46 @@ fn forged_garbage_and_replayed_datagrams_have_no_effect_and_are_counted() {
     }));
 }
 
+/// Issue 21: 2x `--keys` distinct client-chosen keys (header values) within
+/// one `--peer-period` do not lock a new client out, and the flood's hits,
+/// of keys evicted before the report, still reach the peer (this test).
+#[test]
+fn a_flood_of_one_off_keys_locks_no_new_client_out_and_its_hits_reach_peers() {
+    let origin = Origin::start();
+    let me = UdpSocket::bind("127.0.0.1:0").expect("udp");
+    let my_port = me.local_addr().expect("addr").port();
+    let listen = udp_port();
+    // One period of 3 s: the flood (100 requests on one connection) fits in
+    // it, or is split by one report at most, which the old code (keys with
+    // unreported hits never evicted) could not make up for.
+    let limits = "--rate=0.01 --burst=1 --keys=50 --peer-period=3000";
+    let ts = server(&origin, limits, listen, &[my_port], false);
+    let mut c = Conn::open(ts.port()).expect("connect");
+    for i in 0..100 {
+        assert_eq!(status(&mut c, &format!("flood-{i}")), 200, "flood key {i}");
+    }
+    assert_eq!(
+        status(&mut c, "honest"),
+        200,
+        "a new client after the flood"
+    );
+    assert_eq!(status(&mut c, "honest"), 429, "and limited as usual");
+    let right = peer::Key::new(SECRET.as_bytes()).expect("key");
+    me.set_read_timeout(Some(Duration::from_secs(4)))
+        .expect("timeout");
+    let mut buf = [0u8; 2048];
+    let mut hits = 0u32;
+    let end = Instant::now() + Duration::from_secs(15);
+    while hits < 101 && Instant::now() < end {
+        let Ok((n, _)) = me.recv_from(&mut buf) else {
+            continue;
+        };
+        let dg = peer::wire::open(&right, &buf[..n]).expect("authentic");
+        hits += dg.entries.iter().map(|(_, h)| *h).sum::<u32>();
+    }
+    assert_eq!(hits, 101, "every admitted request reported");
+}
+
 #[test]
 fn a_socket_that_cannot_be_opened_leaves_the_rule_limiting_locally() {
     let origin = Origin::start();

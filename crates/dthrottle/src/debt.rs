@@ -2,7 +2,7 @@
 //! [`crate::Buckets`] (the daemon) and rate_limit.so's peered limiter
 //! (rate-limit-core's `admission/peer.rs`): how a peer's hits put a GCRA
 //! bucket into debt, how far, when a tag may be forgotten, and how a report
-//! is cut to its heaviest tags.
+//! is merged and cut to its heaviest tags.
 //!
 //! A bucket is a GCRA theoretical arrival time (TAT; `now` or earlier is a
 //! full bucket). `h` hits served by a peer advance it by `h` emission
@@ -47,11 +47,20 @@ pub fn debt_until(tat: Nanos, params: &GcraParams) -> Nanos {
     tat.saturating_sub(full_span(params))
 }
 
-/// Whether a tag must be kept: unreported hits would never reach the peers,
-/// and forgetting debt would hand the client a fresh burst.
+/// Whether a tag's bucket is below zero: the tag is sticky then (kept while
+/// an idle tag can be evicted instead; forgetting it hands the client a
+/// fresh burst). Unreported hits do not keep a tag: an evicted tag's hits
+/// are carried to the next report (`crate::evicted`).
+///
+/// Why debt is sticky and not busy: peers' reports put a tag in debt only
+/// for hits its client was served (over `burst` across the fleet within a
+/// report period), so a client can make many tags sticky. Were they never
+/// evicted, enough such tags would fill the table and refuse every new
+/// client. Sticky, they are evicted only when no tag of the shard is idle,
+/// and then the cost is one fresh burst to a client that was over its rate.
 #[inline]
-pub fn busy(hits: u32, debt_until: Nanos, now: Nanos) -> bool {
-    hits > 0 || debt_until > now
+pub fn in_debt(debt_until: Nanos, now: Nanos) -> bool {
+    debt_until > now
 }
 
 /// Tokens in a bucket with this TAT at `now` (negative: debt).
@@ -60,9 +69,18 @@ pub fn level(tat: Nanos, now: Nanos, params: &GcraParams) -> f64 {
     f64::from(params.burst()) - ahead
 }
 
-/// A report of `(tag, hits)`: heaviest first (ties by tag), at most
-/// `max_tags` of them; the rest counted as dropped.
+/// A report of `(tag, hits)`: one entry per tag (a tag evicted and seen
+/// again has two: their hits are added), heaviest first (ties by tag), at
+/// most `max_tags` of them; the rest counted as dropped.
 pub fn report(mut entries: Vec<(Box<[u8]>, u32)>, max_tags: usize) -> Report {
+    entries.sort_unstable_by(|a, b| a.0.cmp(&b.0));
+    entries.dedup_by(|later, kept| {
+        let same = later.0 == kept.0;
+        if same {
+            kept.1 = kept.1.saturating_add(later.1);
+        }
+        same
+    });
     entries.sort_unstable_by(|a, b| b.1.cmp(&a.1).then_with(|| a.0.cmp(&b.0)));
     let mut r = Report::default();
     if entries.len() > max_tags {
@@ -101,9 +119,8 @@ mod tests {
         );
         // So the tag is free again (not busy) a day later at most.
         let until = debt_until(capped, &p);
-        assert!(busy(0, until, now));
-        assert!(!busy(0, until, now + MAX_PEER_DEBT));
-        assert!(busy(1, 0, now), "unreported hits keep a tag");
+        assert!(in_debt(until, now));
+        assert!(!in_debt(until, now + MAX_PEER_DEBT));
         assert!((level(capped, now, &p) + 86_400.0).abs() < 1e-6);
     }
 
@@ -119,7 +136,7 @@ mod tests {
         assert!((level(capped, now, &p) + 86_400.0).abs() < 1e-6);
         let until = debt_until(capped, &p);
         assert!(until > now && until <= now + MAX_PEER_DEBT);
-        assert!(!busy(0, until, now + MAX_PEER_DEBT));
+        assert!(!in_debt(until, now + MAX_PEER_DEBT));
         // A bucket a year deep, near the end of time: no overflow.
         let year = GcraParams::per_second(1.0, 365 * 86_400);
         assert_eq!(apply_hits(0, u64::MAX - 5, u32::MAX, &year), u64::MAX);
@@ -131,5 +148,9 @@ mod tests {
         let r = report(vec![e("a", 1), e("b", 5), e("c", 5), e("d", 2)], 2);
         assert_eq!(r.entries, vec![e("b", 5), e("c", 5)]);
         assert_eq!((r.dropped_tags, r.dropped_hits), (2, 3));
+        // An evicted tag seen again: one entry, the hits added.
+        let r = report(vec![e("a", 1), e("b", 5), e("a", 6)], 1);
+        assert_eq!(r.entries, vec![e("a", 7)]);
+        assert_eq!((r.dropped_tags, r.dropped_hits), (1, 5));
     }
 }

@@ -14,6 +14,14 @@
 //! overshoot does not grow with T. Lost reports only forget debt, so the
 //! limit degrades towards N independent buckets (N·r), never below r.
 //!
+//! **Bounded table, and floods.** At most `max_tags` tags are held. Tags
+//! with unreported hits are evicted like idle ones (S3-FIFO order: a flood
+//! of one-off tags evicts other one-off tags); their hits wait for the next
+//! report in a bounded buffer ([`evicted`]). Tags in debt are sticky
+//! ([`debt::in_debt`]): evicted only when no tag of their shard is idle. So
+//! no number of distinct tags, nor of tags put in debt, can make the table
+//! refuse a new tag, and a flood costs O(1) per decision (`crates/keyed`).
+//!
 //! Pure Rust: no TS API, no I/O; time comes from an injected [`Clock`].
 //! Thread-safe: every method takes `&self`, and a call locks one shard of
 //! the tag table.
@@ -26,9 +34,13 @@ use std::sync::atomic::{AtomicU64, Ordering};
 
 use keyed::{KeyState, KeyTable};
 use limits::{Clock, GcraParams, MonotonicClock, Nanos, Reservation};
+use parking_lot::Mutex;
 use sha2::{Digest, Sha256};
 
+pub use evicted::EvictedHits;
+
 pub mod debt;
+pub mod evicted;
 #[cfg(test)]
 mod tests;
 
@@ -60,9 +72,10 @@ pub enum Decision {
     Ok,
     /// Throttle: the bucket has less than one token.
     No,
-    /// The tag is not held and there is no room for it (every tag of its
-    /// shard is busy: unreported hits or debt). Nothing was taken; the
-    /// caller applies its policy (the daemon refuses by default).
+    /// The tag is not held and there is no room for it. Only with
+    /// `max_tags = 0`: tags with unreported hits or in debt make room for
+    /// new ones. Nothing was taken; the caller applies its policy (the
+    /// daemon refuses by default).
     Full,
 }
 
@@ -92,8 +105,13 @@ pub struct Stats {
     pub peer_hits_applied: u64,
     /// Peer hits for a tag there was no room for.
     pub peer_hits_dropped: u64,
-    /// Tags left out of reports (`max_report_tags`), since start.
+    /// Tags left out of reports (`max_report_tags`, or the evicted tags'
+    /// buffer was full), since start.
     pub report_dropped_tags: u64,
+    /// Evicted tags whose unreported hits were dropped because the buffer
+    /// that carries them to the next report was full (also counted in
+    /// `report_dropped_tags` when that report is made).
+    pub evicted_hits_dropped: u64,
 }
 
 thread_local! {
@@ -128,10 +146,16 @@ impl TagState {
 }
 
 impl KeyState for TagState {
-    /// Unreported hits would never reach the peers, and forgetting debt
-    /// would hand the client a fresh burst: keep the tag until both are gone.
+    /// Nothing is lost with a tag: its unreported hits are carried over
+    /// ([`Buckets::carry`]).
     fn busy(&self) -> bool {
-        debt::busy(self.hits, self.debt_until, NOW.with(Cell::get))
+        false
+    }
+
+    /// Forgetting debt would hand the client a fresh burst: kept while an
+    /// idle tag can go instead (see [`debt::in_debt`]).
+    fn sticky(&self) -> bool {
+        debt::in_debt(self.debt_until, NOW.with(Cell::get))
     }
 }
 
@@ -146,6 +170,8 @@ pub struct Buckets<C: Clock = MonotonicClock> {
     peer_hits_applied: AtomicU64,
     peer_hits_dropped: AtomicU64,
     report_dropped_tags: AtomicU64,
+    /// Hits of tags evicted since the last report.
+    evicted: Mutex<EvictedHits>,
 }
 
 /// The tag as kept and sent: itself, or for tags over [`MAX_TAG_LEN`]
@@ -180,6 +206,17 @@ impl<C: Clock> Buckets<C> {
             peer_hits_applied: AtomicU64::new(0),
             peer_hits_dropped: AtomicU64::new(0),
             report_dropped_tags: AtomicU64::new(0),
+            evicted: Mutex::new(EvictedHits::new(config.max_report_tags)),
+        }
+    }
+
+    /// An evicted tag's unreported hits go to the next report. Runs under
+    /// the tag's shard lock; the buffer's lock is only ever taken inside a
+    /// shard's or alone, never the other way round.
+    fn carry(&self, s: &mut TagState) {
+        if s.hits > 0 {
+            let tag = std::mem::take(&mut s.tag);
+            self.evicted.lock().push(tag, s.hits);
         }
     }
 
@@ -190,17 +227,21 @@ impl<C: Clock> Buckets<C> {
         let key = self.table.hash(&tag);
         let now = self.now();
         let params = &self.params;
-        let r = self.table.with(key, |s| {
-            s.name(&tag);
-            match params.reserve(s.tat, now, None) {
-                (Reservation::Now, next) => {
-                    s.set_tat(next, params);
-                    s.hits = s.hits.saturating_add(1);
-                    Decision::Ok
+        let r = self.table.with_evicted(
+            key,
+            |s| {
+                s.name(&tag);
+                match params.reserve(s.tat, now, None) {
+                    (Reservation::Now, next) => {
+                        s.set_tat(next, params);
+                        s.hits = s.hits.saturating_add(1);
+                        Decision::Ok
+                    }
+                    _ => Decision::No,
                 }
-                _ => Decision::No,
-            }
-        });
+            },
+            |s| self.carry(s),
+        );
         r.unwrap_or_else(|_| {
             self.full.fetch_add(1, Ordering::Relaxed);
             Decision::Full
@@ -218,10 +259,14 @@ impl<C: Clock> Buckets<C> {
         let key = self.table.hash(&tag);
         let now = self.now();
         let params = &self.params;
-        let r = self.table.with(key, |s| {
-            s.name(&tag);
-            s.set_tat(debt::apply_hits(s.tat, now, hits, params), params);
-        });
+        let r = self.table.with_evicted(
+            key,
+            |s| {
+                s.name(&tag);
+                s.set_tat(debt::apply_hits(s.tat, now, hits, params), params);
+            },
+            |s| self.carry(s),
+        );
         let counter = match r {
             Ok(()) => &self.peer_hits_applied,
             Err(_) => &self.peer_hits_dropped,
@@ -230,22 +275,24 @@ impl<C: Clock> Buckets<C> {
         r.is_ok()
     }
 
-    /// The hits served since the last report, and resets them. Visits every
-    /// tag held (one shard lock at a time): call it once per period.
+    /// The hits served since the last report (by tags held, and by tags
+    /// evicted meanwhile), and resets them. Visits every tag held (one
+    /// shard lock at a time): call it once per period.
     pub fn report(&self) -> Report {
-        let mut seen: Vec<(u64, Box<[u8]>, u32)> = Vec::new();
-        self.table.for_each(|key, s| {
+        let mut entries: Vec<(Box<[u8]>, u32)> = Vec::new();
+        // Taken under the shard's lock: hits served after stay for the next.
+        self.table.for_each_mut(|_, s| {
             if s.hits > 0 {
-                seen.push((key, s.tag.clone(), s.hits));
+                entries.push((s.tag.clone(), std::mem::take(&mut s.hits)));
             }
         });
-        for (key, _, hits) in &seen {
-            // Subtract what is reported: hits served since the scan stay.
-            self.table
-                .get(*key, |s| s.hits = s.hits.saturating_sub(*hits));
-        }
-        let entries = seen.into_iter().map(|(_, tag, hits)| (tag, hits)).collect();
-        let report = debt::report(entries, self.max_report_tags);
+        // After the table: a tag evicted during the visit carried its hits
+        // here, whether or not the visit had seen its shard yet.
+        let carried = self.evicted.lock().take();
+        entries.extend(carried.entries);
+        let mut report = debt::report(entries, self.max_report_tags);
+        report.dropped_tags += carried.dropped_tags;
+        report.dropped_hits += carried.dropped_hits;
         self.report_dropped_tags
             .fetch_add(report.dropped_tags, Ordering::Relaxed);
         report
@@ -269,6 +316,7 @@ impl<C: Clock> Buckets<C> {
             peer_hits_applied: self.peer_hits_applied.load(Ordering::Relaxed),
             peer_hits_dropped: self.peer_hits_dropped.load(Ordering::Relaxed),
             report_dropped_tags: self.report_dropped_tags.load(Ordering::Relaxed),
+            evicted_hits_dropped: self.evicted.lock().dropped_total(),
         }
     }
 

@@ -170,41 +170,89 @@ fn long_tags_become_a_digest_every_instance_agrees_on() {
     assert_eq!(b.report().entries, vec![(Box::from(&*d), 1)]);
 }
 
+/// Issue 21: tags with unreported hits make room for new ones (their hits
+/// go to the next report), tags in debt only when no tag is idle.
 #[test]
-fn busy_tags_stay_and_a_full_table_says_full() {
+fn a_full_table_makes_room_and_debt_yields_last() {
     let clock = Arc::new(ManualClock::new(T0));
     let mut c = config(2, 1.0);
     c.max_tags = 2;
     let b = node(&clock, c);
     assert_eq!(b.decide(b"a"), Decision::Ok);
     assert_eq!(b.decide(b"b"), Decision::Ok);
-    // Both have unreported hits: no room for a third.
-    assert_eq!(b.decide(b"c"), Decision::Full);
-    assert!(!b.apply_peer(b"c", 1));
-    assert_eq!(b.stats().full, 1);
-    assert_eq!(b.stats().peer_hits_dropped, 1);
-    b.report();
-    // Reported and not in debt: evictable.
+    // Both have unreported hits: one makes room, its hit is carried.
     assert_eq!(b.decide(b"c"), Decision::Ok);
-    b.report();
-    // A tag in debt stays until the debt is paid.
+    assert!(b.apply_peer(b"d", 1));
+    assert_eq!(b.stats().tags, 2);
+    let r = b.report();
+    assert_eq!(
+        (hits_of(&r, b"a"), hits_of(&r, b"b"), hits_of(&r, b"c")),
+        (1, 1, 1)
+    );
+    assert_eq!(r.dropped_tags, 0);
+    // A tag in debt stays while an idle tag can go.
     assert!(b.apply_peer(b"c", 10));
-    assert_eq!(b.decide(b"d"), Decision::Ok);
-    assert_eq!(b.level(b"c").map(f64::round), Some(-9.0));
-    b.report();
     assert_eq!(b.decide(b"e"), Decision::Ok);
-    assert!(b.level(b"c").is_some(), "the tag in debt was evicted");
-    clock.advance(std::time::Duration::from_secs(11));
-    b.report();
+    assert!(b.level(b"c").is_some_and(|l| l <= -8.0));
     assert_eq!(b.decide(b"f"), Decision::Ok);
+    assert!(b.level(b"c").is_some(), "the tag in debt was evicted first");
+    // Both in debt: one goes rather than refuse a new tag.
+    assert!(b.apply_peer(b"f", 10));
     assert_eq!(b.decide(b"g"), Decision::Ok);
     assert_eq!(b.stats().tags, 2);
-    assert!(b.level(b"c").is_none(), "paid-up tag never evicted");
+    assert_eq!(b.stats().full, 0);
+    assert_eq!(b.stats().evicted_hits_dropped, 0);
 }
 
-/// One authentic report with an absurd count cannot lock a tag out, nor
-/// keep it from eviction, beyond a day: the daemon caps debt as the plugin
-/// does (the same `debt::apply_hits`).
+/// Issue 21: 2x max_tags distinct tags within one period, then a new tag is
+/// served, and every hit of the flood reaches the next report (the evicted
+/// tags' buffer holds max_report_tags, here enough for all of them).
+#[test]
+fn a_flood_of_one_off_tags_locks_nobody_out_and_loses_no_hit() {
+    let clock = Arc::new(ManualClock::new(T0));
+    let mut c = config(5, 1.0);
+    c.max_tags = 1000;
+    c.max_report_tags = 5000;
+    let b = node(&clock, c);
+    for i in 0..2000u32 {
+        assert_eq!(b.decide(format!("flood-{i}").as_bytes()), Decision::Ok);
+    }
+    assert_eq!(b.decide(b"honest"), Decision::Ok);
+    assert_eq!(b.stats().full, 0);
+    let r = b.report();
+    let sent: u64 = r.entries.iter().map(|e| u64::from(e.1)).sum();
+    assert_eq!((sent, r.entries.len(), r.dropped_tags), (2001, 2001, 0));
+    assert_eq!(hits_of(&r, b"honest"), 1);
+    assert!(b.report().entries.is_empty(), "each hit reported once");
+}
+
+/// The buffer of evicted tags' hits is bounded (max_report_tags): beyond
+/// it the lightest are dropped and counted.
+#[test]
+fn evicted_hits_beyond_the_bound_are_counted() {
+    let clock = Arc::new(ManualClock::new(T0));
+    let mut c = config(5, 1.0);
+    c.max_tags = 100;
+    c.max_report_tags = 100;
+    let b = node(&clock, c);
+    for i in 0..400u32 {
+        b.decide(format!("flood-{i}").as_bytes());
+    }
+    let r = b.report();
+    let sent: u64 = r.entries.iter().map(|e| u64::from(e.1)).sum();
+    assert_eq!(r.entries.len(), 100);
+    // 300 evicted, 100 of them carried (200 dropped); the table's 100
+    // compete with those for the report's 100 places. Every hit is sent
+    // or counted.
+    assert_eq!(sent + r.dropped_hits, 400);
+    assert_eq!(r.dropped_tags, 300);
+    assert_eq!(b.stats().evicted_hits_dropped, 200);
+    assert_eq!(b.stats().report_dropped_tags, 300);
+}
+
+/// One authentic report with an absurd count cannot lock a tag out beyond
+/// a day: the daemon caps debt as the plugin does (the same
+/// `debt::apply_hits`), and a tag in debt yields its place to a new tag.
 #[test]
 fn a_huge_report_is_capped_at_a_day_of_debt() {
     let clock = Arc::new(ManualClock::new(T0));
@@ -216,16 +264,15 @@ fn a_huge_report_is_capped_at_a_day_of_debt() {
     let level = b.level(b"x").unwrap_or(0.0);
     assert!((level + 86_400.0).abs() < 1e-6, "level {level}");
     assert_eq!(b.decide(b"x"), Decision::No);
-    assert_eq!(
-        b.decide(b"y"),
-        Decision::Full,
-        "x in debt holds the only place"
-    );
-    clock.advance(std::time::Duration::from_secs(86_400));
+    clock.advance(std::time::Duration::from_secs(86_399));
+    assert_eq!(b.decide(b"x"), Decision::No, "still in debt");
+    clock.advance(std::time::Duration::from_secs(2));
+    assert_eq!(b.decide(b"x"), Decision::Ok, "a day later x is paid up");
+    assert!(b.apply_peer(b"x", u32::MAX));
     assert_eq!(
         b.decide(b"y"),
         Decision::Ok,
-        "a day later x is paid up and evicted"
+        "x in debt yields the only place"
     );
     assert!(b.level(b"x").is_none());
 }

@@ -10,6 +10,14 @@
 //!   waiters queued, a ban in force) is never evicted. When a key must be
 //!   inserted and every key of its shard is busy, [`KeyTable::with`] returns
 //!   [`Full`] and the caller applies its policy (refuse, or an overflow key).
+//! - **Sticky keys yield last**: a key whose [`KeyState::sticky`] is true
+//!   (a bucket in debt) is kept while any idle key can go instead, but
+//!   evicted rather than refuse a new key: clients that can make keys
+//!   sticky cannot lock new clients out.
+//! - **Nothing is lost silently**: [`KeyTable::with_evicted`] shows the
+//!   caller each evicted key's state (unreported hits to carry over).
+//! - **Floods cost O(1) per insert**: a shard that found every key busy or
+//!   sticky remembers it, instead of sweeping again for each new key.
 //! - **Scan resistance**: eviction is S3-FIFO (see `shard.rs`): new keys go
 //!   through a small probation queue, so a flood of one-off keys evicts other
 //!   one-off keys, not the clients that keep coming back.
@@ -86,6 +94,15 @@ pub trait KeyState: Default + Send + 'static {
     /// It may change without the table being told (for example a ban that
     /// ends at a deadline): it is asked again at every scan.
     fn busy(&self) -> bool;
+
+    /// True while the key holds something better kept but not worth
+    /// refusing a new key for (a bucket in debt: evicting it hands the
+    /// client a fresh burst). Kept while an idle key can be evicted instead;
+    /// evicted when its shard is full and no key is idle. Same rules as
+    /// [`busy`](Self::busy): cheap, asked again at every scan.
+    fn sticky(&self) -> bool {
+        false
+    }
 }
 
 /// No room for a new key: its shard is at its bound and every key in it is
@@ -172,16 +189,31 @@ impl<S: KeyState> KeyTable<S> {
 
     /// Runs `f` on `key`'s state, inserting a default state first if the key
     /// is absent. Inserting into a full shard evicts an idle key (S3-FIFO
-    /// order); if every key there is busy, nothing is inserted, `f` is not
-    /// called and the result is `Err(Full)`. A key that was evicted comes
-    /// back with the default state.
+    /// order), or failing that a sticky one; if every key there is busy,
+    /// nothing is inserted, `f` is not called and the result is
+    /// `Err(Full)`. After a sweep that found no idle key, the shard's next
+    /// inserts look only a few slots each (`shard/evict.rs`), so a key that
+    /// stopped being busy meanwhile may be found a few inserts late. A key
+    /// that was evicted comes back with the default state.
     ///
     /// `f` runs under the shard's lock: keep it short, and do not call the
     /// same table from it (the lock is not reentrant).
     pub fn with<R>(&self, key: u64, f: impl FnOnce(&mut S) -> R) -> Result<R, Full> {
+        self.with_evicted(key, f, |_| {})
+    }
+
+    /// [`with`](Self::with), and `evicted` is called with the state of the
+    /// key evicted to make room (if any), before it is dropped: to carry
+    /// over what it held (unreported hits). It runs under the shard's lock.
+    pub fn with_evicted<R>(
+        &self,
+        key: u64,
+        f: impl FnOnce(&mut S) -> R,
+        mut evicted: impl FnMut(&mut S),
+    ) -> Result<R, Full> {
         let p = self.shard(key);
         let mut shard = p.shard.lock();
-        let r = shard.with(key, f);
+        let r = shard.with(key, f, &mut evicted);
         if shard.changed {
             // Only after an insert: a hit writes nothing outside its slot.
             shard.changed = false;
@@ -232,6 +264,14 @@ impl<S: KeyState> KeyTable<S> {
     pub fn for_each(&self, mut f: impl FnMut(u64, &S)) {
         for p in self.shards.iter() {
             p.shard.lock().for_each(&mut f);
+        }
+    }
+
+    /// [`for_each`](Self::for_each) with each state mutable (a report that
+    /// takes the hits it sends, under the same lock as it reads them).
+    pub fn for_each_mut(&self, mut f: impl FnMut(u64, &mut S)) {
+        for p in self.shards.iter() {
+            p.shard.lock().for_each_mut(&mut f);
         }
     }
 

@@ -20,7 +20,13 @@
 //! - a key found in the ghost table skips probation (it was evicted recently
 //!   and came back: a real client, not a scan).
 //! - busy keys are skipped by both queues; a busy key at the probation front
-//!   graduates to main, where CLOCK skips it while it stays busy.
+//!   graduates to main, where CLOCK skips it while it stays busy. Sticky
+//!   keys ([`KeyState::sticky`]) are treated as busy, except that when no
+//!   key of the shard is idle one of them is evicted rather than refuse the
+//!   new key.
+//! - a shard remembers a sweep that found nothing (see `evict.rs`): a flood
+//!   of new keys into a shard of busy or sticky keys costs O(1) amortized
+//!   per insert, not a sweep of the whole shard each.
 
 use std::collections::VecDeque;
 
@@ -98,6 +104,9 @@ pub(crate) struct Shard<S> {
     /// 0 = empty. Allocated at the first eviction.
     ghost: Vec<u32>,
     pub(crate) evicted: u64,
+    /// Inserts at the bound that skip CLOCK's search for an idle key of
+    /// main: set after a sweep that found none (see `evict.rs`).
+    pub(crate) idle_skip: usize,
 }
 
 impl<S: KeyState> Shard<S> {
@@ -119,6 +128,7 @@ impl<S: KeyState> Shard<S> {
             hand: 0,
             ghost: Vec::new(),
             evicted: 0,
+            idle_skip: 0,
         }
     }
 
@@ -126,7 +136,14 @@ impl<S: KeyState> Shard<S> {
         self.len
     }
 
-    pub(crate) fn with<R>(&mut self, key: u64, f: impl FnOnce(&mut S) -> R) -> Option<R> {
+    /// `evicted` sees the state of each key evicted to make room, before
+    /// it is dropped.
+    pub(crate) fn with<R>(
+        &mut self,
+        key: u64,
+        f: impl FnOnce(&mut S) -> R,
+        evicted: &mut impl FnMut(&mut S),
+    ) -> Option<R> {
         if self.cap == 0 {
             return None;
         }
@@ -142,7 +159,7 @@ impl<S: KeyState> Shard<S> {
             }
             Err(empty) => {
                 self.churning = true;
-                self.insert(key, empty, preloaded)?
+                self.insert(key, empty, preloaded, evicted)?
             }
         };
         Some(f(&mut self.slots[i].state))
@@ -181,6 +198,14 @@ impl<S: KeyState> Shard<S> {
         }
     }
 
+    pub(crate) fn for_each_mut(&mut self, f: &mut impl FnMut(u64, &mut S)) {
+        for s in &mut self.slots {
+            if s.meta & OCCUPIED != 0 {
+                f(s.key, &mut s.state);
+            }
+        }
+    }
+
     /// `Ok(slot)` holding `key`, or `Err(first empty slot)` on its probe
     /// path. Terminates: there is always an empty slot (`len < slots.len()`).
     fn probe(&self, key: u64) -> Result<usize, usize> {
@@ -211,7 +236,13 @@ impl<S: KeyState> Shard<S> {
     /// Inserts `key` (absent; `empty` is the empty slot that ended its
     /// probe) with the default state; `None` if the shard is full and every
     /// key in it is busy.
-    fn insert(&mut self, key: u64, empty: usize, preloaded: bool) -> Option<usize> {
+    fn insert(
+        &mut self,
+        key: u64,
+        empty: usize,
+        preloaded: bool,
+        evicted: &mut impl FnMut(&mut S),
+    ) -> Option<usize> {
         // At the bound, start loading the likely victim's slot (probation's
         // front key) and the ghost entry together: their cache misses then
         // overlap instead of following each other (~15 % of an insert).
@@ -225,7 +256,7 @@ impl<S: KeyState> Shard<S> {
         let main = self.ghost_take(key);
         let mut freed = None;
         if self.len == self.cap {
-            freed = self.make_room();
+            freed = self.make_room(evicted);
             if freed.is_none() {
                 if main {
                     self.ghost_put(key);

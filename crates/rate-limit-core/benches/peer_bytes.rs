@@ -53,7 +53,8 @@ fn main() {
             queue: 0,
             maxage: None,
         };
-        let l: Arc<Limiter<W, MonotonicClock>> = Limiter::peered(limits, tags * 2, MonotonicClock);
+        let l: Arc<Limiter<W, MonotonicClock>> =
+            Limiter::peered(limits, tags * 2, tags, MonotonicClock);
         let table = l.keys().expect("keyed");
         let names: Vec<(u64, Vec<u8>)> = (0..tags as u32)
             .map(|i| {

@@ -77,6 +77,9 @@ pub struct Limiter<W: Waiter, C: Clock = MonotonicClock> {
     /// Joins the peer exchange (`--peers`): keys carry their peer tag and
     /// the hits not yet reported (see `peer.rs`).
     peered: bool,
+    /// Peered: the unreported hits of keys evicted since the last report
+    /// (bounded, see `dthrottle::evicted`).
+    evicted_hits: Mutex<dthrottle::EvictedHits>,
     /// With `--fair`: hashes flow keys (secret per limiter, so clients
     /// cannot aim at one another's flows; see `fair.rs`).
     flow_seed: std::hash::RandomState,
@@ -146,8 +149,15 @@ impl<W: Waiter> KeyState for Keyed<W> {
                 .as_ref()
                 .is_some_and(|s| Arc::strong_count(s) > 1 || s.waiting() > 0)
                 || q.budget.as_ref().is_some_and(|b| Arc::strong_count(b) > 1)
-                || q.peer.as_ref().is_some_and(PeerKey::busy)
         })
+    }
+
+    /// Peered, in debt: kept while an idle key can go instead (its
+    /// unreported hits do not keep it: they are carried, see `peer.rs`).
+    fn sticky(&self) -> bool {
+        self.queues
+            .as_ref()
+            .is_some_and(|q| q.peer.as_ref().is_some_and(PeerKey::sticky))
     }
 }
 
@@ -323,6 +333,7 @@ impl<W: Waiter, C: Clock> Limiter<W, C> {
             waiting_queues: Mutex::new(HashMap::new()),
             params: None,
             peered: false,
+            evicted_hits: Mutex::new(dthrottle::EvictedHits::new(0)),
             flow_seed: std::hash::RandomState::new(),
             clock,
         }
@@ -599,51 +610,57 @@ impl<W: Waiter, C: Clock> Limiter<W, C> {
         let queue = || self.key_queue.load(Ordering::Relaxed);
         // The key's bucket, and clones of its slots and queue places, under
         // its shard lock; slots are taken after, as for the rule-wide limiter.
-        let grabbed = table.with(key, |st| {
-            let mut taken_place = None;
-            let tat_before = st.tat;
-            let rate = match params {
-                None => KeyRate::Go,
-                Some(p) => match p.reserve(st.tat, now, None) {
-                    (Reservation::Now, next) => {
-                        st.tat = next;
-                        KeyRate::Go
-                    }
-                    (Reservation::Denied(wait), _) if wait <= max_wait => match st.place(queue()) {
-                        None => KeyRate::Reject,
-                        Some(token) => match p.reserve(st.tat, now, Some(max_wait)) {
-                            (Reservation::Now, next) => {
-                                st.tat = next;
-                                taken_place = Some(token);
-                                KeyRate::Go
+        let grabbed = table.with_evicted(
+            key,
+            |st| {
+                let mut taken_place = None;
+                let tat_before = st.tat;
+                let rate = match params {
+                    None => KeyRate::Go,
+                    Some(p) => match p.reserve(st.tat, now, None) {
+                        (Reservation::Now, next) => {
+                            st.tat = next;
+                            KeyRate::Go
+                        }
+                        (Reservation::Denied(wait), _) if wait <= max_wait => {
+                            match st.place(queue()) {
+                                None => KeyRate::Reject,
+                                Some(token) => match p.reserve(st.tat, now, Some(max_wait)) {
+                                    (Reservation::Now, next) => {
+                                        st.tat = next;
+                                        taken_place = Some(token);
+                                        KeyRate::Go
+                                    }
+                                    (Reservation::After(d), next) => {
+                                        st.tat = next;
+                                        taken_place = Some(token);
+                                        KeyRate::Wait(d)
+                                    }
+                                    (Reservation::Denied(_), _) => KeyRate::Reject,
+                                },
                             }
-                            (Reservation::After(d), next) => {
-                                st.tat = next;
-                                taken_place = Some(token);
-                                KeyRate::Wait(d)
-                            }
-                            (Reservation::Denied(_), _) => KeyRate::Reject,
-                        },
+                        }
+                        _ => KeyRate::Reject,
                     },
-                    _ => KeyRate::Reject,
-                },
-            };
-            if peered && st.tat != tat_before {
-                if let Some(p) = params {
-                    // A token was taken: one hit for the next report.
-                    st.hit(tag, &p);
+                };
+                if peered && st.tat != tat_before {
+                    if let Some(p) = params {
+                        // A token was taken: one hit for the next report.
+                        st.hit(tag, &p);
+                    }
                 }
-            }
-            let slots = match rate {
-                KeyRate::Reject => None,
-                _ => self.key_limit().map(|l| st.slots(l)),
-            };
-            KeyGrab {
-                rate,
-                slots,
-                place: taken_place,
-            }
-        });
+                let slots = match rate {
+                    KeyRate::Reject => None,
+                    _ => self.key_limit().map(|l| st.slots(l)),
+                };
+                KeyGrab {
+                    rate,
+                    slots,
+                    place: taken_place,
+                }
+            },
+            |st| self.carry(st),
+        );
         let Ok(g) = grabbed else {
             return Admission::Reject;
         };

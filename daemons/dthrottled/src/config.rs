@@ -8,8 +8,9 @@ use std::time::Duration;
 
 use ipnet::IpNet;
 
-/// What the daemon answers when a new tag finds the tag table full of busy
-/// tags (unreported hits or debt).
+/// What the daemon answers when a new tag finds no room in the tag table.
+/// Since issue 21 tags with unreported hits or in debt make room for new
+/// ones, so this no longer happens; kept so that configurations stay valid.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum OnFull {
     Refuse,

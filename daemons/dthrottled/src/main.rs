@@ -102,7 +102,8 @@ fn run() -> Result<(), String> {
                 }
             }
         } else if now >= next_report {
-            // Alone: still reset the hit counts, so tags do not stay busy.
+            // Alone: still reset the hit counts and drain the evicted tags'
+            // hits, so neither grows without bound.
             next_report = now + config.period;
             server.buckets.report();
         }
@@ -152,7 +153,7 @@ fn stats_line(s: &Server, t: Option<&peer::Transport>) -> String {
     let mut line = format!(
         "dthrottled: stats ok={} no={} full={} long_lines={} empty_lines={} connections={} active={} \
          refused_connections={} evicted_connections={} write_timeouts={} tags={} evicted={} peer_hits_applied={} \
-         peer_hits_dropped={} report_dropped_tags={}",
+         peer_hits_dropped={} report_dropped_tags={} evicted_hits_dropped={}",
         l(&c.ok),
         l(&c.no),
         l(&c.full),
@@ -167,7 +168,8 @@ fn stats_line(s: &Server, t: Option<&peer::Transport>) -> String {
         b.evicted,
         b.peer_hits_applied,
         b.peer_hits_dropped,
-        b.report_dropped_tags
+        b.report_dropped_tags,
+        b.evicted_hits_dropped
     );
     if let Some(t) = t {
         let p = t.stats();

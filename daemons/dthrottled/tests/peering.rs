@@ -151,3 +151,32 @@ fn a_dead_peer_leaves_the_other_limiting_locally() {
     ca.send(b"Y\n".repeat(4).as_slice());
     assert_eq!(ca.answers(4), pattern(3, 1), "local limit still applies");
 }
+
+/// Issue 21: 2x max_tags distinct tags within one period do not lock a new
+/// tag out, and the flood's hits (of tags evicted before the report) still
+/// reach the peer: with burst 1, B (room for them all) refuses every one
+/// of them afterwards.
+#[test]
+fn a_flood_of_tags_locks_nobody_out_and_its_hits_reach_the_peer() {
+    let (pa, pb) = (free_udp_port(), free_udp_port());
+    let a = Daemon::start(
+        "flood-a",
+        &(peer_config(1, 0.001, 1000, pa, &[pb]) + "max_tags = 100\n"),
+    );
+    let b = Daemon::start(
+        "flood-b",
+        &(peer_config(1, 0.001, 1000, pb, &[pa]) + "max_tags = 1000\n"),
+    );
+    let mut ca = a.connect();
+    let flood: String = (0..200).map(|i| format!("flood-{i}\n")).collect();
+    ca.send(flood.as_bytes());
+    assert_eq!(ca.answers(200), pattern(200, 0), "every flood tag is new");
+    assert!(ca.ask("honest"), "a new tag after the flood");
+    // Two periods: A's report (table and evicted tags) reaches B.
+    std::thread::sleep(Duration::from_millis(2500));
+    let mut cb = b.connect();
+    cb.send(flood.as_bytes());
+    assert_eq!(cb.answers(200), pattern(0, 200), "B learnt every flood hit");
+    assert!(!cb.ask("honest"));
+    assert!(cb.ask("honest-2"));
+}

@@ -626,7 +626,11 @@ fn new_limiter(o: &Options) -> Arc<Limiter<Queued>> {
     match o.key {
         // --store-sync exchanges counts as peers do (store/sync.rs).
         Some(_) if o.peer.is_some() || o.store.as_ref().is_some_and(|s| s.sync_ms.is_some()) => {
-            Limiter::peered(limits, o.keys, MonotonicClock)
+            let report_tags = o
+                .peer
+                .as_ref()
+                .map_or(store::sync::MAX_KEYS_PER_SYNC, |p| p.max_tags);
+            Limiter::peered(limits, o.keys, report_tags, MonotonicClock)
         }
         Some(_) => Limiter::keyed(limits, o.keys, MonotonicClock),
         None => Limiter::new(limits, MonotonicClock),

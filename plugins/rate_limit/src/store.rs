@@ -43,7 +43,7 @@ const DRAIN_MAX: usize = 4096;
 /// Upper bounds of the `store_latency.le_*` buckets, in ms (then `le_inf`).
 const LATENCY_MS: [u64; 7] = [1, 2, 5, 10, 20, 50, 100];
 
-mod sync;
+pub(crate) mod sync;
 
 static STORES: LazyLock<Mutex<Vec<Arc<Store>>>> = LazyLock::new(Mutex::default);
 

@@ -13,10 +13,37 @@ fn remix(mut z: u64) -> u64 {
     z ^ (z >> 31)
 }
 
+/// Slots an insert looks at for a key to evict once a sweep found no idle
+/// key (see `make_room`).
+const STEPS: usize = 8;
+
+/// Evictable in S3-FIFO order: neither busy nor sticky.
+fn idle<S: KeyState>(s: &S) -> bool {
+    !s.busy() && !s.sticky()
+}
+
 impl<S: KeyState> Shard<S> {
-    /// Evicts one idle key and returns the slot left empty (after the
-    /// backward shift); `None` if every key is busy.
-    pub(super) fn make_room(&mut self) -> Option<usize> {
+    /// Evicts one key and returns the slot left empty (after the backward
+    /// shift); `None` if no key could go. An idle key if there is one, in
+    /// S3-FIFO order; else a sticky one. `evicted` sees the victim's state.
+    ///
+    /// **The worst case is not repeated.** When no key of main is idle,
+    /// CLOCK sweeps the whole shard (n slots) to learn it. Without a memory
+    /// of that, a flood of new keys into a shard of busy or sticky keys
+    /// would pay the sweep on every insert, under the shard's lock (CPU
+    /// amplification). So a sweep that found no idle key of main sets
+    /// `idle_skip = cap`: the next `cap` inserts at the bound skip that
+    /// search and look at most [`STEPS`] slots on from the hand for a key
+    /// that is not busy (the hand moves on, so successive inserts cover the
+    /// shard). A flood thus costs O(1) per insert: one sweep per `cap`
+    /// inserts, plus at most `STEPS` slots each. The price: in that mode an
+    /// insert may evict a sticky key while an idle one (freed meanwhile
+    /// without the table being told: a slot given back, debt ending) waits
+    /// further on, or be refused while a key has become free; the hand
+    /// reaches every slot within `n / STEPS` inserts. This only follows a
+    /// sweep that found no idle key, and probation is still searched first,
+    /// so new (idle) keys still evict each other.
+    pub(super) fn make_room(&mut self, evicted: &mut impl FnMut(&mut S)) -> Option<usize> {
         // Probation first while it holds its share: a flood of one-off keys
         // evicts itself and never reaches main.
         while self.small.len() >= self.small_target {
@@ -25,22 +52,63 @@ impl<S: KeyState> Shard<S> {
             };
             let Ok(i) = self.probe(key) else { continue };
             let s = &mut self.slots[i];
-            if s.meta & FREQ == 0 && !s.state.busy() {
-                return Some(self.evict(i, true));
+            if s.meta & FREQ == 0 && idle(&s.state) {
+                return Some(self.evict(i, true, evicted));
             }
             // Touched during probation (or busy): main, counter restarted.
             s.meta = OCCUPIED;
         }
-        if let Some(i) = self.clock() {
-            return Some(self.evict(i, false));
+        let steps = if self.idle_skip > 0 {
+            self.idle_skip -= 1;
+            STEPS
+        } else {
+            if let Some(i) = self.clock() {
+                return Some(self.evict(i, false, evicted));
+            }
+            self.idle_skip = self.cap;
+            // Main has no idle key: any idle probation key goes, touched or
+            // not; the others move to main.
+            while let Some(key) = self.small.pop_front() {
+                let Ok(i) = self.probe(key) else { continue };
+                if idle(&self.slots[i].state) {
+                    return Some(self.evict(i, true, evicted));
+                }
+                self.slots[i].meta = OCCUPIED;
+            }
+            // This insert has paid for a sweep already: one more may follow.
+            self.slots.len()
+        };
+        // No idle key: a sticky one goes rather than refuse the new key.
+        if let Some(i) = self.any_unbusy(steps) {
+            return Some(self.evict(i, false, evicted));
         }
-        // Main is all busy: any idle probation key goes, touched or not.
+        // Nor in main: probation's keys (below its share, new since the
+        // sweep) go if not busy, or move to main; each key is passed here
+        // once per insert, so this stays O(1) amortized.
         while let Some(key) = self.small.pop_front() {
             let Ok(i) = self.probe(key) else { continue };
             if !self.slots[i].state.busy() {
-                return Some(self.evict(i, true));
+                return Some(self.evict(i, true, evicted));
             }
             self.slots[i].meta = OCCUPIED;
+        }
+        None
+    }
+
+    /// The first key of main among `steps` slots from the hand that is not
+    /// busy (sticky or idle). The hand stays on it (the backward shift may
+    /// refill the slot), or moves past the slots looked at.
+    fn any_unbusy(&mut self, steps: usize) -> Option<usize> {
+        let n = self.slots.len();
+        for _ in 0..steps.min(n) {
+            if self.hand >= n {
+                self.hand = 0;
+            }
+            let s = &self.slots[self.hand];
+            if s.meta & (OCCUPIED | SMALL) == OCCUPIED && !s.state.busy() {
+                return Some(self.hand);
+            }
+            self.hand += 1;
         }
         None
     }
@@ -57,7 +125,7 @@ impl<S: KeyState> Shard<S> {
                 self.hand = 0;
             }
             let s = &mut self.slots[self.hand];
-            if s.meta & (OCCUPIED | SMALL) == OCCUPIED && !s.state.busy() {
+            if s.meta & (OCCUPIED | SMALL) == OCCUPIED && idle(&s.state) {
                 if s.meta & FREQ == 0 {
                     // The hand stays: the backward shift may refill this slot.
                     return Some(self.hand);
@@ -87,7 +155,8 @@ impl<S: KeyState> Shard<S> {
     }
 
     /// Evicts the key in slot `i`; returns the slot left empty.
-    fn evict(&mut self, i: usize, remember: bool) -> usize {
+    fn evict(&mut self, i: usize, remember: bool, evicted: &mut impl FnMut(&mut S)) -> usize {
+        evicted(&mut self.slots[i].state);
         let key = self.slots[i].key;
         let empty = self.remove_at(i);
         if remember {

@@ -20,9 +20,18 @@
 //! table is keyed by the hash of that tag, so a received tag finds its key
 //! with one lookup.
 //!
-//! **Eviction.** A key with unreported hits (its peers have not heard of
-//! them) or in debt (forgetting it would hand the client a fresh burst) is
-//! busy and never evicted, as in `crates/dthrottle`.
+//! **Eviction** (issue 21), as in `crates/dthrottle`. A key with unreported
+//! hits is evicted like an idle one (S3-FIFO order), and its tag and hits
+//! go to a bounded buffer that the next report drains
+//! (`dthrottle::evicted`: the heaviest `--peer-max-tags` are kept, the rest
+//! counted in `peer_tags_dropped`): were such keys kept, ≥ `--keys` distinct
+//! client-chosen keys within one `--peer-period` would fill the table and
+//! refuse every new client until the next report. A key in debt is sticky:
+//! kept while an idle key can go, evicted rather than refuse a new key
+//! (forgetting it hands one client that was over its rate a fresh burst;
+//! never evicting it would let clients that get keys into debt lock new
+//! clients out, see `dthrottle::debt::in_debt`). Keys holding slots or
+//! waiters stay busy.
 
 use std::cell::Cell;
 
@@ -54,8 +63,8 @@ pub(super) struct PeerKey {
 }
 
 impl PeerKey {
-    pub(super) fn busy(&self) -> bool {
-        debt::busy(self.hits, self.debt_until, NOW.with(Cell::get))
+    pub(super) fn sticky(&self) -> bool {
+        debt::in_debt(self.debt_until, NOW.with(Cell::get))
     }
 }
 
@@ -87,15 +96,36 @@ impl<W: Waiter> Keyed<W> {
 }
 
 impl<W: Waiter, C: Clock> Limiter<W, C> {
+    /// An evicted key's unreported hits go to the next report. Runs under
+    /// the key's shard lock; the buffer's lock is only ever taken inside a
+    /// shard's or alone, never the other way round.
+    pub(super) fn carry(&self, st: &mut Keyed<W>) {
+        let Some(p) = st.queues.as_mut().and_then(|q| q.peer.as_mut()) else {
+            return;
+        };
+        if p.hits > 0 {
+            let tag = std::mem::take(&mut p.tag);
+            self.evicted_hits.lock().push(tag, p.hits);
+        }
+    }
+
     /// A keyed limiter that joins the peer exchange: its table is keyed by
     /// peer tags ([`Limiter::admit_tagged`]), and it reports and takes hits.
-    pub fn peered(limits: Limits, keys: usize, clock: C) -> std::sync::Arc<Self> {
+    /// `report_tags`: the most tags its reports carry (`--peer-max-tags`),
+    /// which also bounds the evicted keys' hits kept for the next report.
+    pub fn peered(
+        limits: Limits,
+        keys: usize,
+        report_tags: usize,
+        clock: C,
+    ) -> std::sync::Arc<Self> {
         std::sync::Arc::new(Limiter {
             keys: Some(KeyTable::new(keys)),
             params: limits
                 .rate
                 .map(|(r, b)| LiveParams::new(GcraParams::per_second(r, b))),
             peered: true,
+            evicted_hits: parking_lot::Mutex::new(dthrottle::EvictedHits::new(report_tags)),
             ..Limiter::base(limits, clock)
         })
     }
@@ -118,46 +148,47 @@ impl<W: Waiter, C: Clock> Limiter<W, C> {
         let now = self.clock.now();
         set_now(now);
         table
-            .with(table.hash(tag), |st| {
-                st.tat = debt::apply_hits(st.tat, now, hits, &params);
-                st.peer(tag, &params);
-            })
+            .with_evicted(
+                table.hash(tag),
+                |st| {
+                    st.tat = debt::apply_hits(st.tat, now, hits, &params);
+                    st.peer(tag, &params);
+                },
+                |st| self.carry(st),
+            )
             .is_ok()
     }
 
-    /// The hits served here since the last report, heaviest first, at most
-    /// `max_tags` of them (the rest counted as dropped), and resets them.
-    /// Visits every key (one shard lock at a time): once per period.
+    /// The hits served here since the last report (by keys held, and by
+    /// keys evicted meanwhile), heaviest first, at most `max_tags` of them
+    /// (the rest counted as dropped), and resets them. Visits every key
+    /// (one shard lock at a time): once per period.
     pub fn peer_report(&self, max_tags: usize) -> Report {
         let Some(table) = &self.keys else {
             return Report::default();
         };
         set_now(self.clock.now());
-        let mut seen: Vec<(u64, Box<[u8]>, u32)> = Vec::new();
-        table.for_each(|key, st| {
-            if let Some(p) = st.queues.as_ref().and_then(|q| q.peer.as_ref()) {
-                if p.hits > 0 {
-                    seen.push((key, p.tag.clone(), p.hits));
+        let mut entries: Vec<(Box<[u8]>, u32)> = Vec::new();
+        // Taken under the shard's lock: hits served after stay for the next.
+        // Hits of requests without a key (`--key-missing=shared`, empty
+        // tag) are never exchanged; left out before the cap, so they never
+        // push a real tag out.
+        table.for_each_mut(|_, st| {
+            if let Some(p) = st.queues.as_mut().and_then(|q| q.peer.as_mut()) {
+                let hits = std::mem::take(&mut p.hits);
+                if hits > 0 && !p.tag.is_empty() {
+                    entries.push((p.tag.clone(), hits));
                 }
             }
         });
-        for (key, _, hits) in &seen {
-            // Subtract what is reported: hits served since the scan stay.
-            table.get(*key, |st| {
-                if let Some(p) = st.queues.as_mut().and_then(|q| q.peer.as_mut()) {
-                    p.hits = p.hits.saturating_sub(*hits);
-                }
-            });
-        }
-        // Hits of requests without a key (`--key-missing=shared`, empty tag)
-        // are never exchanged; left out before the cap, so they never push
-        // a real tag out.
-        let entries = seen
-            .into_iter()
-            .filter(|(_, tag, _)| !tag.is_empty())
-            .map(|(_, tag, hits)| (tag, hits))
-            .collect();
-        debt::report(entries, max_tags)
+        // After the table: a key evicted during the visit carried its hits
+        // here, whether or not the visit had seen its shard yet.
+        let carried = self.evicted_hits.lock().take();
+        entries.extend(carried.entries);
+        let mut report = debt::report(entries, max_tags);
+        report.dropped_tags += carried.dropped_tags;
+        report.dropped_hits += carried.dropped_hits;
+        report
     }
 
     /// Tokens in `tag`'s bucket now (negative: debt); `None` if not held.

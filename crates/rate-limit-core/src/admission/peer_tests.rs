@@ -26,7 +26,7 @@ fn peered(rate: f64, burst: u32, clock: &Arc<ManualClock>) -> L {
         queue: 0,
         maxage: None,
     };
-    Limiter::peered(limits, 1000, clock.clone())
+    Limiter::peered(limits, 1000, 5000, clock.clone())
 }
 
 fn ask(l: &L, tag: &[u8]) -> bool {
@@ -90,7 +90,7 @@ fn refunded_tokens_are_not_reported_and_debt_is_capped() {
 }
 
 #[test]
-fn reports_keep_the_heaviest_tags_and_busy_keys_stay() {
+fn reports_keep_the_heaviest_tags_and_debt_keys_yield_last() {
     let clock = Arc::new(ManualClock::new(NANOS_PER_SEC));
     let a = peered(1.0, 100, &clock);
     for (i, tag) in [b"a", b"b", b"c"].iter().enumerate() {
@@ -106,7 +106,8 @@ fn reports_keep_the_heaviest_tags_and_busy_keys_stay() {
     assert_eq!((r.dropped_tags, r.dropped_hits), (1, 1));
     assert!(a.peer_report(2).entries.is_empty(), "hits are reset");
 
-    // A table of one key: a key in debt is never evicted for a new one.
+    // A table of two keys: a key in debt stays while an idle key can go,
+    // and yields rather than refuse a new key.
     let small = Limiter::<W, _>::peered(
         Limits {
             limit: None,
@@ -114,13 +115,88 @@ fn reports_keep_the_heaviest_tags_and_busy_keys_stay() {
             queue: 0,
             maxage: None,
         },
-        1,
+        2,
+        100,
         clock.clone(),
     );
     assert!(small.apply_peer(b"x", 10));
-    assert!(!ask(&small, b"y"), "no room while x is in debt");
-    clock.advance(Duration::from_secs(13));
-    assert!(ask(&small, b"y"), "x paid its debt and can go");
+    assert!(ask(&small, b"z"));
+    assert!(ask(&small, b"y"), "z (unreported hit) makes room");
+    assert!(small.peer_level(b"x").is_some(), "x in debt stays");
+    assert!(small.peer_level(b"z").is_none());
+    assert!(small.apply_peer(b"y", 10));
+    assert!(ask(&small, b"w"), "all in debt: one yields");
+    let r = small.peer_report(10);
+    let hits = |t: &[u8]| r.entries.iter().find(|e| &*e.0 == t).map(|e| e.1);
+    assert_eq!(
+        (hits(b"z"), hits(b"y"), hits(b"w")),
+        (Some(1), Some(1), Some(1))
+    );
+}
+
+/// Issue 21: 2x `--keys` distinct client-chosen keys within one period,
+/// then a new honest key is admitted; every hit reaches the next report
+/// (the evicted keys' buffer holds `report_tags`, 5000 here).
+#[test]
+fn a_flood_of_one_off_keys_locks_nobody_out_and_keeps_the_hits() {
+    let clock = Arc::new(ManualClock::new(NANOS_PER_SEC));
+    let a = peered(1.0, 5, &clock); // --keys=1000
+    for i in 0..2000u32 {
+        assert!(ask(&a, format!("flood-{i}").as_bytes()), "flood key {i}");
+    }
+    assert!(ask(&a, b"honest"), "a new honest key is admitted");
+    let r = a.peer_report(5000);
+    let sent: u64 = r.entries.iter().map(|e| u64::from(e.1)).sum();
+    assert_eq!((sent, r.entries.len(), r.dropped_tags), (2001, 2001, 0));
+    assert!(r.entries.iter().any(|e| &*e.0 == b"honest"));
+    assert!(
+        a.peer_report(5000).entries.is_empty(),
+        "each hit reported once"
+    );
+    // A peer's report of the flood puts nothing in debt (one hit each):
+    // a second instance takes it all and still admits a new key.
+    let b = peered(1.0, 5, &clock);
+    for (tag, h) in &r.entries {
+        b.apply_peer(tag, *h);
+    }
+    assert!(ask(&b, b"honest-2"));
+}
+
+/// Beyond `report_tags` evicted keys in one period, the lightest are
+/// dropped and counted: every hit is sent or counted.
+#[test]
+fn evicted_hits_beyond_the_bound_are_counted() {
+    let clock = Arc::new(ManualClock::new(NANOS_PER_SEC));
+    let limits = Limits {
+        limit: None,
+        rate: Some((1.0, 5)),
+        queue: 0,
+        maxage: None,
+    };
+    let a: L = Limiter::peered(limits, 100, 100, clock.clone());
+    for i in 0..400u32 {
+        assert!(ask(&a, format!("flood-{i}").as_bytes()));
+    }
+    let r = a.peer_report(100);
+    let sent: u64 = r.entries.iter().map(|e| u64::from(e.1)).sum();
+    assert_eq!(
+        (sent, sent + r.dropped_hits, r.dropped_tags),
+        (100, 400, 300)
+    );
+}
+
+/// Keys in debt (peers' reports of clients over their rate) cannot lock new
+/// clients out either: a table full of them yields one per new key.
+#[test]
+fn a_table_full_of_keys_in_debt_still_admits_new_keys() {
+    let clock = Arc::new(ManualClock::new(NANOS_PER_SEC));
+    let a = peered(1.0, 5, &clock);
+    for i in 0..2000u32 {
+        assert!(a.apply_peer(format!("debt-{i}").as_bytes(), 100));
+    }
+    for i in 0..100u32 {
+        assert!(ask(&a, format!("new-{i}").as_bytes()), "new key {i}");
+    }
 }
 
 proptest! {

@@ -33,7 +33,7 @@ use super::{Store, StoreMetrics, Token};
 use crate::queue::Queued;
 
 /// Most keys exchanged per period; the heaviest first.
-const MAX_KEYS_PER_SYNC: usize = 4096;
+pub(crate) const MAX_KEYS_PER_SYNC: usize = 4096;
 /// Most keys remembered (own hits of the last periods); beyond it the
 /// stalest are forgotten.
 const MAX_REMEMBERED: usize = 200_000;

@@ -1,0 +1,116 @@
+//! Hits of evicted tags, carried to the next report.
+//!
+//! A tag with unreported hits may be evicted (it is not busy): otherwise a
+//! flood of one-off tags, each with one hit, fills the table within one
+//! report period and every new client is refused until the next report
+//! (issue 21). The evicted tag's name and hits wait here for the next
+//! report instead, so peers still learn of them.
+//!
+//! **Bound.** At most `bound` tags wait, the heaviest: above it the
+//! lightest is dropped and counted (the report's `dropped_tags` and
+//! `dropped_hits`, and the `evicted_hits_dropped` counter). The callers use
+//! `bound` = the most tags a report carries: the report sends at most that
+//! many, heaviest first, so a tag dropped here is lighter than every tag
+//! that could have been sent in its place; memory is at most that many
+//! more tag names (each at most 255 bytes plus ~30 of overhead). What is
+//! lost is, within one period, the hits of the lightest evicted tags beyond
+//! a report's worth: in a flood, one-off tags of one hit each, for which
+//! peers forget one hit (one token of a tag that is not coming back).
+//! A client that keeps coming back is seen again and kept (S3-FIFO), and
+//! its hits from then on stay in the table.
+
+use std::cmp::Reverse;
+use std::collections::BinaryHeap;
+
+/// The evicted tags' unreported hits, at most `bound`, the heaviest.
+#[derive(Debug, Default)]
+pub struct EvictedHits {
+    /// Min-heap by hits: the lightest is the one dropped.
+    heap: BinaryHeap<Reverse<(u32, Box<[u8]>)>>,
+    bound: usize,
+    dropped_tags: u64,
+    dropped_hits: u64,
+    dropped_total: u64,
+}
+
+/// What [`EvictedHits::take`] hands the report.
+#[derive(Debug, Default, PartialEq, Eq)]
+pub struct Taken {
+    pub entries: Vec<(Box<[u8]>, u32)>,
+    /// Tags dropped because the buffer was full, and their hits.
+    pub dropped_tags: u64,
+    pub dropped_hits: u64,
+}
+
+impl EvictedHits {
+    pub fn new(bound: usize) -> Self {
+        EvictedHits {
+            bound,
+            ..Default::default()
+        }
+    }
+
+    /// Keeps `hits` of the evicted `tag` for the next report (O(log bound)).
+    pub fn push(&mut self, tag: Box<[u8]>, hits: u32) {
+        if hits == 0 || tag.is_empty() {
+            return;
+        }
+        if self.heap.len() < self.bound {
+            self.heap.push(Reverse((hits, tag)));
+            return;
+        }
+        let lightest = match self.heap.peek() {
+            Some(Reverse((h, _))) if *h < hits => self.heap.pop().map(|Reverse((h, _))| h),
+            _ => None,
+        };
+        let dropped = match lightest {
+            Some(h) => {
+                self.heap.push(Reverse((hits, tag)));
+                h
+            }
+            None => hits,
+        };
+        self.dropped_tags += 1;
+        self.dropped_hits += u64::from(dropped);
+        self.dropped_total += 1;
+    }
+
+    /// Everything waiting, and the drops since the last take.
+    pub fn take(&mut self) -> Taken {
+        let entries = self.heap.drain().map(|Reverse((h, t))| (t, h)).collect();
+        Taken {
+            entries,
+            dropped_tags: std::mem::take(&mut self.dropped_tags),
+            dropped_hits: std::mem::take(&mut self.dropped_hits),
+        }
+    }
+
+    /// Tags dropped because the buffer was full, since it was made.
+    pub fn dropped_total(&self) -> u64 {
+        self.dropped_total
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn keeps_the_heaviest_and_counts_the_rest() {
+        let mut e = EvictedHits::new(2);
+        for (t, h) in [("a", 1), ("b", 5), ("c", 3), ("d", 1), ("e", 0)] {
+            e.push(Box::from(t.as_bytes()), h);
+        }
+        let mut taken = e.take();
+        taken.entries.sort();
+        let want: Vec<(Box<[u8]>, u32)> =
+            vec![(Box::from(&b"b"[..]), 5), (Box::from(&b"c"[..]), 3)];
+        assert_eq!(taken.entries, want);
+        assert_eq!((taken.dropped_tags, taken.dropped_hits), (2, 2));
+        assert_eq!(e.dropped_total(), 2);
+        assert_eq!(e.take(), Taken::default());
+        let mut none = EvictedHits::new(0);
+        none.push(Box::from(&b"x"[..]), 4);
+        assert_eq!((none.take().dropped_hits, none.dropped_total()), (4, 1));
+    }
+}
