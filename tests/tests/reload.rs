@@ -36,7 +36,10 @@ fn level(pid: u32) -> Level {
         *threads.entry(name.trim().to_owned()).or_insert(0) += 1;
     }
     let (mut sockets, mut files) = (0, BTreeMap::new());
-    for fd in fs::read_dir(format!("/proc/{pid}/fd")).expect("/proc/PID/fd").flatten() {
+    for fd in fs::read_dir(format!("/proc/{pid}/fd"))
+        .expect("/proc/PID/fd")
+        .flatten()
+    {
         let target = fs::read_link(fd.path()).unwrap_or_default();
         let target = target.to_string_lossy();
         if target.starts_with("socket:") {
@@ -77,8 +80,8 @@ struct Plugins {
 }
 
 impl Plugins {
-    fn new() -> Plugins {
-        let dir = std::env::temp_dir().join(format!("reload-so-{}", std::process::id()));
+    fn new(test: &str) -> Plugins {
+        let dir = std::env::temp_dir().join(format!("reload-so-{}-{test}", std::process::id()));
         fs::create_dir_all(&dir).expect("dir");
         let p = Plugins { dir };
         p.replace(0);
@@ -170,7 +173,7 @@ fn reloads_and_replaced_plugins_leave_the_threads_and_sockets_of_the_first_load(
         Redis::start().expect("redis-server"),
     );
     let origin = Origin::start();
-    let plugins = Plugins::new();
+    let plugins = Plugins::new("alternate");
     let peer = (udp_port(), udp_port());
     let ts = server(&plugins, &origin, &a.url(), peer);
     let pid = ts.server_pid().expect("pid");
@@ -212,11 +215,15 @@ fn reloads_and_replaced_plugins_leave_the_threads_and_sockets_of_the_first_load(
         "the store no rule names has {:?} connections",
         b.clients()
     );
-    // The replaced copies' peer exchange handed the port over: the last
-    // copy serves it.
+    // Each replaced copy's peer exchange found the port held by the old
+    // copy's and bound it once that was gone (the first load's, then two).
+    let bound = format!("peer exchange on 127.0.0.1:{}", peer.0);
+    assert_eq!(diags.matches(&bound).count(), 3, "{diags}");
+    // ATS told each old copy its last rule was gone (`TSRemapDone`).
+    let done = diags.matches("the last rule of this copy is gone").count();
     assert!(
-        diags.contains(&format!("peer exchange on 127.0.0.1:{}", peer.0)),
-        "{diags}"
+        done >= 4,
+        "TSRemapDone seen {done} times (2 copies of 2 plugins)"
     );
 }
 
@@ -224,15 +231,13 @@ fn reloads_and_replaced_plugins_leave_the_threads_and_sockets_of_the_first_load(
 fn removing_the_store_rule_closes_its_connections() {
     let r = Redis::start().expect("redis-server");
     let origin = Origin::start();
-    let plugins = Plugins::new();
+    let plugins = Plugins::new("remove");
     let peer = (udp_port(), udp_port());
     let ts = server(&plugins, &origin, &r.url(), peer);
     let pid = ts.server_pid().expect("pid");
     traffic(&ts);
     assert!(
-        wait_until(Duration::from_secs(5), || r
-            .clients()
-            .is_ok_and(|n| n >= 2)),
+        wait_until(Duration::from_secs(5), || r.clients().is_ok_and(|n| n >= 2)),
         "rate_limit's and ip_throttle's connections: {:?}",
         r.clients()
     );

@@ -62,12 +62,8 @@ fn within(bound: Duration, f: impl Fn() -> bool) -> Option<Duration> {
 fn a_drop_during_a_hung_round_trip_returns_at_once_and_the_thread_exits_by_the_deadline() {
     let listener = TcpListener::bind("127.0.0.1:0").expect("listener");
     let addr = listener.local_addr().expect("address");
-    let c: Client<Stuck, u32> = Client::start(
-        "stuck-test",
-        Stuck { conn: None, addr },
-        Config::default(),
-    )
-    .expect("thread");
+    let c: Client<Stuck, u32> =
+        Client::start("stuck-test", Stuck { conn: None, addr }, Config::default()).expect("thread");
     let timeout = Duration::from_millis(800);
     assert!(c.submit((), 1, timeout).is_ok());
     let (mut server_side, _) = listener.accept().expect("the client connects");
@@ -83,7 +79,10 @@ fn a_drop_during_a_hung_round_trip_returns_at_once_and_the_thread_exits_by_the_d
     );
     assert!(!exited.done(), "the thread is still in its round trip");
     let gone = within(Duration::from_secs(3), || exited.done());
-    assert!(gone.is_some(), "the I/O thread did not exit after its deadline");
+    assert!(
+        gone.is_some(),
+        "the I/O thread did not exit after its deadline"
+    );
     // The connection is closed: the server side reads EOF.
     server_side
         .set_read_timeout(Some(Duration::from_secs(2)))
@@ -101,9 +100,12 @@ fn a_dropped_redis_client_closes_its_connection() {
         port: server.port(),
         db: 0,
     };
-    let c: Client<Redis, u32> =
-        Client::start("store-test", Redis::new(&addr).expect("address"), Config::default())
-            .expect("thread");
+    let c: Client<Redis, u32> = Client::start(
+        "store-test",
+        Redis::new(&addr).expect("address"),
+        Config::default(),
+    )
+    .expect("thread");
     let op = Op::Release {
         base: "shutdown-test".into(),
         member: "m".into(),
