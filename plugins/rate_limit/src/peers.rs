@@ -12,7 +12,8 @@
 //! `--peer-secret-file`, `--peer-allow`, `--peer-interface`,
 //! `--peer-max-senders`) come from the first peered rule loaded; every later
 //! rule must name the same ones (a different one fails the rule, naming the
-//! option): changing them needs a restart. If the socket cannot be opened,
+//! option): changing them needs a reload without peered rules in between,
+//! or a restart. If the socket cannot be opened,
 //! the error is logged and the rules limit locally (the task still resets
 //! their hit counts, so keys do not stay busy).
 //!
@@ -209,9 +210,11 @@ fn start(p: &PeerOptions, socket: Vec<(&'static str, String)>) -> Result<Exchang
         }
         Err(e) if e.kind() == ErrorKind::AddrInUse => {
             log::warn!(
-                "peer exchange: {e} (by an older copy of this plugin, replaced by a reload?); \
-                 limiting locally, and trying again every {} s",
-                REBIND_EVERY.as_secs()
+                "peer exchange not started, limiting locally: {e} (by another process, or an \
+                 older copy of this plugin replaced by a reload?); trying again every {} s for \
+                 up to {} s",
+                REBIND_EVERY.as_secs(),
+                REBIND_FOR.as_secs()
             );
             let now = Instant::now();
             rebind = Some(Rebind {
