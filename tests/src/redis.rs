@@ -211,6 +211,15 @@ impl Redis {
             .ok_or_else(|| format!("{args:?}: not an integer: {a:?}"))
     }
 
+    /// Connections open to the server (`CLIENT LIST`), not counting the
+    /// one that asks.
+    pub fn clients(&self) -> Result<usize, String> {
+        let list = self.command(&["CLIENT", "LIST"])?;
+        let n = list.lines().filter(|l| l.contains("id=")).count();
+        n.checked_sub(1)
+            .ok_or_else(|| format!("CLIENT LIST: unexpected answer {list:?}"))
+    }
+
     fn ping(&self) -> bool {
         self.command(&["PING"])
             .is_ok_and(|a| a.starts_with("+PONG"))

@@ -346,9 +346,11 @@ fn a_socket_that_cannot_be_opened_leaves_the_rule_limiting_locally() {
     let taken = UdpSocket::bind("127.0.0.1:0").expect("udp");
     let port = taken.local_addr().expect("addr").port();
     let ts = server(&origin, "--rate=0.1 --burst=2", port, &[udp_port()], false);
+    // A port in use is tried again (an older copy of the plugin may hold
+    // it until its rules are gone); meanwhile the rule limits locally.
     assert!(
         ts.diags()
-            .contains("peer exchange disabled, limiting locally"),
+            .contains("peer exchange not started, limiting locally"),
         "{}",
         ts.diags()
     );

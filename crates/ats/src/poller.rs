@@ -146,6 +146,18 @@ impl Poller {
     }
 }
 
+impl Drop for Poller {
+    /// The source is gone (the last rule using a store, after a reload):
+    /// close the channel's end we hold, so ATS ends its side and frees it.
+    /// Otherwise the connection and its continuation, which keep this
+    /// channel, would keep each other for the life of the process.
+    fn drop(&mut self) {
+        let waker = self.channel.waker.lock().take();
+        self.channel.open.store(false, Ordering::Release);
+        drop(waker);
+    }
+}
+
 /// Opens `d`'s wake channel; runs as an event on the net pool.
 fn open_now<D: Drain>(d: &Arc<D>) {
     let ch = d.poller().channel.clone();

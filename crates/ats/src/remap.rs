@@ -96,6 +96,12 @@ pub trait RemapPlugin: Sized + Send + Sync + 'static {
     /// `Loaded` means the new rules now serve; `Failed` means they were
     /// refused and the old ones keep serving.
     fn post_reload(_status: ReloadStatus) {}
+
+    /// The last rule naming this copy of the .so was deleted
+    /// (`TSRemapDone`; ATS may unload the copy next): stop what the rules
+    /// left running process-wide. Transactions still in flight may hold
+    /// their rule a little longer.
+    fn done() {}
 }
 
 /// How a read of remap.config ended.
@@ -255,6 +261,12 @@ pub mod entry {
         guard::catch("TSRemapPreConfigReload", || (), P::pre_reload);
     }
 
+    /// Called by ATS as `TSRemapDone`.
+    pub fn done<P: RemapPlugin>() {
+        log::debug(&format!("{}: the last rule of this copy is gone", P::NAME));
+        guard::catch("TSRemapDone", || (), P::done);
+    }
+
     /// Called by ATS as `TSRemapPostConfigReload`.
     pub fn post_reload<P: RemapPlugin>(status: sys::TSRemapReloadStatus) {
         let status = match status {
@@ -346,7 +358,8 @@ pub mod entry {
 }
 
 /// Exports the remap entry points (`TSRemapInit`, `TSRemapNewInstance`,
-/// `TSRemapDeleteInstance`, `TSRemapDoRemap`) for a [`RemapPlugin`] type.
+/// `TSRemapDeleteInstance`, `TSRemapDoRemap`, the reload notifications and
+/// `TSRemapDone`) for a [`RemapPlugin`] type.
 #[macro_export]
 macro_rules! remap_plugin {
     ($plugin:ty) => {
@@ -416,6 +429,12 @@ macro_rules! remap_plugin {
         #[no_mangle]
         pub extern "C" fn TSRemapPostConfigReload(status: $crate::sys::TSRemapReloadStatus) {
             $crate::remap::entry::post_reload::<$plugin>(status)
+        }
+
+        /// ATS entry point; see `ts/remap.h`.
+        #[no_mangle]
+        pub extern "C" fn TSRemapDone() {
+            $crate::remap::entry::done::<$plugin>()
         }
 
         /// ATS entry point for a plugin.config line; see

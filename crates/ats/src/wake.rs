@@ -25,6 +25,17 @@ use crate::{guard, sys};
 pub struct Waker {
     fd: OwnedFd,
     alive: Arc<AtomicBool>,
+    /// Set when the owner drops this end on purpose (its source is gone):
+    /// the end ATS then sees is expected, not an error.
+    retired: Arc<AtomicBool>,
+}
+
+impl Drop for Waker {
+    /// Closing our end ends the channel: ATS reads EOS and the handler
+    /// frees the connection, its buffer and continuation.
+    fn drop(&mut self) {
+        self.retired.store(true, Ordering::Release);
+    }
 }
 
 impl Waker {
@@ -55,6 +66,7 @@ struct Inner {
     buf: sys::TSIOBuffer,
     reader: sys::TSIOBufferReader,
     alive: Arc<AtomicBool>,
+    retired: Arc<AtomicBool>,
     on_wake: Arc<dyn Fn() + Send + Sync>,
     on_end: Box<dyn Fn() + Send + Sync>,
 }
@@ -115,11 +127,13 @@ pub(crate) unsafe fn start(
     // SAFETY: live buffer.
     let reader = unsafe { sys::TSIOBufferReaderAlloc(buf) };
     let alive = Arc::new(AtomicBool::new(true));
+    let retired = Arc::new(AtomicBool::new(false));
     let inner = Box::new(Inner {
         vc,
         buf,
         reader,
         alive: alive.clone(),
+        retired: retired.clone(),
         on_wake: Arc::new(on_wake),
         on_end: Box::new(on_end),
     });
@@ -132,7 +146,11 @@ pub(crate) unsafe fn start(
         sys::TSVConnRead(vc, cont, buf, i64::MAX);
         sys::TSMutexUnlock(mutex);
     }
-    Ok(Waker { fd: ours, alive })
+    Ok(Waker {
+        fd: ours,
+        alive,
+        retired,
+    })
 }
 
 unsafe extern "C" fn wake_handler(
@@ -180,10 +198,14 @@ unsafe extern "C" fn wake_handler(
             // EOS, an error, or the (never reached) end of the read: close
             // and free the channel; the poller's timer carries on and it
             // may open another.
-            crate::log::error(&format!(
-                "wake channel ended (event {}): results come back by timer until it is reopened",
-                ev.0
-            ));
+            if inner.retired.load(Ordering::Acquire) {
+                crate::log::debug("wake channel closed (its source is gone)");
+            } else {
+                crate::log::error(&format!(
+                    "wake channel ended (event {}): results come back by timer until it is reopened",
+                    ev.0
+                ));
+            }
             // SAFETY: reclaim the box (not used afterwards), close the
             // connection and free its buffer, then destroy this one-shot
             // owner of them from its own handler; no further event arrives

@@ -212,21 +212,48 @@ impl<B: Backend, T: Send + 'static> Client<B, T> {
     }
 }
 
+impl<B: Backend, T: Send + 'static> Client<B, T> {
+    /// A handle that tells when the I/O thread has exited and released the
+    /// connection (the thread holds the other reference to the queues).
+    pub fn exit_watch(&self) -> Exited {
+        let weak: std::sync::Weak<dyn Send + Sync> = {
+            let a: Arc<dyn Send + Sync> = self.shared.clone();
+            Arc::downgrade(&a)
+        };
+        Exited(weak)
+    }
+}
+
+/// See [`Client::exit_watch`].
+pub struct Exited(std::sync::Weak<dyn Send + Sync>);
+
+impl Exited {
+    /// True once the I/O thread has returned (its connection closed).
+    pub fn done(&self) -> bool {
+        self.0.strong_count() == 0
+    }
+}
+
 impl<B: Backend, T: Send + 'static> Drop for Client<B, T> {
-    /// Stops the I/O thread after its current round trip (bounded by the
-    /// deadlines) and waits for it.
+    /// Tells the I/O thread to stop and lets it go without waiting: the
+    /// last client of a rule may be dropped on an ATS net thread (a
+    /// transaction's lease, a rule deleted by a reload), which must not wait
+    /// for a round trip. The thread fails what is still queued, finishes its
+    /// current round trip (bounded by the requests' deadlines), then exits
+    /// and closes its connection.
     fn drop(&mut self) {
         self.shared.stop.store(true, Ordering::Release);
         if let Some(t) = self.thread.take() {
             t.thread().unpark();
-            let _ = t.join();
         }
     }
 }
 
 struct IoThread<B: Backend, T> {
-    shared: Arc<Shared<B::Op, B::Reply, T>>,
+    /// First, so it is dropped (its connection closed) before `shared`:
+    /// [`Exited`] then means the connection is gone too.
     backend: B,
+    shared: Arc<Shared<B::Op, B::Reply, T>>,
     config: Config,
     backoff: Duration,
     /// No connection attempt before this (after a failure).

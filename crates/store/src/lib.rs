@@ -32,4 +32,6 @@ mod redis_conn;
 pub mod rmw;
 pub mod url;
 
-pub use client::{Backend, BatchError, Client, Completion, Config, Outcome, Stats, SubmitError};
+pub use client::{
+    Backend, BatchError, Client, Completion, Config, Exited, Outcome, Stats, SubmitError,
+};

@@ -20,11 +20,13 @@
 //!    error is logged at most once per [`LOG_EVERY`].
 //!
 //! One client (one I/O thread and connection per server) serves every rule
-//! naming the same servers and timeout.
+//! naming the same servers and timeout. The rules (and transactions in
+//! flight) hold it; when the last is gone (a reload dropped or changed its
+//! `--store`), its thread exits and its connections close.
 
 use std::net::IpAddr;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, LazyLock};
+use std::sync::{Arc, LazyLock, Weak};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use ats::poller::{Drain, Poller};
@@ -49,7 +51,9 @@ const DRAIN_MAX: usize = 4096;
 /// Store errors are logged at most this often (per store).
 pub(crate) const LOG_EVERY: Duration = Duration::from_secs(10);
 
-static STORES: LazyLock<Mutex<Vec<Arc<Store>>>> = LazyLock::new(Mutex::default);
+/// The live stores; weak, so a store lives as long as a rule or a
+/// transaction uses it.
+static STORES: LazyLock<Mutex<Vec<Weak<Store>>>> = LazyLock::new(Mutex::default);
 
 /// What the I/O thread does with an IP's record.
 pub(crate) enum Step {
@@ -167,11 +171,13 @@ impl Store {
         };
         let timeout = Duration::from_millis(o.store_timeout_ms);
         let mut stores = STORES.lock();
+        stores.retain(|s| s.strong_count() > 0);
         if let Some(s) = stores
             .iter()
+            .filter_map(Weak::upgrade)
             .find(|s| &s.url == url && s.timeout == timeout)
         {
-            return Ok(Some(s.clone()));
+            return Ok(Some(s));
         }
         let started = match url {
             StoreUrl::Memcached(servers) => Client::start(
@@ -197,7 +203,7 @@ impl Store {
             logged_ms: AtomicU64::new(0),
             epoch: Instant::now(),
         });
-        stores.push(s.clone());
+        stores.push(Arc::downgrade(&s));
         Ok(Some(s))
     }
 

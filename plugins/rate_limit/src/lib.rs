@@ -92,6 +92,8 @@ pub struct Rule {
     watching: AtomicBool,
     /// `--store`: decided in Redis (see store.rs).
     store: Option<crate::store::RuleStore>,
+    /// `--peers`: the exchange runs while a rule holds it.
+    _peers: Option<Arc<peers::Exchange>>,
 }
 
 impl Rule {
@@ -115,7 +117,7 @@ impl Rule {
                 .flatten();
             (limiter, place > 1, followed, policy)
         };
-        peers::join(&opts, &limiter)?;
+        let peers = peers::join(&opts, &limiter)?;
         let metrics = Metrics::new(&opts);
         let store = crate::store::RuleStore::new(&opts, &limiter)?;
         let live = Arc::new(state::Live::new(&metrics));
@@ -132,6 +134,7 @@ impl Rule {
             policy,
             opts,
             watching: AtomicBool::new(false),
+            _peers: peers,
         })
     }
 
@@ -306,6 +309,10 @@ impl RemapPlugin for Rule {
 
     fn pre_reload() {
         REGISTRY.lock().begin();
+    }
+
+    fn done() {
+        crate::store::done();
     }
 
     fn post_reload(status: ReloadStatus) {

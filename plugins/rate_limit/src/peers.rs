@@ -12,12 +12,24 @@
 //! `--peer-secret-file`, `--peer-allow`, `--peer-interface`,
 //! `--peer-max-senders`) come from the first peered rule loaded; every later
 //! rule must name the same ones (a different one fails the rule, naming the
-//! option): changing them needs a restart. If the socket cannot be opened,
+//! option): changing them needs a reload without peered rules in between,
+//! or a restart. If the socket cannot be opened,
 //! the error is logged and the rules limit locally (the task still resets
 //! their hit counts, so keys do not stay busy).
+//!
+//! The peered rules hold the exchange; the registry only refers to it. A
+//! reload that keeps peered rules hands the running exchange to the new
+//! ones (they are created before the old ones are deleted). When the last
+//! peered rule is gone, the task stops and, on its thread (ET_TASK, never a
+//! request's), drops the transport: its thread exits within a few ms and
+//! the socket closes. A replaced .so is a second copy with its own
+//! registry: its exchange finds the port still bound by the old copy's, so
+//! it retries the bind every [`REBIND_EVERY`] (limiting locally meanwhile)
+//! until the old copy's rules are gone.
 
+use std::io::ErrorKind;
 use std::path::PathBuf;
-use std::sync::{Arc, LazyLock, Weak};
+use std::sync::{Arc, LazyLock, OnceLock, Weak};
 use std::time::{Duration, Instant};
 
 use ats::sched::{Periodic, Pool};
@@ -39,6 +51,11 @@ const OUTBOUND: usize = 64;
 /// Largest clock difference between peers; a quiet sender's replay state
 /// is kept twice as long (crates/peer/src/receiver.rs).
 const REPLAY_WINDOW_MS: u64 = 10_000;
+/// How often a port still in use (by an older copy of the plugin) is tried again.
+const REBIND_EVERY: Duration = Duration::from_secs(1);
+/// How long a port is tried again before the exchange gives up (limits
+/// stay local): longer than an old copy's transactions usually last.
+const REBIND_FOR: Duration = Duration::from_secs(300);
 
 /// The process-wide metrics, `plugin.rate_limiter.<name>`: one socket serves
 /// every peered rule, and a rejected datagram belongs to none.
@@ -54,18 +71,26 @@ const METRICS: [&str; 9] = [
     "peer_senders_dropped",
 ];
 
-static EXCHANGE: LazyLock<Mutex<Option<Exchange>>> = LazyLock::new(Mutex::default);
+/// The running exchange, if a peered rule holds it.
+static EXCHANGE: LazyLock<Mutex<Weak<Exchange>>> = LazyLock::new(Mutex::default);
 
-struct Exchange {
+/// The peer exchange, held by every peered rule.
+pub(crate) struct Exchange {
     /// The socket's settings, as `(option, value)`, for agreement checks.
     socket: Vec<(&'static str, String)>,
+    /// Before `_task` (fields drop in order): the task's own reference is
+    /// then the last, released on its ET_TASK thread, so the transport's
+    /// thread is joined there, never on a request's thread.
     shared: Arc<Shared>,
-    /// Never stopped: the exchange lives as long as the process.
+    /// Stopped when the last peered rule is gone.
     _task: Periodic,
 }
 
 struct Shared {
-    transport: Option<peer::Transport>,
+    transport: OnceLock<peer::Transport>,
+    /// The port was in use: the settings to bind with, and when to try again
+    /// until when.
+    rebind: Mutex<Option<Rebind>>,
     members: Mutex<Vec<Member>>,
     metrics: [Option<Stat>; 9],
     /// Transport counters already published (`Published`).
@@ -84,6 +109,12 @@ struct Published {
     senders_dropped: u64,
 }
 
+struct Rebind {
+    config: peer::Config,
+    next: Instant,
+    until: Instant,
+}
+
 /// A member's group name and its limiter, alive.
 type Live = Arc<Limiter<Queued>>;
 
@@ -97,28 +128,35 @@ struct Member {
 }
 
 /// Adds a peered rule's limiter to the exchange, starting the exchange with
-/// the first one.
-pub(crate) fn join(opts: &Options, limiter: &Arc<Limiter<Queued>>) -> Result<(), String> {
+/// the first one. The rule keeps what this returns: the exchange runs as
+/// long as a rule holds it.
+pub(crate) fn join(
+    opts: &Options,
+    limiter: &Arc<Limiter<Queued>>,
+) -> Result<Option<Arc<Exchange>>, String> {
     let (Some(p), Some(group)) = (&opts.peer, &opts.group) else {
-        return Ok(());
+        return Ok(None);
     };
     let mut ex = EXCHANGE.lock();
     let socket = p.socket_options();
-    match ex.as_ref() {
+    let e = match ex.upgrade() {
         Some(e) => {
             if let Some(((name, mine), (_, theirs))) =
                 socket.iter().zip(&e.socket).find(|((_, a), (_, b))| a != b)
             {
                 return Err(format!(
                     "--{name}={mine} differs from --{name}={theirs} of the running peer exchange: \
-                     one socket serves every rule of the process; restart traffic_server to change it"
+                     one socket serves every rule of the process; to change it, reload without \
+                     peered rules first, or restart traffic_server"
                 ));
             }
+            e
         }
-        None => *ex = Some(start(p, socket)?),
-    }
-    let Some(e) = ex.as_ref() else {
-        return Ok(());
+        None => {
+            let e = Arc::new(start(p, socket)?);
+            *ex = Arc::downgrade(&e);
+            e
+        }
     };
     let mut members = e.shared.members.lock();
     members.retain(|m| m.limiter.strong_count() > 0);
@@ -133,7 +171,8 @@ pub(crate) fn join(opts: &Options, limiter: &Arc<Limiter<Queued>>) -> Result<(),
             next: Instant::now() + period,
         });
     }
-    Ok(())
+    drop(members);
+    Ok(Some(e))
 }
 
 fn start(p: &PeerOptions, socket: Vec<(&'static str, String)>) -> Result<Exchange, String> {
@@ -147,7 +186,7 @@ fn start(p: &PeerOptions, socket: Vec<(&'static str, String)>) -> Result<Exchang
     // Only the unicast peers and --peer-allow may send; a multicast group
     // without --peer-allow takes any sender (the MAC applies anyway).
     let allowed = p.allowed_senders();
-    let transport = peer::Transport::start(peer::Config {
+    let config = peer::Config {
         listen: p.listen,
         peers: p.peers.clone(),
         group: p.group,
@@ -161,21 +200,31 @@ fn start(p: &PeerOptions, socket: Vec<(&'static str, String)>) -> Result<Exchang
         },
         inbound_capacity: INBOUND,
         outbound_capacity: OUTBOUND,
-    });
-    let transport = match transport {
-        Ok(t) => {
-            log::info!(
-                "peer exchange on {} (sender id {:016x})",
-                t.local_addr(),
-                t.id()
-            );
-            Some(t)
-        }
-        Err(e) => {
-            log::error!("peer exchange disabled, limiting locally: {e}");
-            None
-        }
     };
+    let transport = OnceLock::new();
+    let mut rebind = None;
+    match peer::Transport::start(config.clone()) {
+        Ok(t) => {
+            started(&t);
+            let _ = transport.set(t);
+        }
+        Err(e) if e.kind() == ErrorKind::AddrInUse => {
+            log::warn!(
+                "peer exchange not started, limiting locally: {e} (by another process, or an \
+                 older copy of this plugin replaced by a reload?); trying again every {} s for \
+                 up to {} s",
+                REBIND_EVERY.as_secs(),
+                REBIND_FOR.as_secs()
+            );
+            let now = Instant::now();
+            rebind = Some(Rebind {
+                config,
+                next: now + REBIND_EVERY,
+                until: now + REBIND_FOR,
+            });
+        }
+        Err(e) => log::error!("peer exchange disabled, limiting locally: {e}"),
+    }
     let metrics = METRICS.map(|m| {
         Stat::find_or_create(&format!("{}.{m}", rate_limit_core::options::DEFAULT_PREFIX))
             .map_err(|e| log::error!("{e}"))
@@ -183,6 +232,7 @@ fn start(p: &PeerOptions, socket: Vec<(&'static str, String)>) -> Result<Exchang
     });
     let shared = Arc::new(Shared {
         transport,
+        rebind: Mutex::new(rebind),
         members: Mutex::new(Vec::new()),
         metrics,
         published: Mutex::default(),
@@ -196,10 +246,45 @@ fn start(p: &PeerOptions, socket: Vec<(&'static str, String)>) -> Result<Exchang
     })
 }
 
+fn started(t: &peer::Transport) {
+    log::info!(
+        "peer exchange on {} (sender id {:016x})",
+        t.local_addr(),
+        t.id()
+    );
+}
+
 impl Shared {
+    /// The port was in use: try again if due (on the task thread).
+    fn rebind(&self) {
+        let mut r = self.rebind.lock();
+        let Some(rb) = r.as_mut() else { return };
+        let now = Instant::now();
+        if now < rb.next {
+            return;
+        }
+        match peer::Transport::start(rb.config.clone()) {
+            Ok(t) => {
+                started(&t);
+                let _ = self.transport.set(t);
+                *r = None;
+            }
+            Err(e) if e.kind() == ErrorKind::AddrInUse && now < rb.until => {
+                rb.next = now + REBIND_EVERY;
+            }
+            Err(e) => {
+                log::error!("peer exchange disabled, limiting locally: {e}");
+                *r = None;
+            }
+        }
+    }
+
     /// On an ATS task thread: apply what arrived, send what is due, publish
     /// the counters.
     fn tick(&self) {
+        if self.transport.get().is_none() {
+            self.rebind();
+        }
         let [sent, received, applied, rejected, tags_dropped, in_dropped, out_dropped, send_errors, senders_dropped] =
             self.metrics;
         let members: Vec<(Box<[u8]>, Live)> = self
@@ -208,7 +293,7 @@ impl Shared {
             .iter()
             .filter_map(|m| m.limiter.upgrade().map(|l| (m.group.clone(), l)))
             .collect();
-        if let Some(t) = &self.transport {
+        if let Some(t) = self.transport.get() {
             let (mut datagrams, mut hits) = (0i64, 0i64);
             for _ in 0..MAX_PER_TICK {
                 let Some(dg) = t.recv() else { break };
@@ -240,7 +325,7 @@ impl Shared {
             let report = l.peer_report(max_tags);
             dropped =
                 dropped.saturating_add(i64::try_from(report.dropped_tags).unwrap_or(i64::MAX));
-            if let (Some(t), false) = (&self.transport, report.entries.is_empty()) {
+            if let (Some(t), false) = (self.transport.get(), report.entries.is_empty()) {
                 t.send(peer::Outgoing {
                     group,
                     entries: report.entries,
@@ -248,7 +333,7 @@ impl Shared {
             }
         }
         bump(tags_dropped, dropped);
-        if let Some(t) = &self.transport {
+        if let Some(t) = self.transport.get() {
             let s = t.stats();
             let mut last = self.published.lock();
             let publish = |stat, now: u64, last: &mut u64| {

@@ -17,9 +17,13 @@
 //! 4. TXN_CLOSE drops the transaction's lease, which submits its `ZREM`.
 //!
 //! One client (one I/O thread and connection) serves every rule naming the
-//! same store URL and `--store-timeout`.
+//! same store URL and `--store-timeout`. The rules (and transactions in
+//! flight) hold it; the registry only refers to it. When the last holder
+//! is gone, e.g. a reload dropped or changed its `--store`, the client
+//! stops: its thread exits and its connection closes (crates/store), and
+//! the wake channel closes with the poller.
 
-use std::sync::{Arc, LazyLock};
+use std::sync::{Arc, LazyLock, Weak};
 use std::time::Duration;
 
 use ats::poller::{Drain, Poller};
@@ -45,7 +49,9 @@ const LATENCY_MS: [u64; 7] = [1, 2, 5, 10, 20, 50, 100];
 
 pub(crate) mod sync;
 
-static STORES: LazyLock<Mutex<Vec<Arc<Store>>>> = LazyLock::new(Mutex::default);
+/// The live stores, by URL and timeout. Weak: a store lives as long as a
+/// rule or a transaction uses it.
+static STORES: LazyLock<Mutex<Vec<Weak<Store>>>> = LazyLock::new(Mutex::default);
 
 /// A store's client and its drainer.
 pub(crate) struct Store {
@@ -133,8 +139,13 @@ impl RuleStore {
         let url = s.url();
         let timeout = Duration::from_millis(s.timeout_ms);
         let mut stores = STORES.lock();
-        let store = match stores.iter().find(|x| x.url == url && x.timeout == timeout) {
-            Some(x) => x.clone(),
+        stores.retain(|x| x.strong_count() > 0);
+        let live = stores
+            .iter()
+            .filter_map(Weak::upgrade)
+            .find(|x| x.url == url && x.timeout == timeout);
+        let store = match live {
+            Some(x) => x,
             None => {
                 let backend = Redis::new(&s.redis).map_err(|e| format!("--store={url}: {e}"))?;
                 let client = Client::start("rl-store", backend, Config::default())
@@ -146,7 +157,7 @@ impl RuleStore {
                     poller: Poller::new(DRAIN_EVERY),
                     ids: LeaseIds::default(),
                 });
-                stores.push(x.clone());
+                stores.push(Arc::downgrade(&x));
                 x
             }
         };
@@ -165,6 +176,22 @@ impl RuleStore {
     /// One decision in Redis per request (not `--store-sync`).
     pub(crate) fn exact(&self) -> bool {
         self.opts.sync_ms.is_none()
+    }
+}
+
+/// The last rule of this copy is gone (`TSRemapDone`): stops the store
+/// exchanges whose limiters are gone, and says what transactions in flight
+/// still hold (it stops when they finish).
+pub(crate) fn done() {
+    let syncing = sync::stop_orphans();
+    let mut stores = STORES.lock();
+    stores.retain(|x| x.strong_count() > 0);
+    if !stores.is_empty() || syncing > 0 {
+        log::debug!(
+            "{} store client(s) and {syncing} --store-sync exchange(s) held by transactions \
+             in flight; they stop when those finish",
+            stores.len()
+        );
     }
 }
 

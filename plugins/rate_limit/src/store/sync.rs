@@ -57,7 +57,9 @@ struct KeySync {
     applied: u64,
 }
 
-/// Every live syncer and its task (dropping the task stops it).
+/// Every live syncer and its task (dropping the task stops it). A syncer
+/// holds its store: it is removed at its first tick after its limiter is
+/// gone, or when a reload gives its limiter another store.
 static SYNCERS: Mutex<Vec<(Arc<Syncer>, Periodic)>> = Mutex::new(Vec::new());
 
 /// Starts the exchange of `limiter` (once per limiter; those of limiters
@@ -72,9 +74,15 @@ pub(super) fn join(
     let mut all = SYNCERS.lock();
     all.retain(|(s, _)| s.limiter.strong_count() > 0);
     let id = limiter.id();
-    if all.iter().any(|(s, _)| s.limiter_id == id) {
+    let same = |s: &Syncer| {
+        Arc::ptr_eq(&s.store, store) && s.namespace == namespace && s.period_ms == period_ms
+    };
+    if all.iter().any(|(s, _)| s.limiter_id == id && same(s)) {
         return Ok(());
     }
+    // A reload changed the limiter's store or period: the new exchange
+    // replaces the old one (which no longer holds its store).
+    all.retain(|(s, _)| s.limiter_id != id);
     let s = Arc::new(Syncer {
         store: store.clone(),
         namespace: namespace.to_owned(),
@@ -95,10 +103,20 @@ pub(super) fn join(
     Ok(())
 }
 
+/// Stops the exchanges whose limiters are gone now, rather than at their
+/// next tick (`TSRemapDone`).
+pub(crate) fn stop_orphans() -> usize {
+    let mut all = SYNCERS.lock();
+    all.retain(|(s, _)| s.limiter.strong_count() > 0);
+    all.len()
+}
+
 impl Syncer {
     /// Every period, on a net thread: sends the hits served here.
     fn tick(self: &Arc<Self>) {
         let Some(limiter) = self.limiter.upgrade() else {
+            // Its rules are gone (a reload): stop, and let go of the store.
+            SYNCERS.lock().retain(|(s, _)| !Arc::ptr_eq(s, self));
             return;
         };
         self.store.start_waker();
