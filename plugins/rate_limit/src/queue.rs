@@ -105,9 +105,11 @@ impl Rule {
             // Noted, then checked again: the session's slot was kept either
             // before this check (seen here) or after the note, and then its
             // sweep (`resume_session_mates`) finds this waiter. Not noted (the
-            // session has too many): it waits its turn, then passes.
+            // session has too many) and kept after the check: it waits its
+            // turn, then passes.
             let id = self.limiter_id();
-            if s.add_waiting(id, &ticket) && s.admitted(id) {
+            s.add_waiting(id, &ticket);
+            if s.admitted(id) {
                 if let Some(q) = ticket.cancel() {
                     return q.join_session();
                 }

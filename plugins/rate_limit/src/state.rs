@@ -278,7 +278,8 @@ pub(crate) enum Home {
 
 /// Slots held by a client session (`--conntrack`), released at SSN_CLOSE.
 /// Its transactions (HTTP/2 streams) may run on several threads: each part
-/// has its own lock, never held while calling out.
+/// has its own lock; `waiting`'s is taken before a queue's, never after,
+/// and neither is held while a transaction is resumed.
 #[derive(Default)]
 pub(crate) struct SessionSlots {
     /// By limiter id.
@@ -311,9 +312,9 @@ impl SessionSlots {
 
     /// Notes a transaction waiting in `limiter`'s queue (before it looks at
     /// `admitted` once more: whoever keeps the slot after that look finds
-    /// it in `take_waiting`). False if the session tracks too many.
-    pub(crate) fn add_waiting(&self, limiter: u64, t: &Ticket<Queued>) -> bool {
-        self.waiting.lock().add(limiter, t)
+    /// it in `take_waiting`), unless the session tracks too many.
+    pub(crate) fn add_waiting(&self, limiter: u64, t: &Ticket<Queued>) {
+        self.waiting.lock().add(limiter, t);
     }
 
     /// Takes the session's waiters out of `limiter`'s queue (after the
