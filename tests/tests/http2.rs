@@ -109,18 +109,21 @@ fn conntrack_first_stream_expiring_hands_the_wait_to_the_next() {
     let origin = Origin::start();
     let ts = start(rate_limit(
         &origin,
-        "--conntrack --limit=1 --queue=10 --maxage=1000 --tag=ct2",
+        "--conntrack --limit=1 --queue=10 --maxage=2000 --tag=ct2",
     ));
+    // B's first stream expires at ~2000 ms, ~1000 ms before the holder
+    // closes (~3000), which is ~800 ms before its later streams would
+    // (~3800): roomy on a loaded CI machine.
     let conns = h2::run(
         ts.tls_port(),
         HOST,
         20,
         vec![
-            vec![send(1, "/a"), wait(1), signal("a"), sleep_ms(1500), close()],
+            vec![send(1, "/a"), wait(1), signal("a"), sleep_ms(3000), close()],
             vec![
                 await_signal("a"),
                 send(1, "/b"),
-                sleep_ms(900),
+                sleep_ms(1800),
                 send(4, "/b"),
                 wait(5),
             ],
@@ -292,17 +295,19 @@ fn maxage_expires_each_stream_on_its_own() {
     let origin = Origin::start();
     let ts = start(rate_limit(
         &origin,
-        "--limit=1 --queue=10 --maxage=1000 --tag=age",
+        "--limit=1 --queue=10 --maxage=2000 --tag=age",
     ));
+    // The early stream expires at ~2200 ms, before the late one is sent
+    // (~2800), which gets the slot at ~4000, ~800 ms before its --maxage.
     let conns = h2::run(
         ts.tls_port(),
         HOST,
         20,
         vec![vec![
-            send_with(1, "/hold", &[("X-Origin-Delay", "2000")]),
-            sleep_ms(100),
+            send_with(1, "/hold", &[("X-Origin-Delay", "4000")]),
+            sleep_ms(200),
             send(1, "/early"),
-            sleep_ms(1300),
+            sleep_ms(2600),
             send(1, "/late"),
             wait(3),
         ]],
@@ -312,8 +317,8 @@ fn maxage_expires_each_stream_on_its_own() {
     assert_eq!(c.statuses(), [200, 429, 200], "{c:?}");
     let early = c.streams[1].t_ms.unwrap_or(0);
     assert!(
-        (1050..1800).contains(&early),
-        "the early stream expired at {early} ms (queued at ~100, --maxage 1000)"
+        (2100..3600).contains(&early),
+        "the early stream expired at {early} ms (queued at ~200, --maxage 2000)"
     );
     assert!(c.streams[2].t_ms.unwrap_or(0) >= c.streams[0].t_ms.unwrap_or(0));
     assert_eq!(counter(&ts, "age", "expired", 1), 1);

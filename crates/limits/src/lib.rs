@@ -26,4 +26,4 @@ pub use budget::{Budget, BudgetToken};
 pub use clock::{Clock, ManualClock, MonotonicClock, Nanos, NANOS_PER_MS, NANOS_PER_SEC};
 pub use fair::{FairConfig, FairStats, FlowRefused, FlowState, FlowTry, FlowWeight};
 pub use gcra::{Gcra, GcraParams, LiveParams, Quota, Reservation};
-pub use slots::{Permit, Slots, Ticket, Waiter};
+pub use slots::{Permit, Slots, Ticket, Waiter, WeakTicket};

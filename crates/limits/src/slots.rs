@@ -22,7 +22,7 @@
 use std::cell::RefCell;
 use std::collections::VecDeque;
 use std::sync::atomic::{AtomicU32, AtomicU8, Ordering};
-use std::sync::Arc;
+use std::sync::{Arc, Weak};
 
 use parking_lot::Mutex;
 
@@ -426,6 +426,50 @@ impl<W: Waiter> Ticket<W> {
     pub fn is_waiting(&self) -> bool {
         self.entry.state.load(Ordering::Acquire) == WAITING
     }
+
+    /// A handle that does not keep the entry (nor the limiter) alive: for
+    /// lists kept outside the queue, which must not form a cycle with a
+    /// waiter that refers back to them.
+    pub fn downgrade(&self) -> WeakTicket<W> {
+        WeakTicket {
+            entry: Arc::downgrade(&self.entry),
+            slots: Arc::downgrade(&self.slots),
+            flow: self.flow,
+        }
+    }
+}
+
+/// A [`Ticket`] that does not own its entry: the queue holds a waiting
+/// entry, so while the waiter waits this reaches it; once it has left the
+/// queue (admitted, cancelled, compacted away) it does nothing.
+pub struct WeakTicket<W: Waiter> {
+    entry: Weak<Entry<W>>,
+    slots: Weak<Slots<W>>,
+    flow: u64,
+}
+
+impl<W: Waiter> WeakTicket<W> {
+    /// [`Ticket::cancel`], if the entry is still there.
+    pub fn cancel(&self) -> Option<W> {
+        let entry = self.entry.upgrade()?;
+        if entry.state.load(Ordering::Acquire) != WAITING {
+            return None;
+        }
+        let slots = self.slots.upgrade()?;
+        Ticket {
+            entry,
+            slots,
+            flow: self.flow,
+        }
+        .cancel()
+    }
+
+    /// True while the waiter is still queued.
+    pub fn is_waiting(&self) -> bool {
+        self.entry
+            .upgrade()
+            .is_some_and(|e| e.state.load(Ordering::Acquire) == WAITING)
+    }
 }
 
 #[cfg(test)]
@@ -543,6 +587,39 @@ mod tests {
         drop(p);
         assert_eq!(*log.lock(), [2]);
         assert_eq!((s.active(), s.waiting()), (1, 0));
+    }
+
+    #[test]
+    fn a_weak_ticket_cancels_a_waiter_and_keeps_nothing_alive() {
+        for fair in [false, true] {
+            let s: Arc<Slots<Rec>> = if fair {
+                Slots::fair(1, crate::fair::FairConfig::default())
+            } else {
+                Slots::new(1)
+            };
+            let (log, held) = (Arc::<Mutex<Vec<usize>>>::default(), Arc::default());
+            let p = s.try_acquire().unwrap();
+            let w0 = s.enqueue(rec(0, &log, &held)).downgrade();
+            let w1 = s.enqueue(rec(1, &log, &held)).downgrade();
+            let w2 = s.enqueue(rec(2, &log, &held)).downgrade();
+            // The tickets are gone; the queue keeps the entries.
+            assert!(w0.is_waiting() && w1.is_waiting());
+            assert_eq!(w1.cancel().map(|w| w.id), Some(1));
+            assert!(!w1.is_waiting());
+            assert!(w1.cancel().is_none(), "cancelled once");
+            assert_eq!(s.waiting(), 2);
+            drop(p);
+            assert_eq!(*log.lock(), [0], "fair={fair}");
+            assert!(!w0.is_waiting() && w0.cancel().is_none(), "admitted");
+            assert!(w2.is_waiting());
+        }
+        // The limiter goes with its last strong owner, waiters and all.
+        let s: Arc<Slots<Rec>> = Slots::new(0);
+        let (log, held) = (Arc::default(), Arc::default());
+        let w = s.enqueue(rec(0, &log, &held)).downgrade();
+        assert!(w.is_waiting());
+        drop(s);
+        assert!(!w.is_waiting() && w.cancel().is_none());
     }
 
     #[test]

@@ -13,8 +13,10 @@
 //!    thread; a slot freed elsewhere hands the waiter its permit at once and
 //!    the rest (headers, status, resume) runs on its thread (`on_home`).
 //!    With `--conntrack`, when one of a session's waiting transactions (its
-//!    HTTP/2 streams) gets the slot, its others waiting on that limiter
-//!    leave the queue and pass with it (`Rule::resume_session_mates`).
+//!    HTTP/2 streams) gets the slot, at remap or from the queue, its others
+//!    waiting on that limiter leave the queue and pass with it
+//!    (`Rule::resume_session_mates`, through the session's list of its
+//!    waiters, `mates.rs`).
 //! 3. SEND_RESPONSE_HDR (refused, or `--ratelimit-headers`): `Retry-After`,
 //!    `Cache-Control: no-store`, RateLimit fields.
 //! 4. TXN_CLOSE / SSN_CLOSE: dropping the state drops the permit, which frees
@@ -23,6 +25,7 @@
 
 mod ctl;
 mod fair;
+mod mates;
 mod peers;
 mod policy;
 mod queue;
@@ -439,6 +442,9 @@ impl RemapPlugin for Rule {
                 match home {
                     Home::Session(s) => {
                         s.keep(self.limiter_id(), held);
+                        // Its streams already waiting in the queue (they
+                        // missed the free slot) pass with it.
+                        self.resume_session_mates(&s);
                         if self.opts.ratelimit_headers {
                             self.attach(g, txn, Outcome::Admitted, None, None, key);
                         }

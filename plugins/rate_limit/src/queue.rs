@@ -101,12 +101,18 @@ impl Rule {
         if !ticket.is_waiting() {
             return;
         }
-        // Checked again after the enqueue: the session's slot was kept
-        // either before this check (seen here) or after the enqueue, and
-        // then its sweep (`resume_session_mates`) finds this waiter.
-        if session.is_some_and(|s| s.admitted(self.limiter_id())) {
-            if let Some(q) = ticket.cancel() {
-                return q.join_session();
+        if let Some(s) = session {
+            // Noted, then checked again: the session's slot was kept either
+            // before this check (seen here) or after the note, and then its
+            // sweep (`resume_session_mates`) finds this waiter. Not noted (the
+            // session has too many) and kept after the check: it waits its
+            // turn, then passes.
+            let id = self.limiter_id();
+            s.add_waiting(id, &ticket);
+            if s.admitted(id) {
+                if let Some(q) = ticket.cancel() {
+                    return q.join_session();
+                }
             }
         }
         self.watch_queue();
@@ -147,12 +153,11 @@ impl Rule {
     }
 
     /// --conntrack: session `s` just kept its slot; its other streams
-    /// (HTTP/2) waiting on this limiter leave the queue and pass with it.
-    /// A scan of the queue under its lock, once per connection that waited.
-    pub(crate) fn resume_session_mates(self: &Arc<Self>, s: &Arc<SessionSlots>) {
-        let same = |q: &Queued| matches!(&q.home, Home::Session(o) if Arc::ptr_eq(o, s));
-        let (mates, _) = self.limiter.remove_departed(usize::MAX, same);
-        for q in mates {
+    /// (HTTP/2) waiting on this limiter leave the queue and pass with it,
+    /// each resumed on its own thread. O(the session's waiters): nothing
+    /// for a connection without any (HTTP/1.1).
+    pub(crate) fn resume_session_mates(&self, s: &SessionSlots) {
+        for q in s.take_waiting(self.limiter_id()) {
             q.join_session();
         }
     }

@@ -7,10 +7,11 @@ use std::sync::{Arc, OnceLock};
 
 use ats::sched::Periodic;
 use ats::stats::Stat;
-use limits::{BudgetToken, Nanos, Permit};
+use limits::{BudgetToken, Nanos, Permit, Ticket};
 use parking_lot::Mutex;
 use rate_limit_core::{metric_name, Options};
 
+use crate::mates::Mates;
 use crate::queue::{Queued, RateToken};
 use crate::Rule;
 
@@ -276,10 +277,15 @@ pub(crate) enum Home {
 }
 
 /// Slots held by a client session (`--conntrack`), released at SSN_CLOSE.
+/// Its transactions (HTTP/2 streams) may run on several threads: each part
+/// has its own lock; `waiting`'s is taken before a queue's, never after,
+/// and neither is held while a transaction is resumed.
 #[derive(Default)]
 pub(crate) struct SessionSlots {
     /// By limiter id.
     pub(crate) held: Mutex<Vec<(u64, Option<Held>)>>,
+    /// Its transactions waiting for a slot, to pass with the one that gets it.
+    waiting: Mutex<Mates<Queued>>,
 }
 
 impl SessionSlots {
@@ -302,5 +308,18 @@ impl SessionSlots {
         // back, outside the lock (dropping it may admit a waiter).
         drop(v);
         drop(held);
+    }
+
+    /// Notes a transaction waiting in `limiter`'s queue (before it looks at
+    /// `admitted` once more: whoever keeps the slot after that look finds
+    /// it in `take_waiting`), unless the session tracks too many.
+    pub(crate) fn add_waiting(&self, limiter: u64, t: &Ticket<Queued>) {
+        self.waiting.lock().add(limiter, t);
+    }
+
+    /// Takes the session's waiters out of `limiter`'s queue (after the
+    /// session kept its slot there): O(its waiters).
+    pub(crate) fn take_waiting(&self, limiter: u64) -> Vec<Queued> {
+        self.waiting.lock().take(limiter)
     }
 }
