@@ -273,3 +273,63 @@ fn removing_the_store_rule_closes_its_connections() {
         after.sockets
     );
 }
+
+/// A reload that fails leaves the old rules serving as they were: a
+/// `--store-sync` rule whose `--store` the refused configuration changed
+/// keeps exchanging its counts through its own store, and the refused
+/// store gets none.
+#[test]
+fn a_failed_reload_keeps_the_old_store_sync() {
+    let (a, b) = (
+        Redis::start().expect("redis-server"),
+        Redis::start().expect("redis-server"),
+    );
+    let origin = Origin::start();
+    let rl = plugin("rate_limit");
+    let o = origin.url();
+    let rule = |store: &str| {
+        format!(
+            "map http://y.test/ {o} @plugin={rl} @pparam=--rate=10000 \
+             @pparam=--key=header:X-Client @pparam=--group=sy \
+             @pparam=--store={store} @pparam=--store-sync=100\n"
+        )
+    };
+    let ts = TrafficServer::builder()
+        .remap(rule(&a.url()))
+        .with_manager()
+        .start()
+        .expect("start traffic_server");
+    let synced = |r: &Redis| {
+        r.command(&["KEYS", "*:sync:*"])
+            .is_ok_and(|k| k.contains(":sync:"))
+    };
+    // Requests for a while: each period's hits go to the store.
+    let send_until = |r: &Redis| {
+        wait_until(Duration::from_secs(10), || {
+            let resp = ts.get("y.test", "/", &[("X-Client", "c1")]).expect("request");
+            assert_eq!(resp.status, 200);
+            synced(r)
+        })
+    };
+    assert!(send_until(&a), "the first store gets the counts");
+    // The same rule on the other store, and a rule that fails to load.
+    let refused = format!(
+        "{}map http://bad.test/ {o} @plugin={rl} @pparam=--rate=fast\n",
+        rule(&b.url())
+    );
+    assert!(
+        ts.reload_remap(&refused).is_err(),
+        "the reload is refused: {}",
+        ts.diags()
+    );
+    a.command(&["FLUSHALL"]).expect("FLUSHALL");
+    assert!(send_until(&a), "the old rule keeps syncing to its store");
+    // A few more periods: none of it goes to the refused store.
+    for _ in 0..10 {
+        let resp = ts.get("y.test", "/", &[("X-Client", "c1")]).expect("request");
+        assert_eq!(resp.status, 200);
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    assert!(!synced(&b), "the refused configuration's store got counts");
+    assert_eq!(b.clients(), Ok(0), "connections to the refused store");
+}
