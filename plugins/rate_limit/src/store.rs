@@ -63,7 +63,11 @@ pub(crate) struct Store {
     ids: LeaseIds,
 }
 
-/// What a completion resumes.
+/// What a completion resumes. Safety: the client's I/O thread drops what
+/// is still queued when it exits, so a token that carries a parked
+/// transaction must keep the client alive (`Asked`'s rule holds its
+/// store; a `Sync` holds its syncer, which holds its store): the client
+/// then never exits with such a token queued.
 pub(crate) enum Token {
     Decide(Box<Asked>),
     Release(StoreMetrics),
