@@ -9,21 +9,81 @@ use std::collections::BTreeMap;
 use std::fs;
 use std::net::UdpSocket;
 use std::path::PathBuf;
-use std::time::{Duration, SystemTime};
+use std::time::{Duration, Instant, SystemTime};
 
 use ats_tests::redis::Redis;
 use ats_tests::{plugin, wait_until, Origin, TrafficServer};
 
 const SECRET: &str = "reload-test-secret-0123456789abcdef";
 
-/// Threads (by name), sockets and other open files of a process (but
-/// log files).
+/// Threads (by name), sockets (by kind) and other open files of a process
+/// (but ATS's own log files).
 #[derive(Debug, PartialEq, Eq)]
 struct Level {
     threads: BTreeMap<String, usize>,
-    sockets: usize,
+    /// `tcp`, `udp`, `unix` (from /proc/PID/net), or `other`.
+    sockets: BTreeMap<&'static str, usize>,
     /// What the other descriptors are (`pipe`, `anon_inode:[eventfd]`, a path).
     files: BTreeMap<String, usize>,
+}
+
+/// ATS's own logs, which its logging opens and closes by itself (access.log
+/// was seen closed after the reloads, on 9.2). Any other file under the log
+/// directory (a plugin's log) counts.
+const ATS_LOGS: &[&str] = &[
+    "access",
+    "squid",
+    "diags",
+    "error",
+    "traffic",
+    "manager",
+];
+
+fn ats_log(path: &str) -> bool {
+    let Some((dir, name)) = path.rsplit_once('/') else {
+        return false;
+    };
+    dir.ends_with("/log") && ATS_LOGS.iter().any(|l| name.starts_with(l))
+}
+
+/// The socket inodes of `pid`.
+fn socket_inodes(pid: u32) -> Vec<u64> {
+    fs::read_dir(format!("/proc/{pid}/fd"))
+        .expect("/proc/PID/fd")
+        .flatten()
+        .filter_map(|fd| {
+            let t = fs::read_link(fd.path()).ok()?;
+            let t = t.to_string_lossy();
+            t.strip_prefix("socket:[")?.strip_suffix(']')?.parse().ok()
+        })
+        .collect()
+}
+
+/// Rows of /proc/PID/net/`table` (tcp, tcp6, udp, udp6): (local port,
+/// remote port, inode).
+fn net_rows(pid: u32, table: &str) -> Vec<(u16, u16, u64)> {
+    let text = fs::read_to_string(format!("/proc/{pid}/net/{table}")).unwrap_or_default();
+    let port = |addr: &str| {
+        addr.rsplit_once(':')
+            .and_then(|(_, p)| u16::from_str_radix(p, 16).ok())
+            .unwrap_or(0)
+    };
+    text.lines()
+        .skip(1)
+        .filter_map(|l| {
+            let f: Vec<&str> = l.split_whitespace().collect();
+            Some((port(f.get(1)?), port(f.get(2)?), f.get(9)?.parse().ok()?))
+        })
+        .collect()
+}
+
+/// The inodes of the unix sockets of the host.
+fn unix_inodes(pid: u32) -> Vec<u64> {
+    let text = fs::read_to_string(format!("/proc/{pid}/net/unix")).unwrap_or_default();
+    text.lines()
+        .skip(1)
+        .filter_map(|l| l.split_whitespace().nth(6)?.parse().ok())
+        .collect()
 }
 
 fn level(pid: u32) -> Level {
@@ -35,32 +95,90 @@ fn level(pid: u32) -> Level {
         let name = fs::read_to_string(t.path().join("comm")).unwrap_or_default();
         *threads.entry(name.trim().to_owned()).or_insert(0) += 1;
     }
-    let (mut sockets, mut files) = (0, BTreeMap::new());
+    let mut files = BTreeMap::new();
     for fd in fs::read_dir(format!("/proc/{pid}/fd"))
         .expect("/proc/PID/fd")
         .flatten()
     {
         let target = fs::read_link(fd.path()).unwrap_or_default();
         let target = target.to_string_lossy();
-        if target.starts_with("socket:") {
-            sockets += 1;
-        } else if target.contains("/log/") {
-            // ATS's logging opens and closes its files by itself (access.log
-            // was seen closed after the reloads, on 9.2).
-        } else {
-            let kind = if target.starts_with("pipe:") {
-                "pipe".to_owned()
-            } else {
-                target.into_owned()
-            };
-            *files.entry(kind).or_insert(0) += 1;
+        if target.starts_with("socket:") || ats_log(&target) {
+            continue;
         }
+        let kind = if target.starts_with("pipe:") {
+            "pipe".to_owned()
+        } else {
+            target.into_owned()
+        };
+        *files.entry(kind).or_insert(0) += 1;
+    }
+    let inet = |tables: &[&str]| -> Vec<u64> {
+        tables
+            .iter()
+            .flat_map(|t| net_rows(pid, t))
+            .map(|(_, _, inode)| inode)
+            .collect()
+    };
+    let (tcp, udp, unix) = (
+        inet(&["tcp", "tcp6"]),
+        inet(&["udp", "udp6"]),
+        unix_inodes(pid),
+    );
+    let mut sockets = BTreeMap::new();
+    for inode in socket_inodes(pid) {
+        let kind = if tcp.contains(&inode) {
+            "tcp"
+        } else if udp.contains(&inode) {
+            "udp"
+        } else if unix.contains(&inode) {
+            "unix"
+        } else {
+            "other"
+        };
+        *sockets.entry(kind).or_insert(0) += 1;
     }
     Level {
         threads,
         sockets,
         files,
     }
+}
+
+/// The plugins' sockets that can be told apart: connections to the store
+/// at `store_port`, and the UDP socket bound to `peer_port`.
+fn plugin_sockets(pid: u32, store_port: u16, peer_port: u16) -> (usize, usize) {
+    let mine = socket_inodes(pid);
+    let count = |tables: &[&str], f: &dyn Fn(u16, u16) -> bool| {
+        tables
+            .iter()
+            .flat_map(|t| net_rows(pid, t))
+            .filter(|(l, r, inode)| f(*l, *r) && mine.contains(inode))
+            .count()
+    };
+    (
+        count(&["tcp", "tcp6"], &|_, r| r == store_port),
+        count(&["udp", "udp6"], &|l, _| l == peer_port),
+    )
+}
+
+/// A level read twice, 300 ms apart, the same (at most 20 s): what a
+/// process that has settled after its requests holds.
+fn steady(pid: u32) -> Level {
+    let mut last = level(pid);
+    let end = Instant::now() + Duration::from_secs(20);
+    loop {
+        std::thread::sleep(Duration::from_millis(300));
+        let now = level(pid);
+        if now == last || Instant::now() > end {
+            assert_eq!(now, last, "the process did not settle in 20 s");
+            return now;
+        }
+        last = now;
+    }
+}
+
+fn sockets(l: &Level) -> usize {
+    l.sockets.values().sum()
 }
 
 fn total(l: &Level) -> usize {
@@ -166,6 +284,34 @@ fn settle(pid: u32, want: &Level) -> Level {
     now
 }
 
+/// The plugins' sockets once their requests are done: the store clients'
+/// connections (rate_limit's, ip_throttle's), their wake channels (a
+/// socket pair each) and the peer exchange's UDP socket.
+const STORE_CONNECTIONS: usize = 2;
+const WAKE_ENDS: usize = 2 * 2;
+const PEER_SOCKETS: usize = 1;
+
+fn assert_plugin_sockets(pid: u32, store: &Redis, peer_port: u16, l: &Level) {
+    assert_eq!(
+        plugin_sockets(pid, store.port(), peer_port),
+        (STORE_CONNECTIONS, PEER_SOCKETS),
+        "store connections and peer socket: {l:?}"
+    );
+    let unix = l.sockets.get("unix").copied().unwrap_or(0);
+    assert!(unix >= WAKE_ENDS, "the wake channels' ends: {l:?}");
+}
+
+/// `plugin.rate_limiter.peer_bound` once it reads `want` (metrics reach
+/// traffic_ctl up to ~10 s late): the last value read.
+fn peer_bound(ts: &TrafficServer, want: i64) -> Option<i64> {
+    let mut last = None;
+    wait_until(Duration::from_secs(25), || {
+        last = ts.metric("plugin.rate_limiter.peer_bound");
+        last == Some(want)
+    });
+    last
+}
+
 #[test]
 fn reloads_and_replaced_plugins_leave_the_threads_and_sockets_of_the_first_load() {
     let (a, b) = (
@@ -180,22 +326,37 @@ fn reloads_and_replaced_plugins_leave_the_threads_and_sockets_of_the_first_load(
     traffic(&ts);
     // Measured: ATS's own threads, sockets and files do not vary across
     // these reloads (but its log files, left out of `Level`).
-    std::thread::sleep(Duration::from_secs(2));
-    let first = level(pid);
+    let first = steady(pid);
     assert!(
         first.threads.contains_key("rl-store")
             && first.threads.contains_key("ipt-store")
             && first.threads.contains_key("dthrottle-peer"),
         "the plugins' threads run: {first:?}"
     );
+    assert_plugin_sockets(pid, &a, peer.0, &first);
+    let bound = format!("peer exchange on 127.0.0.1:{}", peer.0);
     for i in 1..=20u64 {
-        if i == 7 || i == 14 {
+        let replaced = i == 7 || i == 14;
+        if replaced {
             plugins.replace(i);
         }
+        let binds = ts.diags().matches(&bound).count();
         let store = if i % 2 == 1 { b.url() } else { a.url() };
         ts.reload_remap(&remap(&plugins, &origin, &store, peer))
             .unwrap_or_else(|e| panic!("reload {i}: {e}"));
         traffic(&ts);
+        if replaced {
+            // The new copy's exchange binds the port once the old copy's
+            // rules are gone (its retries back off to one every 30 s).
+            assert!(
+                wait_until(Duration::from_secs(60), || ts
+                    .diags()
+                    .matches(&bound)
+                    .count()
+                    > binds),
+                "reload {i}: the replaced copy's peer exchange did not bind"
+            );
+        }
     }
     // The last reload named the first store again: the same rules as the
     // first load, the same threads and sockets once the old rules are gone.
@@ -207,9 +368,10 @@ fn reloads_and_replaced_plugins_leave_the_threads_and_sockets_of_the_first_load(
         "threads {} then {}, sockets {} then {}",
         total(&first),
         total(&last),
-        first.sockets,
-        last.sockets
+        sockets(&first),
+        sockets(&last)
     );
+    assert_plugin_sockets(pid, &a, peer.0, &last);
     assert!(
         wait_until(Duration::from_secs(5), || b.clients() == Ok(0)),
         "the store no rule names has {:?} connections",
@@ -217,8 +379,8 @@ fn reloads_and_replaced_plugins_leave_the_threads_and_sockets_of_the_first_load(
     );
     // Each replaced copy's peer exchange found the port held by the old
     // copy's and bound it once that was gone (the first load's, then two).
-    let bound = format!("peer exchange on 127.0.0.1:{}", peer.0);
     assert_eq!(diags.matches(&bound).count(), 3, "{diags}");
+    assert_eq!(peer_bound(&ts, 1), Some(1), "one exchange holds the port");
     // ATS told each old copy its last rule was gone (`TSRemapDone`).
     let done = diags.matches("the last rule of this copy is gone").count();
     assert!(
@@ -237,11 +399,13 @@ fn removing_the_store_rule_closes_its_connections() {
     let pid = ts.server_pid().expect("pid");
     traffic(&ts);
     assert!(
-        wait_until(Duration::from_secs(5), || r.clients().is_ok_and(|n| n >= 2)),
+        wait_until(Duration::from_secs(5), || r.clients() == Ok(STORE_CONNECTIONS)),
         "rate_limit's and ip_throttle's connections: {:?}",
         r.clients()
     );
-    let before = level(pid);
+    let before = steady(pid);
+    assert_plugin_sockets(pid, &r, peer.0, &before);
+    assert_eq!(peer_bound(&ts, 1), Some(1), "the exchange holds the port");
     let bare = format!(
         "map http://s.test/ {o}\nmap http://i.test/ {o}\n",
         o = origin.url()
@@ -252,26 +416,26 @@ fn removing_the_store_rule_closes_its_connections() {
         "still {:?} connections to the store",
         r.clients()
     );
-    let mut after = level(pid);
-    wait_until(Duration::from_secs(10), || {
-        after = level(pid);
-        !after.threads.contains_key("rl-store")
-            && !after.threads.contains_key("ipt-store")
-            && !after.threads.contains_key("dthrottle-peer")
-    });
-    assert!(
-        !after.threads.contains_key("rl-store")
-            && !after.threads.contains_key("ipt-store")
-            && !after.threads.contains_key("dthrottle-peer"),
-        "threads stopped: {after:?}"
-    );
-    // The store connections, the wake channels and the UDP socket are gone.
-    assert!(
-        after.sockets < before.sockets,
-        "sockets {} then {}",
-        before.sockets,
-        after.sockets
-    );
+    // The store connections, the wake channels and the UDP socket are
+    // gone, and the plugins' threads: nothing else changed.
+    let mut want = before;
+    for t in ["rl-store", "ipt-store", "dthrottle-peer"] {
+        want.threads.remove(t);
+    }
+    for (kind, n) in [
+        ("tcp", STORE_CONNECTIONS),
+        ("unix", WAKE_ENDS),
+        ("udp", PEER_SOCKETS),
+    ] {
+        let left = want.sockets.get(kind).copied().unwrap_or(0);
+        assert!(left >= n, "{kind} sockets before: {left}");
+        want.sockets.insert(kind, left - n);
+    }
+    want.sockets.retain(|_, n| *n > 0);
+    let after = settle(pid, &want);
+    assert_eq!(after, want, "after the reload (left), expected (right)");
+    assert_eq!(plugin_sockets(pid, r.port(), peer.0), (0, 0));
+    assert_eq!(peer_bound(&ts, 0), Some(0), "the port is let go");
 }
 
 /// A reload that fails leaves the old rules serving as they were: a
