@@ -30,14 +30,7 @@ struct Level {
 /// ATS's own logs, which its logging opens and closes by itself (access.log
 /// was seen closed after the reloads, on 9.2). Any other file under the log
 /// directory (a plugin's log) counts.
-const ATS_LOGS: &[&str] = &[
-    "access",
-    "squid",
-    "diags",
-    "error",
-    "traffic",
-    "manager",
-];
+const ATS_LOGS: &[&str] = &["access", "squid", "diags", "error", "traffic", "manager"];
 
 fn ats_log(path: &str) -> bool {
     let Some((dir, name)) = path.rsplit_once('/') else {
@@ -399,7 +392,8 @@ fn removing_the_store_rule_closes_its_connections() {
     let pid = ts.server_pid().expect("pid");
     traffic(&ts);
     assert!(
-        wait_until(Duration::from_secs(5), || r.clients() == Ok(STORE_CONNECTIONS)),
+        wait_until(Duration::from_secs(5), || r.clients()
+            == Ok(STORE_CONNECTIONS)),
         "rate_limit's and ip_throttle's connections: {:?}",
         r.clients()
     );
@@ -470,7 +464,9 @@ fn a_failed_reload_keeps_the_old_store_sync() {
     // Requests for a while: each period's hits go to the store.
     let send_until = |r: &Redis| {
         wait_until(Duration::from_secs(10), || {
-            let resp = ts.get("y.test", "/", &[("X-Client", "c1")]).expect("request");
+            let resp = ts
+                .get("y.test", "/", &[("X-Client", "c1")])
+                .expect("request");
             assert_eq!(resp.status, 200);
             synced(r)
         })
@@ -490,7 +486,9 @@ fn a_failed_reload_keeps_the_old_store_sync() {
     assert!(send_until(&a), "the old rule keeps syncing to its store");
     // A few more periods: none of it goes to the refused store.
     for _ in 0..10 {
-        let resp = ts.get("y.test", "/", &[("X-Client", "c1")]).expect("request");
+        let resp = ts
+            .get("y.test", "/", &[("X-Client", "c1")])
+            .expect("request");
         assert_eq!(resp.status, 200);
         std::thread::sleep(Duration::from_millis(50));
     }

@@ -41,8 +41,8 @@ const MAX_REMEMBERED: usize = 200_000;
 /// One per limiter and store settings, held by the rules that use it (a
 /// group's rules share it) and by its exchanges in flight: it stops with
 /// the last of them. A reload that keeps the settings hands it on to the
-/// new rules; one that changes `--store`, `--store-namespace` or
-/// `--store-sync` gets a new limiter (the registry's shape rule) and so a
+/// new rules; one that changes `--store`, `--store-timeout`, `--store-sync`
+/// or the namespace gets a new limiter (the registry's shape rule) and so a
 /// new syncer, and the old one stops with the old rules. A refused reload
 /// deletes its new rules, and with them their syncer: the old rules keep
 /// theirs.
