@@ -3,7 +3,8 @@
 //! the .so files (a second and a third copy, with separate statics), leave
 //! traffic_server with the threads and sockets it had after the first load
 //! (`/proc/PID/task`, `/proc/PID/fd`); removing a `--store` rule closes its
-//! connections to the store.
+//! connections to the store; a refused reload leaves a `--store-sync`
+//! rule syncing to its own store.
 
 use std::collections::BTreeMap;
 use std::fs;
