@@ -3,9 +3,11 @@
 //! the .so files (a second and a third copy, with separate statics), leave
 //! traffic_server with the threads and sockets it had after the first load
 //! (`/proc/PID/task`, `/proc/PID/fd`); removing a `--store` rule closes its
-//! connections to the store.
+//! connections to the store; a refused reload leaves a `--store-sync`
+//! rule syncing to its own store.
 
-use std::collections::BTreeMap;
+mod reload_proc;
+
 use std::fs;
 use std::net::UdpSocket;
 use std::path::PathBuf;
@@ -13,59 +15,9 @@ use std::time::{Duration, SystemTime};
 
 use ats_tests::redis::Redis;
 use ats_tests::{plugin, wait_until, Origin, TrafficServer};
+use reload_proc::{plugin_sockets, settle, sockets, steady, total, Level};
 
 const SECRET: &str = "reload-test-secret-0123456789abcdef";
-
-/// Threads (by name), sockets and other open files of a process (but
-/// log files).
-#[derive(Debug, PartialEq, Eq)]
-struct Level {
-    threads: BTreeMap<String, usize>,
-    sockets: usize,
-    /// What the other descriptors are (`pipe`, `anon_inode:[eventfd]`, a path).
-    files: BTreeMap<String, usize>,
-}
-
-fn level(pid: u32) -> Level {
-    let mut threads = BTreeMap::new();
-    for t in fs::read_dir(format!("/proc/{pid}/task"))
-        .expect("/proc/PID/task")
-        .flatten()
-    {
-        let name = fs::read_to_string(t.path().join("comm")).unwrap_or_default();
-        *threads.entry(name.trim().to_owned()).or_insert(0) += 1;
-    }
-    let (mut sockets, mut files) = (0, BTreeMap::new());
-    for fd in fs::read_dir(format!("/proc/{pid}/fd"))
-        .expect("/proc/PID/fd")
-        .flatten()
-    {
-        let target = fs::read_link(fd.path()).unwrap_or_default();
-        let target = target.to_string_lossy();
-        if target.starts_with("socket:") {
-            sockets += 1;
-        } else if target.contains("/log/") {
-            // ATS's logging opens and closes its files by itself (access.log
-            // was seen closed after the reloads, on 9.2).
-        } else {
-            let kind = if target.starts_with("pipe:") {
-                "pipe".to_owned()
-            } else {
-                target.into_owned()
-            };
-            *files.entry(kind).or_insert(0) += 1;
-        }
-    }
-    Level {
-        threads,
-        sockets,
-        files,
-    }
-}
-
-fn total(l: &Level) -> usize {
-    l.threads.values().sum()
-}
 
 /// A free UDP port on loopback (for the peer exchange).
 fn udp_port() -> u16 {
@@ -155,15 +107,32 @@ fn server(p: &Plugins, origin: &Origin, store: &str, peer: (u16, u16)) -> Traffi
         .expect("start traffic_server")
 }
 
-/// Waits (at most 20 s) for the process to come back to `want`; the last
-/// level seen.
-fn settle(pid: u32, want: &Level) -> Level {
-    let mut now = level(pid);
-    wait_until(Duration::from_secs(20), || {
-        now = level(pid);
-        now == *want
+/// The plugins' sockets once their requests are done: the store clients'
+/// connections (rate_limit's, ip_throttle's), their wake channels (a
+/// socket pair each) and the peer exchange's UDP socket.
+const STORE_CONNECTIONS: usize = 2;
+const WAKE_ENDS: usize = 2 * 2;
+const PEER_SOCKETS: usize = 1;
+
+fn assert_plugin_sockets(pid: u32, store: &Redis, peer_port: u16, l: &Level) {
+    assert_eq!(
+        plugin_sockets(pid, store.port(), peer_port),
+        (STORE_CONNECTIONS, PEER_SOCKETS),
+        "store connections and peer socket: {l:?}"
+    );
+    let unix = l.sockets.get("unix").copied().unwrap_or(0);
+    assert!(unix >= WAKE_ENDS, "the wake channels' ends: {l:?}");
+}
+
+/// `plugin.rate_limiter.peer_bound` once it reads `want` (metrics reach
+/// traffic_ctl up to ~10 s late): the last value read.
+fn peer_bound(ts: &TrafficServer, want: i64) -> Option<i64> {
+    let mut last = None;
+    wait_until(Duration::from_secs(25), || {
+        last = ts.metric("plugin.rate_limiter.peer_bound");
+        last == Some(want)
     });
-    now
+    last
 }
 
 #[test]
@@ -180,22 +149,37 @@ fn reloads_and_replaced_plugins_leave_the_threads_and_sockets_of_the_first_load(
     traffic(&ts);
     // Measured: ATS's own threads, sockets and files do not vary across
     // these reloads (but its log files, left out of `Level`).
-    std::thread::sleep(Duration::from_secs(2));
-    let first = level(pid);
+    let first = steady(pid);
     assert!(
         first.threads.contains_key("rl-store")
             && first.threads.contains_key("ipt-store")
             && first.threads.contains_key("dthrottle-peer"),
         "the plugins' threads run: {first:?}"
     );
+    assert_plugin_sockets(pid, &a, peer.0, &first);
+    let bound = format!("peer exchange on 127.0.0.1:{}", peer.0);
     for i in 1..=20u64 {
-        if i == 7 || i == 14 {
+        let replaced = i == 7 || i == 14;
+        if replaced {
             plugins.replace(i);
         }
+        let binds = ts.diags().matches(&bound).count();
         let store = if i % 2 == 1 { b.url() } else { a.url() };
         ts.reload_remap(&remap(&plugins, &origin, &store, peer))
             .unwrap_or_else(|e| panic!("reload {i}: {e}"));
         traffic(&ts);
+        if replaced {
+            // The new copy's exchange binds the port once the old copy's
+            // rules are gone (its retries back off to one every 30 s).
+            assert!(
+                wait_until(Duration::from_secs(60), || ts
+                    .diags()
+                    .matches(&bound)
+                    .count()
+                    > binds),
+                "reload {i}: the replaced copy's peer exchange did not bind"
+            );
+        }
     }
     // The last reload named the first store again: the same rules as the
     // first load, the same threads and sockets once the old rules are gone.
@@ -207,9 +191,10 @@ fn reloads_and_replaced_plugins_leave_the_threads_and_sockets_of_the_first_load(
         "threads {} then {}, sockets {} then {}",
         total(&first),
         total(&last),
-        first.sockets,
-        last.sockets
+        sockets(&first),
+        sockets(&last)
     );
+    assert_plugin_sockets(pid, &a, peer.0, &last);
     assert!(
         wait_until(Duration::from_secs(5), || b.clients() == Ok(0)),
         "the store no rule names has {:?} connections",
@@ -217,8 +202,8 @@ fn reloads_and_replaced_plugins_leave_the_threads_and_sockets_of_the_first_load(
     );
     // Each replaced copy's peer exchange found the port held by the old
     // copy's and bound it once that was gone (the first load's, then two).
-    let bound = format!("peer exchange on 127.0.0.1:{}", peer.0);
     assert_eq!(diags.matches(&bound).count(), 3, "{diags}");
+    assert_eq!(peer_bound(&ts, 1), Some(1), "one exchange holds the port");
     // ATS told each old copy its last rule was gone (`TSRemapDone`).
     let done = diags.matches("the last rule of this copy is gone").count();
     assert!(
@@ -237,11 +222,14 @@ fn removing_the_store_rule_closes_its_connections() {
     let pid = ts.server_pid().expect("pid");
     traffic(&ts);
     assert!(
-        wait_until(Duration::from_secs(5), || r.clients().is_ok_and(|n| n >= 2)),
+        wait_until(Duration::from_secs(5), || r.clients()
+            == Ok(STORE_CONNECTIONS)),
         "rate_limit's and ip_throttle's connections: {:?}",
         r.clients()
     );
-    let before = level(pid);
+    let before = steady(pid);
+    assert_plugin_sockets(pid, &r, peer.0, &before);
+    assert_eq!(peer_bound(&ts, 1), Some(1), "the exchange holds the port");
     let bare = format!(
         "map http://s.test/ {o}\nmap http://i.test/ {o}\n",
         o = origin.url()
@@ -252,24 +240,88 @@ fn removing_the_store_rule_closes_its_connections() {
         "still {:?} connections to the store",
         r.clients()
     );
-    let mut after = level(pid);
-    wait_until(Duration::from_secs(10), || {
-        after = level(pid);
-        !after.threads.contains_key("rl-store")
-            && !after.threads.contains_key("ipt-store")
-            && !after.threads.contains_key("dthrottle-peer")
-    });
-    assert!(
-        !after.threads.contains_key("rl-store")
-            && !after.threads.contains_key("ipt-store")
-            && !after.threads.contains_key("dthrottle-peer"),
-        "threads stopped: {after:?}"
+    // The store connections, the wake channels and the UDP socket are
+    // gone, and the plugins' threads: nothing else changed.
+    let mut want = before;
+    for t in ["rl-store", "ipt-store", "dthrottle-peer"] {
+        want.threads.remove(t);
+    }
+    for (kind, n) in [
+        ("tcp", STORE_CONNECTIONS),
+        ("unix", WAKE_ENDS),
+        ("udp", PEER_SOCKETS),
+    ] {
+        let left = want.sockets.get(kind).copied().unwrap_or(0);
+        assert!(left >= n, "{kind} sockets before: {left}");
+        want.sockets.insert(kind, left - n);
+    }
+    want.sockets.retain(|_, n| *n > 0);
+    let after = settle(pid, &want);
+    assert_eq!(after, want, "after the reload (left), expected (right)");
+    assert_eq!(plugin_sockets(pid, r.port(), peer.0), (0, 0));
+    assert_eq!(peer_bound(&ts, 0), Some(0), "the port is let go");
+}
+
+/// A reload that fails leaves the old rules serving as they were: a
+/// `--store-sync` rule whose `--store` the refused configuration changed
+/// keeps exchanging its counts through its own store, and the refused
+/// store gets none.
+#[test]
+fn a_failed_reload_keeps_the_old_store_sync() {
+    let (a, b) = (
+        Redis::start().expect("redis-server"),
+        Redis::start().expect("redis-server"),
     );
-    // The store connections, the wake channels and the UDP socket are gone.
-    assert!(
-        after.sockets < before.sockets,
-        "sockets {} then {}",
-        before.sockets,
-        after.sockets
+    let origin = Origin::start();
+    let rl = plugin("rate_limit");
+    let o = origin.url();
+    let rule = |store: &str| {
+        format!(
+            "map http://y.test/ {o} @plugin={rl} @pparam=--rate=10000 \
+             @pparam=--key=header:X-Client @pparam=--group=sy \
+             @pparam=--store={store} @pparam=--store-sync=100\n"
+        )
+    };
+    let ts = TrafficServer::builder()
+        .remap(rule(&a.url()))
+        .with_manager()
+        .start()
+        .expect("start traffic_server");
+    let synced = |r: &Redis| {
+        r.command(&["KEYS", "*:sync:*"])
+            .is_ok_and(|k| k.contains(":sync:"))
+    };
+    // Requests for a while: each period's hits go to the store.
+    let send_until = |r: &Redis| {
+        wait_until(Duration::from_secs(10), || {
+            let resp = ts
+                .get("y.test", "/", &[("X-Client", "c1")])
+                .expect("request");
+            assert_eq!(resp.status, 200);
+            synced(r)
+        })
+    };
+    assert!(send_until(&a), "the first store gets the counts");
+    // The same rule on the other store, and a rule that fails to load.
+    let refused = format!(
+        "{}map http://bad.test/ {o} @plugin={rl} @pparam=--rate=fast\n",
+        rule(&b.url())
     );
+    assert!(
+        ts.reload_remap(&refused).is_err(),
+        "the reload is refused: {}",
+        ts.diags()
+    );
+    a.command(&["FLUSHALL"]).expect("FLUSHALL");
+    assert!(send_until(&a), "the old rule keeps syncing to its store");
+    // A few more periods: none of it goes to the refused store.
+    for _ in 0..10 {
+        let resp = ts
+            .get("y.test", "/", &[("X-Client", "c1")])
+            .expect("request");
+        assert_eq!(resp.status, 200);
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    assert!(!synced(&b), "the refused configuration's store got counts");
+    assert_eq!(b.clients(), Ok(0), "connections to the refused store");
 }

@@ -238,9 +238,17 @@ impl<B: Backend, T: Send + 'static> Drop for Client<B, T> {
     /// Tells the I/O thread to stop and lets it go without waiting: the
     /// last client of a rule may be dropped on an ATS net thread (a
     /// transaction's lease, a rule deleted by a reload), which must not wait
-    /// for a round trip. The thread fails what is still queued, finishes its
-    /// current round trip (bounded by the requests' deadlines), then exits
-    /// and closes its connection.
+    /// for a round trip. The thread finishes its current round trip
+    /// (bounded by the requests' deadlines), then fails what is still
+    /// queued, exits and closes its connection.
+    ///
+    /// Safety of the tokens: what is still in the queues at exit (requests
+    /// and completions not taken, with their tokens) is dropped on the I/O
+    /// thread, which must never touch a transaction. That is safe only
+    /// because every token that carries a parked transaction also holds
+    /// the client (through its store, e.g. its rule), so the client cannot
+    /// be dropped while such a token is queued; the tokens left at exit
+    /// carry no transaction.
     fn drop(&mut self) {
         self.shared.stop.store(true, Ordering::Release);
         if let Some(t) = self.thread.take() {

@@ -4,17 +4,22 @@
 
 use std::io::Read;
 use std::net::{TcpListener, TcpStream};
+use std::sync::mpsc::{self, Receiver, Sender};
 use std::time::{Duration, Instant};
 
 use ats_tests::redis::Redis as Server;
 use store::redis::{Addr, Op, Redis};
 use store::{Backend, BatchError, Client, Config};
 
-/// A store that never answers: each round trip holds the thread until its
-/// deadline (a hung store).
+/// A store that does not answer until the test says so: its round trip
+/// holds the thread (a hung store) until the test releases it.
 struct Stuck {
     conn: Option<TcpStream>,
     addr: std::net::SocketAddr,
+    /// Told when a round trip starts.
+    entered: Sender<()>,
+    /// The round trip ends when this receives (or its sender is gone).
+    release: Receiver<()>,
 }
 
 impl Backend for Stuck {
@@ -38,50 +43,56 @@ impl Backend for Stuck {
     fn run(
         &mut self,
         _ops: &[&()],
-        deadline: Instant,
+        _deadline: Instant,
         _out: &mut Vec<Result<(), String>>,
     ) -> Result<(), BatchError> {
-        std::thread::sleep(deadline.saturating_duration_since(Instant::now()));
+        let _ = self.entered.send(());
+        // Bounded, so a failing test cannot hang the thread for good.
+        let _ = self.release.recv_timeout(Duration::from_secs(30));
         Err(BatchError::Timeout)
     }
 }
 
-/// Waits (at most `bound`) for `f`; how long it took.
-fn within(bound: Duration, f: impl Fn() -> bool) -> Option<Duration> {
+/// Waits (at most `bound`) for `f`.
+fn within(bound: Duration, f: impl Fn() -> bool) -> bool {
     let start = Instant::now();
     while start.elapsed() < bound {
         if f() {
-            return Some(start.elapsed());
+            return true;
         }
         std::thread::sleep(Duration::from_millis(2));
     }
-    None
+    false
 }
 
 #[test]
-fn a_drop_during_a_hung_round_trip_returns_at_once_and_the_thread_exits_by_the_deadline() {
+fn a_drop_during_a_hung_round_trip_returns_at_once_and_the_thread_exits_after_it() {
     let listener = TcpListener::bind("127.0.0.1:0").expect("listener");
     let addr = listener.local_addr().expect("address");
+    let (entered_tx, entered) = mpsc::channel();
+    let (release, release_rx) = mpsc::channel();
+    let stuck = Stuck {
+        conn: None,
+        addr,
+        entered: entered_tx,
+        release: release_rx,
+    };
     let c: Client<Stuck, u32> =
-        Client::start("stuck-test", Stuck { conn: None, addr }, Config::default()).expect("thread");
-    let timeout = Duration::from_millis(800);
-    assert!(c.submit((), 1, timeout).is_ok());
+        Client::start("stuck-test", stuck, Config::default()).expect("thread");
+    assert!(c.submit((), 1, Duration::from_secs(60)).is_ok());
     let (mut server_side, _) = listener.accept().expect("the client connects");
-    // The round trip is under way (the thread sleeps until its deadline).
-    std::thread::sleep(Duration::from_millis(50));
+    entered
+        .recv_timeout(Duration::from_secs(10))
+        .expect("the round trip starts");
     let exited = c.exit_watch();
-    let t = Instant::now();
+    // The thread is held in its round trip: a drop that waited for it would
+    // never return here (the release comes after).
     drop(c);
-    let dropped_in = t.elapsed();
-    assert!(
-        dropped_in < Duration::from_millis(20),
-        "drop waited {dropped_in:?} for a hung round trip"
-    );
     assert!(!exited.done(), "the thread is still in its round trip");
-    let gone = within(Duration::from_secs(3), || exited.done());
+    release.send(()).expect("the round trip is waiting");
     assert!(
-        gone.is_some(),
-        "the I/O thread did not exit after its deadline"
+        within(Duration::from_secs(10), || exited.done()),
+        "the I/O thread did not exit after its round trip"
     );
     // The connection is closed: the server side reads EOF.
     server_side
@@ -112,7 +123,7 @@ fn a_dropped_redis_client_closes_its_connection() {
     };
     assert!(c.submit(op, 1, Duration::from_secs(2)).is_ok());
     assert!(
-        within(Duration::from_secs(3), || c.try_complete().is_some()).is_some(),
+        within(Duration::from_secs(3), || c.try_complete().is_some()),
         "ZREM answered"
     );
     let before = clients();
@@ -120,9 +131,9 @@ fn a_dropped_redis_client_closes_its_connection() {
     let exited = c.exit_watch();
     drop(c);
     assert!(
-        within(Duration::from_secs(2), || exited.done()).is_some(),
+        within(Duration::from_secs(2), || exited.done()),
         "the idle I/O thread exits at once"
     );
     let closed = within(Duration::from_secs(2), || clients() == before - 1);
-    assert!(closed.is_some(), "redis still lists {} clients", clients());
+    assert!(closed, "redis still lists {} clients", clients());
 }

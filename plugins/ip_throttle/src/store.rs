@@ -96,7 +96,10 @@ impl Modify for Step {
     }
 }
 
-/// What a result goes back to.
+/// What a result goes back to. Safety: the client's I/O thread drops what
+/// is still queued when it exits, so a token that carries a parked
+/// transaction must keep the client alive (`Asked`'s rule holds its
+/// store): the client then never exits with such a token queued.
 pub(crate) enum Token {
     /// A parked transaction waiting for its step, and its place among the
     /// IP's delayed requests (`Throttler::reserve`).

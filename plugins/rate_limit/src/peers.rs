@@ -24,8 +24,12 @@
 //! request's), drops the transport: its thread exits within a few ms and
 //! the socket closes. A replaced .so is a second copy with its own
 //! registry: its exchange finds the port still bound by the old copy's, so
-//! it retries the bind every [`REBIND_EVERY`] (limiting locally meanwhile)
-//! until the old copy's rules are gone.
+//! it tries the bind again (limiting locally meanwhile), with a backoff
+//! from 1 s to 30 s and for as long as it takes ([`rebind`]): an old
+//! transaction (a websocket, a long download) may keep the old copy's
+//! rules for hours.
+
+mod rebind;
 
 use std::io::ErrorKind;
 use std::path::PathBuf;
@@ -51,11 +55,6 @@ const OUTBOUND: usize = 64;
 /// Largest clock difference between peers; a quiet sender's replay state
 /// is kept twice as long (crates/peer/src/receiver.rs).
 const REPLAY_WINDOW_MS: u64 = 10_000;
-/// How often a port still in use (by an older copy of the plugin) is tried again.
-const REBIND_EVERY: Duration = Duration::from_secs(1);
-/// How long a port is tried again before the exchange gives up (limits
-/// stay local): longer than an old copy's transactions usually last.
-const REBIND_FOR: Duration = Duration::from_secs(300);
 
 /// The process-wide metrics, `plugin.rate_limiter.<name>`: one socket serves
 /// every peered rule, and a rejected datagram belongs to none.
@@ -74,6 +73,10 @@ const METRICS: [&str; 9] = [
 /// The running exchange, if a peered rule holds it.
 static EXCHANGE: LazyLock<Mutex<Weak<Exchange>>> = LazyLock::new(Mutex::default);
 
+/// `peer_bound`: how many exchanges of the process hold their socket (0 or
+/// 1; every copy of the plugin adds to the same metric).
+const BOUND: &str = "peer_bound";
+
 /// The peer exchange, held by every peered rule.
 pub(crate) struct Exchange {
     /// The socket's settings, as `(option, value)`, for agreement checks.
@@ -88,9 +91,11 @@ pub(crate) struct Exchange {
 
 struct Shared {
     transport: OnceLock<peer::Transport>,
-    /// The port was in use: the settings to bind with, and when to try again
-    /// until when.
+    /// The port was in use: the settings to bind with, and when to try again.
     rebind: Mutex<Option<Rebind>>,
+    /// `peer_bound`: raised by the tick once `transport` is set, lowered
+    /// when it is dropped.
+    bound: Option<Stat>,
     members: Mutex<Vec<Member>>,
     metrics: [Option<Stat>; 9],
     /// Transport counters already published (`Published`).
@@ -107,12 +112,13 @@ struct Published {
     outbound_dropped: u64,
     send_errors: u64,
     senders_dropped: u64,
+    /// Counted in `peer_bound`.
+    bound: bool,
 }
 
 struct Rebind {
     config: peer::Config,
-    next: Instant,
-    until: Instant,
+    schedule: rebind::Schedule,
 }
 
 /// A member's group name and its limiter, alive.
@@ -201,6 +207,12 @@ fn start(p: &PeerOptions, socket: Vec<(&'static str, String)>) -> Result<Exchang
         inbound_capacity: INBOUND,
         outbound_capacity: OUTBOUND,
     };
+    let bound = Stat::find_or_create(&format!(
+        "{}.{BOUND}",
+        rate_limit_core::options::DEFAULT_PREFIX
+    ))
+    .map_err(|e| log::error!("{e}"))
+    .ok();
     let transport = OnceLock::new();
     let mut rebind = None;
     match peer::Transport::start(config.clone()) {
@@ -211,16 +223,14 @@ fn start(p: &PeerOptions, socket: Vec<(&'static str, String)>) -> Result<Exchang
         Err(e) if e.kind() == ErrorKind::AddrInUse => {
             log::warn!(
                 "peer exchange not started, limiting locally: {e} (by another process, or an \
-                 older copy of this plugin replaced by a reload?); trying again every {} s for \
-                 up to {} s",
-                REBIND_EVERY.as_secs(),
-                REBIND_FOR.as_secs()
+                 older copy of this plugin replaced by a reload?); trying again after {} s, \
+                 then backing off to every {} s until it binds",
+                rebind::FIRST_DELAY.as_secs(),
+                rebind::MAX_DELAY.as_secs()
             );
-            let now = Instant::now();
             rebind = Some(Rebind {
                 config,
-                next: now + REBIND_EVERY,
-                until: now + REBIND_FOR,
+                schedule: rebind::Schedule::new(Instant::now()),
             });
         }
         Err(e) => log::error!("peer exchange disabled, limiting locally: {e}"),
@@ -233,6 +243,7 @@ fn start(p: &PeerOptions, socket: Vec<(&'static str, String)>) -> Result<Exchang
     let shared = Arc::new(Shared {
         transport,
         rebind: Mutex::new(rebind),
+        bound,
         members: Mutex::new(Vec::new()),
         metrics,
         published: Mutex::default(),
@@ -254,13 +265,23 @@ fn started(t: &peer::Transport) {
     );
 }
 
+impl Drop for Shared {
+    /// The socket closes with the transport, just after (on the task's
+    /// thread: metrics move only on ATS threads).
+    fn drop(&mut self) {
+        if self.published.get_mut().bound {
+            bump(self.bound, -1);
+        }
+    }
+}
+
 impl Shared {
     /// The port was in use: try again if due (on the task thread).
     fn rebind(&self) {
         let mut r = self.rebind.lock();
         let Some(rb) = r.as_mut() else { return };
         let now = Instant::now();
-        if now < rb.next {
+        if !rb.schedule.due(now) {
             return;
         }
         match peer::Transport::start(rb.config.clone()) {
@@ -269,8 +290,15 @@ impl Shared {
                 let _ = self.transport.set(t);
                 *r = None;
             }
-            Err(e) if e.kind() == ErrorKind::AddrInUse && now < rb.until => {
-                rb.next = now + REBIND_EVERY;
+            Err(e) if e.kind() == ErrorKind::AddrInUse => {
+                if let Some(for_) = rb.schedule.in_use(now) {
+                    log::warn!(
+                        "peer exchange still not started after {} s, limiting locally: {e}; \
+                         trying again every {} s",
+                        for_.as_secs(),
+                        rebind::MAX_DELAY.as_secs()
+                    );
+                }
             }
             Err(e) => {
                 log::error!("peer exchange disabled, limiting locally: {e}");
@@ -350,6 +378,10 @@ impl Shared {
                 s.senders_dropped,
                 &mut last.senders_dropped,
             );
+            if !last.bound {
+                last.bound = true;
+                bump(self.bound, 1);
+            }
         }
     }
 }

@@ -63,7 +63,11 @@ pub(crate) struct Store {
     ids: LeaseIds,
 }
 
-/// What a completion resumes.
+/// What a completion resumes. Safety: the client's I/O thread drops what
+/// is still queued when it exits, so a token that carries a parked
+/// transaction must keep the client alive (`Asked`'s rule holds its
+/// store; a `Sync` holds its syncer, which holds its store): the client
+/// then never exits with such a token queued.
 pub(crate) enum Token {
     Decide(Box<Asked>),
     Release(StoreMetrics),
@@ -84,6 +88,8 @@ pub(crate) struct RuleStore {
     store: Arc<Store>,
     opts: StoreOptions,
     metrics: StoreMetrics,
+    /// `--store-sync`: the exchange runs while a rule holds it.
+    _sync: Option<Arc<sync::Syncer>>,
 }
 
 #[derive(Clone, Copy)]
@@ -163,13 +169,15 @@ impl RuleStore {
         };
         drop(stores);
         let metrics = StoreMetrics::new(o);
-        if let Some(ms) = s.sync_ms {
-            sync::join(&store, limiter, &s.namespace, ms, metrics)?;
-        }
+        let sync = match s.sync_ms {
+            Some(ms) => Some(sync::join(&store, limiter, &s.namespace, ms, metrics)?),
+            None => None,
+        };
         Ok(Some(RuleStore {
             store,
             opts: s.clone(),
             metrics,
+            _sync: sync,
         }))
     }
 
@@ -179,11 +187,10 @@ impl RuleStore {
     }
 }
 
-/// The last rule of this copy is gone (`TSRemapDone`): stops the store
-/// exchanges whose limiters are gone, and says what transactions in flight
-/// still hold (it stops when they finish).
+/// The last rule of this copy is gone (`TSRemapDone`): says what
+/// transactions in flight still hold (it stops when they finish).
 pub(crate) fn done() {
-    let syncing = sync::stop_orphans();
+    let syncing = sync::running();
     let mut stores = STORES.lock();
     stores.retain(|x| x.strong_count() > 0);
     if !stores.is_empty() || syncing > 0 {

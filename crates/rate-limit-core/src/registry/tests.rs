@@ -269,3 +269,50 @@ fn a_first_entry_learns_it_is_followed_and_a_new_generation_starts_over() {
         "each generation counts anew"
     );
 }
+
+/// rate_limit's `--store-sync` exchange is one per limiter and store
+/// settings (plugins/rate_limit/src/store/sync.rs): it relies on any change
+/// of them (the URL, the timeout, the period, the namespace: `--group`, or
+/// `--tag` without one) giving the rules a new limiter, never the live one.
+#[test]
+fn a_changed_store_gets_a_new_limiter() {
+    const S1: &str = "--store=redis://127.0.0.1:1";
+    const S2: &str = "--store=redis://127.0.0.1:2";
+    const P1: &str = "--store-sync=100";
+    let cases: [(&[&str], &[&str], &str); 4] = [
+        (&["--group=g", S1, P1], &["--group=g", S2, P1], "group g"),
+        (
+            &["--group=g", S1, P1],
+            &["--group=g", S1, P1, "--store-timeout=99"],
+            "group g",
+        ),
+        (
+            &["--group=g", S1, P1],
+            &["--group=g", S1, "--store-sync=200"],
+            "group g",
+        ),
+        (
+            &["--tag=a", S1, P1],
+            &["--tag=b", S1, P1],
+            "rule http://a.example/ http://origin/ #1",
+        ),
+    ];
+    for (before, after, id) in cases {
+        let args = |x: &[&'static str]| -> Vec<&'static str> {
+            ["--rate=5", "--key=ip"].iter().chain(x).copied().collect()
+        };
+        let mut r = Registry::default();
+        let (first, _) = load(&mut r, &[(&args(before), "a")]);
+        let (next, changes) = load(&mut r, &[(&args(after), "a")]);
+        let (first, next) = (first[0].as_ref().unwrap(), next[0].as_ref().unwrap());
+        assert!(!Arc::ptr_eq(first, next), "{after:?}");
+        assert_eq!(
+            changes,
+            [Change::Created {
+                id: id.into(),
+                restarted: Some("store")
+            }],
+            "{after:?}"
+        );
+    }
+}

@@ -38,7 +38,14 @@ pub(crate) const MAX_KEYS_PER_SYNC: usize = 4096;
 /// stalest are forgotten.
 const MAX_REMEMBERED: usize = 200_000;
 
-/// One per limiter (a group's rules share it).
+/// One per limiter and store settings, held by the rules that use it (a
+/// group's rules share it) and by its exchanges in flight: it stops with
+/// the last of them. A reload that keeps the settings hands it on to the
+/// new rules; one that changes `--store`, `--store-timeout`, `--store-sync`
+/// or the namespace gets a new limiter (the registry's shape rule) and so a
+/// new syncer, and the old one stops with the old rules. A refused reload
+/// deletes its new rules, and with them their syncer: the old rules keep
+/// theirs.
 pub(crate) struct Syncer {
     store: Arc<Store>,
     namespace: String,
@@ -47,6 +54,8 @@ pub(crate) struct Syncer {
     limiter_id: u64,
     metrics: StoreMetrics,
     keys: Mutex<HashMap<Box<[u8]>, KeySync>>,
+    /// Stopped when the syncer is dropped.
+    _task: Option<Periodic>,
 }
 
 /// A key's own hits in the three latest periods (by the server's period
@@ -57,57 +66,60 @@ struct KeySync {
     applied: u64,
 }
 
-/// Every live syncer and its task (dropping the task stops it). A syncer
-/// holds its store: it is removed at its first tick after its limiter is
-/// gone, or when a reload gives its limiter another store.
-static SYNCERS: Mutex<Vec<(Arc<Syncer>, Periodic)>> = Mutex::new(Vec::new());
+/// The live syncers, for rules of the same limiter and settings to share
+/// one. Weak: only rules (and exchanges in flight) keep a syncer.
+static SYNCERS: Mutex<Vec<Weak<Syncer>>> = Mutex::new(Vec::new());
 
-/// Starts the exchange of `limiter` (once per limiter; those of limiters
-/// gone since, after a reload, are stopped here).
+/// The exchange of `limiter` with these settings: the live one, or a new
+/// one started here.
 pub(super) fn join(
     store: &Arc<Store>,
     limiter: &Arc<Limiter<Queued>>,
     namespace: &str,
     period_ms: u64,
     metrics: StoreMetrics,
-) -> Result<(), String> {
+) -> Result<Arc<Syncer>, String> {
     let mut all = SYNCERS.lock();
-    all.retain(|(s, _)| s.limiter.strong_count() > 0);
+    all.retain(|s| s.strong_count() > 0);
     let id = limiter.id();
     let same = |s: &Syncer| {
-        Arc::ptr_eq(&s.store, store) && s.namespace == namespace && s.period_ms == period_ms
+        s.limiter_id == id
+            && Arc::ptr_eq(&s.store, store)
+            && s.namespace == namespace
+            && s.period_ms == period_ms
     };
-    if all.iter().any(|(s, _)| s.limiter_id == id && same(s)) {
-        return Ok(());
+    if let Some(s) = all.iter().filter_map(Weak::upgrade).find(|s| same(s)) {
+        return Ok(s);
     }
-    // A reload changed the limiter's store or period: the new exchange
-    // replaces the old one (which no longer holds its store).
-    all.retain(|(s, _)| s.limiter_id != id);
-    let s = Arc::new(Syncer {
-        store: store.clone(),
-        namespace: namespace.to_owned(),
-        period_ms,
-        limiter: Arc::downgrade(limiter),
-        limiter_id: id,
-        metrics,
-        keys: Mutex::new(HashMap::new()),
-    });
-    let weak = Arc::downgrade(&s);
-    // On the net pool: see `Store::arm`.
-    let task = Periodic::start(Duration::from_millis(period_ms), Pool::Net, move || {
-        if let Some(s) = weak.upgrade() {
-            s.tick();
+    let mut started = Ok(());
+    let s = Arc::new_cyclic(|weak: &Weak<Syncer>| {
+        let weak = weak.clone();
+        // On the net pool: see `Store::arm`.
+        let task = Periodic::start(Duration::from_millis(period_ms), Pool::Net, move || {
+            if let Some(s) = weak.upgrade() {
+                s.tick();
+            }
+        });
+        Syncer {
+            store: store.clone(),
+            namespace: namespace.to_owned(),
+            period_ms,
+            limiter: Arc::downgrade(limiter),
+            limiter_id: id,
+            metrics,
+            keys: Mutex::new(HashMap::new()),
+            _task: task.map_err(|e| started = Err(e)).ok(),
         }
-    })?;
-    all.push((s, task));
-    Ok(())
+    });
+    started?;
+    all.push(Arc::downgrade(&s));
+    Ok(s)
 }
 
-/// Stops the exchanges whose limiters are gone now, rather than at their
-/// next tick (`TSRemapDone`).
-pub(crate) fn stop_orphans() -> usize {
+/// How many exchanges still run (held by transactions in flight).
+pub(crate) fn running() -> usize {
     let mut all = SYNCERS.lock();
-    all.retain(|(s, _)| s.limiter.strong_count() > 0);
+    all.retain(|s| s.strong_count() > 0);
     all.len()
 }
 
@@ -115,8 +127,6 @@ impl Syncer {
     /// Every period, on a net thread: sends the hits served here.
     fn tick(self: &Arc<Self>) {
         let Some(limiter) = self.limiter.upgrade() else {
-            // Its rules are gone (a reload): stop, and let go of the store.
-            SYNCERS.lock().retain(|(s, _)| !Arc::ptr_eq(s, self));
             return;
         };
         self.store.start_waker();
