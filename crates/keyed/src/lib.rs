@@ -97,8 +97,11 @@ pub trait KeyState: Default + Send + 'static {
     ///
     /// Called during eviction scans under the shard's lock: keep it cheap.
     /// It may change without the table being told (for example a ban that
-    /// ends at a deadline): it is asked again at every scan.
-    fn busy(&self) -> bool;
+    /// ends at a deadline): it is asked again at every scan. Default: never
+    /// (a state that loses nothing when evicted, or only sticky).
+    fn busy(&self) -> bool {
+        false
+    }
 
     /// True while the key holds something better kept but not worth
     /// refusing a new key for (a bucket in debt: evicting it hands the
@@ -284,15 +287,21 @@ impl<S: KeyState> KeyTable<S> {
         }
     }
 
+    /// Shards of the table (`clamp(capacity / 1024, 1, 64)`).
+    pub fn shards(&self) -> usize {
+        self.shards.len()
+    }
+
+    /// The shard `key` lives in, `0..shards()`: for state a caller keeps per
+    /// shard beside the table (used only under that shard's calls, it
+    /// meets no other shard's threads).
+    pub fn shard_index(&self, key: u64) -> usize {
+        ((u64::from(key as u32) * self.shards.len() as u64) >> 32) as usize
+    }
+
     /// The shard of `key`, from its low 32 bits (slots within a shard are
     /// placed by its high bits).
     fn shard(&self, key: u64) -> &Padded<S> {
-        let n = self.shards.len() as u64;
-        &self.shards[((u64::from(key as u32) * n) >> 32) as usize]
-    }
-
-    #[cfg(test)]
-    fn shard_index(&self, key: u64) -> usize {
-        ((u64::from(key as u32) * self.shards.len() as u64) >> 32) as usize
+        &self.shards[self.shard_index(key)]
     }
 }

@@ -34,6 +34,7 @@ use crate::KeyState;
 
 mod evict;
 
+#[cfg(test)]
 pub(crate) use evict::SCAN;
 
 /// Accesses since the key entered its queue, saturating at 3.
