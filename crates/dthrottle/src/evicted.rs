@@ -118,7 +118,11 @@ impl ShardedEvictedHits {
     pub fn new(bound: usize, shards: usize) -> Self {
         let n = shards.max(1);
         let shards = (0..n)
-            .map(|i| Padded(Mutex::new(EvictedHits::new(bound / n + usize::from(i < bound % n)))))
+            .map(|i| {
+                Padded(Mutex::new(EvictedHits::new(
+                    bound / n + usize::from(i < bound % n),
+                )))
+            })
             .collect();
         ShardedEvictedHits { shards }
     }

@@ -17,10 +17,12 @@
 //! **Bounded table, and floods.** At most `max_tags` tags are held. Tags
 //! with unreported hits are evicted like idle ones (S3-FIFO order: a flood
 //! of one-off tags evicts other one-off tags); their hits wait for the next
-//! report in a bounded buffer ([`evicted`]). Tags in debt are sticky
-//! ([`debt::in_debt`]): evicted only when no tag of their shard is idle. So
-//! no number of distinct tags, nor of tags put in debt, can make the table
-//! refuse a new tag, and a flood costs O(1) per decision (`crates/keyed`).
+//! report in a bounded buffer per shard ([`evicted`]). Tags in debt are
+//! sticky ([`debt::in_debt`]): evicted only when eviction found no idle tag
+//! among those it looked at. No tag is ever busy, and the table refuses a
+//! new key only when every key it looked at is busy: so no number of
+//! distinct tags, nor of tags put in debt, can make it refuse a new tag, and
+//! a flood costs O(1) amortized per decision (`crates/keyed`).
 //!
 //! Pure Rust: no TS API, no I/O; time comes from an injected [`Clock`].
 //! Thread-safe: every method takes `&self`, and a call locks one shard of
@@ -72,9 +74,10 @@ pub enum Decision {
     /// Throttle: the bucket has less than one token.
     No,
     /// The tag is not held and there is no room for it. Only with
-    /// `max_tags = 0`: tags with unreported hits or in debt make room for
-    /// new ones. Nothing was taken; the caller applies its policy (the
-    /// daemon refuses by default).
+    /// `max_tags = 0`: no tag is ever busy (tags with unreported hits or in
+    /// debt make room for new ones), and the table refuses a new key only
+    /// when every key it looked at is busy. Nothing was taken; the caller
+    /// applies its policy (the daemon refuses by default).
     Full,
 }
 
@@ -147,7 +150,6 @@ impl TagState {
 /// Never busy (the trait's default): nothing is lost with a tag, its
 /// unreported hits are carried over (`Buckets::carry`).
 impl KeyState for TagState {
-
     /// Forgetting debt would hand the client a fresh burst: kept while an
     /// idle tag can go instead (see [`debt::in_debt`]).
     fn sticky(&self) -> bool {

@@ -195,7 +195,10 @@ fn a_full_table_makes_room_and_debt_yields_last() {
     assert_eq!(b.decide(b"e"), Decision::Ok);
     assert!(b.level(b"c").is_some_and(|l| l <= -8.0));
     assert_eq!(b.decide(b"f"), Decision::Ok);
-    assert!(b.level(b"c").is_some(), "the tag in debt was evicted before an idle tag");
+    assert!(
+        b.level(b"c").is_some(),
+        "the tag in debt was evicted before an idle tag"
+    );
     // Both in debt: one goes rather than refuse a new tag.
     assert!(b.apply_peer(b"f", 10));
     assert_eq!(b.decide(b"g"), Decision::Ok);

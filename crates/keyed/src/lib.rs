@@ -105,8 +105,9 @@ pub trait KeyState: Default + Send + 'static {
 
     /// True while the key holds something better kept but not worth
     /// refusing a new key for (a bucket in debt: evicting it hands the
-    /// client a fresh burst). Kept while an idle key can be evicted instead;
-    /// evicted when its shard is full and no key is idle. Same rules as
+    /// client a fresh burst). Kept while eviction finds an idle key to evict
+    /// instead; evicted when it finds none among the keys it looks at (see
+    /// [`KeyTable::with`]). Same rules as
     /// [`busy`](Self::busy): cheap, asked again at every scan.
     fn sticky(&self) -> bool {
         false

@@ -27,7 +27,7 @@
 //! counted in `peer_tags_dropped`): were such keys kept, ≥ `--keys` distinct
 //! client-chosen keys within one `--peer-period` would fill the table and
 //! refuse every new client until the next report. A key in debt is sticky:
-//! kept while an idle key can go, evicted rather than refuse a new key
+//! kept while eviction finds an idle key, evicted rather than refuse a new key
 //! (forgetting it hands one client that was over its rate a fresh burst;
 //! never evicting it would let clients that get keys into debt lock new
 //! clients out, see `dthrottle::debt::in_debt`). Keys holding slots or
