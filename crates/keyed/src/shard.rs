@@ -110,6 +110,9 @@ pub(crate) struct Shard<S> {
     /// Keys of main CLOCK may still look at: earned per insert at the
     /// bound, at most `cap` (see `evict.rs`).
     credit: usize,
+    /// Inserts at the bound that try probation's idle keys before CLOCK:
+    /// set after a search of main that found no idle key (see `evict.rs`).
+    probation_first: usize,
 }
 
 impl<S: KeyState> Shard<S> {
@@ -132,6 +135,7 @@ impl<S: KeyState> Shard<S> {
             ghost: Vec::new(),
             evicted: 0,
             credit: cap,
+            probation_first: 0,
         }
     }
 

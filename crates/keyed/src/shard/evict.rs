@@ -59,6 +59,13 @@ impl<S: KeyState> Shard<S> {
     /// main CLOCK looked at is busy: a shard whose keys are never busy always
     /// makes room.
     ///
+    /// **After a fruitless search** (CLOCK found no idle key of main), the
+    /// next `cap` inserts try probation's idle keys before CLOCK: in a shard
+    /// of keys that cannot go, a flood's keys (idle, in probation) then
+    /// evict each other at O(1), instead of each paying a search of main
+    /// that finds nothing. CLOCK still runs when probation has no idle key,
+    /// and ends that mode when it finds one.
+    ///
     /// **Bounded work per insert.** CLOCK's search costs `busy()` calls
     /// under the shard's lock, and in a shard of busy or sticky keys the
     /// next idle key of main may be anywhere (a flood of keys touched twice
@@ -69,7 +76,8 @@ impl<S: KeyState> Shard<S> {
     /// stops at the best candidate it saw (the idle key with the lowest
     /// counter). So an insert costs O(1) amortized (`SCAN` keys of main plus
     /// its share of probation's, each passing once), and at most one pass
-    /// per burst of inserts. The price, only in shards of more than `SCAN`
+    /// per burst of inserts (the credit is earned during the mode above
+    /// too). The price, only in shards of more than `SCAN`
     /// keys: when the window held no idle key, an idle key of main beyond it
     /// waits (a sticky key may go meanwhile, or the insert be refused if
     /// every key looked at is busy); the hand moves on by at least `SCAN`
@@ -90,25 +98,59 @@ impl<S: KeyState> Shard<S> {
             s.meta = OCCUPIED;
         }
         self.credit = (self.credit + SCAN).min(self.cap.max(SCAN));
+        let mut sticky = None;
+        if self.probation_first > 0 {
+            self.probation_first -= 1;
+            match self.idle_in_probation(&mut sticky) {
+                Some(i) => return Some(self.evict(i, true, evicted)),
+                None => return self.from_main(sticky, evicted),
+            }
+        }
         let scan = self.clock();
         if let Some(i) = scan.idle {
             return Some(self.evict(i, false, evicted));
         }
-        // No idle key of main in the window: an idle probation key goes,
-        // touched or not; the others move to main. Each key passes here at
-        // most once (it leaves probation), so this is O(1) amortized.
-        let mut sticky = scan.sticky;
+        self.probation_first = self.cap;
+        sticky = scan.sticky;
+        if let Some(i) = self.idle_in_probation(&mut sticky) {
+            return Some(self.evict(i, true, evicted));
+        }
+        // No idle key found: a sticky one goes rather than refuse the new key.
+        sticky.map(|i| self.evict(i, false, evicted))
+    }
+
+    /// Probation had no idle key (the mode after a fruitless search): CLOCK
+    /// over main (which ends the mode if it finds an idle key), else a
+    /// sticky key, of main or `sticky` (probation's).
+    fn from_main(
+        &mut self,
+        sticky: Option<usize>,
+        evicted: &mut impl FnMut(&mut S),
+    ) -> Option<usize> {
+        let scan = self.clock();
+        if let Some(i) = scan.idle {
+            self.probation_first = 0;
+            return Some(self.evict(i, false, evicted));
+        }
+        scan.sticky
+            .or(sticky)
+            .map(|i| self.evict(i, false, evicted))
+    }
+
+    /// The first idle key of probation, touched or not; the keys before it
+    /// move to main (the first sticky one noted in `sticky` if unset). Each
+    /// key passes here at most once (it leaves probation): O(1) amortized.
+    fn idle_in_probation(&mut self, sticky: &mut Option<usize>) -> Option<usize> {
         while let Some(key) = self.small.pop_front() {
             let Ok(i) = self.probe(key) else { continue };
             match kind(&self.slots[i].state) {
-                Kind::Idle => return Some(self.evict(i, true, evicted)),
-                Kind::Sticky if sticky.is_none() => sticky = Some(i),
+                Kind::Idle => return Some(i),
+                Kind::Sticky if sticky.is_none() => *sticky = Some(i),
                 _ => {}
             }
             self.slots[i].meta = OCCUPIED;
         }
-        // No idle key found: a sticky one goes rather than refuse the new key.
-        sticky.map(|i| self.evict(i, false, evicted))
+        None
     }
 
     /// CLOCK over main, within the shard's scan credit: the first idle key
