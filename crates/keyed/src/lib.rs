@@ -202,12 +202,13 @@ impl<S: KeyState> KeyTable<S> {
     /// inserted, `f` is not called and the result is `Err(Full)`.
     ///
     /// Each insert looks at a bounded number of keys (`shard/evict.rs`):
-    /// every key of the probation queue, and at least 16 keys of main from
-    /// the CLOCK hand (all of main if it holds fewer). So `Full` means those
-    /// keys are all busy, and a sticky key goes only if none of them is
-    /// idle: in a shard of more than 16 keys, an idle (or no longer busy)
-    /// key beyond them is reached within `capacity / shards / 16` such
-    /// inserts. A key that was evicted comes back with the default state.
+    /// before a sticky key goes or `Full` is returned, every key of the
+    /// probation queue and at least 16 keys of main from the CLOCK hand (all
+    /// of main if it holds fewer). So `Full` means those keys are all busy,
+    /// and a sticky key goes only if none of them is idle: in a shard of
+    /// more than 16 keys, an idle (or no longer busy) key beyond them is
+    /// reached within `capacity / shards / 16` such inserts. A key that was
+    /// evicted comes back with the default state.
     ///
     /// `f` runs under the shard's lock: keep it short, and do not call the
     /// same table from it (the lock is not reentrant).
