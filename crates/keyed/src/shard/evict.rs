@@ -103,7 +103,7 @@ impl<S: KeyState> Shard<S> {
             self.probation_first -= 1;
             match self.idle_in_probation(&mut sticky) {
                 Some(i) => return Some(self.evict(i, true, evicted)),
-                None => return self.from_main(sticky, evicted),
+                None => return self.evict_in_main(sticky, evicted),
             }
         }
         let scan = self.clock();
@@ -122,7 +122,7 @@ impl<S: KeyState> Shard<S> {
     /// Probation had no idle key (the mode after a fruitless search): CLOCK
     /// over main (which ends the mode if it finds an idle key), else a
     /// sticky key, of main or `sticky` (probation's).
-    fn from_main(
+    fn evict_in_main(
         &mut self,
         sticky: Option<usize>,
         evicted: &mut impl FnMut(&mut S),
