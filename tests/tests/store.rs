@@ -493,6 +493,40 @@ fn store_sync_holds_one_key_near_its_rate_across_three_proxies() {
     }
 }
 
+/// `--store-sync`: a sync carries at most 4096 keys; the others served in
+/// that period (and evicted keys' hits the buffer could not keep) are
+/// counted in `peer_tags_dropped`, as with `--peers` (issue 21 review).
+#[test]
+fn store_sync_counts_the_keys_a_sync_leaves_out() {
+    let redis = Redis::start().unwrap();
+    let origin = Origin::start();
+    let params = format!(
+        "--rate=100 --burst=10 --key=header:X-Client --keys=20000 --queue=0 --group=drop \
+         --tag=drop --store={} --store-sync=20000",
+        redis.url()
+    );
+    let ts = server(&origin, &params);
+    let (keys, per_sync) = (9000i64, 4096i64);
+    let mut conn = Conn::open(ts.port()).expect("connect");
+    for i in 0..keys {
+        let client = format!("k{i}");
+        let r = conn.get(HOST, "/", &[("X-Client", &client)]).expect("get");
+        assert_eq!(r.status, 200, "{client}");
+    }
+    // One request per key: within one period 9000 − 4096 keys are left
+    // out; if the flood straddled a sync, at least 9000 − 2 × 4096.
+    let mut dropped = None;
+    wait_until(Duration::from_secs(45), || {
+        dropped = ts.metric("plugin.rate_limiter.peer_tags_dropped");
+        dropped.is_some_and(|d| d >= keys - 2 * per_sync)
+    });
+    let dropped = dropped.unwrap_or(-1);
+    assert!(
+        (keys - 2 * per_sync..=keys - per_sync).contains(&dropped),
+        "peer_tags_dropped = {dropped}"
+    );
+}
+
 /// Redis Cluster (`--store=redis+cluster://…`): client keys hash to slots
 /// on every master; two proxies sharing the cluster hold each key to its
 /// rate exactly.

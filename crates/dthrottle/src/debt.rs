@@ -56,7 +56,7 @@ pub fn debt_until(tat: Nanos, params: &GcraParams) -> Nanos {
 /// for hits its client was served (over `burst` across the fleet within a
 /// report period), so a client can make many tags sticky. Were they never
 /// evicted, enough such tags would fill the table and refuse every new
-/// client. Sticky, they are evicted only when no tag of the shard is idle,
+/// client. Sticky, they are evicted only when eviction finds no idle tag,
 /// and then the cost is one fresh burst to a client that was over its rate.
 #[inline]
 pub fn in_debt(debt_until: Nanos, now: Nanos) -> bool {

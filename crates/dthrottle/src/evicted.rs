@@ -18,9 +18,19 @@
 //! peers forget one hit (one token of a tag that is not coming back).
 //! A client that keeps coming back is seen again and kept (S3-FIFO), and
 //! its hits from then on stay in the table.
+//!
+//! **Per shard.** Evictions happen under a shard's lock, on every thread
+//! that inserts: one buffer for the whole table would make every decision
+//! of a flood take one limiter-wide lock, serializing the threads. So
+//! [`ShardedEvictedHits`] keeps one buffer per shard of the tag table,
+//! beside it (its lock is taken only under that shard's lock, or by the
+//! report: uncontended), each bounded by its share of `bound` (split as the
+//! table splits its keys), merged at report time.
 
 use std::cmp::Reverse;
 use std::collections::BinaryHeap;
+
+use parking_lot::Mutex;
 
 /// The evicted tags' unreported hits, at most `bound`, the heaviest.
 #[derive(Debug, Default)]
@@ -91,6 +101,62 @@ impl EvictedHits {
     }
 }
 
+/// One buffer on cache lines of its own: threads evicting in neighbouring
+/// shards do not share a line.
+#[repr(align(128))]
+struct Padded(Mutex<EvictedHits>);
+
+/// [`EvictedHits`] split by shard of a tag table: at most `bound` tags in
+/// all, the heaviest of each shard's share kept.
+pub struct ShardedEvictedHits {
+    shards: Box<[Padded]>,
+}
+
+impl ShardedEvictedHits {
+    /// For a table of `shards` shards (at least one); shard `i` keeps at
+    /// most `bound / shards` tags, plus one for the first `bound % shards`.
+    pub fn new(bound: usize, shards: usize) -> Self {
+        let n = shards.max(1);
+        let shards = (0..n)
+            .map(|i| {
+                Padded(Mutex::new(EvictedHits::new(
+                    bound / n + usize::from(i < bound % n),
+                )))
+            })
+            .collect();
+        ShardedEvictedHits { shards }
+    }
+
+    /// Keeps `hits` of `tag`, evicted from shard `shard` of the table. Call
+    /// it under that shard's lock (its buffer's lock is then uncontended).
+    pub fn push(&self, shard: usize, tag: Box<[u8]>, hits: u32) {
+        self.buffer(shard).lock().push(tag, hits);
+    }
+
+    /// Shard `shard`'s buffer (any index maps to one).
+    pub fn buffer(&self, shard: usize) -> &Mutex<EvictedHits> {
+        &self.shards[shard % self.shards.len()].0
+    }
+
+    /// Every shard's entries and drops since the last take, merged (one
+    /// buffer lock at a time, never under a shard's lock).
+    pub fn take(&self) -> Taken {
+        let mut all = Taken::default();
+        for p in self.shards.iter() {
+            let t = p.0.lock().take();
+            all.entries.extend(t.entries);
+            all.dropped_tags += t.dropped_tags;
+            all.dropped_hits += t.dropped_hits;
+        }
+        all
+    }
+
+    /// Tags dropped because their shard's buffer was full, since made.
+    pub fn dropped_total(&self) -> u64 {
+        self.shards.iter().map(|p| p.0.lock().dropped_total()).sum()
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -112,5 +178,25 @@ mod tests {
         let mut none = EvictedHits::new(0);
         none.push(Box::from(&b"x"[..]), 4);
         assert_eq!((none.take().dropped_hits, none.dropped_total()), (4, 1));
+    }
+
+    #[test]
+    fn shards_split_the_bound_and_merge() {
+        let e = ShardedEvictedHits::new(5, 2); // 3 + 2
+        for i in 0..4u32 {
+            e.push(0, format!("a{i}").into_bytes().into(), i + 1);
+            e.push(1, format!("b{i}").into_bytes().into(), i + 1);
+        }
+        // Any index maps to a buffer: 7 to shard 1's, full of heavier tags.
+        e.push(7, Box::from(&b"b7"[..]), 1);
+        let mut taken = e.take();
+        taken.entries.sort();
+        let names: Vec<&[u8]> = taken.entries.iter().map(|(t, _)| &t[..]).collect();
+        let want: [&[u8]; 5] = [b"a1", b"a2", b"a3", b"b2", b"b3"];
+        assert_eq!(names, want);
+        // a0 (1 hit), b0, b1 and b7 (1 + 2 + 1).
+        assert_eq!((taken.dropped_tags, taken.dropped_hits), (4, 5));
+        assert_eq!(e.dropped_total(), 4);
+        assert_eq!(e.take(), Taken::default());
     }
 }

@@ -17,10 +17,12 @@
 //! **Bounded table, and floods.** At most `max_tags` tags are held. Tags
 //! with unreported hits are evicted like idle ones (S3-FIFO order: a flood
 //! of one-off tags evicts other one-off tags); their hits wait for the next
-//! report in a bounded buffer ([`evicted`]). Tags in debt are sticky
-//! ([`debt::in_debt`]): evicted only when no tag of their shard is idle. So
-//! no number of distinct tags, nor of tags put in debt, can make the table
-//! refuse a new tag, and a flood costs O(1) per decision (`crates/keyed`).
+//! report in a bounded buffer per shard ([`evicted`]). Tags in debt are
+//! sticky ([`debt::in_debt`]): evicted only when eviction found no idle tag
+//! among those it looked at. No tag is ever busy, and the table refuses a
+//! new key only when every key it looked at is busy: so no number of
+//! distinct tags, nor of tags put in debt, can make it refuse a new tag, and
+//! a flood costs O(1) amortized per decision (`crates/keyed`).
 //!
 //! Pure Rust: no TS API, no I/O; time comes from an injected [`Clock`].
 //! Thread-safe: every method takes `&self`, and a call locks one shard of
@@ -34,10 +36,9 @@ use std::sync::atomic::{AtomicU64, Ordering};
 
 use keyed::{KeyState, KeyTable};
 use limits::{Clock, GcraParams, MonotonicClock, Nanos, Reservation};
-use parking_lot::Mutex;
 use sha2::{Digest, Sha256};
 
-pub use evicted::EvictedHits;
+pub use evicted::{EvictedHits, ShardedEvictedHits};
 
 pub mod debt;
 pub mod evicted;
@@ -73,9 +74,10 @@ pub enum Decision {
     /// Throttle: the bucket has less than one token.
     No,
     /// The tag is not held and there is no room for it. Only with
-    /// `max_tags = 0`: tags with unreported hits or in debt make room for
-    /// new ones. Nothing was taken; the caller applies its policy (the
-    /// daemon refuses by default).
+    /// `max_tags = 0`: no tag is ever busy (tags with unreported hits or in
+    /// debt make room for new ones), and the table refuses a new key only
+    /// when every key it looked at is busy. Nothing was taken; the caller
+    /// applies its policy (the daemon refuses by default).
     Full,
 }
 
@@ -145,13 +147,9 @@ impl TagState {
     }
 }
 
+/// Never busy (the trait's default): nothing is lost with a tag, its
+/// unreported hits are carried over (`Buckets::carry`).
 impl KeyState for TagState {
-    /// Nothing is lost with a tag: its unreported hits are carried over
-    /// ([`Buckets::carry`]).
-    fn busy(&self) -> bool {
-        false
-    }
-
     /// Forgetting debt would hand the client a fresh burst: kept while an
     /// idle tag can go instead (see [`debt::in_debt`]).
     fn sticky(&self) -> bool {
@@ -170,8 +168,8 @@ pub struct Buckets<C: Clock = MonotonicClock> {
     peer_hits_applied: AtomicU64,
     peer_hits_dropped: AtomicU64,
     report_dropped_tags: AtomicU64,
-    /// Hits of tags evicted since the last report.
-    evicted: Mutex<EvictedHits>,
+    /// Hits of tags evicted since the last report, per shard of `table`.
+    evicted: ShardedEvictedHits,
 }
 
 /// The tag as kept and sent: itself, or for tags over [`MAX_TAG_LEN`]
@@ -197,26 +195,28 @@ impl Buckets<MonotonicClock> {
 
 impl<C: Clock> Buckets<C> {
     pub fn with_clock(config: Config, clock: C) -> Self {
+        let table = KeyTable::new(config.max_tags);
+        let evicted = ShardedEvictedHits::new(config.max_report_tags, table.shards());
         Buckets {
             params: GcraParams::per_second(config.rate, config.burst),
-            table: KeyTable::new(config.max_tags),
+            table,
             max_report_tags: config.max_report_tags,
             clock,
             full: AtomicU64::new(0),
             peer_hits_applied: AtomicU64::new(0),
             peer_hits_dropped: AtomicU64::new(0),
             report_dropped_tags: AtomicU64::new(0),
-            evicted: Mutex::new(EvictedHits::new(config.max_report_tags)),
+            evicted,
         }
     }
 
-    /// An evicted tag's unreported hits go to the next report. Runs under
-    /// the tag's shard lock; the buffer's lock is only ever taken inside a
-    /// shard's or alone, never the other way round.
-    fn carry(&self, s: &mut TagState) {
+    /// An evicted tag's unreported hits go to the next report, in the
+    /// buffer of its shard. Runs under that shard's lock; a buffer's lock is
+    /// only ever taken inside its shard's or alone, never the other way round.
+    fn carry(&self, shard: usize, s: &mut TagState) {
         if s.hits > 0 {
             let tag = std::mem::take(&mut s.tag);
-            self.evicted.lock().push(tag, s.hits);
+            self.evicted.push(shard, tag, s.hits);
         }
     }
 
@@ -240,7 +240,7 @@ impl<C: Clock> Buckets<C> {
                     _ => Decision::No,
                 }
             },
-            |s| self.carry(s),
+            |s| self.carry(self.table.shard_index(key), s),
         );
         r.unwrap_or_else(|_| {
             self.full.fetch_add(1, Ordering::Relaxed);
@@ -265,7 +265,7 @@ impl<C: Clock> Buckets<C> {
                 s.name(&tag);
                 s.set_tat(debt::apply_hits(s.tat, now, hits, params), params);
             },
-            |s| self.carry(s),
+            |s| self.carry(self.table.shard_index(key), s),
         );
         let counter = match r {
             Ok(()) => &self.peer_hits_applied,
@@ -288,7 +288,7 @@ impl<C: Clock> Buckets<C> {
         });
         // After the table: a tag evicted during the visit carried its hits
         // here, whether or not the visit had seen its shard yet.
-        let carried = self.evicted.lock().take();
+        let carried = self.evicted.take();
         entries.extend(carried.entries);
         let mut report = debt::report(entries, self.max_report_tags);
         report.dropped_tags += carried.dropped_tags;
@@ -316,7 +316,7 @@ impl<C: Clock> Buckets<C> {
             peer_hits_applied: self.peer_hits_applied.load(Ordering::Relaxed),
             peer_hits_dropped: self.peer_hits_dropped.load(Ordering::Relaxed),
             report_dropped_tags: self.report_dropped_tags.load(Ordering::Relaxed),
-            evicted_hits_dropped: self.evicted.lock().dropped_total(),
+            evicted_hits_dropped: self.evicted.dropped_total(),
         }
     }
 

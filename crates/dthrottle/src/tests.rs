@@ -195,7 +195,10 @@ fn a_full_table_makes_room_and_debt_yields_last() {
     assert_eq!(b.decide(b"e"), Decision::Ok);
     assert!(b.level(b"c").is_some_and(|l| l <= -8.0));
     assert_eq!(b.decide(b"f"), Decision::Ok);
-    assert!(b.level(b"c").is_some(), "the tag in debt was evicted first");
+    assert!(
+        b.level(b"c").is_some(),
+        "the tag in debt was evicted before an idle tag"
+    );
     // Both in debt: one goes rather than refuse a new tag.
     assert!(b.apply_peer(b"f", 10));
     assert_eq!(b.decide(b"g"), Decision::Ok);
@@ -532,4 +535,37 @@ fn dense(rate: f64, n: usize, secs: u64, targets: &[usize]) -> (Vec<(Nanos, usiz
         })
         .collect();
     (requests, worst as f64 / NANOS_PER_SEC as f64)
+}
+
+/// Issue 21 review: an eviction takes only its own shard's buffer of
+/// evicted hits, not a lock of the whole limiter (which every decision of a
+/// flood took, under its shard's lock, serializing the threads): a flood on
+/// the other shards goes on while one shard's buffer is held.
+#[test]
+fn evictions_take_only_their_shards_buffer() {
+    let clock = Arc::new(ManualClock::new(T0));
+    let mut c = config(5, 1.0);
+    c.max_tags = 4096;
+    c.max_report_tags = 4096;
+    let b = Arc::new(node(&clock, c));
+    assert_eq!(b.table.shards(), 4);
+    let held = b.evicted.buffer(0).lock();
+    let (tx, rx) = std::sync::mpsc::channel();
+    let flood = b.clone();
+    std::thread::spawn(move || {
+        for i in 0..20_000u32 {
+            let tag = format!("flood-{i}");
+            if flood.table.shard_index(flood.table.hash(tag.as_bytes())) != 0 {
+                assert_eq!(flood.decide(tag.as_bytes()), Decision::Ok);
+            }
+        }
+        let _ = tx.send(flood.table.evicted());
+    });
+    let evicted = rx.recv_timeout(std::time::Duration::from_secs(10));
+    drop(held);
+    let evicted = evicted.expect("an eviction waited for another shard's buffer");
+    assert!(evicted > 10_000, "{evicted} evicted");
+    let r = b.report();
+    let sent: u64 = r.entries.iter().map(|e| u64::from(e.1)).sum();
+    assert_eq!(sent + r.dropped_hits, b.table.len() as u64 + evicted);
 }

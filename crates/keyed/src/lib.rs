@@ -8,16 +8,21 @@
 //! - **Bound**: never more than `capacity` keys, whatever the traffic.
 //! - **Busy keys stay**: a key whose [`KeyState::busy`] is true (slots held,
 //!   waiters queued, a ban in force) is never evicted. When a key must be
-//!   inserted and every key of its shard is busy, [`KeyTable::with`] returns
-//!   [`Full`] and the caller applies its policy (refuse, or an overflow key).
+//!   inserted and the keys of its shard that eviction looked at are all
+//!   busy, [`KeyTable::with`] returns [`Full`] and the caller applies its
+//!   policy (refuse, or an overflow key). A table whose keys are never busy
+//!   never returns `Full` (unless its capacity is 0).
 //! - **Sticky keys yield last**: a key whose [`KeyState::sticky`] is true
-//!   (a bucket in debt) is kept while any idle key can go instead, but
-//!   evicted rather than refuse a new key: clients that can make keys
-//!   sticky cannot lock new clients out.
+//!   (a bucket in debt) is kept while eviction finds an idle key to evict
+//!   instead, but evicted rather than refuse a new key: clients that can make
+//!   keys sticky cannot lock new clients out.
 //! - **Nothing is lost silently**: [`KeyTable::with_evicted`] shows the
 //!   caller each evicted key's state (unreported hits to carry over).
-//! - **Floods cost O(1) per insert**: a shard that found every key busy or
-//!   sticky remembers it, instead of sweeping again for each new key.
+//! - **Floods cost O(1) amortized per insert**: eviction's search spends a
+//!   scan credit earned per insert (16 keys), kept up to one pass over the
+//!   shard, so no flood makes each insert sweep its shard. The price: in a
+//!   shard of more than 16 keys, an idle key beyond the keys looked at may
+//!   be found a few inserts late (`shard/evict.rs`).
 //! - **Scan resistance**: eviction is S3-FIFO (see `shard.rs`): new keys go
 //!   through a small probation queue, so a flood of one-off keys evicts other
 //!   one-off keys, not the clients that keep coming back.
@@ -92,27 +97,31 @@ pub trait KeyState: Default + Send + 'static {
     ///
     /// Called during eviction scans under the shard's lock: keep it cheap.
     /// It may change without the table being told (for example a ban that
-    /// ends at a deadline): it is asked again at every scan.
-    fn busy(&self) -> bool;
+    /// ends at a deadline): it is asked again at every scan. Default: never
+    /// (a state that loses nothing when evicted, or only sticky).
+    fn busy(&self) -> bool {
+        false
+    }
 
     /// True while the key holds something better kept but not worth
     /// refusing a new key for (a bucket in debt: evicting it hands the
-    /// client a fresh burst). Kept while an idle key can be evicted instead;
-    /// evicted when its shard is full and no key is idle. Same rules as
+    /// client a fresh burst). Kept while eviction finds an idle key to evict
+    /// instead; evicted when it finds none among the keys it looks at (see
+    /// [`KeyTable::with`]). Same rules as
     /// [`busy`](Self::busy): cheap, asked again at every scan.
     fn sticky(&self) -> bool {
         false
     }
 }
 
-/// No room for a new key: its shard is at its bound and every key in it is
-/// busy.
+/// No room for a new key: its shard is at its bound and every key of it
+/// that eviction looked at is busy (see [`KeyTable::with`]).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Full;
 
 impl std::fmt::Display for Full {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str("key table full: every key is busy")
+        f.write_str("key table full: no key could be evicted")
     }
 }
 
@@ -189,12 +198,17 @@ impl<S: KeyState> KeyTable<S> {
 
     /// Runs `f` on `key`'s state, inserting a default state first if the key
     /// is absent. Inserting into a full shard evicts an idle key (S3-FIFO
-    /// order), or failing that a sticky one; if every key there is busy,
-    /// nothing is inserted, `f` is not called and the result is
-    /// `Err(Full)`. After a sweep that found no idle key, the shard's next
-    /// inserts look only a few slots each (`shard/evict.rs`), so a key that
-    /// stopped being busy meanwhile may be found a few inserts late. A key
-    /// that was evicted comes back with the default state.
+    /// order), or failing that a sticky one; if none can go, nothing is
+    /// inserted, `f` is not called and the result is `Err(Full)`.
+    ///
+    /// Each insert looks at a bounded number of keys (`shard/evict.rs`):
+    /// before a sticky key goes or `Full` is returned, every key of the
+    /// probation queue and at least 16 keys of main from the CLOCK hand (all
+    /// of main if it holds fewer). So `Full` means those keys are all busy,
+    /// and a sticky key goes only if none of them is idle: in a shard of
+    /// more than 16 keys, an idle (or no longer busy) key beyond them is
+    /// reached within `capacity / shards / 16` such inserts. A key that was
+    /// evicted comes back with the default state.
     ///
     /// `f` runs under the shard's lock: keep it short, and do not call the
     /// same table from it (the lock is not reentrant).
@@ -275,15 +289,21 @@ impl<S: KeyState> KeyTable<S> {
         }
     }
 
+    /// Shards of the table (`clamp(capacity / 1024, 1, 64)`).
+    pub fn shards(&self) -> usize {
+        self.shards.len()
+    }
+
+    /// The shard `key` lives in, `0..shards()`: for state a caller keeps per
+    /// shard beside the table (used only under that shard's calls, it
+    /// meets no other shard's threads).
+    pub fn shard_index(&self, key: u64) -> usize {
+        ((u64::from(key as u32) * self.shards.len() as u64) >> 32) as usize
+    }
+
     /// The shard of `key`, from its low 32 bits (slots within a shard are
     /// placed by its high bits).
     fn shard(&self, key: u64) -> &Padded<S> {
-        let n = self.shards.len() as u64;
-        &self.shards[((u64::from(key as u32) * n) >> 32) as usize]
-    }
-
-    #[cfg(test)]
-    fn shard_index(&self, key: u64) -> usize {
-        ((u64::from(key as u32) * self.shards.len() as u64) >> 32) as usize
+        &self.shards[self.shard_index(key)]
     }
 }

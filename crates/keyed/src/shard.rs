@@ -21,18 +21,21 @@
 //!   and came back: a real client, not a scan).
 //! - busy keys are skipped by both queues; a busy key at the probation front
 //!   graduates to main, where CLOCK skips it while it stays busy. Sticky
-//!   keys ([`KeyState::sticky`]) are treated as busy, except that when no
-//!   key of the shard is idle one of them is evicted rather than refuse the
-//!   new key.
-//! - a shard remembers a sweep that found nothing (see `evict.rs`): a flood
-//!   of new keys into a shard of busy or sticky keys costs O(1) amortized
-//!   per insert, not a sweep of the whole shard each.
+//!   keys ([`KeyState::sticky`]) are skipped like busy ones, except that
+//!   when no idle key was found one of them is evicted rather than refuse
+//!   the new key.
+//! - CLOCK's search is bounded by a scan credit earned per insert (see
+//!   `evict.rs`): a flood of new keys into a shard of busy or sticky keys
+//!   costs O(1) amortized per insert, never a sweep of the shard each.
 
 use std::collections::VecDeque;
 
 use crate::KeyState;
 
 mod evict;
+
+#[cfg(test)]
+pub(crate) use evict::SCAN;
 
 /// Accesses since the key entered its queue, saturating at 3.
 const FREQ: u8 = 0b0011;
@@ -104,9 +107,12 @@ pub(crate) struct Shard<S> {
     /// 0 = empty. Allocated at the first eviction.
     ghost: Vec<u32>,
     pub(crate) evicted: u64,
-    /// Inserts at the bound that skip CLOCK's search for an idle key of
-    /// main: set after a sweep that found none (see `evict.rs`).
-    pub(crate) idle_skip: usize,
+    /// Keys of main CLOCK may still look at: earned per insert at the
+    /// bound, at most `cap` (see `evict.rs`).
+    credit: usize,
+    /// Inserts at the bound that try probation's idle keys before CLOCK:
+    /// set after a search of main that found no idle key (see `evict.rs`).
+    probation_first: usize,
 }
 
 impl<S: KeyState> Shard<S> {
@@ -128,7 +134,8 @@ impl<S: KeyState> Shard<S> {
             hand: 0,
             ghost: Vec::new(),
             evicted: 0,
-            idle_skip: 0,
+            credit: cap,
+            probation_first: 0,
         }
     }
 
@@ -234,8 +241,8 @@ impl<S: KeyState> Shard<S> {
     }
 
     /// Inserts `key` (absent; `empty` is the empty slot that ended its
-    /// probe) with the default state; `None` if the shard is full and every
-    /// key in it is busy.
+    /// probe) with the default state; `None` if the shard is full and no key
+    /// could go (`make_room`).
     fn insert(
         &mut self,
         key: u64,

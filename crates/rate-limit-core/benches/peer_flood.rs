@@ -8,6 +8,10 @@
 //! report would. Also the
 //! same flood into a table whose keys are all in debt (peers reported
 //! them over their rate): each new key evicts one of those (sticky keys).
+//! And floods whose keys each come twice (a new key, then the same key
+//! again: it leaves probation for main, where an idle key is rare), into a
+//! table whose keys are 90 % in debt, and 100 %; one decision per
+//! iteration (half of them new keys).
 //!
 //! Run: `cargo bench -p rate-limit-core --bench peer_flood`.
 
@@ -144,7 +148,46 @@ fn peered(c: &mut Criterion) {
             )
         })
     });
+    // Keys seen twice, into a table 90 % in debt, then 100 %.
+    for (name, every) in [
+        ("touch_twice_into_90pct_in_debt_100k", 10),
+        ("touch_twice_into_keys_in_debt_100k", u64::MAX),
+    ] {
+        let d = in_debt(every);
+        let mut i = 0u64;
+        let mut n = 1u64 << 42;
+        g.bench_function(name, |b| {
+            b.iter_custom(|iters| {
+                periods(
+                    iters,
+                    |_| {
+                        i += 1;
+                        n += i & 1;
+                        assert!(admit(&d, n), "a new key was refused");
+                    },
+                    || {
+                        black_box(d.peer_report(10_000));
+                    },
+                )
+            })
+        });
+    }
     g.finish();
+}
+
+/// A full table whose keys are in debt, but every `every`-th one idle.
+fn in_debt(every: u64) -> L {
+    let d = limiter();
+    for k in 0..KEYS as u64 {
+        let mut buf = [0u8; 24];
+        if k % every != 0 || every == u64::MAX {
+            d.apply_peer(tag(k, &mut buf), u32::MAX);
+        } else {
+            admit(&d, k);
+        }
+    }
+    black_box(d.peer_report(10_000));
+    d
 }
 
 fn daemon(c: &mut Criterion) {
@@ -183,6 +226,24 @@ fn daemon(c: &mut Criterion) {
                 |_| {
                     n += 1;
                     assert_eq!(decide(n), Decision::Ok, "a new tag was refused");
+                },
+                || {
+                    black_box(b.report());
+                },
+            )
+        })
+    });
+    // Tags seen twice (one decision per iteration, half of them new tags).
+    let mut i = 0u64;
+    let mut n = 1u64 << 41;
+    g.bench_function("touch_twice_tag_flood_100k", |bn| {
+        bn.iter_custom(|iters| {
+            periods(
+                iters,
+                |_| {
+                    i += 1;
+                    n += i & 1;
+                    black_box(decide(n));
                 },
                 || {
                     black_box(b.report());

@@ -77,9 +77,9 @@ pub struct Limiter<W: Waiter, C: Clock = MonotonicClock> {
     /// Joins the peer exchange (`--peers`): keys carry their peer tag and
     /// the hits not yet reported (see `peer.rs`).
     peered: bool,
-    /// Peered: the unreported hits of keys evicted since the last report
-    /// (bounded, see `dthrottle::evicted`).
-    evicted_hits: Mutex<dthrottle::EvictedHits>,
+    /// Peered: the unreported hits of keys evicted since the last report,
+    /// per shard of `keys` (bounded, see `dthrottle::evicted`).
+    evicted_hits: dthrottle::ShardedEvictedHits,
     /// With `--fair`: hashes flow keys (secret per limiter, so clients
     /// cannot aim at one another's flows; see `fair.rs`).
     flow_seed: std::hash::RandomState,
@@ -333,7 +333,7 @@ impl<W: Waiter, C: Clock> Limiter<W, C> {
             waiting_queues: Mutex::new(HashMap::new()),
             params: None,
             peered: false,
-            evicted_hits: Mutex::new(dthrottle::EvictedHits::new(0)),
+            evicted_hits: dthrottle::ShardedEvictedHits::new(0, 1),
             flow_seed: std::hash::RandomState::new(),
             clock,
         }
@@ -659,7 +659,7 @@ impl<W: Waiter, C: Clock> Limiter<W, C> {
                     place: taken_place,
                 }
             },
-            |st| self.carry(st),
+            |st| self.carry(table.shard_index(key), st),
         );
         let Ok(g) = grabbed else {
             return Admission::Reject;

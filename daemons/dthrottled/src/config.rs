@@ -10,7 +10,9 @@ use ipnet::IpNet;
 
 /// What the daemon answers when a new tag finds no room in the tag table.
 /// Since issue 21 tags with unreported hits or in debt make room for new
-/// ones, so this no longer happens; kept so that configurations stay valid.
+/// ones: no tag is ever busy, and the tag table refuses a new key only when
+/// every key it looked at is busy (`crates/keyed`), so this never happens
+/// (`max_tags` ≥ 1); kept so that configurations stay valid.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum OnFull {
     Refuse,

@@ -13,36 +13,75 @@ fn remix(mut z: u64) -> u64 {
     z ^ (z >> 31)
 }
 
-/// Slots an insert looks at for a key to evict once a sweep found no idle
-/// key (see `make_room`).
-const STEPS: usize = 8;
+/// Keys of main that CLOCK may look at per insert at the bound, on
+/// average: each such insert earns this much scan credit, and a shard keeps
+/// at most one pass over its keys' worth (see `make_room`).
+pub(crate) const SCAN: usize = 16;
 
-/// Evictable in S3-FIFO order: neither busy nor sticky.
-fn idle<S: KeyState>(s: &S) -> bool {
-    !s.busy() && !s.sticky()
+/// What eviction may do with a key.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Kind {
+    /// Evictable in S3-FIFO order.
+    Idle,
+    /// Evicted only when no idle key was found.
+    Sticky,
+    /// Never evicted.
+    Busy,
+}
+
+/// One `busy()` call per key looked at (what the scan budget counts).
+fn kind<S: KeyState>(s: &S) -> Kind {
+    if s.busy() {
+        Kind::Busy
+    } else if s.sticky() {
+        Kind::Sticky
+    } else {
+        Kind::Idle
+    }
+}
+
+/// What a CLOCK scan found in its window.
+struct Scan {
+    /// An idle key of main: a zero counter, or the lowest counter seen.
+    idle: Option<usize>,
+    /// The sticky key of main with the lowest counter seen.
+    sticky: Option<usize>,
 }
 
 impl<S: KeyState> Shard<S> {
     /// Evicts one key and returns the slot left empty (after the backward
-    /// shift); `None` if no key could go. An idle key if there is one, in
-    /// S3-FIFO order; else a sticky one. `evicted` sees the victim's state.
+    /// shift); `None` if no key could go. `evicted` sees the victim's state.
     ///
-    /// **The worst case is not repeated.** When no key of main is idle,
-    /// CLOCK sweeps the whole shard (n slots) to learn it. Without a memory
-    /// of that, a flood of new keys into a shard of busy or sticky keys
-    /// would pay the sweep on every insert, under the shard's lock (CPU
-    /// amplification). So a sweep that found no idle key of main sets
-    /// `idle_skip = cap`: the next `cap` inserts at the bound skip that
-    /// search and look at most [`STEPS`] slots on from the hand for a key
-    /// that is not busy (the hand moves on, so successive inserts cover the
-    /// shard). A flood thus costs O(1) per insert: one sweep per `cap`
-    /// inserts, plus at most `STEPS` slots each. The price: in that mode an
-    /// insert may evict a sticky key while an idle one (freed meanwhile
-    /// without the table being told: a slot given back, debt ending) waits
-    /// further on, or be refused while a key has become free; the hand
-    /// reaches every slot within `n / STEPS` inserts. This only follows a
-    /// sweep that found no idle key, and probation is still searched first,
-    /// so new (idle) keys still evict each other.
+    /// The order: probation's untouched idle key at its front (while
+    /// probation holds its share), then CLOCK's idle key of main, then any
+    /// idle key of probation, then a sticky key (of main, else of
+    /// probation). `None` only if every key of probation and every key of
+    /// main CLOCK looked at is busy: a shard whose keys are never busy always
+    /// makes room.
+    ///
+    /// **After a fruitless search** (CLOCK found no idle key of main), the
+    /// next `cap` inserts try probation's idle keys before CLOCK: in a shard
+    /// of keys that cannot go, a flood's keys (idle, in probation) then
+    /// evict each other at O(1), instead of each paying a search of main
+    /// that finds nothing. CLOCK still runs when probation has no idle key,
+    /// and ends that mode when it finds one.
+    ///
+    /// **Bounded work per insert.** CLOCK's search costs `busy()` calls
+    /// under the shard's lock, and in a shard of busy or sticky keys the
+    /// next idle key of main may be anywhere (a flood of keys touched twice
+    /// graduates each to main, alone among keys that cannot go). So CLOCK
+    /// spends scan credit, one per key of main looked at: every insert at the
+    /// bound earns [`SCAN`], unspent credit is kept up to one pass over the
+    /// shard (`cap`, also the initial credit), and when it runs out CLOCK
+    /// stops at the best candidate it saw (the idle key with the lowest
+    /// counter). So an insert costs O(1) amortized (`SCAN` keys of main plus
+    /// its share of probation's, each passing once), and at most one pass
+    /// per burst of inserts (the credit is earned during the mode above
+    /// too). The price, only in shards of more than `SCAN`
+    /// keys: when the window held no idle key, an idle key of main beyond it
+    /// waits (a sticky key may go meanwhile, or the insert be refused if
+    /// every key looked at is busy); the hand moves on by at least `SCAN`
+    /// keys per insert, so it is reached within `cap / SCAN` such inserts.
     pub(super) fn make_room(&mut self, evicted: &mut impl FnMut(&mut S)) -> Option<usize> {
         // Probation first while it holds its share: a flood of one-off keys
         // evicts itself and never reaches main.
@@ -52,96 +91,120 @@ impl<S: KeyState> Shard<S> {
             };
             let Ok(i) = self.probe(key) else { continue };
             let s = &mut self.slots[i];
-            if s.meta & FREQ == 0 && idle(&s.state) {
+            if s.meta & FREQ == 0 && kind(&s.state) == Kind::Idle {
                 return Some(self.evict(i, true, evicted));
             }
-            // Touched during probation (or busy): main, counter restarted.
+            // Touched during probation (or not idle): main, counter restarted.
             s.meta = OCCUPIED;
         }
-        let steps = if self.idle_skip > 0 {
-            self.idle_skip -= 1;
-            STEPS
-        } else {
-            if let Some(i) = self.clock() {
-                return Some(self.evict(i, false, evicted));
+        self.credit = (self.credit + SCAN).min(self.cap.max(SCAN));
+        let mut sticky = None;
+        if self.probation_first > 0 {
+            self.probation_first -= 1;
+            match self.idle_in_probation(&mut sticky) {
+                Some(i) => return Some(self.evict(i, true, evicted)),
+                None => return self.evict_in_main(sticky, evicted),
             }
-            self.idle_skip = self.cap;
-            // Main has no idle key: any idle probation key goes, touched or
-            // not; the others move to main.
-            while let Some(key) = self.small.pop_front() {
-                let Ok(i) = self.probe(key) else { continue };
-                if idle(&self.slots[i].state) {
-                    return Some(self.evict(i, true, evicted));
-                }
-                self.slots[i].meta = OCCUPIED;
-            }
-            // This insert has paid for a sweep already: one more may follow.
-            self.slots.len()
-        };
-        // No idle key: a sticky one goes rather than refuse the new key.
-        if let Some(i) = self.any_unbusy(steps) {
+        }
+        let scan = self.clock();
+        if let Some(i) = scan.idle {
             return Some(self.evict(i, false, evicted));
         }
-        // Nor in main: probation's keys (below its share, new since the
-        // sweep) go if not busy, or move to main; each key is passed here
-        // once per insert, so this stays O(1) amortized.
+        self.probation_first = self.cap;
+        sticky = scan.sticky;
+        if let Some(i) = self.idle_in_probation(&mut sticky) {
+            return Some(self.evict(i, true, evicted));
+        }
+        // No idle key found: a sticky one goes rather than refuse the new key.
+        sticky.map(|i| self.evict(i, false, evicted))
+    }
+
+    /// Probation had no idle key (the mode after a fruitless search): CLOCK
+    /// over main (which ends the mode if it finds an idle key), else a
+    /// sticky key, of main or `sticky` (probation's).
+    fn evict_in_main(
+        &mut self,
+        sticky: Option<usize>,
+        evicted: &mut impl FnMut(&mut S),
+    ) -> Option<usize> {
+        let scan = self.clock();
+        if let Some(i) = scan.idle {
+            self.probation_first = 0;
+            return Some(self.evict(i, false, evicted));
+        }
+        scan.sticky
+            .or(sticky)
+            .map(|i| self.evict(i, false, evicted))
+    }
+
+    /// The first idle key of probation, touched or not; the keys before it
+    /// move to main (the first sticky one noted in `sticky` if unset). Each
+    /// key passes here at most once (it leaves probation): O(1) amortized.
+    fn idle_in_probation(&mut self, sticky: &mut Option<usize>) -> Option<usize> {
         while let Some(key) = self.small.pop_front() {
             let Ok(i) = self.probe(key) else { continue };
-            if !self.slots[i].state.busy() {
-                return Some(self.evict(i, true, evicted));
+            match kind(&self.slots[i].state) {
+                Kind::Idle => return Some(i),
+                Kind::Sticky if sticky.is_none() => *sticky = Some(i),
+                _ => {}
             }
             self.slots[i].meta = OCCUPIED;
         }
         None
     }
 
-    /// The first key of main among `steps` slots from the hand that is not
-    /// busy (sticky or idle). The hand stays on it (the backward shift may
-    /// refill the slot), or moves past the slots looked at.
-    fn any_unbusy(&mut self, steps: usize) -> Option<usize> {
+    /// CLOCK over main, within the shard's scan credit: the first idle key
+    /// with a zero counter, decrementing the counters of the idle keys it
+    /// passes (the hand stays on it: the backward shift may refill the
+    /// slot). When the credit runs out, the idle key with the lowest counter
+    /// seen, and the sticky key with the lowest counter seen; the hand is
+    /// then past the window.
+    fn clock(&mut self) -> Scan {
         let n = self.slots.len();
-        for _ in 0..steps.min(n) {
+        let mut idle: Option<(u8, usize)> = None;
+        let mut sticky: Option<(u8, usize)> = None;
+        // Slots passed since the last key of main: a full turn means main
+        // is empty (tiny shards, all keys in probation).
+        let mut others = 0;
+        while self.credit > 0 && others < n {
             if self.hand >= n {
                 self.hand = 0;
             }
-            let s = &self.slots[self.hand];
-            if s.meta & (OCCUPIED | SMALL) == OCCUPIED && !s.state.busy() {
-                return Some(self.hand);
+            let i = self.hand;
+            let s = &mut self.slots[i];
+            if s.meta & (OCCUPIED | SMALL) != OCCUPIED {
+                others += 1;
+                self.hand += 1;
+                continue;
+            }
+            others = 0;
+            self.credit -= 1;
+            let count = s.meta & FREQ;
+            match kind(&s.state) {
+                Kind::Idle if count == 0 => {
+                    return Scan {
+                        idle: Some(i),
+                        sticky: None,
+                    }
+                }
+                Kind::Idle => {
+                    s.meta -= 1;
+                    if idle.is_none_or(|(c, _)| count - 1 < c) {
+                        idle = Some((count - 1, i));
+                    }
+                }
+                Kind::Sticky => {
+                    if sticky.is_none_or(|(c, _)| count < c) {
+                        sticky = Some((count, i));
+                    }
+                }
+                Kind::Busy => {}
             }
             self.hand += 1;
         }
-        None
-    }
-
-    /// CLOCK over main: the first idle key with a zero counter, decrementing
-    /// the counters it passes. `None` after a full sweep that saw no idle key
-    /// of main (the counters saturate at 3, so at most 4 sweeps otherwise).
-    fn clock(&mut self) -> Option<usize> {
-        let n = self.slots.len();
-        let mut swept = 0;
-        let mut saw_idle = false;
-        loop {
-            if self.hand >= n {
-                self.hand = 0;
-            }
-            let s = &mut self.slots[self.hand];
-            if s.meta & (OCCUPIED | SMALL) == OCCUPIED && idle(&s.state) {
-                if s.meta & FREQ == 0 {
-                    // The hand stays: the backward shift may refill this slot.
-                    return Some(self.hand);
-                }
-                s.meta -= 1;
-                saw_idle = true;
-            }
-            self.hand += 1;
-            swept += 1;
-            if swept == n {
-                if !saw_idle {
-                    return None;
-                }
-                swept = 0;
-                saw_idle = false;
-            }
+        Scan {
+            idle: idle.map(|(_, i)| i),
+            sticky: sticky.map(|(_, i)| i),
         }
     }
 

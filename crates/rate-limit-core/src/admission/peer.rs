@@ -27,7 +27,7 @@
 //! counted in `peer_tags_dropped`): were such keys kept, ≥ `--keys` distinct
 //! client-chosen keys within one `--peer-period` would fill the table and
 //! refuse every new client until the next report. A key in debt is sticky:
-//! kept while an idle key can go, evicted rather than refuse a new key
+//! kept while eviction finds an idle key, evicted rather than refuse a new key
 //! (forgetting it hands one client that was over its rate a fresh burst;
 //! never evicting it would let clients that get keys into debt lock new
 //! clients out, see `dthrottle::debt::in_debt`). Keys holding slots or
@@ -96,16 +96,17 @@ impl<W: Waiter> Keyed<W> {
 }
 
 impl<W: Waiter, C: Clock> Limiter<W, C> {
-    /// An evicted key's unreported hits go to the next report. Runs under
-    /// the key's shard lock; the buffer's lock is only ever taken inside a
-    /// shard's or alone, never the other way round.
-    pub(super) fn carry(&self, st: &mut Keyed<W>) {
+    /// An evicted key's unreported hits go to the next report, in the
+    /// buffer of its shard (`shard`). Runs under that shard's lock; a
+    /// buffer's lock is only ever taken inside its shard's or alone, never
+    /// the other way round.
+    pub(super) fn carry(&self, shard: usize, st: &mut Keyed<W>) {
         let Some(p) = st.queues.as_mut().and_then(|q| q.peer.as_mut()) else {
             return;
         };
         if p.hits > 0 {
             let tag = std::mem::take(&mut p.tag);
-            self.evicted_hits.lock().push(tag, p.hits);
+            self.evicted_hits.push(shard, tag, p.hits);
         }
     }
 
@@ -119,13 +120,15 @@ impl<W: Waiter, C: Clock> Limiter<W, C> {
         report_tags: usize,
         clock: C,
     ) -> std::sync::Arc<Self> {
+        let table = KeyTable::new(keys);
+        let evicted_hits = dthrottle::ShardedEvictedHits::new(report_tags, table.shards());
         std::sync::Arc::new(Limiter {
-            keys: Some(KeyTable::new(keys)),
+            keys: Some(table),
             params: limits
                 .rate
                 .map(|(r, b)| LiveParams::new(GcraParams::per_second(r, b))),
             peered: true,
-            evicted_hits: parking_lot::Mutex::new(dthrottle::EvictedHits::new(report_tags)),
+            evicted_hits,
             ..Limiter::base(limits, clock)
         })
     }
@@ -147,14 +150,15 @@ impl<W: Waiter, C: Clock> Limiter<W, C> {
         }
         let now = self.clock.now();
         set_now(now);
+        let key = table.hash(tag);
         table
             .with_evicted(
-                table.hash(tag),
+                key,
                 |st| {
                     st.tat = debt::apply_hits(st.tat, now, hits, &params);
                     st.peer(tag, &params);
                 },
-                |st| self.carry(st),
+                |st| self.carry(table.shard_index(key), st),
             )
             .is_ok()
     }
@@ -183,7 +187,7 @@ impl<W: Waiter, C: Clock> Limiter<W, C> {
         });
         // After the table: a key evicted during the visit carried its hits
         // here, whether or not the visit had seen its shard yet.
-        let carried = self.evicted_hits.lock().take();
+        let carried = self.evicted_hits.take();
         entries.extend(carried.entries);
         let mut report = debt::report(entries, max_tags);
         report.dropped_tags += carried.dropped_tags;

@@ -255,3 +255,38 @@ proptest! {
         }
     }
 }
+
+/// Issue 21 review: an eviction takes only its own shard's buffer of
+/// evicted hits, not a lock of the whole limiter (which every decision of a
+/// flood took, under its shard's lock, serializing ATS's threads): a flood
+/// on the other shards goes on while one shard's buffer is held.
+#[test]
+fn evictions_take_only_their_shards_buffer() {
+    let clock = Arc::new(ManualClock::new(NANOS_PER_SEC));
+    let limits = Limits {
+        limit: None,
+        rate: Some((1.0, 5)),
+        queue: 0,
+        maxage: None,
+    };
+    let a: L = Limiter::peered(limits, 4096, 4096, clock.clone());
+    let shards = a.keys().map_or(0, |t| t.shards());
+    assert_eq!(shards, 4);
+    let held = a.evicted_hits.buffer(0).lock();
+    let (tx, rx) = std::sync::mpsc::channel();
+    let flood = a.clone();
+    std::thread::spawn(move || {
+        let Some(t) = flood.keys() else { return };
+        for i in 0..20_000u32 {
+            let tag = format!("flood-{i}");
+            if t.shard_index(t.hash(tag.as_bytes())) != 0 {
+                assert!(ask(&flood, tag.as_bytes()));
+            }
+        }
+        let _ = tx.send(t.evicted());
+    });
+    let evicted = rx.recv_timeout(Duration::from_secs(10));
+    drop(held);
+    let evicted = evicted.expect("an eviction waited for another shard's buffer");
+    assert!(evicted > 10_000, "{evicted} evicted");
+}

@@ -23,6 +23,7 @@ use std::sync::{Arc, Weak};
 use std::time::Duration;
 
 use ats::sched::{Periodic, Pool};
+use ats::stats::Stat;
 use parking_lot::Mutex;
 use rate_limit_core::Limiter;
 // `::store`: the store client crate (the parent module shares its name).
@@ -53,6 +54,10 @@ pub(crate) struct Syncer {
     limiter: Weak<Limiter<Queued>>,
     limiter_id: u64,
     metrics: StoreMetrics,
+    /// `plugin.rate_limiter.peer_tags_dropped` (shared with `--peers`):
+    /// keys with hits a sync left out (beyond [`MAX_KEYS_PER_SYNC`], or
+    /// evicted while the evicted keys' buffer was full).
+    tags_dropped: Option<Stat>,
     keys: Mutex<HashMap<Box<[u8]>, KeySync>>,
     /// Stopped when the syncer is dropped.
     _task: Option<Periodic>,
@@ -107,6 +112,12 @@ pub(super) fn join(
             limiter: Arc::downgrade(limiter),
             limiter_id: id,
             metrics,
+            tags_dropped: Stat::find_or_create(&format!(
+                "{}.peer_tags_dropped",
+                rate_limit_core::options::DEFAULT_PREFIX
+            ))
+            .map_err(|e| log::error!("{e}"))
+            .ok(),
             keys: Mutex::new(HashMap::new()),
             _task: task.map_err(|e| started = Err(e)).ok(),
         }
@@ -131,6 +142,10 @@ impl Syncer {
         };
         self.store.start_waker();
         let report = limiter.peer_report(MAX_KEYS_PER_SYNC);
+        super::bump(
+            self.tags_dropped,
+            i64::try_from(report.dropped_tags).unwrap_or(i64::MAX),
+        );
         let mut submitted = false;
         for (tag, hits) in report.entries {
             let op = Op::Sync {
