@@ -207,7 +207,8 @@ impl<S: KeyState> KeyTable<S> {
     /// of main if it holds fewer). So `Full` means those keys are all busy,
     /// and a sticky key goes only if none of them is idle: in a shard of
     /// more than 16 keys, an idle (or no longer busy) key beyond them is
-    /// reached within `capacity / shards / 16` such inserts. A key that was
+    /// reached within about two passes of the hand (2 × `capacity / shards /
+    /// 16` such inserts: a backward shift can move a key behind it). A key that was
     /// evicted comes back with the default state.
     ///
     /// `f` runs under the shard's lock: keep it short, and do not call the

@@ -108,7 +108,7 @@ pub(crate) struct Shard<S> {
     ghost: Vec<u32>,
     pub(crate) evicted: u64,
     /// Keys of main CLOCK may still look at: earned per insert at the
-    /// bound, at most `cap` (see `evict.rs`).
+    /// bound, at most `max(cap, SCAN)` (see `evict.rs`).
     credit: usize,
     /// Inserts at the bound that try probation's idle keys before CLOCK:
     /// set after a search of main that found no idle key (see `evict.rs`).

@@ -81,7 +81,8 @@ impl<S: KeyState> Shard<S> {
     /// keys: when the window held no idle key, an idle key of main beyond it
     /// waits (a sticky key may go meanwhile, or the insert be refused if
     /// every key looked at is busy); the hand moves on by at least `SCAN`
-    /// keys per insert, so it is reached within `cap / SCAN` such inserts.
+    /// keys per insert, so it is reached within about two passes (2 × `cap /
+    /// SCAN` such inserts: a backward shift can move a key behind the hand).
     pub(super) fn make_room(&mut self, evicted: &mut impl FnMut(&mut S)) -> Option<usize> {
         // Probation first while it holds its share: a flood of one-off keys
         // evicts itself and never reaches main.
