@@ -114,14 +114,17 @@ pub struct ShardedEvictedHits {
 
 impl ShardedEvictedHits {
     /// For a table of `shards` shards (at least one); shard `i` keeps at
-    /// most `bound / shards` tags, plus one for the first `bound % shards`.
+    /// most `bound / shards` tags, plus one for the first `bound % shards`,
+    /// and at least one if `bound` is not 0: a bound below the shard count
+    /// (dthrottled allows `max_report_tags = 1`) would otherwise drop every
+    /// hit evicted in most shards. So `max(bound, shards)` tags in all.
     pub fn new(bound: usize, shards: usize) -> Self {
         let n = shards.max(1);
+        let least = usize::from(bound > 0);
         let shards = (0..n)
             .map(|i| {
-                Padded(Mutex::new(EvictedHits::new(
-                    bound / n + usize::from(i < bound % n),
-                )))
+                let share = bound / n + usize::from(i < bound % n);
+                Padded(Mutex::new(EvictedHits::new(share.max(least))))
             })
             .collect();
         ShardedEvictedHits { shards }
@@ -198,5 +201,19 @@ mod tests {
         assert_eq!((taken.dropped_tags, taken.dropped_hits), (4, 5));
         assert_eq!(e.dropped_total(), 4);
         assert_eq!(e.take(), Taken::default());
+    }
+
+    #[test]
+    fn a_bound_below_the_shard_count_keeps_one_tag_per_shard() {
+        let e = ShardedEvictedHits::new(1, 4);
+        for i in 0..4 {
+            e.push(i, format!("t{i}").into_bytes().into(), 1);
+        }
+        let taken = e.take();
+        assert_eq!((taken.entries.len(), taken.dropped_tags), (4, 0));
+        // A bound of 0 keeps nothing.
+        let none = ShardedEvictedHits::new(0, 4);
+        none.push(2, Box::from(&b"x"[..]), 3);
+        assert_eq!(none.take().dropped_hits, 3);
     }
 }
