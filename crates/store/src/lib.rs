@@ -30,8 +30,10 @@ pub mod redis_cas;
 mod redis_cluster;
 mod redis_conn;
 pub mod rmw;
+mod shared;
 pub mod url;
 
 pub use client::{
     Backend, BatchError, Client, Completion, Config, Exited, Outcome, Stats, SubmitError,
 };
+pub use shared::Shared;

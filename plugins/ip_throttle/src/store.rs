@@ -26,20 +26,19 @@
 
 use std::net::IpAddr;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, LazyLock, Weak};
+use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use ats::poller::{Drain, Poller};
 use ats::{error_page, Parked};
 use ip_throttle_core::shared::{self, Update, Write};
 use ip_throttle_core::{Action, Decision, Delayed, IpState, Machine, Options, Params, ToStep};
-use parking_lot::Mutex;
 // `::store`: the store client crate (this module shares its name).
 use ::store::memcached::Memcached;
 use ::store::redis_cas::RedisCas;
 use ::store::rmw::{CasBackend, Modify, Put, Rmw};
 use ::store::url::StoreUrl;
-use ::store::{Client, Completion, Config, Outcome, SubmitError};
+use ::store::{Client, Completion, Config, Outcome, Shared, SubmitError};
 
 use crate::delay::{self, Wait};
 use crate::Rule;
@@ -53,7 +52,7 @@ pub(crate) const LOG_EVERY: Duration = Duration::from_secs(10);
 
 /// The live stores; weak, so a store lives as long as a rule or a
 /// transaction uses it.
-static STORES: LazyLock<Mutex<Vec<Weak<Store>>>> = LazyLock::new(Mutex::default);
+static STORES: Shared<Store> = Shared::new();
 
 /// What the I/O thread does with an IP's record.
 pub(crate) enum Step {
@@ -173,41 +172,36 @@ impl Store {
             return Ok(None);
         };
         let timeout = Duration::from_millis(o.store_timeout_ms);
-        let mut stores = STORES.lock();
-        stores.retain(|s| s.strong_count() > 0);
-        if let Some(s) = stores
-            .iter()
-            .filter_map(Weak::upgrade)
-            .find(|s| &s.url == url && s.timeout == timeout)
-        {
-            return Ok(Some(s));
-        }
-        let started = match url {
-            StoreUrl::Memcached(servers) => Client::start(
-                "ipt-store",
-                CasBackend::new(Memcached::new(servers.clone())),
-                Config::default(),
-            )
-            .map(Backing::Memcached),
-            StoreUrl::Redis(addr) => {
-                let backend =
-                    RedisCas::new(addr).map_err(|e| format!("--store={}: {e}", url.url()))?;
-                Client::start("ipt-store", CasBackend::new(backend), Config::default())
-                    .map(Backing::Redis)
-            }
-        };
-        let client = started
-            .map_err(|e| format!("--store={}: cannot start its I/O thread: {e}", url.url()))?;
-        let s = Arc::new(Store {
-            url: url.clone(),
-            timeout,
-            client,
-            poller: Poller::new(POLL_EVERY),
-            logged_ms: AtomicU64::new(0),
-            epoch: Instant::now(),
-        });
-        stores.push(Arc::downgrade(&s));
-        Ok(Some(s))
+        let matches = |s: &Store| &s.url == url && s.timeout == timeout;
+        STORES
+            .get_or_start(matches, || {
+                let started = match url {
+                    StoreUrl::Memcached(servers) => Client::start(
+                        "ipt-store",
+                        CasBackend::new(Memcached::new(servers.clone())),
+                        Config::default(),
+                    )
+                    .map(Backing::Memcached),
+                    StoreUrl::Redis(addr) => {
+                        let backend = RedisCas::new(addr)
+                            .map_err(|e| format!("--store={}: {e}", url.url()))?;
+                        Client::start("ipt-store", CasBackend::new(backend), Config::default())
+                            .map(Backing::Redis)
+                    }
+                };
+                let client = started.map_err(|e| {
+                    format!("--store={}: cannot start its I/O thread: {e}", url.url())
+                })?;
+                Ok(Arc::new(Store {
+                    url: url.clone(),
+                    timeout,
+                    client,
+                    poller: Poller::new(POLL_EVERY),
+                    logged_ms: AtomicU64::new(0),
+                    epoch: Instant::now(),
+                }))
+            })
+            .map(Some)
     }
 
     /// Whether `o` names this store (a reload may not change it).

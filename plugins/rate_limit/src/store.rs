@@ -23,18 +23,17 @@
 //! stops: its thread exits and its connection closes (crates/store), and
 //! the wake channel closes with the poller.
 
-use std::sync::{Arc, LazyLock, Weak};
+use std::sync::Arc;
 use std::time::Duration;
 
 use ats::poller::{Drain, Poller};
 use ats::stats::Stat;
 use ats::{Done, HomeTxn, Parked, Txn};
-use parking_lot::Mutex;
 use rate_limit_core::store::{Failure, StoreOptions};
 use rate_limit_core::{metric_name, Admission, Options};
 // `::store`: the store client crate (this module shares its name).
 use ::store::redis::{key_base, Decide, LeaseIds, Op, Redis, Reply};
-use ::store::{Client, Completion, Config, Outcome};
+use ::store::{Client, Completion, Config, Outcome, Shared};
 
 use crate::queue::{error_page, park, state, Queued};
 use crate::state::{bump, Held, Home, Outcome as TxnOutcome, Wait};
@@ -51,7 +50,7 @@ pub(crate) mod sync;
 
 /// The live stores, by URL and timeout. Weak: a store lives as long as a
 /// rule or a transaction uses it.
-static STORES: LazyLock<Mutex<Vec<Weak<Store>>>> = LazyLock::new(Mutex::default);
+static STORES: Shared<Store> = Shared::new();
 
 /// A store's client and its drainer.
 pub(crate) struct Store {
@@ -144,30 +143,19 @@ impl RuleStore {
         let Some(s) = &o.store else { return Ok(None) };
         let url = s.url();
         let timeout = Duration::from_millis(s.timeout_ms);
-        let mut stores = STORES.lock();
-        stores.retain(|x| x.strong_count() > 0);
-        let live = stores
-            .iter()
-            .filter_map(Weak::upgrade)
-            .find(|x| x.url == url && x.timeout == timeout);
-        let store = match live {
-            Some(x) => x,
-            None => {
-                let backend = Redis::new(&s.redis).map_err(|e| format!("--store={url}: {e}"))?;
-                let client = Client::start("rl-store", backend, Config::default())
-                    .map_err(|e| format!("--store={url}: cannot start its I/O thread: {e}"))?;
-                let x = Arc::new(Store {
-                    url,
-                    timeout,
-                    client,
-                    poller: Poller::new(DRAIN_EVERY),
-                    ids: LeaseIds::default(),
-                });
-                stores.push(Arc::downgrade(&x));
-                x
-            }
-        };
-        drop(stores);
+        let matches = |x: &Store| x.url == url && x.timeout == timeout;
+        let store = STORES.get_or_start(matches, || {
+            let backend = Redis::new(&s.redis).map_err(|e| format!("--store={url}: {e}"))?;
+            let client = Client::start("rl-store", backend, Config::default())
+                .map_err(|e| format!("--store={url}: cannot start its I/O thread: {e}"))?;
+            Ok::<_, String>(Arc::new(Store {
+                url: url.clone(),
+                timeout,
+                client,
+                poller: Poller::new(DRAIN_EVERY),
+                ids: LeaseIds::default(),
+            }))
+        })?;
         let metrics = StoreMetrics::new(o);
         let sync = match s.sync_ms {
             Some(ms) => Some(sync::join(&store, limiter, &s.namespace, ms, metrics)?),
@@ -190,14 +178,11 @@ impl RuleStore {
 /// The last rule of this copy is gone (`TSRemapDone`): says what
 /// transactions in flight still hold (it stops when they finish).
 pub(crate) fn done() {
-    let syncing = sync::running();
-    let mut stores = STORES.lock();
-    stores.retain(|x| x.strong_count() > 0);
-    if !stores.is_empty() || syncing > 0 {
+    let (stores, syncing) = (STORES.live(), sync::running());
+    if stores > 0 || syncing > 0 {
         log::debug!(
-            "{} store client(s) and {syncing} --store-sync exchange(s) held by transactions \
-             in flight; they stop when those finish",
-            stores.len()
+            "{stores} store client(s) and {syncing} --store-sync exchange(s) held by \
+             transactions in flight; they stop when those finish"
         );
     }
 }

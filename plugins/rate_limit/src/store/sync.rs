@@ -28,7 +28,7 @@ use parking_lot::Mutex;
 use rate_limit_core::Limiter;
 // `::store`: the store client crate (the parent module shares its name).
 use ::store::redis::{key_base, Op, Reply};
-use ::store::Outcome;
+use ::store::{Outcome, Shared};
 
 use super::{Store, StoreMetrics, Token};
 use crate::queue::Queued;
@@ -73,7 +73,7 @@ struct KeySync {
 
 /// The live syncers, for rules of the same limiter and settings to share
 /// one. Weak: only rules (and exchanges in flight) keep a syncer.
-static SYNCERS: Mutex<Vec<Weak<Syncer>>> = Mutex::new(Vec::new());
+static SYNCERS: Shared<Syncer> = Shared::new();
 
 /// The exchange of `limiter` with these settings: the live one, or a new
 /// one started here.
@@ -84,8 +84,6 @@ pub(super) fn join(
     period_ms: u64,
     metrics: StoreMetrics,
 ) -> Result<Arc<Syncer>, String> {
-    let mut all = SYNCERS.lock();
-    all.retain(|s| s.strong_count() > 0);
     let id = limiter.id();
     let same = |s: &Syncer| {
         s.limiter_id == id
@@ -93,45 +91,41 @@ pub(super) fn join(
             && s.namespace == namespace
             && s.period_ms == period_ms
     };
-    if let Some(s) = all.iter().filter_map(Weak::upgrade).find(|s| same(s)) {
-        return Ok(s);
-    }
-    let mut started = Ok(());
-    let s = Arc::new_cyclic(|weak: &Weak<Syncer>| {
-        let weak = weak.clone();
-        // On the net pool: see `Store::arm`.
-        let task = Periodic::start(Duration::from_millis(period_ms), Pool::Net, move || {
-            if let Some(s) = weak.upgrade() {
-                s.tick();
+    SYNCERS.get_or_start(same, || {
+        let mut started = Ok(());
+        let s = Arc::new_cyclic(|weak: &Weak<Syncer>| {
+            let weak = weak.clone();
+            // On the net pool: see `Store::arm`.
+            let task = Periodic::start(Duration::from_millis(period_ms), Pool::Net, move || {
+                if let Some(s) = weak.upgrade() {
+                    s.tick();
+                }
+            });
+            Syncer {
+                store: store.clone(),
+                namespace: namespace.to_owned(),
+                period_ms,
+                limiter: Arc::downgrade(limiter),
+                limiter_id: id,
+                metrics,
+                tags_dropped: Stat::find_or_create(&format!(
+                    "{}.peer_tags_dropped",
+                    rate_limit_core::options::DEFAULT_PREFIX
+                ))
+                .map_err(|e| log::error!("{e}"))
+                .ok(),
+                keys: Mutex::new(HashMap::new()),
+                _task: task.map_err(|e| started = Err(e)).ok(),
             }
         });
-        Syncer {
-            store: store.clone(),
-            namespace: namespace.to_owned(),
-            period_ms,
-            limiter: Arc::downgrade(limiter),
-            limiter_id: id,
-            metrics,
-            tags_dropped: Stat::find_or_create(&format!(
-                "{}.peer_tags_dropped",
-                rate_limit_core::options::DEFAULT_PREFIX
-            ))
-            .map_err(|e| log::error!("{e}"))
-            .ok(),
-            keys: Mutex::new(HashMap::new()),
-            _task: task.map_err(|e| started = Err(e)).ok(),
-        }
-    });
-    started?;
-    all.push(Arc::downgrade(&s));
-    Ok(s)
+        started?;
+        Ok(s)
+    })
 }
 
 /// How many exchanges still run (held by transactions in flight).
 pub(crate) fn running() -> usize {
-    let mut all = SYNCERS.lock();
-    all.retain(|s| s.strong_count() > 0);
-    all.len()
+    SYNCERS.live()
 }
 
 impl Syncer {
