@@ -979,8 +979,9 @@ impl Drop for TrafficServer {
 }
 
 /// The answer to request `id` in a `<plugin>_ctl.log` text, its lines
-/// joined as the README says: by `split` array or by `chunk` (without the
-/// `part`, `parts` and `split` fields); `None` until every part is there.
+/// joined as docs/rate_limit.md ("Live control") says: by `split` array or
+/// by `chunk` (without the `part`, `parts` and `split` fields); `None`
+/// until every part is there.
 pub fn join_answer(log: &str, id: &str) -> Option<String> {
     use serde_json::Value;
     let mut parts: Vec<Value> = log

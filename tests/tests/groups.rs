@@ -342,7 +342,7 @@ fn a_plugin_config_line_pins_one_copy_so_a_replaced_file_keeps_the_count() {
     assert_eq!(max, 2, "the reloaded rule shares the group's state");
     // Without the pin ATS loads the replaced file as a second copy, whose
     // groups start empty: the limit is exceeded during the reload. This is
-    // what the README's advice prevents.
+    // what the advice in docs/rate_limit.md ("Groups and reloads") prevents.
     let (max, _) = replace_and_reload(false);
     assert!(max > 2, "an unpinned replaced copy starts at 0 (max {max})");
 }

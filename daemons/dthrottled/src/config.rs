@@ -1,6 +1,6 @@
 //! The configuration file: `name = value` lines, `#` comments, blank lines
-//! ignored. Every setting, its default and what it allows is in the
-//! README (section "dthrottled") and `dthrottled.conf.example`.
+//! ignored. Every setting, its default and what it allows is in
+//! docs/dthrottled.md and `dthrottled.conf.example`.
 
 use std::net::{IpAddr, Ipv4Addr, SocketAddr, ToSocketAddrs};
 use std::path::PathBuf;

@@ -66,7 +66,7 @@ struct Globals {
 static GLOBALS: OnceLock<Globals> = OnceLock::new();
 
 /// The limiters of every group and rule, by identity, across reloads: one
-/// per loaded copy of the .so (see the README's "Groups and reloads").
+/// per loaded copy of the .so (see docs/rate_limit.md, "Groups and reloads").
 /// Taken only while loading configurations, never by requests.
 static REGISTRY: LazyLock<Mutex<Registry<Limiter<Queued>>>> = LazyLock::new(Mutex::default);
 

@@ -152,7 +152,8 @@ fn chunks(body: &Map<String, Value>, max: usize) -> Vec<String> {
 mod tests {
     use super::*;
 
-    /// Joins the lines of one answer as the README says a reader does.
+    /// Joins the lines of one answer as a reader does (docs/rate_limit.md,
+    /// "Live control", long answers).
     fn join(lines: &[String]) -> Value {
         let parsed: Vec<Value> = lines
             .iter()
