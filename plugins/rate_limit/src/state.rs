@@ -73,7 +73,7 @@ impl Metrics {
 /// and added to its metrics every second (`ats::stats::publish_deltas`, as
 /// deltas: rules may share a metric name). Changing the metrics themselves
 /// cost three `TSStatIntIncrement` per admitted transaction: on ATS 10 ~40
-/// instructions each (BENCHMARKS.md, "Instructions per request", 10.1).
+/// instructions each (docs/changelog.md, the 10.1 steps).
 /// Operators read metrics seconds apart, and 9.2 shows them ~10 s late
 /// anyway.
 ///
@@ -177,7 +177,7 @@ pub(crate) enum PerTxn {
     /// request with a slot and has nothing to decorate, so no hook but
     /// TXN_CLOSE and no later entry will read it. Building, storing and
     /// dropping the full state was most of our own instructions per request
-    /// (BENCHMARKS.md, issue 15).
+    /// (docs/changelog.md, the hot-path work of issue 15).
     Held { _slot: Held },
     /// The entries' states, in remap order.
     Entries(TxnState),
