@@ -60,7 +60,7 @@ pub fn parse_trusted(value: &str) -> Result<Vec<IpNet>, String> {
             s.parse::<IpNet>()
                 .or_else(|_| s.parse::<IpAddr>().map(IpNet::from))
                 .map(|n| n.trunc())
-                .map_err(|_| format!("{} is not an IP address or CIDR", limits::quote::quote(s)))
+                .map_err(|_| format!("{} is not an IP address or CIDR", quoting::quote(s)))
         })
         .collect()
 }

@@ -31,9 +31,10 @@ mod redis_cluster;
 mod redis_conn;
 pub mod rmw;
 mod shared;
-pub mod url;
 
 pub use client::{
     Backend, BatchError, Client, Completion, Config, Exited, Outcome, Stats, SubmitError,
 };
 pub use shared::Shared;
+/// `--store` values and the addresses they name (the `store-url` leaf).
+pub use store_url as url;

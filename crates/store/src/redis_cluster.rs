@@ -30,8 +30,8 @@ use redis::Value;
 
 use crate::client::BatchError;
 use crate::net::{left, Endpoint};
-use crate::redis::Addr;
 use crate::redis_conn::{load_scripts, RespConn, Routed};
+use store_url::Addr;
 
 pub const SLOTS: usize = 16_384;
 /// A slot no master serves.

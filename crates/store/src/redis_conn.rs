@@ -12,41 +12,8 @@ use redis::Value;
 
 use crate::client::BatchError;
 use crate::net::{io_err, Endpoint, Timed};
-use crate::redis::Addr;
 use crate::redis_cluster::{slot, Cluster};
-
-/// Where the data is: one server (`redis://`) or a Cluster (`redis+cluster://`).
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Target {
-    Node(Addr),
-    /// Seed nodes, tried in order for the slot map (a Cluster has only db 0).
-    Cluster(Vec<Addr>),
-}
-
-impl Target {
-    /// Written back normalised (for diags.log, and to share a client).
-    pub fn url(&self) -> String {
-        match self {
-            Target::Node(a) => a.url(),
-            Target::Cluster(seeds) => {
-                let s: Vec<String> = seeds.iter().map(Addr::host_port).collect();
-                format!("redis+cluster://{}", s.join(","))
-            }
-        }
-    }
-}
-
-impl From<&Addr> for Target {
-    fn from(a: &Addr) -> Target {
-        Target::Node(a.clone())
-    }
-}
-
-impl From<&Target> for Target {
-    fn from(t: &Target) -> Target {
-        t.clone()
-    }
-}
+use store_url::{Addr, Target};
 
 /// One command of a batch, packed, with the slot of the key it touches
 /// (by which a Cluster routes it).
