@@ -22,6 +22,8 @@
 //! A later memcached backend (ip_throttle's shared state) implements
 //! [`Backend`] and reuses the rest.
 
+#![forbid(unsafe_code)]
+
 mod client;
 pub mod memcached;
 mod net;
