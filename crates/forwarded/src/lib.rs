@@ -65,14 +65,7 @@ pub fn parse_trusted(value: &str) -> Result<Vec<IpNet>, String> {
         .collect()
 }
 
-/// IPv4-mapped IPv6 addresses (`::ffff:a.b.c.d`, what a dual-stack socket
-/// reports) count as the IPv4 address, so one client has one address.
-pub fn canonical(ip: IpAddr) -> IpAddr {
-    match ip {
-        IpAddr::V6(v6) => v6.to_ipv4_mapped().map_or(IpAddr::V6(v6), IpAddr::V4),
-        v4 => v4,
-    }
-}
+pub use netaddr::canonical;
 
 /// Whether `ip` (taken canonical) is in one of the `trusted` networks.
 pub fn trusts(trusted: &[IpNet], ip: IpAddr) -> bool {

@@ -15,6 +15,7 @@ use std::sync::Arc;
 use arc_swap::ArcSwap;
 use keyed::KeyTable;
 use limits::{Clock, MonotonicClock, Nanos};
+use netaddr::{mask128, mask32};
 use parking_lot::Mutex;
 
 use crate::lists::{canonical, CidrList, Listed, Lists};
@@ -208,18 +209,6 @@ fn event(kind: EventKind, s: &IpState) -> Event {
         delay: s.delay(),
         violations: s.violations(),
     }
-}
-
-fn mask32(len: u8) -> u32 {
-    u32::MAX
-        .checked_shl(32 - u32::from(len.min(32)))
-        .unwrap_or(0)
-}
-
-fn mask128(len: u8) -> u128 {
-    u128::MAX
-        .checked_shl(128 - u32::from(len.min(128)))
-        .unwrap_or(0)
 }
 
 impl<C: Clock> Throttler<C> {
