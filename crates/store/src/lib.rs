@@ -14,7 +14,8 @@
 //! - [`redis_cas`]: Redis as a compare-and-swap store ([`rmw`]).
 //! - Both Redis backends send their batches through one connection layer
 //!   (`redis_conn`): one server, or a Redis Cluster's masters
-//!   (`redis_cluster`: slots, the slot map, redirects).
+//!   (`redis_cluster`: slots, the slot map, redirects), each server's
+//!   connection and replies read by `resp`.
 //! - Every backend's sockets (`net`): one deadline bounds a whole exchange
 //!   (a server that drips its answer cannot stretch it), and host names
 //!   are resolved off the I/O thread.
@@ -31,6 +32,7 @@ pub mod redis;
 pub mod redis_cas;
 mod redis_cluster;
 mod redis_conn;
+mod resp;
 pub mod rmw;
 mod shared;
 

@@ -32,8 +32,10 @@ use redis::Value;
 use sha2::{Digest, Sha256};
 
 use crate::client::{Backend, BatchError};
-pub use crate::redis_conn::MAX_REPLY;
-use crate::redis_conn::{server_error, Conn, Routed};
+use crate::redis_cluster::Routed;
+use crate::redis_conn::Conn;
+use crate::resp::server_error;
+pub use crate::resp::MAX_REPLY;
 pub use store_url::{Addr, Target};
 
 /// The decision script. ARGV: emission interval in µs (0: no rate), burst,

@@ -13,7 +13,9 @@ use std::time::Instant;
 use redis::Value;
 
 use crate::client::BatchError;
-use crate::redis_conn::{server_error, Conn, Routed};
+use crate::redis_cluster::Routed;
+use crate::redis_conn::Conn;
+use crate::resp::server_error;
 use crate::rmw::{CasStore, CasWrite};
 use store_url::Target;
 
