@@ -1,5 +1,5 @@
 //! ATS event threads: the one a transaction runs on, remembered to come
-//! back to it ([`crate::sched::run_on`], [`crate::Parked::home`]). A leaf of
+//! back to it (`sched::run_on`, [`crate::Parked::home`]). A leaf of
 //! the crate: both `sched` and `txn` use it, and it uses neither.
 
 use std::ptr::NonNull;
