@@ -8,6 +8,8 @@
 //! Usually run through `ci/bench.sh`, which installs wrk and nginx, runs
 //! the criterion benches and then this.
 
+#![forbid(unsafe_code)]
+
 mod attribution;
 mod callgrind;
 mod icount;

@@ -7,6 +7,8 @@
 //!
 //!     cargo run --release -p ats-tests --example store_latency [REQUESTS]
 
+#![forbid(unsafe_code)]
+
 use std::time::{Duration, Instant};
 
 use ats_tests::client::Conn;

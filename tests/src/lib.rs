@@ -20,6 +20,8 @@
 //! - [`redis_cluster`]: a three-master Redis Cluster per test.
 //! - [`plugin`]: paths of the freshly built plugin `.so` files.
 
+#![forbid(unsafe_code)]
+
 pub mod ats;
 pub mod client;
 pub mod h2;

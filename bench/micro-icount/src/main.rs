@@ -13,6 +13,8 @@
 //! cache-line transfer between cores, which costs time, not instructions
 //! (callgrind runs threads one at a time).
 
+#![forbid(unsafe_code)]
+
 use std::hint::black_box;
 use std::path::Path;
 use std::sync::Arc;

@@ -26,6 +26,7 @@ pub use ats_sys as sys;
 use std::os::unix::ffi::OsStrExt;
 
 mod cont;
+mod event_thread;
 pub mod guard;
 mod hdr;
 pub mod log;
@@ -41,12 +42,11 @@ mod txn;
 pub mod wake;
 
 pub use cont::{HookCont, HookHandler};
+pub use event_thread::EventThread;
 pub use hdr::Header;
 pub use remap::{ReloadStatus, RemapArgs, RemapPlugin, RemapRequest, RemapStatus};
 pub use slot::{SsnSlot, TxnSlot};
-pub use txn::{
-    error_page, CacheLookup, Done, EventThread, HomeTxn, Hook, HookId, Parked, Ssn, SsnHook, Txn,
-};
+pub use txn::{error_page, CacheLookup, Done, HomeTxn, Hook, HookId, Parked, Ssn, SsnHook, Txn};
 
 /// The Traffic Server version the bindings were generated from.
 pub const TS_VERSION: &str = match std::ffi::CStr::from_bytes_with_nul(sys::TS_VERSION_STRING) {

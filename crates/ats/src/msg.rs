@@ -27,7 +27,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
-use limits::quote::{shorten, shorten_to};
+use quoting::{shorten, shorten_to};
 use serde_json::{json, Value};
 
 use crate::sched::{Pool, Timer};
@@ -214,7 +214,7 @@ fn request_id(data: &[u8]) -> Result<Option<(String, &[u8])>, String> {
     if id.is_empty() || id.len() > ID_CHARS || !id.iter().all(ok) {
         return Err(format!(
             "request id {} is invalid: allowed @ID with 1 to {ID_CHARS} of A-Z a-z 0-9 . _ : -",
-            limits::quote::quote(&String::from_utf8_lossy(id))
+            quoting::quote(&String::from_utf8_lossy(id))
         ));
     }
     let tail = tail.strip_prefix(b" ").unwrap_or(tail);

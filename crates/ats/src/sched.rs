@@ -16,7 +16,7 @@ use std::sync::atomic::{AtomicBool, AtomicU8, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use crate::txn::EventThread;
+use crate::event_thread::EventThread;
 use crate::{guard, sys};
 
 /// ATS thread pool to run on.

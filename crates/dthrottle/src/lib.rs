@@ -52,6 +52,13 @@ pub use debt::MAX_PEER_DEBT;
 /// the same way.
 pub const MAX_TAG_LEN: usize = 255;
 
+/// `--peer-max-senders` (rate_limit.so and dthrottled): the default and
+/// largest number of peer processes whose replay windows a receiver
+/// (`peer::Receiver`) keeps. Here, not in `peer`, so the option parsers
+/// need no socket crate.
+pub const DEFAULT_MAX_SENDERS: usize = 1024;
+pub const MAX_MAX_SENDERS: usize = 65_536;
+
 /// A bucket's parameters and the table's bounds.
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub struct Config {

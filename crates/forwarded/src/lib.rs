@@ -60,19 +60,12 @@ pub fn parse_trusted(value: &str) -> Result<Vec<IpNet>, String> {
             s.parse::<IpNet>()
                 .or_else(|_| s.parse::<IpAddr>().map(IpNet::from))
                 .map(|n| n.trunc())
-                .map_err(|_| format!("{} is not an IP address or CIDR", limits::quote::quote(s)))
+                .map_err(|_| format!("{} is not an IP address or CIDR", quoting::quote(s)))
         })
         .collect()
 }
 
-/// IPv4-mapped IPv6 addresses (`::ffff:a.b.c.d`, what a dual-stack socket
-/// reports) count as the IPv4 address, so one client has one address.
-pub fn canonical(ip: IpAddr) -> IpAddr {
-    match ip {
-        IpAddr::V6(v6) => v6.to_ipv4_mapped().map_or(IpAddr::V6(v6), IpAddr::V4),
-        v4 => v4,
-    }
-}
+pub use netaddr::canonical;
 
 /// Whether `ip` (taken canonical) is in one of the `trusted` networks.
 pub fn trusts(trusted: &[IpNet], ip: IpAddr) -> bool {

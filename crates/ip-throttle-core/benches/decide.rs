@@ -6,6 +6,8 @@
 //!
 //! Run: `cargo bench -p ip-throttle-core --bench decide`.
 
+#![forbid(unsafe_code)]
+
 use std::hint::black_box;
 use std::net::{IpAddr, Ipv4Addr};
 use std::path::Path;

@@ -4,6 +4,8 @@
 //!
 //! Run: `cargo bench -p ip-throttle-core --bench lpm`.
 
+#![forbid(unsafe_code)]
+
 use std::alloc::System;
 use std::hint::black_box;
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};

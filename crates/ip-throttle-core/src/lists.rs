@@ -14,6 +14,7 @@ use std::sync::Arc;
 
 use ipnet::IpNet;
 use limits::quote::{quote, shorten_to};
+use netaddr::{mask128, mask32};
 use prefix_trie::PrefixSet;
 
 use crate::Files;
@@ -35,26 +36,7 @@ impl std::fmt::Debug for CidrList {
     }
 }
 
-/// IPv4-mapped IPv6 addresses (`::ffff:a.b.c.d`, what a dual-stack socket
-/// reports) count as the IPv4 address.
-pub fn canonical(ip: IpAddr) -> IpAddr {
-    match ip {
-        IpAddr::V6(v6) => v6.to_ipv4_mapped().map_or(IpAddr::V6(v6), IpAddr::V4),
-        v4 => v4,
-    }
-}
-
-fn mask32(len: u8) -> u32 {
-    u32::MAX
-        .checked_shl(32 - u32::from(len.min(32)))
-        .unwrap_or(0)
-}
-
-fn mask128(len: u8) -> u128 {
-    u128::MAX
-        .checked_shl(128 - u32::from(len.min(128)))
-        .unwrap_or(0)
-}
+pub use netaddr::canonical;
 
 impl CidrList {
     pub fn new() -> Self {

@@ -15,7 +15,7 @@ use ipnet::IpNet;
 use limits::quote::{quote, shorten_to};
 use limits::{Nanos, NANOS_PER_SEC};
 use regex::bytes::Regex;
-use store::url::{StoreUrl, UrlError};
+use store_url::{StoreUrl, UrlError};
 
 pub use crate::events::{EventKind, LogEvents};
 use crate::state::Params;
@@ -454,7 +454,7 @@ impl Options {
                 self.v6_prefix = b;
             }
             "store" => {
-                self.store = Some(store::url::parse(v).map_err(|e| match e {
+                self.store = Some(store_url::parse(v).map_err(|e| match e {
                     UrlError::Invalid(allowed) => invalid(name, v, at, allowed),
                     UrlError::Unsupported(why) => format!(
                         "--store has an unsupported value {}{}: {why}",

@@ -6,6 +6,8 @@
 //! Run: `cargo bench -p keyed --bench keyed`. Memory and the 10 M-key churn
 //! run: `cargo bench -p keyed --bench memory`.
 
+#![forbid(unsafe_code)]
+
 mod common;
 
 use std::sync::Arc;

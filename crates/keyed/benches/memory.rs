@@ -6,6 +6,8 @@
 //! Run: `cargo bench -p keyed --bench memory`. Prints its figures; not timed
 //! by criterion (the decision times are medians over batches of 1 000).
 
+#![forbid(unsafe_code)]
+
 mod common;
 
 use std::alloc::System;

@@ -8,6 +8,8 @@
 //!
 //! Run: `cargo bench -p limits --bench admission`.
 
+#![forbid(unsafe_code)]
+
 use std::hint::black_box;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Barrier};

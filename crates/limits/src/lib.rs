@@ -10,7 +10,7 @@
 //! - [`budget::Budget`]: a bounded counter whose tokens give back on drop.
 //! - [`ctl`]: the words of a `traffic_ctl plugin msg` command.
 //! - [`quote`]: configuration values shown in error messages, short and
-//!   printable (shared by the plugins' option parsers).
+//!   printable (the `quoting` leaf crate, re-exported for the option parsers).
 
 #![forbid(unsafe_code)]
 
@@ -19,8 +19,9 @@ pub mod clock;
 pub mod ctl;
 pub mod fair;
 pub mod gcra;
-pub mod quote;
 pub mod slots;
+
+pub use quoting as quote;
 
 pub use budget::{Budget, BudgetToken};
 pub use clock::{Clock, ManualClock, MonotonicClock, Nanos, NANOS_PER_MS, NANOS_PER_SEC};

@@ -24,7 +24,7 @@
 use std::collections::HashMap;
 use std::net::SocketAddr;
 
-use ipnet::{IpNet, Ipv4Net};
+use ipnet::IpNet;
 
 use crate::auth::Key;
 use crate::wire::{self, Datagram, Reject};
@@ -47,9 +47,6 @@ pub struct Policy {
 /// control byte). The table has a power of two of slots above 8/7 of the
 /// senders, so a sender costs 38 to 76 bytes (1024 senders: 66 KiB).
 pub const SENDER_BYTES: usize = 33;
-/// Default and largest `max_senders` the users accept.
-pub const DEFAULT_MAX_SENDERS: usize = 1024;
-pub const MAX_MAX_SENDERS: usize = 65_536;
 
 /// How long a sender's window outlives its last datagram: its datagrams
 /// stay fresh up to 2W after they arrive (see the module notes).
@@ -92,24 +89,7 @@ impl Window {
     }
 }
 
-/// `n` with an IPv4-mapped IPv6 network (`::ffff:a.b.c.d/96+`) written as
-/// the IPv4 network it is, truncated: sources are checked as
-/// [`std::net::IpAddr::to_canonical`], which never yields a mapped address.
-pub fn canonical_net(n: IpNet) -> IpNet {
-    let IpNet::V6(v6) = n else {
-        return n.trunc();
-    };
-    match (v6.addr().to_ipv4_mapped(), v6.prefix_len().checked_sub(96)) {
-        (Some(v4), Some(len)) => Ipv4Net::new(v4, len).map_or(n, IpNet::V4).trunc(),
-        _ => n.trunc(),
-    }
-}
-
-/// `a` with an IPv4-mapped IPv6 address written as IPv4 (so it matches
-/// canonical sources, and an IPv4 socket can send to it).
-pub fn canonical_addr(a: SocketAddr) -> SocketAddr {
-    SocketAddr::new(a.ip().to_canonical(), a.port())
-}
+pub use netaddr::{canonical_addr, canonical_net};
 
 /// Authenticates and deduplicates datagrams for one socket.
 pub struct Receiver {

@@ -9,6 +9,8 @@
 //!
 //! Run: `cargo bench -p rate-limit-core --bench keyed_admission`.
 
+#![forbid(unsafe_code)]
+
 use std::hint::black_box;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;

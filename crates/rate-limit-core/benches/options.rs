@@ -3,6 +3,8 @@
 //!
 //! Run: `cargo bench -p rate-limit-core --bench options`.
 
+#![forbid(unsafe_code)]
+
 use std::hint::black_box;
 
 use criterion::{criterion_group, criterion_main, Criterion};

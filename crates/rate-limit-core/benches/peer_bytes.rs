@@ -4,6 +4,8 @@
 //! second per peer (multiply by the number of peers), and the time one
 //! report takes to build. `cargo bench -p rate-limit-core --bench peer_bytes`.
 
+#![forbid(unsafe_code)]
+
 use std::net::{Ipv4Addr, UdpSocket};
 use std::sync::Arc;
 use std::time::{Duration, Instant};

@@ -15,6 +15,8 @@
 //!
 //! Run: `cargo bench -p rate-limit-core --bench peer_flood`.
 
+#![forbid(unsafe_code)]
+
 use std::hint::black_box;
 use std::sync::Arc;
 use std::time::{Duration, Instant};

@@ -8,8 +8,8 @@
 
 use std::net::IpAddr;
 
-use forwarded::canonical;
 use ipnet::IpNet;
+use netaddr::{canonical, mask128, mask32};
 
 /// One part of a client key.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -270,18 +270,6 @@ fn with_prefix(ip: IpAddr, prefix: u8, full: u8) -> String {
     } else {
         format!("{ip}/{prefix}")
     }
-}
-
-fn mask32(prefix: u8) -> u32 {
-    u32::MAX
-        .checked_shl(32 - u32::from(prefix.min(32)))
-        .unwrap_or(0)
-}
-
-fn mask128(prefix: u8) -> u128 {
-    u128::MAX
-        .checked_shl(128 - u32::from(prefix.min(128)))
-        .unwrap_or(0)
 }
 
 fn push_part(out: &mut Vec<u8>, tag: u8, value: &[u8]) {

@@ -38,8 +38,8 @@ pub const MAX_PEERS: usize = 64;
 /// Most `--peer-allow` networks (each datagram is checked against them).
 pub const MAX_ALLOW: usize = 64;
 /// `--peer-max-senders`: most peer processes whose replay windows are kept.
-pub const DEFAULT_MAX_SENDERS: usize = peer::receiver::DEFAULT_MAX_SENDERS;
-pub const MAX_MAX_SENDERS: u64 = peer::receiver::MAX_MAX_SENDERS as u64;
+pub const DEFAULT_MAX_SENDERS: usize = dthrottle::DEFAULT_MAX_SENDERS;
+pub const MAX_MAX_SENDERS: u64 = dthrottle::MAX_MAX_SENDERS as u64;
 
 /// Where a peered limiter exchanges reports, and how often.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -138,7 +138,7 @@ fn addr(name: &str, value: &str) -> Result<SocketAddr, OptionError> {
         .find(|a| a.is_ipv4())
         .or_else(|| all.first())
         .copied()
-        .map(peer::receiver::canonical_addr)
+        .map(netaddr::canonical_addr)
         .ok_or_else(bad)
 }
 
@@ -160,7 +160,7 @@ fn nets(value: &str) -> Result<Vec<IpNet>, OptionError> {
                 )
             })?;
         // Sources are checked canonical (IPv4-mapped IPv6 as IPv4).
-        let n = peer::receiver::canonical_net(n);
+        let n = netaddr::canonical_net(n);
         if !v.contains(&n) {
             v.push(n);
         }

@@ -4,8 +4,8 @@
 
 use limits::quote::quote;
 
-use store::redis::Target;
-use store::url::UrlError;
+use store_url::Target;
+use store_url::UrlError;
 
 use crate::options::{invalid, OptionError};
 
@@ -85,7 +85,7 @@ impl StoreOptions {
 }
 
 fn parse_url(value: &str) -> Result<Target, OptionError> {
-    match store::url::redis(value) {
+    match store_url::redis(value) {
         Ok(t) => Ok(t),
         Err(UrlError::Invalid(allowed)) => Err(invalid("store", value, allowed)),
         Err(UrlError::Unsupported(why)) => Err(OptionError(format!(
@@ -222,8 +222,8 @@ mod tests {
         Options::parse("http://cdn.example.com/", args)
     }
 
-    fn addr(host: &str, port: u16, db: i64) -> store::redis::Addr {
-        store::redis::Addr {
+    fn addr(host: &str, port: u16, db: i64) -> store_url::Addr {
+        store_url::Addr {
             host: host.into(),
             port,
             db,
@@ -317,7 +317,7 @@ mod tests {
             err(&["--store=redis+cluster://h:1/0"]),
             format!(
                 "--store has an invalid value 'redis+cluster://h:1/0': allowed {}",
-                store::url::CLUSTER_ALLOWED
+                store_url::CLUSTER_ALLOWED
             )
         );
         assert!(err(&["--store=rediss://h:1"]).starts_with("--store has an unsupported value"));

@@ -5,6 +5,8 @@
 //!
 //!     cargo run --release -p store --example decisions [SECONDS] [--cluster]
 
+#![forbid(unsafe_code)]
+
 use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 

@@ -14,13 +14,16 @@
 //! - [`redis_cas`]: Redis as a compare-and-swap store ([`rmw`]).
 //! - Both Redis backends send their batches through one connection layer
 //!   (`redis_conn`): one server, or a Redis Cluster's masters
-//!   (`redis_cluster`: slots, the slot map, redirects).
+//!   (`redis_cluster`: slots, the slot map, redirects), each server's
+//!   connection and replies read by `resp`.
 //! - Every backend's sockets (`net`): one deadline bounds a whole exchange
 //!   (a server that drips its answer cannot stretch it), and host names
 //!   are resolved off the I/O thread.
 //!
 //! A later memcached backend (ip_throttle's shared state) implements
 //! [`Backend`] and reuses the rest.
+
+#![forbid(unsafe_code)]
 
 mod client;
 pub mod memcached;
@@ -29,11 +32,13 @@ pub mod redis;
 pub mod redis_cas;
 mod redis_cluster;
 mod redis_conn;
+mod resp;
 pub mod rmw;
 mod shared;
-pub mod url;
 
 pub use client::{
     Backend, BatchError, Client, Completion, Config, Exited, Outcome, Stats, SubmitError,
 };
 pub use shared::Shared;
+/// `--store` values and the addresses they name (the `store-url` leaf).
+pub use store_url as url;

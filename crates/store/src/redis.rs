@@ -32,8 +32,11 @@ use redis::Value;
 use sha2::{Digest, Sha256};
 
 use crate::client::{Backend, BatchError};
-use crate::redis_conn::{server_error, Conn, Routed};
-pub use crate::redis_conn::{Target, MAX_REPLY};
+use crate::redis_cluster::Routed;
+use crate::redis_conn::Conn;
+use crate::resp::server_error;
+pub use crate::resp::MAX_REPLY;
+pub use store_url::{Addr, Target};
 
 /// The decision script. ARGV: emission interval in µs (0: no rate), burst,
 /// concurrency limit (0: none), lease member, lease TTL in ms. Returns
@@ -89,29 +92,6 @@ local prev1 = redis.call('GET', key(p - 1))
 local prev2 = redis.call('GET', key(p - 2))
 return {p, tonumber(prev1 or '0'), tonumber(prev2 or '0')}
 "#;
-
-/// Where the server is: `redis://HOST:PORT/DB`.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Addr {
-    pub host: String,
-    pub port: u16,
-    pub db: i64,
-}
-
-impl Addr {
-    pub fn url(&self) -> String {
-        format!("redis://{}/{}", self.host_port(), self.db)
-    }
-
-    /// `HOST:PORT` (`[V6]:PORT`).
-    pub fn host_port(&self) -> String {
-        if self.host.contains(':') {
-            format!("[{}]:{}", self.host, self.port)
-        } else {
-            format!("{}:{}", self.host, self.port)
-        }
-    }
-}
 
 /// Largest limiter namespace (the rest of a key is bounded by construction).
 pub const MAX_NAMESPACE: usize = 64;

@@ -13,9 +13,11 @@ use std::time::Instant;
 use redis::Value;
 
 use crate::client::BatchError;
-use crate::redis::Target;
-use crate::redis_conn::{server_error, Conn, Routed};
+use crate::redis_cluster::Routed;
+use crate::redis_conn::Conn;
+use crate::resp::server_error;
 use crate::rmw::{CasStore, CasWrite};
+use store_url::Target;
 
 /// Longest value read back; a longer one is not ours.
 pub const MAX_VALUE: usize = 4096;
@@ -46,7 +48,7 @@ pub struct RedisCas {
 }
 
 impl RedisCas {
-    /// `target`: an [`Addr`](crate::redis::Addr) (one server) or a [`Target`].
+    /// `target`: an [`Addr`](store_url::Addr) (one server) or a [`Target`].
     pub fn new(target: impl Into<Target>) -> Result<RedisCas, String> {
         Ok(RedisCas {
             conn: Conn::new(&target.into())?,

@@ -9,7 +9,7 @@
 //! a pipeline (error replies arrive as values, not errors); and its single
 //! commands retry with sleeps that ignore any deadline. Here the batch's
 //! deadline bounds the whole exchange, as with one server, on
-//! `redis_conn`'s connections: one per master.
+//! `resp`'s connections: one per master.
 //!
 //! - **Slot map**: `CLUSTER SLOTS` from the first seed that answers, at
 //!   connect. A slot no master serves, or any I/O error or timeout, fails
@@ -30,8 +30,8 @@ use redis::Value;
 
 use crate::client::BatchError;
 use crate::net::{left, Endpoint};
-use crate::redis::Addr;
-use crate::redis_conn::{load_scripts, RespConn, Routed};
+use crate::resp::{load_scripts, RespConn};
+use store_url::Addr;
 
 pub const SLOTS: usize = 16_384;
 /// A slot no master serves.
@@ -50,6 +50,22 @@ pub fn slot(key: &[u8]) -> u16 {
         }
     });
     crc16(tagged.unwrap_or(key)) % SLOTS as u16
+}
+
+/// One command of a batch, packed, with the slot of the key it touches
+/// (by which a Cluster routes it).
+pub(crate) struct Routed {
+    pub slot: u16,
+    pub packed: Vec<u8>,
+}
+
+impl Routed {
+    pub fn new(key: &[u8], cmd: &redis::Cmd) -> Routed {
+        Routed {
+            slot: slot(key),
+            packed: cmd.get_packed_command(),
+        }
+    }
 }
 
 fn crc16(data: &[u8]) -> u16 {

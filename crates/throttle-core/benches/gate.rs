@@ -4,6 +4,8 @@
 //!
 //! Run: `cargo bench -p throttle-core --bench gate`.
 
+#![forbid(unsafe_code)]
+
 use std::hint::black_box;
 use std::path::Path;
 use std::sync::atomic::{AtomicBool, Ordering};

@@ -7,6 +7,8 @@
 //! - [`gate`]: lock-free admission counting and the per-interval statistics;
 //! - [`log_line`]: the text of a `throttle.log` line.
 
+#![forbid(unsafe_code)]
+
 pub mod ctl;
 pub mod gate;
 pub mod httpdate;

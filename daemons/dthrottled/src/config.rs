@@ -71,7 +71,7 @@ impl Default for Config {
             peer_secret_file: None,
             peer_name: "dthrottle".into(),
             replay_window: Duration::from_secs(10),
-            peer_max_senders: peer::receiver::DEFAULT_MAX_SENDERS,
+            peer_max_senders: dthrottle::DEFAULT_MAX_SENDERS,
             max_tags: 100_000,
             max_report_tags: 10_000,
             max_line: 256,
@@ -220,7 +220,7 @@ pub fn parse(text: &str) -> Result<Config, String> {
             }
             "replay_window_ms" => c.replay_window = millis(line, name, v, 100, 3_600_000)?,
             "peer_max_senders" => {
-                let most = peer::receiver::MAX_MAX_SENDERS as u64;
+                let most = dthrottle::MAX_MAX_SENDERS as u64;
                 c.peer_max_senders = ranged(line, name, v, 1, most)? as usize
             }
             "max_tags" => c.max_tags = ranged(line, name, v, 1, 100_000_000)? as usize,

@@ -8,6 +8,8 @@
 //! say where it listens (`listening on tcp 127.0.0.1:7411`), which tests
 //! and supervisors read.
 
+#![forbid(unsafe_code)]
+
 use std::io;
 use std::net::{TcpListener, TcpStream};
 use std::os::unix::fs::{FileTypeExt, PermissionsExt};

@@ -6,6 +6,8 @@
 //! SIGINT, SIGTERM and SIGHUP (Ctrl-C, `timeout`, `docker stop`, a closed
 //! terminal) stop it, and traffic_manager and traffic_server with it.
 
+#![forbid(unsafe_code)]
+
 use std::io::Write;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;

@@ -1,6 +1,6 @@
 use std::path::Path;
 
-use store::url::StoreUrl;
+use store_url::StoreUrl;
 
 use super::{MemFiles, MS, S};
 use crate::options::{parse_seconds, DefaultAction, DenyAction, EventKind, LogEvents, Options};

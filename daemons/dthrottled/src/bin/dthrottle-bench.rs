@@ -9,6 +9,8 @@
 //!
 //! Usage: `dthrottle-bench pipelined|rtt ADDR [-c C] [-P P] [-n N] [--tags K]`
 
+#![forbid(unsafe_code)]
+
 use std::io::{Read, Write};
 use std::net::TcpStream;
 use std::time::{Duration, Instant};

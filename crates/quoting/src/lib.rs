@@ -7,6 +7,8 @@
 //! [`shorten`] for text that is not a single value, such as a location), so
 //! it stays short and printable whatever the input.
 
+#![forbid(unsafe_code)]
+
 use std::fmt::Write;
 
 /// Most characters of a value shown, escapes included.

@@ -1,7 +1,66 @@
 //! Store addresses as operators write them in `--store`, parsed in one
-//! place for every plugin.
+//! place for every plugin, and the addresses they name. A leaf: the option
+//! parsers (pure crates) use it without linking a store client, and
+//! `store`'s own modules take the address types from here (re-exported as
+//! `store::url` and `store::redis::{Addr, Target}`).
 
-use crate::redis::{Addr, Target};
+#![forbid(unsafe_code)]
+
+/// Where the server is: `redis://HOST:PORT/DB`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Addr {
+    pub host: String,
+    pub port: u16,
+    pub db: i64,
+}
+
+impl Addr {
+    pub fn url(&self) -> String {
+        format!("redis://{}/{}", self.host_port(), self.db)
+    }
+
+    /// `HOST:PORT` (`[V6]:PORT`).
+    pub fn host_port(&self) -> String {
+        if self.host.contains(':') {
+            format!("[{}]:{}", self.host, self.port)
+        } else {
+            format!("{}:{}", self.host, self.port)
+        }
+    }
+}
+
+/// Where the data is: one server (`redis://`) or a Cluster (`redis+cluster://`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Target {
+    Node(Addr),
+    /// Seed nodes, tried in order for the slot map (a Cluster has only db 0).
+    Cluster(Vec<Addr>),
+}
+
+impl Target {
+    /// Written back normalised (for diags.log, and to share a client).
+    pub fn url(&self) -> String {
+        match self {
+            Target::Node(a) => a.url(),
+            Target::Cluster(seeds) => {
+                let s: Vec<String> = seeds.iter().map(Addr::host_port).collect();
+                format!("redis+cluster://{}", s.join(","))
+            }
+        }
+    }
+}
+
+impl From<&Addr> for Target {
+    fn from(a: &Addr) -> Target {
+        Target::Node(a.clone())
+    }
+}
+
+impl From<&Target> for Target {
+    fn from(t: &Target) -> Target {
+        t.clone()
+    }
+}
 
 /// A parsed `--store`.
 #[derive(Debug, Clone, PartialEq, Eq)]
