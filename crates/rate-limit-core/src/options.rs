@@ -1133,6 +1133,8 @@ mod tests {
             "--key=ip",
             "--dry-run",
             "--peers=127.0.0.1:7000",
+            "--peer-secret-file=peer.key",
+            "--group=g",
         ]);
         assert!(peers.as_ref().is_ok_and(|o| o.dry_run && o.peer.is_some()), "{peers:?}");
         // Decided in Redis after remap: refused, with why.
