@@ -37,6 +37,7 @@ use ::store::{Client, Completion, Config, Outcome, Shared};
 
 use crate::queue::{error_page, park, state, Queued};
 use crate::state::{bump, Held, Home, Outcome as TxnOutcome, Wait};
+use crate::refusals::Reason;
 use crate::{Globals, Rule};
 
 /// How often the drainer looks for completions while any are outstanding.
@@ -344,9 +345,13 @@ fn completed(c: Completion<Reply, Token>) {
             });
             admit(a.rule, a.parked, lease);
         }
-        Outcome::Reply(_) => {
+        Outcome::Reply(r) => {
             bump(m.decisions, 1);
-            refuse(a.rule, a.parked);
+            let why = match r {
+                Reply::TooSoon { .. } => Reason::Rate,
+                _ => Reason::QueueFull,
+            };
+            refuse(a.rule, a.parked, a.key, why);
         }
         Outcome::Error(e) => {
             bump(m.errors, 1);
@@ -371,7 +376,7 @@ fn failed(a: Asked) {
         .map_or(Failure::Open, |s| s.failure);
     match failure {
         Failure::Open => admit(a.rule, a.parked, None),
-        Failure::Closed => refuse(a.rule, a.parked),
+        Failure::Closed => refuse(a.rule, a.parked, a.key, Reason::StoreFailure),
         Failure::Local => local(a),
     }
 }
@@ -404,7 +409,7 @@ fn local(a: Asked) {
             };
             park(rule, parked, wait);
         }
-        Admission::Reject => refuse(rule, parked),
+        Admission::Reject(why) => refuse(rule, parked, key, why.into()),
     }
 }
 
@@ -423,9 +428,10 @@ fn resume(h: HomeTxn<'_>, rule: &Rule, lease: Option<Lease>) -> Done {
     h.resume()
 }
 
-fn refuse(rule: Arc<Rule>, parked: Parked) {
+fn refuse(rule: Arc<Rule>, parked: Parked, key: Option<u64>, why: Reason) {
     parked.on_home(move |h| {
         bump(rule.metrics.rejected, 1);
+        rule.record_refusal(h.txn(), key, why, 0, false);
         if let Some(st) = state(&h, &rule) {
             st.set_outcome(TxnOutcome::Refused);
         }
