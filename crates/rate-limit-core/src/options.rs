@@ -1043,8 +1043,13 @@ mod tests {
 
     #[test]
     fn rollout_options_parse() {
-        let o = parse(&["--rate=5", "--dry-run", "--log=refusals", "--exempt=10.0.0.0/8, ::1"])
-            .unwrap();
+        let o = parse(&[
+            "--rate=5",
+            "--dry-run",
+            "--log=refusals",
+            "--exempt=10.0.0.0/8, ::1",
+        ])
+        .unwrap();
         assert!(o.dry_run);
         assert_eq!(o.log.as_deref(), Some("refusals"));
         let e = o.exempt.as_ref().unwrap();
@@ -1052,12 +1057,11 @@ mod tests {
         assert!(e.covers("10.1.2.3".parse().unwrap()));
         assert!(e.covers("::ffff:10.1.2.3".parse().unwrap()));
         assert!(!e.covers("11.0.0.1".parse().unwrap()));
-        assert!(o.describe().contains(" dry-run exempt=2 network(s) log=refusals.log"));
+        assert!(o
+            .describe()
+            .contains(" dry-run exempt=2 network(s) log=refusals.log"));
         // The .log suffix is optional.
-        assert_eq!(
-            parse(&["--log=rl.log"]).unwrap().log.as_deref(),
-            Some("rl")
-        );
+        assert_eq!(parse(&["--log=rl.log"]).unwrap().log.as_deref(), Some("rl"));
         let d = parse(&[]).unwrap();
         assert!(!d.dry_run && d.exempt.is_none() && d.log.is_none());
         // Per-rule options: a group's rules need not agree on them.
@@ -1087,7 +1091,9 @@ mod tests {
                 format!("--log has an invalid value {}: {allowed}", quote(bad))
             );
         }
-        assert!(err(&[&format!("--log={}", "a".repeat(65))]).starts_with("--log has an invalid value"));
+        assert!(
+            err(&[&format!("--log={}", "a".repeat(65))]).starts_with("--log has an invalid value")
+        );
         assert_eq!(
             err(&["--dry-run=yes"]),
             "--dry-run takes no value (got 'yes')"
@@ -1136,7 +1142,10 @@ mod tests {
             "--peer-secret-file=peer.key",
             "--group=g",
         ]);
-        assert!(peers.as_ref().is_ok_and(|o| o.dry_run && o.peer.is_some()), "{peers:?}");
+        assert!(
+            peers.as_ref().is_ok_and(|o| o.dry_run && o.peer.is_some()),
+            "{peers:?}"
+        );
         // Decided in Redis after remap: refused, with why.
         assert_eq!(
             err(&["--rate=5", "--dry-run", "--store=redis://127.0.0.1:6379"]),

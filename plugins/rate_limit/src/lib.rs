@@ -272,14 +272,11 @@ impl Rule {
         waited_ms: u64,
         dry_run: bool,
     ) {
-        self.refusals.record(reason, waited_ms, dry_run, || refusals::Who {
-            client: self.client_ip(txn),
-            key: key.map(|k| {
-                self.card
-                    .name(k)
-                    .unwrap_or_else(|| format!("#{k:016x}"))
-            }),
-        });
+        self.refusals
+            .record(reason, waited_ms, dry_run, || refusals::Who {
+                client: self.client_ip(txn),
+                key: key.map(|k| self.card.name(k).unwrap_or_else(|| format!("#{k:016x}"))),
+            });
     }
 
     /// The client's address as `--exempt` (or else `--key=ip`) finds it:

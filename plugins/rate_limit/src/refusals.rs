@@ -27,7 +27,11 @@ static FILES: Mutex<Vec<(String, Weak<TextLog>)>> = Mutex::new(Vec::new());
 fn open(name: &str) -> Result<Arc<TextLog>, String> {
     let mut files = FILES.lock();
     files.retain(|(_, w)| w.strong_count() > 0);
-    if let Some(log) = files.iter().find(|(n, _)| n == name).and_then(|(_, w)| w.upgrade()) {
+    if let Some(log) = files
+        .iter()
+        .find(|(n, _)| n == name)
+        .and_then(|(_, w)| w.upgrade())
+    {
         return Ok(log);
     }
     let log = Arc::new(TextLog::create(name, true)?);

@@ -36,8 +36,8 @@ use ::store::redis::{key_base, Decide, LeaseIds, Op, Redis, Reply};
 use ::store::{Client, Completion, Config, Outcome, Shared};
 
 use crate::queue::{error_page, park, state, Queued};
-use crate::state::{bump, Held, Home, Outcome as TxnOutcome, Wait};
 use crate::refusals::Reason;
+use crate::state::{bump, Held, Home, Outcome as TxnOutcome, Wait};
 use crate::{Globals, Rule};
 
 /// How often the drainer looks for completions while any are outstanding.
