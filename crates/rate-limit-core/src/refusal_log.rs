@@ -135,8 +135,7 @@ impl Event<'_> {
 /// space, `=` and `%` as is, the rest (bytes) as `%XX`; cut at
 /// [`MAX_KEY_CHARS`] (then `…`).
 fn push_escaped(out: &mut String, v: &str) {
-    let mut shown = 0;
-    for b in v.bytes() {
+    for (shown, b) in v.bytes().enumerate() {
         if shown >= MAX_KEY_CHARS {
             out.push('…');
             return;
@@ -146,7 +145,6 @@ fn push_escaped(out: &mut String, v: &str) {
         } else {
             let _ = write!(out, "%{b:02X}");
         }
-        shown += 1;
     }
 }
 
