@@ -1,13 +1,14 @@
 //! rate_limit.so's rollout options against a real traffic_server: a dry run
 //! (`--dry-run`, and `set … dry_run=on|off` live), exempt networks
 //! (`--exempt`, directly and through a trusted proxy) and the refusal log
-//! (`--log`) and its line bound under a flood.
+//! (`--log`) and its line bound under a flood; a dry run on Redis (`--store`).
 
 use std::net::Ipv4Addr;
 use std::thread;
 use std::time::{Duration, Instant};
 
 use ats_tests::client::{Conn, Response};
+use ats_tests::redis::Redis;
 use ats_tests::{Origin, TrafficServer};
 
 fn rule(host: &str, origin: &Origin, params: &str) -> String {
@@ -18,7 +19,8 @@ fn ip(last: u8) -> Ipv4Addr {
     Ipv4Addr::new(127, 0, 0, last)
 }
 
-/// `n` requests in a row from `src` on one connection.
+/// `n` requests in a row from `src`, on one connection while ATS keeps it
+/// (a refusal from a hook, as `--store` makes, closes it).
 fn from(
     ts: &TrafficServer,
     src: Ipv4Addr,
@@ -28,7 +30,15 @@ fn from(
 ) -> Vec<Response> {
     let mut c = Conn::open_from(ts.port(), src).expect("connect");
     (0..n)
-        .map(|i| c.get(host, &format!("/r{i}"), h).expect("response"))
+        .map(|i| {
+            let r = c.get(host, &format!("/r{i}"), h).expect("response");
+            if r.header("Connection")
+                .is_some_and(|v| v.eq_ignore_ascii_case("close"))
+            {
+                c = Conn::open_from(ts.port(), src).expect("connect");
+            }
+            r
+        })
         .collect()
 }
 
@@ -253,6 +263,74 @@ fn exempt_clients_take_nothing_and_are_never_limited() {
         &[("plugin.rate_limiter.remap.exk.keys", 3)],
     )
     .expect("metrics");
+}
+
+/// `--store`: Redis decides after remap. A dry-run request does not wait
+/// for it (not even for a hung Redis); the reply is counted and logged when
+/// it comes back, and equals the live rule's refusals.
+#[test]
+fn dry_run_on_redis_never_waits_for_it() {
+    let redis = Redis::start().expect("redis-server");
+    let origin = Origin::start();
+    let store = format!(
+        "--rate=0.1 --burst=5 --store={} --store-timeout=1000 --store-failure=closed --log=rollout",
+        redis.url()
+    );
+    let remap = rule("sl.test", &origin, &format!("{store} --tag=slive"))
+        + &rule("sd.test", &origin, &format!("{store} --tag=sdry --dry-run"));
+    let ts = TrafficServer::builder()
+        .remap(remap)
+        .with_manager()
+        .start()
+        .expect("start");
+    let started = Instant::now();
+    let live = statuses(&from(&ts, ip(1), "sl.test", SEQUENTIAL, &[]));
+    let dry = from(&ts, ip(1), "sd.test", SEQUENTIAL, &[]);
+    assert!(
+        started.elapsed() < Duration::from_secs(9),
+        "within the refill"
+    );
+    assert_eq!(live.iter().filter(|&&s| s == 200).count(), 5, "{live:?}");
+    assert_eq!(live.iter().filter(|&&s| s == 429).count(), 15, "{live:?}");
+    assert_eq!(statuses(&dry), [200; SEQUENTIAL]);
+    ts.wait_metrics_after(
+        &[
+            ("plugin.rate_limiter.remap.sdry.dry_run_refused", 15),
+            ("plugin.rate_limiter.remap.slive.rejected", 15),
+        ],
+        &[("plugin.rate_limiter.remap.sdry.rejected", 0)],
+    )
+    .expect("metrics");
+    // A hung Redis: dry-run requests go on at once, well before the 1 s
+    // --store-timeout; when it passes, --store-failure=closed's would-be
+    // refusals are counted and logged.
+    redis.freeze(true).expect("freeze");
+    let hung = from(&ts, ip(1), "sd.test", 5, &[]);
+    // Hung past the timeout, so the decisions fail rather than come late.
+    thread::sleep(Duration::from_millis(1500));
+    redis.freeze(false).expect("thaw");
+    for r in &hung {
+        assert_eq!(r.status, 200);
+        assert!(r.elapsed < Duration::from_millis(500), "{:?}", r.elapsed);
+    }
+    ts.wait_metric("plugin.rate_limiter.remap.sdry.dry_run_refused", 20)
+        .expect("store failures counted");
+    let ok = ts.wait_for_log("rollout.log", Duration::from_secs(20), |t| {
+        lines_of(t, "sdry").len() >= 20
+    });
+    let lines = lines_of(&ts.log("rollout.log"), "sdry");
+    assert!(ok && lines.len() == 20, "{lines:#?}");
+    let with = |why: &str| {
+        lines
+            .iter()
+            .filter(|l| {
+                l.contains(&format!(
+                    "client=127.0.0.1 reason={why} wait=0.000 dry_run=1"
+                ))
+            })
+            .count()
+    };
+    assert_eq!((with("rate"), with("store_failure")), (15, 5), "{lines:#?}");
 }
 
 const FLOOD: usize = 100_000;

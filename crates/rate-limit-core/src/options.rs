@@ -564,16 +564,6 @@ impl Options {
                 ));
             }
         }
-        if o.dry_run && o.store.is_some() {
-            // Redis decides a --store rule after remap; a dry run must not
-            // make the request wait for that answer, nor count what the
-            // fleet's other (live) proxies enforce.
-            return Err(OptionError(
-                "--dry-run cannot be combined with --store (Redis decides the rule after remap, \
-                 and a dry run must not wait for it): dry-run the rule without --store"
-                    .to_owned(),
-            ));
-        }
         if o.queue == 0 {
             if o.maxage_ms > 0 {
                 o.warnings
@@ -1146,11 +1136,23 @@ mod tests {
             peers.as_ref().is_ok_and(|o| o.dry_run && o.peer.is_some()),
             "{peers:?}"
         );
-        // Decided in Redis after remap: refused, with why.
-        assert_eq!(
-            err(&["--rate=5", "--dry-run", "--store=redis://127.0.0.1:6379"]),
-            "--dry-run cannot be combined with --store (Redis decides the rule after remap, and \
-             a dry run must not wait for it): dry-run the rule without --store"
-        );
+        // Decided in Redis after remap: the request does not wait for it
+        // (the plugin counts the reply when it comes).
+        for store in [
+            &["--rate=5", "--dry-run", "--store=redis://127.0.0.1:6379"][..],
+            &[
+                "--rate=5",
+                "--key=ip",
+                "--dry-run",
+                "--store=redis://127.0.0.1:6379",
+                "--store-sync=100",
+            ],
+        ] {
+            let o = parse(store).unwrap();
+            assert!(
+                o.dry_run && o.store.is_some() && o.warnings.is_empty(),
+                "{o:?}"
+            );
+        }
     }
 }

@@ -283,7 +283,10 @@ fn set(name: &str, settings: &[ctl::Setting]) -> Answer {
     // Under the registry lock, so a configuration load cannot interleave.
     let mut reg = REGISTRY.lock();
     let t = pick(reg.live(), name)?;
-    if t.opts.store.is_some() {
+    let dry_only = settings
+        .iter()
+        .all(|s| matches!(s, ctl::Setting::DryRun(_)));
+    if t.opts.store.is_some() && !dry_only {
         return Err(format!(
             "set: {} is decided in Redis (--store) with the values of remap.config, which a \
              live change would not reach: nothing changed (edit remap.config and reload)",
@@ -291,10 +294,12 @@ fn set(name: &str, settings: &[ctl::Setting]) -> Answer {
         ));
     }
     let new = ctl::apply(&t.opts, settings)?;
-    t.limiter
-        .reconfigure(Limits::of(&new))
-        .map_err(|o| format!("set: {o} cannot change live"))?;
-    reg.set_live(&t.id, new.clone());
+    if !dry_only {
+        t.limiter
+            .reconfigure(Limits::of(&new))
+            .map_err(|o| format!("set: {o} cannot change live"))?;
+        reg.set_live(&t.id, new.clone());
+    }
     drop(reg);
     let mut changed: Vec<(&str, String, String)> = t
         .opts

@@ -275,13 +275,35 @@ impl Rule {
         self.refusals
             .record(reason, waited_ms, dry_run, || refusals::Who {
                 client: self.client_ip(txn),
-                key: key.map(|k| self.card.name(k).unwrap_or_else(|| format!("#{k:016x}"))),
+                key: key.map(|k| self.key_name(k)),
             });
+    }
+
+    /// [`Rule::record_refusal`] away from the transaction (a `--store`
+    /// dry run's reply), with the client's address read before.
+    pub(crate) fn record_refusal_of(
+        &self,
+        client: Option<IpAddr>,
+        key: Option<u64>,
+        reason: Reason,
+        waited_ms: u64,
+        dry_run: bool,
+    ) {
+        self.refusals
+            .record(reason, waited_ms, dry_run, || refusals::Who {
+                client,
+                key: key.map(|k| self.key_name(k)),
+            });
+    }
+
+    /// A key as `top` shows it, or its hash if its name was not kept.
+    fn key_name(&self, k: u64) -> String {
+        self.card.name(k).unwrap_or_else(|| format!("#{k:016x}"))
     }
 
     /// The client's address as `--exempt` (or else `--key=ip`) finds it:
     /// through the trusted proxies, if any.
-    fn client_ip(&self, txn: Txn<'_>) -> Option<IpAddr> {
+    pub(crate) fn client_ip(&self, txn: Txn<'_>) -> Option<IpAddr> {
         let view = KeyView {
             txn,
             hdr: txn.client_request(),
@@ -485,6 +507,15 @@ impl RemapPlugin for Rule {
             }
         };
         if self.store.as_ref().is_some_and(|s| s.exact()) {
+            if self.dry_run() {
+                // Asked of Redis, never waited for (store.rs).
+                self.note_name(key);
+                crate::store::dry_run(self, txn, key);
+                if self.opts.ratelimit_headers {
+                    self.attach(g, txn, Outcome::Admitted, None, None, key);
+                }
+                return RemapStatus::NoRemap;
+            }
             // Decided in Redis at POST_REMAP (store.rs).
             crate::store::remap(self, g, txn, key);
             return RemapStatus::NoRemap;
