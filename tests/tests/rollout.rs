@@ -115,6 +115,11 @@ fn dry_run_lets_through_and_counts_what_the_live_rule_refuses() {
         total(&dry),
         total(&free)
     );
+    eprintln!(
+        "{SEQUENTIAL} sequential requests: no limit {:?}, dry run {:?} (slowest {slowest:?})",
+        total(&free),
+        total(&dry)
+    );
     assert_eq!(
         origin.count(),
         2 * SEQUENTIAL + 5,
