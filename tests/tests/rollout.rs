@@ -418,3 +418,35 @@ fn refusal_log_stays_within_its_bound_under_a_flood() {
         text.len()
     );
 }
+
+/// A bad `--exempt` or `--log` fails the rule, as traffic_server logs it:
+/// the option, the value, what is allowed.
+#[test]
+fn bad_rollout_values_fail_the_rule_naming_option_value_and_allowed() {
+    let origin = Origin::start();
+    for (params, want) in [
+        (
+            "--rate=5 --exempt=10.0.0.0/8,lb",
+            "[rate_limit] --exempt has an invalid value '10.0.0.0/8,lb': allowed IP addresses \
+             or CIDRs, comma-separated",
+        ),
+        (
+            "--rate=5 --log=../../etc/passwd",
+            "[rate_limit] --log has an invalid value '../../etc/passwd': allowed a log name of 1 \
+             to 64 letters, digits, '.', '_' or '-', not starting with '.' and not rate_limit_ctl \
+             (written to NAME.log in ATS's log directory)",
+        ),
+    ] {
+        let err = TrafficServer::builder()
+            .remap(rule("bad.test", &origin, params))
+            .start()
+            .err()
+            .unwrap_or_else(|| panic!("{params} must fail the rule"));
+        let line = err
+            .diags
+            .lines()
+            .find(|l| l.contains("failed to create instance for plugin"))
+            .unwrap_or_else(|| panic!("no refusal in diags.log: {err:?}"));
+        assert!(line.ends_with(want), "want {want:?} in {line:?}");
+    }
+}
