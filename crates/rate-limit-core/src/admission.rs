@@ -235,7 +235,21 @@ pub enum Admission<W: Waiter, C: Clock = MonotonicClock> {
     Wait(Wait<W, C>),
     /// Refused at once (over the rate or the limit, and no queue place or
     /// not within `maxage`). Nothing was taken.
-    Reject,
+    Reject(Refused),
+}
+
+/// Why [`Admission::Reject`] refused (for the refusal log).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Refused {
+    /// Over the rate, and it could not wait for it (no queue place, or the
+    /// wait would pass `maxage`).
+    Rate,
+    /// At the concurrency limit and no queue place left.
+    QueueFull,
+    /// Keyed: every key held is busy, so the client's key has no state.
+    KeyTableFull,
+    /// `--fair --flow-over=reject`: its flow holds its share.
+    FlowOver,
 }
 
 /// A decided wait: its queue place, when it started, and the rate token it
@@ -587,7 +601,7 @@ impl<W: Waiter, C: Clock> Limiter<W, C> {
         match (&self.keys, key) {
             (None, flow) => self.admit_rule(flow),
             (Some(t), Some(k)) => self.admit_key(t, k, tag),
-            (Some(_), None) => Admission::Reject,
+            (Some(_), None) => Admission::Reject(Refused::QueueFull),
         }
     }
 
@@ -662,17 +676,17 @@ impl<W: Waiter, C: Clock> Limiter<W, C> {
             |st| self.carry(table.shard_index(key), st),
         );
         let Ok(g) = grabbed else {
-            return Admission::Reject;
+            return Admission::Reject(Refused::KeyTableFull);
         };
         if matches!(g.rate, KeyRate::Reject) {
             // Nothing was taken for this request.
-            return Admission::Reject;
+            return Admission::Reject(Refused::Rate);
         }
         // The token taken (if any) becomes a `RateToken` only for a request
         // that waits: admitted requests keep theirs without touching the
         // shared limiter's reference count.
         match g.rate {
-            KeyRate::Reject => Admission::Reject,
+            KeyRate::Reject => Admission::Reject(Refused::Rate),
             KeyRate::Wait(delay) => match g.place {
                 Some(place) => Admission::Wait(Wait {
                     place,
@@ -682,7 +696,7 @@ impl<W: Waiter, C: Clock> Limiter<W, C> {
                 }),
                 None => {
                     self.refund_rate(Some(key));
-                    Admission::Reject
+                    Admission::Reject(Refused::Rate)
                 }
             },
             KeyRate::Go => {
@@ -705,7 +719,7 @@ impl<W: Waiter, C: Clock> Limiter<W, C> {
                     None => {
                         // Nothing taken after all: the key's token goes back.
                         self.refund_rate(Some(key));
-                        Admission::Reject
+                        Admission::Reject(Refused::QueueFull)
                     }
                 }
             }
@@ -723,10 +737,10 @@ impl<W: Waiter, C: Clock> Limiter<W, C> {
                 // Over the rate: wait if a queue place is free and maxage allows the wait.
                 let max_wait = self.max_wait();
                 if wait > max_wait {
-                    return Admission::Reject;
+                    return Admission::Reject(Refused::Rate);
                 }
                 let Some(p) = self.budget.try_take() else {
-                    return Admission::Reject;
+                    return Admission::Reject(Refused::Rate);
                 };
                 match bucket.reserve(now, Some(max_wait)) {
                     Reservation::Now => place = Some(p),
@@ -738,7 +752,7 @@ impl<W: Waiter, C: Clock> Limiter<W, C> {
                             rate: self.rate_token(None),
                         });
                     }
-                    Reservation::Denied(_) => return Admission::Reject,
+                    Reservation::Denied(_) => return Admission::Reject(Refused::Rate),
                 }
             }
         }
@@ -753,7 +767,7 @@ impl<W: Waiter, C: Clock> Limiter<W, C> {
                 FlowTry::Over => {
                     // Refused at once: the token goes back (and the place).
                     self.refund_rate(None);
-                    return Admission::Reject;
+                    return Admission::Reject(Refused::FlowOver);
                 }
                 FlowTry::Wait => {}
             }
@@ -770,7 +784,7 @@ impl<W: Waiter, C: Clock> Limiter<W, C> {
             None => {
                 // Nothing taken after all: the token goes back.
                 self.refund_rate(None);
-                Admission::Reject
+                Admission::Reject(Refused::QueueFull)
             }
         }
     }

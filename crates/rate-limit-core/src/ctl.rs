@@ -19,7 +19,7 @@ pub const TOP_DEFAULT: usize = 10;
 pub const TOP_MAX: usize = 1000;
 
 const USAGE: &str =
-    "show [GROUP|TAG], top GROUP|TAG [N], set GROUP|TAG limit=N rate=R burst=B queue=Q maxage=MS";
+    "show [GROUP|TAG], top GROUP|TAG [N], set GROUP|TAG limit=N rate=R burst=B queue=Q maxage=MS dry_run=on|off";
 
 #[derive(Clone, Debug, PartialEq)]
 pub enum Command {
@@ -42,6 +42,8 @@ pub enum Setting {
     Burst(u32),
     Queue(u32),
     Maxage(u64),
+    /// `--dry-run` of the limiter's rules (each rule's own, not the limiter's).
+    DryRun(bool),
 }
 
 impl Command {
@@ -101,7 +103,7 @@ fn parse_setting(s: &str) -> Result<Setting, String> {
     let bad = |allowed: &str| format!("set: {} is invalid: allowed {allowed}", quote(s));
     let (name, value) = s
         .split_once('=')
-        .ok_or_else(|| bad("NAME=VALUE with NAME limit, rate, burst, queue or maxage"))?;
+        .ok_or_else(|| bad("NAME=VALUE with NAME limit, rate, burst, queue, maxage or dry_run"))?;
     let uint = |min: u64, max: u64| -> Result<u64, String> {
         value
             .parse::<u64>()
@@ -122,7 +124,12 @@ fn parse_setting(s: &str) -> Result<Setting, String> {
             })
             .map(Setting::Rate)
             .ok_or_else(|| bad("rate= a number greater than 0 and at most 1000000")),
-        _ => Err(bad("limit=, rate=, burst=, queue= or maxage=")),
+        "dry_run" => match value {
+            "on" => Ok(Setting::DryRun(true)),
+            "off" => Ok(Setting::DryRun(false)),
+            _ => Err(bad("dry_run=on or dry_run=off")),
+        },
+        _ => Err(bad("limit=, rate=, burst=, queue=, maxage= or dry_run=")),
     }
 }
 
@@ -152,6 +159,7 @@ pub fn apply(current: &Options, settings: &[Setting]) -> Result<Options, String>
             }
             Setting::Queue(q) => o.queue = q,
             Setting::Maxage(m) => o.maxage_ms = m,
+            Setting::DryRun(d) => o.dry_run = d,
         }
     }
     if let Some(r) = o.rate {
@@ -215,6 +223,17 @@ mod tests {
         assert!(e("rate_limit", "set api limit=-1").contains("an integer from 1"));
         assert!(e("rate_limit", "set api rate=abc").contains("rate= a number"));
         assert!(e("rate_limit", "set api speed=3").contains("allowed limit=, rate="));
+        assert_eq!(
+            cmd("rate_limit", "set api dry_run=on dry_run=off"),
+            Ok(Command::Set {
+                target: "api".to_owned(),
+                settings: vec![Setting::DryRun(true), Setting::DryRun(false)]
+            })
+        );
+        assert_eq!(
+            e("rate_limit", "set api dry_run=yes"),
+            "set: 'dry_run=yes' is invalid: allowed dry_run=on or dry_run=off"
+        );
         assert!(e("rate_limit", "set api limit").contains("NAME=VALUE"));
         let long = "x".repeat(MAX_COMMAND + 1);
         assert!(e("rate_limit", &long).contains("too long"));

@@ -12,11 +12,14 @@ pub mod headers;
 pub mod key;
 pub mod options;
 pub mod peering;
+pub mod refusal_log;
 pub mod registry;
 pub mod store;
 pub mod tag;
 
-pub use admission::{Admission, KeyUsage, Limiter, Limits, RateToken, SlotWait, Usage, Wait};
+pub use admission::{
+    Admission, KeyUsage, Limiter, Limits, RateToken, Refused, SlotWait, Usage, Wait,
+};
 pub use options::{OptionError, Options};
 
 /// The metrics of one rule, as upstream names them plus ours.
@@ -33,6 +36,9 @@ pub const METRICS: &[&str] = &[
     "flows",
     "borrowed",
     "flow_rejected",
+    "dry_run_refused",
+    "dry_run_queued",
+    "exempt",
 ];
 
 /// `<prefix>.remap.<tag>.<metric>`, upstream's naming for remap rules.

@@ -62,9 +62,46 @@ pub struct Options {
     /// `--fair` and the `--flow-…` options: the limit's slots are shared
     /// fairly between flows (see `crate::fair`).
     pub fair: Option<crate::fair::FairOptions>,
+    /// `--dry-run`: decide, count and log, but let every request through
+    /// (the rule's starting value; `set` can change it live).
+    pub dry_run: bool,
+    /// `--exempt`: clients never limited by this rule.
+    pub exempt: Option<Exempt>,
+    /// `--log`: the refusal log's name (`<logdir>/<name>.log`).
+    pub log: Option<String>,
     /// Accepted but probably unintended combinations, for the log.
     pub warnings: Vec<String>,
 }
+
+/// `--exempt`: networks whose clients the rule never limits, and how the
+/// client's address is found (`--trusted-proxies`, `--forwarded-header`).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Exempt {
+    pub nets: Vec<ipnet::IpNet>,
+    pub trusted: Vec<ipnet::IpNet>,
+    pub forwarded: crate::key::ForwardedHeader,
+}
+
+impl Exempt {
+    /// The client's address as `--key=ip` finds it (through trusted proxies).
+    pub fn client_ip(&self, req: &impl crate::key::RequestView) -> Option<std::net::IpAddr> {
+        let peer = req.peer_ip()?;
+        Some(forwarded::client_ip(
+            &self.trusted,
+            self.forwarded,
+            peer,
+            |name| req.header(name),
+        ))
+    }
+
+    /// Whether the client `ip` is in an exempt network.
+    pub fn covers(&self, ip: std::net::IpAddr) -> bool {
+        forwarded::trusts(&self.nets, ip)
+    }
+}
+
+/// Longest `--log` name.
+pub const MAX_LOG_NAME_LEN: usize = 64;
 
 /// A rejected option: names it, then the value, then what is allowed.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -125,6 +162,9 @@ const OPTIONS: &[(&str, bool)] = &[
     ("flow-over", true),
     ("strict", false),
     ("flow-weights", true),
+    ("dry-run", false),
+    ("exempt", true),
+    ("log", true),
 ];
 
 /// Longest `--group` name.
@@ -180,8 +220,12 @@ impl Options {
             peer: None,
             store: None,
             fair: None,
+            dry_run: false,
+            exempt: None,
+            log: None,
             warnings: Vec::new(),
         };
+        let mut exempt = None;
         let mut fair_raw: Vec<(&'static str, String)> = Vec::new();
         let mut peer_raw: Vec<(&'static str, String)> = Vec::new();
         let mut store_raw: Vec<(&'static str, String)> = Vec::new();
@@ -343,6 +387,31 @@ impl Options {
                     }
                     o.group = Some(value.to_owned());
                 }
+                "dry-run" => o.dry_run = true,
+                "exempt" => {
+                    let nets = forwarded::parse_trusted(value).map_err(|_| {
+                        invalid(name, value, "IP addresses or CIDRs, comma-separated")
+                    })?;
+                    exempt = Some(nets);
+                }
+                "log" => {
+                    let base = value.strip_suffix(".log").unwrap_or(value);
+                    let ok = (1..=MAX_LOG_NAME_LEN).contains(&base.len())
+                        && !base.starts_with('.')
+                        && base != "rate_limit_ctl"
+                        && base
+                            .bytes()
+                            .all(|b| b.is_ascii_alphanumeric() || b"._-".contains(&b));
+                    if !ok {
+                        return Err(invalid(
+                            name,
+                            value,
+                            "a log name of 1 to 64 letters, digits, '.', '_' or '-', not starting \
+                             with '.' and not rate_limit_ctl (written to NAME.log in ATS's log directory)",
+                        ));
+                    }
+                    o.log = Some(base.to_owned());
+                }
                 n if crate::peering::NAMES.contains(&n) => peer_raw.push((n, value.to_owned())),
                 n if crate::store::NAMES.contains(&n) => store_raw.push((n, value.to_owned())),
                 n if crate::fair::NAMES.contains(&n) => fair_raw.push((n, value.to_owned())),
@@ -419,7 +488,7 @@ impl Options {
                     sources,
                     v4_prefix,
                     v6_prefix,
-                    trusted: trusted.unwrap_or_default(),
+                    trusted: trusted.clone().unwrap_or_default(),
                     forwarded,
                 });
             }
@@ -431,13 +500,31 @@ impl Options {
                     "trusted-proxies",
                     "forwarded-header",
                 ] {
-                    if seen.contains(&other) {
+                    // --exempt finds the client's address as --key=ip does.
+                    let for_exempt = exempt.is_some()
+                        && ["trusted-proxies", "forwarded-header"].contains(&other);
+                    if seen.contains(&other) && !for_exempt {
                         return Err(OptionError(format!(
                             "--{other} needs --key (it configures per-client keys)"
                         )));
                     }
                 }
+                if exempt.is_some() && seen.contains(&"forwarded-header") && trusted.is_none() {
+                    o.warnings.push(
+                        "--forwarded-header has no effect without --trusted-proxies".to_owned(),
+                    );
+                }
             }
+        }
+        if let Some(nets) = exempt {
+            o.exempt = Some(Exempt {
+                nets,
+                trusted: o.key.as_ref().map_or_else(
+                    || trusted.clone().unwrap_or_default(),
+                    |k| k.trusted.clone(),
+                ),
+                forwarded,
+            });
         }
         o.peer = crate::peering::parse(
             &peer_raw,
@@ -633,7 +720,15 @@ impl Options {
                 + &self
                     .store
                     .as_ref()
-                    .map_or(String::new(), |s| format!(" store={}", s.describe())),
+                    .map_or(String::new(), |s| format!(" store={}", s.describe()))
+                + if self.dry_run { " dry-run" } else { "" }
+                + &self.exempt.as_ref().map_or(String::new(), |e| {
+                    format!(" exempt={} network(s)", e.nets.len())
+                })
+                + &self
+                    .log
+                    .as_ref()
+                    .map_or(String::new(), |l| format!(" log={l}.log")),
             self.prefix,
             self.tag
         )
@@ -934,5 +1029,130 @@ mod tests {
             o.warnings,
             ["--trusted-proxies has no effect without ip in --key"]
         );
+    }
+
+    #[test]
+    fn rollout_options_parse() {
+        let o = parse(&[
+            "--rate=5",
+            "--dry-run",
+            "--log=refusals",
+            "--exempt=10.0.0.0/8, ::1",
+        ])
+        .unwrap();
+        assert!(o.dry_run);
+        assert_eq!(o.log.as_deref(), Some("refusals"));
+        let e = o.exempt.as_ref().unwrap();
+        assert_eq!(e.nets.len(), 2);
+        assert!(e.covers("10.1.2.3".parse().unwrap()));
+        assert!(e.covers("::ffff:10.1.2.3".parse().unwrap()));
+        assert!(!e.covers("11.0.0.1".parse().unwrap()));
+        assert!(o
+            .describe()
+            .contains(" dry-run exempt=2 network(s) log=refusals.log"));
+        // The .log suffix is optional.
+        assert_eq!(parse(&["--log=rl.log"]).unwrap().log.as_deref(), Some("rl"));
+        let d = parse(&[]).unwrap();
+        assert!(!d.dry_run && d.exempt.is_none() && d.log.is_none());
+        // Per-rule options: a group's rules need not agree on them.
+        assert_eq!(
+            parse(&["--dry-run", "--exempt=::1", "--log=a"])
+                .unwrap()
+                .limiter_options(),
+            d.limiter_options()
+        );
+    }
+
+    #[test]
+    fn rollout_option_errors() {
+        assert_eq!(
+            err(&["--exempt=10.0.0.0/33"]),
+            "--exempt has an invalid value '10.0.0.0/33': allowed IP addresses or CIDRs, comma-separated"
+        );
+        assert_eq!(
+            err(&["--exempt="]),
+            "--exempt has an invalid value '': allowed IP addresses or CIDRs, comma-separated"
+        );
+        let allowed = "allowed a log name of 1 to 64 letters, digits, '.', '_' or '-', not \
+                       starting with '.' and not rate_limit_ctl (written to NAME.log in ATS's log directory)";
+        for bad in ["../x", "a b", "", ".hidden", "rate_limit_ctl", ".log"] {
+            assert_eq!(
+                err(&[&format!("--log={bad}")]),
+                format!("--log has an invalid value {}: {allowed}", quote(bad))
+            );
+        }
+        assert!(
+            err(&[&format!("--log={}", "a".repeat(65))]).starts_with("--log has an invalid value")
+        );
+        assert_eq!(
+            err(&["--dry-run=yes"]),
+            "--dry-run takes no value (got 'yes')"
+        );
+    }
+
+    #[test]
+    fn exempt_follows_trusted_proxies_with_or_without_key() {
+        // Without --key, --trusted-proxies and --forwarded-header serve --exempt.
+        let o = parse(&[
+            "--exempt=192.0.2.0/24",
+            "--trusted-proxies=127.0.0.2",
+            "--forwarded-header=Forwarded",
+        ])
+        .unwrap();
+        let e = o.exempt.unwrap();
+        assert_eq!(e.trusted.len(), 1);
+        assert_eq!(e.forwarded, crate::key::ForwardedHeader::Forwarded);
+        assert!(o.key.is_none() && o.warnings.is_empty());
+        // With --key, the key's trusted proxies.
+        let o = parse(&["--key=ip", "--exempt=::1", "--trusted-proxies=10.0.0.1"]).unwrap();
+        assert_eq!(o.exempt.unwrap().trusted, o.key.unwrap().trusted);
+        // Still refused without either.
+        assert_eq!(
+            err(&["--trusted-proxies=10.0.0.1"]),
+            "--trusted-proxies needs --key (it configures per-client keys)"
+        );
+        assert_eq!(
+            parse(&["--exempt=::1", "--forwarded-header=Forwarded"])
+                .unwrap()
+                .warnings,
+            ["--forwarded-header has no effect without --trusted-proxies"]
+        );
+    }
+
+    #[test]
+    fn dry_run_combinations() {
+        // Decided here, at remap: a dry run works as it does alone.
+        let fair = parse(&["--limit=4", "--fair=ip", "--dry-run"]).unwrap();
+        assert!(fair.dry_run && fair.fair.is_some());
+        let peers = parse(&[
+            "--rate=5",
+            "--key=ip",
+            "--dry-run",
+            "--peers=127.0.0.1:7000",
+            "--peer-secret-file=peer.key",
+            "--group=g",
+        ]);
+        assert!(
+            peers.as_ref().is_ok_and(|o| o.dry_run && o.peer.is_some()),
+            "{peers:?}"
+        );
+        // Decided in Redis after remap: the request does not wait for it
+        // (the plugin counts the reply when it comes).
+        for store in [
+            &["--rate=5", "--dry-run", "--store=redis://127.0.0.1:6379"][..],
+            &[
+                "--rate=5",
+                "--key=ip",
+                "--dry-run",
+                "--store=redis://127.0.0.1:6379",
+                "--store-sync=100",
+            ],
+        ] {
+            let o = parse(store).unwrap();
+            assert!(
+                o.dry_run && o.store.is_some() && o.warnings.is_empty(),
+                "{o:?}"
+            );
+        }
     }
 }

@@ -35,6 +35,8 @@ pub(crate) struct Card {
     /// Readable names of keys seen waiting or refused, for `top` (the key
     /// table keeps only hashes). Bounded; filled only when uncontended.
     names: Mutex<Names>,
+    /// The rule's dry run: `--dry-run`, then `set … dry_run=on|off`.
+    pub(crate) dry_run: std::sync::atomic::AtomicBool,
 }
 
 static CARDS: Mutex<Vec<Weak<Card>>> = Mutex::new(Vec::new());
@@ -62,6 +64,7 @@ impl Card {
             limiter: Arc::downgrade(limiter),
             key: o.key.clone(),
             names: Mutex::new(Names::default()),
+            dry_run: std::sync::atomic::AtomicBool::new(o.dry_run),
         });
         let mut cards = CARDS.lock();
         cards.retain(|c| c.strong_count() > 0);
@@ -88,7 +91,7 @@ impl Card {
         n.by_key.insert(key, spec.display(bytes));
     }
 
-    fn name(&self, key: u64) -> Option<String> {
+    pub(crate) fn name(&self, key: u64) -> Option<String> {
         self.names.lock().by_key.get(&key).cloned()
     }
 }
@@ -213,6 +216,7 @@ fn describe(t: &Target) -> Value {
                 "rejected": get(m.rejected),
                 "expired": get(m.expired),
                 "abandoned": get(m.abandoned),
+                "dry_run": c.dry_run.load(std::sync::atomic::Ordering::Relaxed),
             })
         })
         .collect();
@@ -279,7 +283,10 @@ fn set(name: &str, settings: &[ctl::Setting]) -> Answer {
     // Under the registry lock, so a configuration load cannot interleave.
     let mut reg = REGISTRY.lock();
     let t = pick(reg.live(), name)?;
-    if t.opts.store.is_some() {
+    let dry_only = settings
+        .iter()
+        .all(|s| matches!(s, ctl::Setting::DryRun(_)));
+    if t.opts.store.is_some() && !dry_only {
         return Err(format!(
             "set: {} is decided in Redis (--store) with the values of remap.config, which a \
              live change would not reach: nothing changed (edit remap.config and reload)",
@@ -287,12 +294,14 @@ fn set(name: &str, settings: &[ctl::Setting]) -> Answer {
         ));
     }
     let new = ctl::apply(&t.opts, settings)?;
-    t.limiter
-        .reconfigure(Limits::of(&new))
-        .map_err(|o| format!("set: {o} cannot change live"))?;
-    reg.set_live(&t.id, new.clone());
+    if !dry_only {
+        t.limiter
+            .reconfigure(Limits::of(&new))
+            .map_err(|o| format!("set: {o} cannot change live"))?;
+        reg.set_live(&t.id, new.clone());
+    }
     drop(reg);
-    let changed: Vec<(&str, String, String)> = t
+    let mut changed: Vec<(&str, String, String)> = t
         .opts
         .limiter_options()
         .into_iter()
@@ -300,6 +309,30 @@ fn set(name: &str, settings: &[ctl::Setting]) -> Answer {
         .filter(|((_, a), (_, b))| a != b)
         .map(|((name, a), (_, b))| (name, a, b))
         .collect();
+    // A dry run is each rule's: set on every rule of the limiter (the last
+    // dry_run= given wins), until remap.config is next loaded.
+    let dry = settings.iter().rev().find_map(|s| match s {
+        ctl::Setting::DryRun(d) => Some(*d),
+        _ => None,
+    });
+    if let Some(d) = dry {
+        let old: Vec<bool> = t
+            .cards
+            .iter()
+            .map(|c| c.dry_run.swap(d, std::sync::atomic::Ordering::Relaxed))
+            .collect();
+        let was = if old.iter().all(|&o| o) {
+            "on"
+        } else if old.iter().any(|&o| o) {
+            "mixed"
+        } else {
+            "off"
+        };
+        let now = if d { "on" } else { "off" };
+        if was != now {
+            changed.push(("dry-run", was.to_owned(), now.to_owned()));
+        }
+    }
     let list: Vec<String> = changed
         .iter()
         .map(|(n, a, b)| format!("--{n} {a} -> {b}"))

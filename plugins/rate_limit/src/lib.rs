@@ -29,6 +29,7 @@ mod mates;
 mod peers;
 mod policy;
 mod queue;
+mod refusals;
 mod state;
 mod store;
 
@@ -52,6 +53,7 @@ use rate_limit_core::registry::{Change, Registry};
 use rate_limit_core::{headers, Admission, Limiter, Limits, Options};
 
 use crate::queue::{park, Queued};
+use crate::refusals::Reason;
 use crate::state::{
     bump, Held, Home, Metrics, Outcome, PerTxn, Place, SessionSlots, TxnState, Wait,
 };
@@ -97,6 +99,8 @@ pub struct Rule {
     store: Option<crate::store::RuleStore>,
     /// `--peers`: the exchange runs while a rule holds it.
     _peers: Option<Arc<peers::Exchange>>,
+    /// `--log`: the refusal log.
+    refusals: refusals::Refusals,
 }
 
 impl Rule {
@@ -124,7 +128,9 @@ impl Rule {
         let metrics = Metrics::new(&opts);
         let store = crate::store::RuleStore::new(&opts, &limiter)?;
         let live = Arc::new(state::Live::new(&metrics));
+        let refusals = refusals::Refusals::new(&opts)?;
         Ok(Rule {
+            refusals,
             store,
             live,
             _key_metrics: key_metrics(&limiter, &metrics),
@@ -231,12 +237,94 @@ impl Rule {
     }
 
     /// Refused in remap: ATS answers with its body-factory page
-    /// (Cache-Control: no-store), skipping POST_REMAP and the origin.
-    fn reject(self: &Arc<Self>, g: &Globals, txn: Txn<'_>, key: Option<u64>) {
-        bump(self.metrics.rejected, 1);
+    /// (Cache-Control: no-store), skipping POST_REMAP and the origin. In a
+    /// dry run, counted and logged, and the request goes on.
+    fn reject(self: &Arc<Self>, g: &Globals, txn: Txn<'_>, key: Option<u64>, why: Reason) {
         self.note_name(key);
+        let dry = self.dry_run();
+        self.record_refusal(txn, key, why, 0, dry);
+        if dry {
+            bump(self.metrics.dry_run_refused, 1);
+            if self.opts.ratelimit_headers {
+                self.attach(g, txn, Outcome::Admitted, None, None, key);
+            }
+            return;
+        }
+        bump(self.metrics.rejected, 1);
         self.attach(g, txn, Outcome::Refused, None, None, key);
         txn.set_status(self.opts.error);
+    }
+
+    /// In a dry run (`--dry-run`, or `set … dry_run=on`).
+    pub(crate) fn dry_run(&self) -> bool {
+        self.card.dry_run.load(Ordering::Relaxed)
+    }
+
+    /// Records a refusal of `txn` (an expiry, or a dry run's would-be
+    /// refusal) in the refusal log, within the rule's line budget. Every
+    /// refusal goes through here; metrics are the caller's. On the
+    /// transaction's thread.
+    pub(crate) fn record_refusal(
+        &self,
+        txn: Txn<'_>,
+        key: Option<u64>,
+        reason: Reason,
+        waited_ms: u64,
+        dry_run: bool,
+    ) {
+        self.refusals
+            .record(reason, waited_ms, dry_run, || refusals::Who {
+                client: self.client_ip(txn),
+                key: key.map(|k| self.key_name(k)),
+            });
+    }
+
+    /// [`Rule::record_refusal`] away from the transaction (a `--store`
+    /// dry run's reply), with the client's address read before.
+    pub(crate) fn record_refusal_of(
+        &self,
+        client: Option<IpAddr>,
+        key: Option<u64>,
+        reason: Reason,
+        waited_ms: u64,
+        dry_run: bool,
+    ) {
+        self.refusals
+            .record(reason, waited_ms, dry_run, || refusals::Who {
+                client,
+                key: key.map(|k| self.key_name(k)),
+            });
+    }
+
+    /// A key as `top` shows it, or its hash if its name was not kept.
+    fn key_name(&self, k: u64) -> String {
+        self.card.name(k).unwrap_or_else(|| format!("#{k:016x}"))
+    }
+
+    /// The client's address as `--exempt` (or else `--key=ip`) finds it:
+    /// through the trusted proxies, if any.
+    pub(crate) fn client_ip(&self, txn: Txn<'_>) -> Option<IpAddr> {
+        let view = KeyView {
+            txn,
+            hdr: txn.client_request(),
+        };
+        match (&self.opts.exempt, &self.opts.key) {
+            (Some(e), _) => e.client_ip(&view),
+            (None, Some(k)) => k.client_ip(&view),
+            (None, None) => txn.connection_client_ip(),
+        }
+    }
+
+    /// `--exempt`: the client is in an exempt network.
+    fn exempt(&self, txn: Txn<'_>, req: &RemapRequest<'_>) -> bool {
+        let Some(e) = &self.opts.exempt else {
+            return false;
+        };
+        let view = KeyView {
+            txn,
+            hdr: req.request_header(),
+        };
+        e.client_ip(&view).is_some_and(|ip| e.covers(ip))
     }
 
     /// Stores the transaction's state (after any earlier rate_limit entry's
@@ -377,6 +465,11 @@ impl RemapPlugin for Rule {
             // An earlier rate_limit entry on this rule refused the request.
             return RemapStatus::NoRemap;
         }
+        if self.exempt(txn, req) {
+            // Before any state: no slot, token, key or session state.
+            bump(self.metrics.exempt, 1);
+            return RemapStatus::NoRemap;
+        }
         let mut home = Home::Txn;
         if self.opts.conntrack {
             if let Some(ssn) = txn.ssn() {
@@ -400,7 +493,8 @@ impl RemapPlugin for Rule {
             }
         }
         if self.opts.limit.is_some() && earlier.waits {
-            self.reject(g, txn, None);
+            // It would wait behind an earlier entry's wait: no queue for it.
+            self.reject(g, txn, None, Reason::QueueFull);
             return RemapStatus::NoRemap;
         }
         let key = match self.client_key(txn, req) {
@@ -408,11 +502,20 @@ impl RemapPlugin for Rule {
             ClientKey::Key(k) => Some(k),
             ClientKey::Pass => return RemapStatus::NoRemap,
             ClientKey::Refuse => {
-                self.reject(g, txn, None);
+                self.reject(g, txn, None, Reason::KeyMissing);
                 return RemapStatus::NoRemap;
             }
         };
         if self.store.as_ref().is_some_and(|s| s.exact()) {
+            if self.dry_run() {
+                // Asked of Redis, never waited for (store.rs).
+                self.note_name(key);
+                crate::store::dry_run(self, txn, key);
+                if self.opts.ratelimit_headers {
+                    self.attach(g, txn, Outcome::Admitted, None, None, key);
+                }
+                return RemapStatus::NoRemap;
+            }
             // Decided in Redis at POST_REMAP (store.rs).
             crate::store::remap(self, g, txn, key);
             return RemapStatus::NoRemap;
@@ -432,7 +535,9 @@ impl RemapPlugin for Rule {
         // taken; a wait while an earlier slot is held is refused after
         // (dropping the wait gives its queue place and rate token back).
         let admission = match admission {
-            Admission::Wait(_) if self.opts.limit.is_some() && earlier.holds => Admission::Reject,
+            Admission::Wait(_) if self.opts.limit.is_some() && earlier.holds => {
+                Admission::Reject(rate_limit_core::Refused::QueueFull)
+            }
             other => other,
         };
         match admission {
@@ -468,6 +573,19 @@ impl RemapPlugin for Rule {
                     }
                 }
             }
+            Admission::Wait(w) if self.dry_run() => {
+                // It would have waited: nothing waits. Its rate token is
+                // spent, as the wait would have (its debt stays in the
+                // bucket); its queue place and any slot are not held.
+                bump(self.metrics.dry_run_queued, 1);
+                if let Some(r) = w.rate {
+                    r.spend();
+                }
+                drop(w.place);
+                if self.opts.ratelimit_headers {
+                    self.attach(g, txn, Outcome::Admitted, None, None, key);
+                }
+            }
             Admission::Wait(w) => {
                 self.note_name(key);
                 let wait = Wait {
@@ -485,7 +603,7 @@ impl RemapPlugin for Rule {
                     txn.hook(HookId::PostRemap, &g.hooks);
                 }
             }
-            Admission::Reject => self.reject(g, txn, key),
+            Admission::Reject(why) => self.reject(g, txn, key, why.into()),
         }
         RemapStatus::NoRemap
     }

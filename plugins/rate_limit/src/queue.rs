@@ -15,6 +15,7 @@ use limits::{Nanos, Permit, Waiter, NANOS_PER_MS};
 use parking_lot::Mutex;
 use rate_limit_core::SlotWait;
 
+use crate::refusals::Reason;
 use crate::state::{bump, Held, Home, Outcome, Place, SessionSlots, TxnState, Wait};
 use crate::{Rule, GLOBALS};
 
@@ -94,7 +95,7 @@ impl Rule {
             // part of the queue: refused like a request refused in remap.
             SlotWait::Refused(q) => {
                 let counter = q.rule.metrics.rejected;
-                return q.refuse(counter);
+                return q.refuse(counter, Some(Reason::FlowOver));
             }
             SlotWait::Queued { ticket, expires_in } => (Arc::new(ticket), expires_in),
         };
@@ -236,7 +237,7 @@ impl Queued {
             if h.client_gone() {
                 // ATS saw the client leave: the slot goes to the next waiter.
                 drop(held);
-                return refuse(h, &rule, since, rate, place, rule.metrics.abandoned);
+                return refuse(h, &rule, since, rate, place, rule.metrics.abandoned, None);
             }
             note_delay(&h, &rule, since);
             bump(rule.metrics.resumed, 1);
@@ -278,7 +279,7 @@ impl Queued {
             waited_ms(&self.rule, self.since)
         );
         let counter = self.rule.metrics.expired;
-        self.refuse(counter);
+        self.refuse(counter, Some(Reason::Maxage));
     }
 
     /// The client left while waiting.
@@ -288,10 +289,12 @@ impl Queued {
             waited_ms(&self.rule, self.since)
         );
         let counter = self.rule.metrics.abandoned;
-        self.refuse(counter);
+        self.refuse(counter, None);
     }
 
-    pub(crate) fn refuse(self, counter: Option<Stat>) {
+    /// Answers the waiter with the rule's error; `why` (not for a client
+    /// that left) goes to the refusal log.
+    pub(crate) fn refuse(self, counter: Option<Stat>, why: Option<Reason>) {
         if let Some(t) = self.expiry.get() {
             t.cancel();
         }
@@ -303,7 +306,7 @@ impl Queued {
             place,
             ..
         } = self;
-        parked.on_home(move |h| refuse(h, &rule, since, rate, place, counter));
+        parked.on_home(move |h| refuse(h, &rule, since, rate, place, counter, why));
     }
 }
 
@@ -334,8 +337,13 @@ pub(crate) fn refuse(
     rate: Option<RateToken>,
     place: Place,
     counter: Option<Stat>,
+    why: Option<Reason>,
 ) -> Done {
     bump(counter, 1);
+    if let Some(why) = why {
+        let key = state(&h, rule).and_then(|st| st.key);
+        rule.record_refusal(h.txn(), key, why, waited_ms(rule, since), false);
+    }
     note_delay(&h, rule, since);
     drop((rate, place));
     if let Some(st) = state(&h, rule) {

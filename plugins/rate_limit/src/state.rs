@@ -34,6 +34,12 @@ pub(crate) struct Metrics {
     pub(crate) flows: Option<Stat>,
     pub(crate) borrowed: Option<Stat>,
     pub(crate) flow_rejected: Option<Stat>,
+    /// What a dry run let through that would have been refused or queued
+    /// (every rule: `set` can start a dry run).
+    pub(crate) dry_run_refused: Option<Stat>,
+    pub(crate) dry_run_queued: Option<Stat>,
+    /// With `--exempt`: requests of exempt clients.
+    pub(crate) exempt: Option<Stat>,
 }
 
 pub(crate) fn bump(stat: Option<Stat>, n: i64) {
@@ -65,6 +71,9 @@ impl Metrics {
             flows: o.fair.as_ref().and_then(|_| make("flows")),
             borrowed: o.fair.as_ref().and_then(|_| make("borrowed")),
             flow_rejected: o.fair.as_ref().and_then(|_| make("flow_rejected")),
+            dry_run_refused: make("dry_run_refused"),
+            dry_run_queued: make("dry_run_queued"),
+            exempt: o.exempt.as_ref().and_then(|_| make("exempt")),
         }
     }
 }

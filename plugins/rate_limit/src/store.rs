@@ -36,6 +36,7 @@ use ::store::redis::{key_base, Decide, LeaseIds, Op, Redis, Reply};
 use ::store::{Client, Completion, Config, Outcome, Shared};
 
 use crate::queue::{error_page, park, state, Queued};
+use crate::refusals::Reason;
 use crate::state::{bump, Held, Home, Outcome as TxnOutcome, Wait};
 use crate::{Globals, Rule};
 
@@ -69,6 +70,9 @@ pub(crate) struct Store {
 /// then never exits with such a token queued.
 pub(crate) enum Token {
     Decide(Box<Asked>),
+    /// A dry run's decision: counted and logged when it comes back; no
+    /// transaction waits for it.
+    DryRun(Box<DryAsked>),
     Release(StoreMetrics),
     /// `--store-sync`: a key's exchange (its tag and the hits sent).
     Sync(Arc<sync::Syncer>, Box<[u8]>, u32),
@@ -80,6 +84,15 @@ pub(crate) struct Asked {
     base: String,
     member: String,
     key: Option<u64>,
+}
+
+/// A dry-run request's decision in flight: what its log line needs.
+pub(crate) struct DryAsked {
+    rule: Arc<Rule>,
+    base: String,
+    member: String,
+    key: Option<u64>,
+    client: Option<std::net::IpAddr>,
 }
 
 /// A rule's share of the global mode: its store and metrics.
@@ -245,24 +258,125 @@ pub(crate) fn remap(rule: &Arc<Rule>, g: &Globals, txn: Txn<'_>, key: Option<u64
     }
 }
 
+/// The decision to ask of Redis for `base`, and its lease member.
+fn decide(rule: &Rule, rs: &RuleStore, base: String) -> (Op, String) {
+    let o = &rule.opts;
+    let member = rs.store.ids.next();
+    let op = Op::Decide(Decide {
+        base,
+        interval_us: o.rate.map_or(0, |r| (1e6 / r).round().max(1.0) as u64),
+        burst: o.burst,
+        limit: o.limit.unwrap_or(0),
+        member: member.clone(),
+        lease_ttl_ms: rs.opts.lease_ttl_s * 1000,
+    });
+    (op, member)
+}
+
+/// DoRemap of a `--store` rule in a dry run: the decision is submitted and
+/// the request goes on at once. The reply comes back through the store's
+/// usual hand-off (an ATS thread drains the completions: the I/O thread
+/// never counts or logs), where a would-be refusal is counted and logged.
+pub(crate) fn dry_run(rule: &Arc<Rule>, txn: Txn<'_>, key: Option<u64>) {
+    let Some(rs) = &rule.store else { return };
+    let base = crate::KEY_BYTES.with(|b| {
+        let b = b.borrow();
+        key_base(&rs.opts.namespace, key.map(|_| &b[..]))
+    });
+    let (op, member) = decide(rule, rs, base.clone());
+    let token = Token::DryRun(Box::new(DryAsked {
+        rule: rule.clone(),
+        base,
+        member,
+        key,
+        client: rule.client_ip(txn),
+    }));
+    let store = rs.store.clone();
+    store.start_waker();
+    match store.client.submit(op, token, store.timeout) {
+        Ok(()) => Poller::arm(&store),
+        Err((Token::DryRun(d), _)) => {
+            bump(rs.metrics.errors, 1);
+            dry_failed(*d);
+        }
+        Err(_) => {}
+    }
+}
+
+/// A dry run's decision came back (on an ATS thread).
+fn dry_completed(d: DryAsked, waited: Duration, outcome: Outcome<Reply>) {
+    let Some(rs) = &d.rule.store else { return };
+    let m = rs.metrics;
+    m.latency(waited);
+    match outcome {
+        Outcome::Reply(Reply::Admitted { .. }) => {
+            bump(m.decisions, 1);
+            // Admitted with a lease: given back at once (a dry run holds no slot).
+            if d.rule.opts.limit.is_some() {
+                drop(Lease {
+                    store: rs.store.clone(),
+                    base: d.base,
+                    member: d.member,
+                    metrics: m,
+                });
+            }
+        }
+        Outcome::Reply(r) => {
+            bump(m.decisions, 1);
+            let why = match r {
+                Reply::TooSoon { .. } => Reason::Rate,
+                _ => Reason::QueueFull,
+            };
+            dry_refused(&d, why);
+        }
+        Outcome::Error(e) => {
+            bump(m.errors, 1);
+            log::debug!("store {}: {e}", rs.store.url);
+            dry_failed(d);
+        }
+        Outcome::Timeout => {
+            bump(m.timeouts, 1);
+            dry_failed(d);
+        }
+    }
+}
+
+/// A dry run's store failed: what `--store-failure` would have done.
+fn dry_failed(d: DryAsked) {
+    let failure = d
+        .rule
+        .opts
+        .store
+        .as_ref()
+        .map_or(Failure::Open, |s| s.failure);
+    match failure {
+        Failure::Open => {}
+        Failure::Closed => dry_refused(&d, Reason::StoreFailure),
+        Failure::Local => match d.rule.limiter.admit_tagged(d.key, &[]) {
+            // Decided as a dry run decides at remap: nothing held.
+            Admission::Go(permit) => drop(permit),
+            Admission::Wait(w) => {
+                bump(d.rule.metrics.dry_run_queued, 1);
+                if let Some(r) = w.rate {
+                    r.spend();
+                }
+            }
+            Admission::Reject(why) => dry_refused(&d, why.into()),
+        },
+    }
+}
+
+fn dry_refused(d: &DryAsked, why: Reason) {
+    bump(d.rule.metrics.dry_run_refused, 1);
+    d.rule.record_refusal_of(d.client, d.key, why, 0, true);
+}
+
 /// POST_REMAP: submits the decision for the parked transaction.
 pub(crate) fn ask(rule: Arc<Rule>, parked: Parked, base: String, key: Option<u64>) {
     let Some(rs) = &rule.store else {
         return admit(rule, parked, None);
     };
-    let o = &rule.opts;
-    let op = Op::Decide(Decide {
-        base: base.clone(),
-        interval_us: o.rate.map_or(0, |r| (1e6 / r).round().max(1.0) as u64),
-        burst: o.burst,
-        limit: o.limit.unwrap_or(0),
-        member: rs.store.ids.next(),
-        lease_ttl_ms: rs.opts.lease_ttl_s * 1000,
-    });
-    let member = match &op {
-        Op::Decide(d) => d.member.clone(),
-        _ => String::new(),
-    };
+    let (op, member) = decide(&rule, rs, base.clone());
     let store = rs.store.clone();
     let token = Token::Decide(Box::new(Asked {
         rule: rule.clone(),
@@ -326,6 +440,7 @@ fn completed(c: Completion<Reply, Token>) {
             return;
         }
         Token::Decide(a) => *a,
+        Token::DryRun(d) => return dry_completed(*d, waited, c.outcome),
         Token::Sync(s, tag, hits) => return s.completed(tag, hits, c.outcome),
     };
     let Some(rs) = &a.rule.store else {
@@ -344,9 +459,13 @@ fn completed(c: Completion<Reply, Token>) {
             });
             admit(a.rule, a.parked, lease);
         }
-        Outcome::Reply(_) => {
+        Outcome::Reply(r) => {
             bump(m.decisions, 1);
-            refuse(a.rule, a.parked);
+            let why = match r {
+                Reply::TooSoon { .. } => Reason::Rate,
+                _ => Reason::QueueFull,
+            };
+            refuse(a.rule, a.parked, a.key, why);
         }
         Outcome::Error(e) => {
             bump(m.errors, 1);
@@ -371,7 +490,7 @@ fn failed(a: Asked) {
         .map_or(Failure::Open, |s| s.failure);
     match failure {
         Failure::Open => admit(a.rule, a.parked, None),
-        Failure::Closed => refuse(a.rule, a.parked),
+        Failure::Closed => refuse(a.rule, a.parked, a.key, Reason::StoreFailure),
         Failure::Local => local(a),
     }
 }
@@ -404,7 +523,7 @@ fn local(a: Asked) {
             };
             park(rule, parked, wait);
         }
-        Admission::Reject => refuse(rule, parked),
+        Admission::Reject(why) => refuse(rule, parked, key, why.into()),
     }
 }
 
@@ -423,9 +542,10 @@ fn resume(h: HomeTxn<'_>, rule: &Rule, lease: Option<Lease>) -> Done {
     h.resume()
 }
 
-fn refuse(rule: Arc<Rule>, parked: Parked) {
+fn refuse(rule: Arc<Rule>, parked: Parked, key: Option<u64>, why: Reason) {
     parked.on_home(move |h| {
         bump(rule.metrics.rejected, 1);
+        rule.record_refusal(h.txn(), key, why, 0, false);
         if let Some(st) = state(&h, &rule) {
             st.set_outcome(TxnOutcome::Refused);
         }

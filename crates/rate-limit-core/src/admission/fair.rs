@@ -108,7 +108,7 @@ mod tests {
                 drop(wait.place);
                 "wait"
             }
-            Admission::Reject => "reject",
+            Admission::Reject(_) => "reject",
         }
     }
 

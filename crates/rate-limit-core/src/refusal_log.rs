@@ -1,0 +1,390 @@
+//! The refusal log (`--log=FILE`): what one line says, and the per-rule
+//! bound that keeps a flood of refusals from filling the disk.
+//!
+//! Pure: the plugin hands in the time (monotonic nanoseconds) and writes
+//! the lines this decides on to an ATS text log.
+//!
+//! The bound: in each second (of the monotonic clock) a rule writes at
+//! most [`LINES_PER_SECOND`] event lines; the events past that are counted
+//! by reason, and once the second is over one `event=suppressed` line gives
+//! those counts. So a rule writes at most `LINES_PER_SECOND + 1` lines per
+//! second, whatever the load, and every event is either on its own line or
+//! counted in a summary.
+
+use std::fmt::Write as _;
+use std::net::IpAddr;
+
+use crate::admission::Refused;
+
+/// Most event lines one rule writes per second (then one summary line).
+pub const LINES_PER_SECOND: u32 = 100;
+
+const NANOS_PER_SECOND: u64 = 1_000_000_000;
+
+/// Why a request was refused (or, in a dry run, would have been).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Reason {
+    /// At the concurrency limit and the queue is full (or `--queue=0`).
+    QueueFull,
+    /// Over the rate and it could not wait for it.
+    Rate,
+    /// Waited `--maxage` without getting a slot.
+    Maxage,
+    /// `--key`: every key held is busy, so the client's key has no state.
+    KeyTableFull,
+    /// `--fair --flow-over=reject`: its flow holds its share.
+    FlowOver,
+    /// `--store` failed and `--store-failure=closed` refuses.
+    StoreFailure,
+    /// `--key-missing=refuse`: the request has no key.
+    KeyMissing,
+}
+
+impl Reason {
+    pub const ALL: [Reason; 7] = [
+        Reason::QueueFull,
+        Reason::Rate,
+        Reason::Maxage,
+        Reason::KeyTableFull,
+        Reason::FlowOver,
+        Reason::StoreFailure,
+        Reason::KeyMissing,
+    ];
+
+    /// As written in the log.
+    pub fn name(self) -> &'static str {
+        match self {
+            Reason::QueueFull => "queue_full",
+            Reason::Rate => "rate",
+            Reason::Maxage => "maxage",
+            Reason::KeyTableFull => "key_table_full",
+            Reason::FlowOver => "flow_over",
+            Reason::StoreFailure => "store_failure",
+            Reason::KeyMissing => "key_missing",
+        }
+    }
+
+    fn index(self) -> usize {
+        self as usize
+    }
+}
+
+impl From<Refused> for Reason {
+    fn from(r: Refused) -> Reason {
+        match r {
+            Refused::Rate => Reason::Rate,
+            Refused::QueueFull => Reason::QueueFull,
+            Refused::KeyTableFull => Reason::KeyTableFull,
+            Refused::FlowOver => Reason::FlowOver,
+        }
+    }
+}
+
+/// One event to log.
+#[derive(Clone, Copy, Debug)]
+pub struct Event<'a> {
+    /// The rule's metric tag.
+    pub rule: &'a str,
+    /// The client's address (after `--trusted-proxies`), if known.
+    pub client: Option<IpAddr>,
+    /// The client's key as `top` shows it (`--key`), if known.
+    pub key: Option<&'a str>,
+    pub reason: Reason,
+    /// How long the request waited before the refusal, ms (0 if refused at once).
+    pub waited_ms: u64,
+    pub dry_run: bool,
+}
+
+/// Longest key shown in a line (client-controlled: cut and escaped).
+pub const MAX_KEY_CHARS: usize = 128;
+
+impl Event<'_> {
+    /// `event=refused rule=api client=192.0.2.7 key=192.0.2.7 reason=rate wait=0.000 dry_run=0`
+    /// (`event=expired` for `maxage`; `key=` only with a key).
+    pub fn line(&self) -> String {
+        let mut s = String::with_capacity(128);
+        let event = if self.reason == Reason::Maxage {
+            "expired"
+        } else {
+            "refused"
+        };
+        let _ = write!(s, "event={event} rule={}", self.rule);
+        match self.client {
+            Some(ip) => {
+                let _ = write!(s, " client={ip}");
+            }
+            None => s.push_str(" client=-"),
+        }
+        if let Some(k) = self.key {
+            s.push_str(" key=");
+            push_escaped(&mut s, k);
+        }
+        let _ = write!(
+            s,
+            " reason={} wait={}.{:03} dry_run={}",
+            self.reason.name(),
+            self.waited_ms / 1000,
+            self.waited_ms % 1000,
+            u8::from(self.dry_run)
+        );
+        s
+    }
+}
+
+/// Client-controlled text as one `key=value` token: printable ASCII but
+/// space, `=` and `%` as is, the rest (bytes) as `%XX`; cut at
+/// [`MAX_KEY_CHARS`] (then `…`).
+fn push_escaped(out: &mut String, v: &str) {
+    for (shown, b) in v.bytes().enumerate() {
+        if shown >= MAX_KEY_CHARS {
+            out.push('…');
+            return;
+        }
+        if b.is_ascii_graphic() && b != b'=' && b != b'%' {
+            out.push(char::from(b));
+        } else {
+            let _ = write!(out, "%{b:02X}");
+        }
+    }
+}
+
+/// The lines suppressed in one second, by reason.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Summary {
+    pub counts: [u64; Reason::ALL.len()],
+}
+
+impl Summary {
+    pub fn total(&self) -> u64 {
+        self.counts.iter().sum()
+    }
+
+    /// `event=suppressed rule=api lines=1234 rate=1200 queue_full=34`
+    /// (reasons with a count only).
+    pub fn line(&self, rule: &str) -> String {
+        let mut s = format!("event=suppressed rule={rule} lines={}", self.total());
+        for r in Reason::ALL {
+            let n = self.counts[r.index()];
+            if n > 0 {
+                let _ = write!(s, " {}={n}", r.name());
+            }
+        }
+        s
+    }
+}
+
+/// What to write for one event.
+#[derive(Debug, PartialEq, Eq)]
+pub struct Decision {
+    /// The summary of an earlier second, written first.
+    pub summary: Option<Summary>,
+    /// Write the event's own line.
+    pub write: bool,
+}
+
+/// A rule's line budget.
+#[derive(Debug)]
+pub struct LogBound {
+    per_second: u32,
+    /// The current second (monotonic nanoseconds / 1e9).
+    second: u64,
+    written: u32,
+    suppressed: [u64; Reason::ALL.len()],
+}
+
+impl LogBound {
+    pub fn new(per_second: u32) -> LogBound {
+        LogBound {
+            per_second,
+            second: 0,
+            written: 0,
+            suppressed: [0; Reason::ALL.len()],
+        }
+    }
+
+    /// Starts the second of `now`, handing back the summary of the one
+    /// before if it suppressed lines. Time never goes back: an older `now`
+    /// counts in the current second.
+    fn roll(&mut self, now: u64) -> Option<Summary> {
+        let second = now / NANOS_PER_SECOND;
+        if second <= self.second {
+            return None;
+        }
+        self.second = second;
+        self.written = 0;
+        let counts = std::mem::replace(&mut self.suppressed, [0; Reason::ALL.len()]);
+        counts.iter().any(|&n| n > 0).then_some(Summary { counts })
+    }
+
+    /// An event at `now`: whether its line is written, and a summary due first.
+    pub fn event(&mut self, now: u64, reason: Reason) -> Decision {
+        let summary = self.roll(now);
+        let write = self.written < self.per_second;
+        if write {
+            self.written += 1;
+        } else {
+            self.suppressed[reason.index()] += 1;
+        }
+        Decision { summary, write }
+    }
+
+    /// Called about every second (with no events, the last second's summary
+    /// would wait for the next event).
+    pub fn flush(&mut self, now: u64) -> Option<Summary> {
+        self.roll(now)
+    }
+
+    /// Events suppressed in the current second so far (not yet summarised).
+    pub fn pending(&self) -> u64 {
+        self.suppressed.iter().sum()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const S: u64 = NANOS_PER_SECOND;
+
+    #[test]
+    fn lines_name_every_field() {
+        let e = Event {
+            rule: "api",
+            client: Some("192.0.2.7".parse().unwrap()),
+            key: Some("a b=c\u{1}"),
+            reason: Reason::Rate,
+            waited_ms: 1250,
+            dry_run: true,
+        };
+        assert_eq!(
+            e.line(),
+            "event=refused rule=api client=192.0.2.7 key=a%20b%3Dc%01 reason=rate wait=1.250 dry_run=1"
+        );
+        let e = Event {
+            client: None,
+            key: None,
+            reason: Reason::Maxage,
+            dry_run: false,
+            ..e
+        };
+        assert_eq!(
+            e.line(),
+            "event=expired rule=api client=- reason=maxage wait=1.250 dry_run=0"
+        );
+        let long = "x".repeat(1000);
+        let e = Event {
+            key: Some(&long),
+            ..e
+        };
+        assert!(e.line().len() < 250, "{}", e.line());
+    }
+
+    #[test]
+    fn reason_names_are_the_documented_set() {
+        let names: Vec<&str> = Reason::ALL.iter().map(|r| r.name()).collect();
+        assert_eq!(
+            names,
+            [
+                "queue_full",
+                "rate",
+                "maxage",
+                "key_table_full",
+                "flow_over",
+                "store_failure",
+                "key_missing"
+            ]
+        );
+        for (i, r) in Reason::ALL.iter().enumerate() {
+            assert_eq!(r.index(), i);
+        }
+    }
+
+    #[test]
+    fn bounded_per_second_then_one_summary() {
+        let mut b = LogBound::new(3);
+        let t = 10 * S;
+        let mut written = 0;
+        for i in 0..10 {
+            let reason = if i % 2 == 0 {
+                Reason::Rate
+            } else {
+                Reason::QueueFull
+            };
+            let d = b.event(t + i, reason);
+            assert_eq!(d.summary, None);
+            written += u32::from(d.write);
+        }
+        assert_eq!(written, 3);
+        assert_eq!(b.pending(), 7);
+        // Nothing more this second: no summary yet.
+        assert_eq!(b.flush(t + S - 1), None);
+        let s = b.flush(t + S).expect("summary of the full second");
+        assert_eq!(s.total(), 7);
+        assert_eq!(
+            s.line("api"),
+            "event=suppressed rule=api lines=7 queue_full=4 rate=3"
+        );
+        // The next second starts with a fresh budget; no second summary.
+        assert_eq!(b.flush(t + 2 * S), None);
+        assert!(b.event(t + 2 * S, Reason::Rate).write);
+    }
+
+    #[test]
+    fn a_summary_due_comes_with_the_next_event() {
+        let mut b = LogBound::new(1);
+        assert!(b.event(S, Reason::Rate).write);
+        assert!(!b.event(S, Reason::Rate).write);
+        let d = b.event(5 * S, Reason::Maxage);
+        assert!(d.write);
+        assert_eq!(d.summary.map(|s| s.total()), Some(1));
+    }
+
+    #[test]
+    fn time_going_back_counts_in_the_current_second() {
+        let mut b = LogBound::new(1);
+        assert!(b.event(5 * S, Reason::Rate).write);
+        assert!(!b.event(4 * S, Reason::Rate).write);
+        assert_eq!(b.flush(3 * S), None);
+    }
+
+    proptest::proptest! {
+        /// Whatever the events: at most `n` event lines and one summary per
+        /// second, and every event is written or counted exactly once.
+        #[test]
+        fn bound_holds_and_nothing_is_lost(
+            n in 0u32..20,
+            steps in proptest::collection::vec((0u64..3 * S / 2, 0usize..7, proptest::bool::ANY), 0..400),
+        ) {
+            let mut b = LogBound::new(n);
+            let mut now = 0u64;
+            let mut lines_in: std::collections::HashMap<u64, u32> = Default::default();
+            let (mut events, mut written, mut summarised) = (0u64, 0u64, 0u64);
+            for (dt, r, flush) in steps {
+                now += dt;
+                let sec = now / S;
+                if flush {
+                    if let Some(s) = b.flush(now) {
+                        summarised += s.total();
+                        *lines_in.entry(sec).or_default() += 1;
+                    }
+                    continue;
+                }
+                events += 1;
+                let d = b.event(now, Reason::ALL[r]);
+                if let Some(s) = d.summary {
+                    proptest::prop_assert!(s.total() > 0);
+                    summarised += s.total();
+                    *lines_in.entry(sec).or_default() += 1;
+                }
+                if d.write {
+                    written += 1;
+                    *lines_in.entry(sec).or_default() += 1;
+                }
+            }
+            for (_, l) in lines_in {
+                proptest::prop_assert!(l <= n + 1);
+            }
+            proptest::prop_assert_eq!(written + summarised + b.pending(), events);
+        }
+    }
+}

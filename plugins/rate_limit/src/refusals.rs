@@ -1,0 +1,124 @@
+//! Recording a refusal: the one path every refused (or, in a dry run,
+//! would-be refused) request takes to the refusal log (`--log`).
+//!
+//! The line budget is rate_limit_core::refusal_log's (pure): a rule writes
+//! at most `LINES_PER_SECOND` event lines a second, then one summary. Lines
+//! are built only when the budget lets them through, so a flood costs a
+//! lock and a counter per refusal. Called on ATS threads only (remap, a
+//! parked transaction's own thread); the flusher is an ATS task.
+
+use std::net::IpAddr;
+use std::sync::{Arc, Weak};
+use std::time::Duration;
+
+use ats::sched::{Periodic, Pool};
+use ats::textlog::TextLog;
+use limits::{Clock, MonotonicClock};
+use parking_lot::Mutex;
+pub(crate) use rate_limit_core::refusal_log::Reason;
+use rate_limit_core::refusal_log::{Event, LogBound, LINES_PER_SECOND};
+use rate_limit_core::Options;
+
+/// The log objects by name: rules naming the same FILE share one (a second
+/// object of one name would write `NAME_1.log`). Weak: the last rule gone
+/// closes it.
+static FILES: Mutex<Vec<(String, Weak<TextLog>)>> = Mutex::new(Vec::new());
+
+fn open(name: &str) -> Result<Arc<TextLog>, String> {
+    let mut files = FILES.lock();
+    files.retain(|(_, w)| w.strong_count() > 0);
+    if let Some(log) = files
+        .iter()
+        .find(|(n, _)| n == name)
+        .and_then(|(_, w)| w.upgrade())
+    {
+        return Ok(log);
+    }
+    let log = Arc::new(TextLog::create(name, true)?);
+    files.push((name.to_owned(), Arc::downgrade(&log)));
+    Ok(log)
+}
+
+/// A rule's refusal log; without `--log`, recording is a no-op.
+pub(crate) struct Refusals {
+    log: Option<RuleLog>,
+}
+
+struct RuleLog {
+    tag: String,
+    file: Arc<TextLog>,
+    bound: Arc<Mutex<LogBound>>,
+    _flusher: Option<Periodic>,
+}
+
+/// What is known of a refused client (read only when its line is written).
+pub(crate) struct Who {
+    /// After `--trusted-proxies`.
+    pub(crate) client: Option<IpAddr>,
+    /// `--key`: the key as `top` shows it.
+    pub(crate) key: Option<String>,
+}
+
+impl Refusals {
+    pub(crate) fn new(o: &Options) -> Result<Refusals, String> {
+        let Some(name) = &o.log else {
+            return Ok(Refusals { log: None });
+        };
+        let file = open(name).map_err(|e| format!("--log={name}: {e}"))?;
+        let bound = Arc::new(Mutex::new(LogBound::new(LINES_PER_SECOND)));
+        // The last second's summary is written even when no event follows.
+        let (b, f, tag) = (Arc::downgrade(&bound), file.clone(), o.tag.clone());
+        let flusher = Periodic::start(Duration::from_secs(1), Pool::Task, move || {
+            let Some(b) = b.upgrade() else { return };
+            let summary = b.lock().flush(MonotonicClock.now());
+            if let Some(s) = summary {
+                let _ = f.write(&s.line(&tag));
+            }
+        });
+        let flusher = match flusher {
+            Ok(p) => Some(p),
+            Err(e) => {
+                log::error!("--log={name}: cannot start the summary task: {e}");
+                None
+            }
+        };
+        Ok(Refusals {
+            log: Some(RuleLog {
+                tag: o.tag.clone(),
+                file,
+                bound,
+                _flusher: flusher,
+            }),
+        })
+    }
+
+    /// Records one refusal (an expiry, or in a dry run a would-be refusal):
+    /// a line if the rule's budget allows, else a count for the summary.
+    /// `who` is asked only for a line that is written.
+    pub(crate) fn record(
+        &self,
+        reason: Reason,
+        waited_ms: u64,
+        dry_run: bool,
+        who: impl FnOnce() -> Who,
+    ) {
+        let Some(l) = &self.log else { return };
+        let d = l.bound.lock().event(MonotonicClock.now(), reason);
+        // Not reported if ATS drops a line: a refusal path must not flood diags.log.
+        if let Some(s) = d.summary {
+            let _ = l.file.write(&s.line(&l.tag));
+        }
+        if d.write {
+            let w = who();
+            let e = Event {
+                rule: &l.tag,
+                client: w.client,
+                key: w.key.as_deref(),
+                reason,
+                waited_ms,
+                dry_run,
+            };
+            let _ = l.file.write(&e.line());
+        }
+    }
+}

@@ -1,0 +1,452 @@
+//! rate_limit.so's rollout options against a real traffic_server: a dry run
+//! (`--dry-run`, and `set … dry_run=on|off` live), exempt networks
+//! (`--exempt`, directly and through a trusted proxy) and the refusal log
+//! (`--log`) and its line bound under a flood; a dry run on Redis (`--store`).
+
+use std::net::Ipv4Addr;
+use std::thread;
+use std::time::{Duration, Instant};
+
+use ats_tests::client::{Conn, Response};
+use ats_tests::redis::Redis;
+use ats_tests::{Origin, TrafficServer};
+
+fn rule(host: &str, origin: &Origin, params: &str) -> String {
+    ats_tests::rule("rate_limit", host, origin, params)
+}
+
+fn ip(last: u8) -> Ipv4Addr {
+    Ipv4Addr::new(127, 0, 0, last)
+}
+
+/// `n` requests in a row from `src`, on one connection while ATS keeps it
+/// (a refusal from a hook, as `--store` makes, closes it).
+fn from(
+    ts: &TrafficServer,
+    src: Ipv4Addr,
+    host: &str,
+    n: usize,
+    h: &[(&str, &str)],
+) -> Vec<Response> {
+    let mut c = Conn::open_from(ts.port(), src).expect("connect");
+    (0..n)
+        .map(|i| {
+            let r = c.get(host, &format!("/r{i}"), h).expect("response");
+            if r.header("Connection")
+                .is_some_and(|v| v.eq_ignore_ascii_case("close"))
+            {
+                c = Conn::open_from(ts.port(), src).expect("connect");
+            }
+            r
+        })
+        .collect()
+}
+
+fn statuses(rs: &[Response]) -> Vec<u16> {
+    rs.iter().map(|r| r.status).collect()
+}
+
+/// The refusal log's lines about `rule` (ATS puts its timestamp first).
+fn lines_of(log: &str, rule: &str) -> Vec<String> {
+    let tag = format!(" rule={rule} ");
+    log.lines()
+        .filter(|l| l.contains(&tag))
+        .map(str::to_owned)
+        .collect()
+}
+
+const SEQUENTIAL: usize = 20;
+/// `--rate=0.1 --burst=5`: 5 of 20 quick requests pass (the next token is
+/// 10 s away), 15 are refused; a dry run lets all 20 through.
+const LIMITED: &str = "--rate=0.1 --burst=5 --queue=0 --ratelimit-headers --log=rollout";
+
+#[test]
+fn dry_run_lets_through_and_counts_what_the_live_rule_refuses() {
+    let origin = Origin::start();
+    let remap = rule("live.test", &origin, &format!("{LIMITED} --tag=live"))
+        + &rule(
+            "dry.test",
+            &origin,
+            &format!("{LIMITED} --tag=dry --dry-run"),
+        )
+        + &rule("free.test", &origin, "--rate=1000000 --tag=free");
+    let ts = TrafficServer::builder()
+        .remap(remap)
+        .with_manager()
+        .start()
+        .expect("start");
+    let started = Instant::now();
+    // The same sequential load on each rule, and on one that never limits
+    // (for the timing).
+    let free = from(&ts, ip(1), "free.test", SEQUENTIAL, &[]);
+    let live = from(&ts, ip(1), "live.test", SEQUENTIAL, &[]);
+    let dry = from(&ts, ip(1), "dry.test", SEQUENTIAL, &[]);
+    assert!(
+        started.elapsed() < Duration::from_secs(9),
+        "the load must fit in the bucket's 10 s refill for a deterministic count"
+    );
+    let live_s = statuses(&live);
+    assert_eq!(
+        live_s.iter().filter(|&&s| s == 200).count(),
+        5,
+        "{live_s:?}"
+    );
+    assert_eq!(
+        live_s.iter().filter(|&&s| s == 429).count(),
+        15,
+        "{live_s:?}"
+    );
+    for r in &dry {
+        assert_eq!(r.status, 200);
+        // The RateLimit fields are still sent; nothing of a refusal is.
+        assert!(r.header("RateLimit-Policy").is_some(), "{:?}", r.headers);
+        assert!(r.header("RateLimit").is_some(), "{:?}", r.headers);
+        assert_eq!(r.header("Retry-After"), None);
+        // As the origin sent it (a refusal would say no-store).
+        assert_eq!(r.header("Cache-Control"), free[0].header("Cache-Control"));
+    }
+    // None delayed: loosely against the rule that never limits.
+    let total = |rs: &[Response]| rs.iter().map(|r| r.elapsed).sum::<Duration>();
+    let slowest = dry.iter().map(|r| r.elapsed).max().unwrap_or_default();
+    assert!(slowest < Duration::from_millis(500), "slowest {slowest:?}");
+    assert!(
+        total(&dry) < total(&free) * 3 + Duration::from_millis(300),
+        "dry {:?} vs no limit {:?}",
+        total(&dry),
+        total(&free)
+    );
+    eprintln!(
+        "{SEQUENTIAL} sequential requests: no limit {:?}, dry run {:?} (slowest {slowest:?})",
+        total(&free),
+        total(&dry)
+    );
+    assert_eq!(
+        origin.count(),
+        2 * SEQUENTIAL + 5,
+        "every dry-run request reached the origin"
+    );
+    // The metrics equal the live run's refusals; nothing would have queued
+    // (--queue=0). The witnesses are the non-zero counters.
+    ts.wait_metrics_after(
+        &[
+            ("plugin.rate_limiter.remap.dry.dry_run_refused", 15),
+            ("plugin.rate_limiter.remap.live.rejected", 15),
+        ],
+        &[
+            ("plugin.rate_limiter.remap.dry.dry_run_queued", 0),
+            ("plugin.rate_limiter.remap.dry.rejected", 0),
+        ],
+    )
+    .expect("metrics");
+    // One line per (would-be) refusal, in the log both rules share.
+    let want = |rule: &str, dry: u8| {
+        let ok = ts.wait_for_log("rollout.log", Duration::from_secs(20), |t| {
+            lines_of(t, rule).len() >= 15
+        });
+        let lines = lines_of(&ts.log("rollout.log"), rule);
+        assert!(ok && lines.len() == 15, "{rule}: {lines:#?}");
+        for l in &lines {
+            assert!(
+                l.contains(&format!(
+                    "event=refused rule={rule} client=127.0.0.1 reason=rate wait=0.000 dry_run={dry}"
+                )),
+                "{l}"
+            );
+        }
+    };
+    want("live", 0);
+    want("dry", 1);
+
+    // Live: off, the dry rule refuses (its bucket is as empty as the live
+    // one's); on again, it lets through.
+    let a = ts.plugin_msg("rate_limit", "set dry dry_run=off");
+    assert!(
+        a.contains(r#"{"new":"off","old":"on","option":"dry-run"}"#),
+        "{a}"
+    );
+    assert_eq!(statuses(&from(&ts, ip(1), "dry.test", 1, &[])), [429]);
+    let a = ts.plugin_msg("rate_limit", "show dry");
+    assert!(a.contains("\"dry_run\":false"), "{a}");
+    ts.plugin_msg("rate_limit", "set dry dry_run=on");
+    assert_eq!(statuses(&from(&ts, ip(1), "dry.test", 1, &[])), [200]);
+}
+
+#[test]
+fn dry_run_with_a_queue_counts_would_be_waits_and_holds_no_slot() {
+    let origin = Origin::start();
+    let ts = TrafficServer::builder()
+        .remap(rule(
+            "q.test",
+            &origin,
+            "--limit=1 --queue=10 --dry-run --tag=dq",
+        ))
+        .with_manager()
+        .start()
+        .expect("start");
+    // 4 slow requests at once: one holds the slot, 3 would have waited;
+    // all run at once (no slot cap, no wait).
+    let port = ts.port();
+    let handles: Vec<_> = (0..4)
+        .map(|i| {
+            thread::spawn(move || {
+                ats_tests::client::get(
+                    port,
+                    "q.test",
+                    &format!("/w{i}"),
+                    &[("X-Origin-Delay", "800")],
+                )
+            })
+        })
+        .collect();
+    let rs: Vec<Response> = handles
+        .into_iter()
+        .map(|h| h.join().expect("client").expect("response"))
+        .collect();
+    assert!(rs.iter().all(|r| r.status == 200));
+    assert!(
+        origin.max_in_flight() >= 3,
+        "would-be waiters run at once: {}",
+        origin.max_in_flight()
+    );
+    ts.wait_metrics_after(
+        &[("plugin.rate_limiter.remap.dq.dry_run_queued", 3)],
+        &[
+            ("plugin.rate_limiter.remap.dq.dry_run_refused", 0),
+            ("plugin.rate_limiter.remap.dq.queued", 0),
+        ],
+    )
+    .expect("metrics");
+}
+
+#[test]
+fn exempt_clients_take_nothing_and_are_never_limited() {
+    let origin = Origin::start();
+    // Rule-wide bucket of 1: any token an exempt client took would refuse
+    // the first non-exempt request.
+    let ex = "--rate=0.01 --burst=1 --queue=0 --exempt=127.0.0.3,198.51.100.0/24";
+    let remap = rule(
+        "ex.test",
+        &origin,
+        &format!("{ex} --trusted-proxies=127.0.0.2 --tag=ex"),
+    ) + &rule(
+        "exk.test",
+        &origin,
+        &format!("{ex} --key=ip --trusted-proxies=127.0.0.2 --tag=exk"),
+    );
+    let ts = TrafficServer::builder()
+        .remap(remap)
+        .with_manager()
+        .start()
+        .expect("start");
+    for host in ["ex.test", "exk.test"] {
+        // Exempt: directly, and behind the trusted proxy.
+        assert_eq!(statuses(&from(&ts, ip(3), host, 10, &[])), [200; 10]);
+        let xff = [("X-Forwarded-For", "198.51.100.7")];
+        assert_eq!(statuses(&from(&ts, ip(2), host, 10, &xff)), [200; 10]);
+        // Not exempt: limited, from its first request on.
+        assert_eq!(statuses(&from(&ts, ip(4), host, 3, &[])), [200, 429, 429]);
+        // An untrusted peer's X-Forwarded-For is not believed.
+        let spoof = [("X-Forwarded-For", "198.51.100.7")];
+        let s = statuses(&from(&ts, ip(5), host, 2, &spoof));
+        if host == "ex.test" {
+            assert_eq!(s, [429, 429], "{host}");
+        } else {
+            assert_eq!(s, [200, 429], "{host}: its own key");
+        }
+        // Behind the proxy, a client outside the exempt networks is limited.
+        let other = [("X-Forwarded-For", "203.0.113.9")];
+        let s = statuses(&from(&ts, ip(2), host, 2, &other));
+        assert_eq!(s[1], 429, "{host}");
+    }
+    // With --key, exempt clients hold no key: only 127.0.0.4, 127.0.0.5
+    // and 203.0.113.9 do.
+    ts.wait_metrics_after(
+        &[
+            ("plugin.rate_limiter.remap.exk.exempt", 20),
+            ("plugin.rate_limiter.remap.ex.exempt", 20),
+        ],
+        &[("plugin.rate_limiter.remap.exk.keys", 3)],
+    )
+    .expect("metrics");
+}
+
+/// `--store`: Redis decides after remap. A dry-run request does not wait
+/// for it (not even for a hung Redis); the reply is counted and logged when
+/// it comes back, and equals the live rule's refusals.
+#[test]
+fn dry_run_on_redis_never_waits_for_it() {
+    let redis = Redis::start().expect("redis-server");
+    let origin = Origin::start();
+    let store = format!(
+        "--rate=0.1 --burst=5 --store={} --store-timeout=1000 --store-failure=closed --log=rollout",
+        redis.url()
+    );
+    let remap = rule("sl.test", &origin, &format!("{store} --tag=slive"))
+        + &rule("sd.test", &origin, &format!("{store} --tag=sdry --dry-run"));
+    let ts = TrafficServer::builder()
+        .remap(remap)
+        .with_manager()
+        .start()
+        .expect("start");
+    let started = Instant::now();
+    let live = statuses(&from(&ts, ip(1), "sl.test", SEQUENTIAL, &[]));
+    let dry = from(&ts, ip(1), "sd.test", SEQUENTIAL, &[]);
+    assert!(
+        started.elapsed() < Duration::from_secs(9),
+        "within the refill"
+    );
+    assert_eq!(live.iter().filter(|&&s| s == 200).count(), 5, "{live:?}");
+    assert_eq!(live.iter().filter(|&&s| s == 429).count(), 15, "{live:?}");
+    assert_eq!(statuses(&dry), [200; SEQUENTIAL]);
+    ts.wait_metrics_after(
+        &[
+            ("plugin.rate_limiter.remap.sdry.dry_run_refused", 15),
+            ("plugin.rate_limiter.remap.slive.rejected", 15),
+        ],
+        &[("plugin.rate_limiter.remap.sdry.rejected", 0)],
+    )
+    .expect("metrics");
+    // A hung Redis: dry-run requests go on at once, well before the 1 s
+    // --store-timeout; when it passes, --store-failure=closed's would-be
+    // refusals are counted and logged.
+    redis.freeze(true).expect("freeze");
+    let hung = from(&ts, ip(1), "sd.test", 5, &[]);
+    // Hung past the timeout, so the decisions fail rather than come late.
+    thread::sleep(Duration::from_millis(1500));
+    redis.freeze(false).expect("thaw");
+    for r in &hung {
+        assert_eq!(r.status, 200);
+        assert!(r.elapsed < Duration::from_millis(500), "{:?}", r.elapsed);
+    }
+    ts.wait_metric("plugin.rate_limiter.remap.sdry.dry_run_refused", 20)
+        .expect("store failures counted");
+    let ok = ts.wait_for_log("rollout.log", Duration::from_secs(20), |t| {
+        lines_of(t, "sdry").len() >= 20
+    });
+    let lines = lines_of(&ts.log("rollout.log"), "sdry");
+    assert!(ok && lines.len() == 20, "{lines:#?}");
+    let with = |why: &str| {
+        lines
+            .iter()
+            .filter(|l| {
+                l.contains(&format!(
+                    "client=127.0.0.1 reason={why} wait=0.000 dry_run=1"
+                ))
+            })
+            .count()
+    };
+    assert_eq!((with("rate"), with("store_failure")), (15, 5), "{lines:#?}");
+}
+
+const FLOOD: usize = 100_000;
+const THREADS: usize = 4;
+const BATCH: usize = 500;
+
+#[test]
+fn refusal_log_stays_within_its_bound_under_a_flood() {
+    let origin = Origin::start();
+    let ts = TrafficServer::builder()
+        .remap(rule(
+            "flood.test",
+            &origin,
+            "--rate=0.001 --burst=1 --queue=0 --log=flood --tag=flood",
+        ))
+        .with_manager()
+        .start()
+        .expect("start");
+    let port = ts.port();
+    let started = Instant::now();
+    let handles: Vec<_> = (0..THREADS)
+        .map(|t| {
+            thread::spawn(move || {
+                let mut c = Conn::open_from(port, ip(10 + t as u8)).expect("connect");
+                let mine = FLOOD / THREADS;
+                let mut refused = 0;
+                for _ in 0..mine / BATCH {
+                    let h = vec![Vec::new(); BATCH];
+                    let rs = c.pipeline("flood.test", "/", &h).expect("pipeline");
+                    refused += rs.iter().filter(|r| r.status == 429).count();
+                }
+                refused
+            })
+        })
+        .collect();
+    let refused: usize = handles.into_iter().map(|h| h.join().expect("sender")).sum();
+    let secs = started.elapsed().as_secs_f64();
+    assert_eq!(refused, FLOOD - 1, "one token, then every request refused");
+    assert!(secs < 60.0, "the flood took {secs} s");
+    // Every refusal is on its own line or counted in a summary line (the
+    // last summary comes within a second or two of the flood's end).
+    let accounted = |t: &str| {
+        let lines = lines_of(t, "flood");
+        let events = lines.iter().filter(|l| l.contains("event=refused")).count();
+        let summarised: usize = lines
+            .iter()
+            .filter_map(|l| {
+                l.split_whitespace()
+                    .find_map(|f| f.strip_prefix("lines="))
+                    .and_then(|n| n.parse::<usize>().ok())
+            })
+            .sum();
+        events + summarised
+    };
+    let whole = ts.wait_for_log("flood.log", Duration::from_secs(30), |t| {
+        accounted(t) >= FLOOD - 1
+    });
+    let text = ts.log("flood.log");
+    assert!(whole, "accounted {} of {}", accounted(&text), FLOOD - 1);
+    assert_eq!(accounted(&text), FLOOD - 1);
+    // The documented bound: 100 event lines and 1 summary per second of the
+    // flood, plus the seconds it started and ended in.
+    let lines = lines_of(&text, "flood");
+    let bound = 101 * (secs.ceil() as usize + 2);
+    assert!(
+        lines.len() <= bound,
+        "{} lines for a {secs:.1} s flood (bound {bound})",
+        lines.len()
+    );
+    assert!(
+        lines
+            .iter()
+            .any(|l| l.contains("event=suppressed rule=flood lines=") && l.contains(" rate=")),
+        "summaries by reason"
+    );
+    eprintln!(
+        "flood: {} refusals in {secs:.1} s, {} log lines ({} bytes)",
+        FLOOD - 1,
+        lines.len(),
+        text.len()
+    );
+}
+
+/// A bad `--exempt` or `--log` fails the rule, as traffic_server logs it:
+/// the option, the value, what is allowed.
+#[test]
+fn bad_rollout_values_fail_the_rule_naming_option_value_and_allowed() {
+    let origin = Origin::start();
+    for (params, want) in [
+        (
+            "--rate=5 --exempt=10.0.0.0/8,lb",
+            "[rate_limit] --exempt has an invalid value '10.0.0.0/8,lb': allowed IP addresses \
+             or CIDRs, comma-separated",
+        ),
+        (
+            "--rate=5 --log=../../etc/passwd",
+            "[rate_limit] --log has an invalid value '../../etc/passwd': allowed a log name of 1 \
+             to 64 letters, digits, '.', '_' or '-', not starting with '.' and not rate_limit_ctl \
+             (written to NAME.log in ATS's log directory)",
+        ),
+    ] {
+        let err = TrafficServer::builder()
+            .remap(rule("bad.test", &origin, params))
+            .start()
+            .err()
+            .unwrap_or_else(|| panic!("{params} must fail the rule"));
+        let line = err
+            .diags
+            .lines()
+            .find(|l| l.contains("failed to create instance for plugin"))
+            .unwrap_or_else(|| panic!("no refusal in diags.log: {err:?}"));
+        assert!(line.ends_with(want), "want {want:?} in {line:?}");
+    }
+}
