@@ -13,6 +13,7 @@ pub mod key;
 pub mod options;
 pub mod peering;
 pub mod registry;
+pub mod status;
 pub mod store;
 pub mod tag;
 
