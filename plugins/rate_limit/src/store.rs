@@ -258,6 +258,7 @@ pub(crate) fn ask(rule: Arc<Rule>, parked: Parked, base: String, key: Option<u64
         limit: o.limit.unwrap_or(0),
         member: rs.store.ids.next(),
         lease_ttl_ms: rs.opts.lease_ttl_s * 1000,
+        check_only: o.count_status.is_some(),
     });
     let member = match &op {
         Op::Decide(d) => d.member.clone(),
