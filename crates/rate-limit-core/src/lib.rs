@@ -31,6 +31,7 @@ pub const METRICS: &[&str] = &[
     "waiting",
     "keys",
     "evicted",
+    "status_charged",
     "flows",
     "borrowed",
     "flow_rejected",

@@ -23,6 +23,7 @@
 //!    the slot and admits the next waiter.
 #![forbid(unsafe_code)]
 
+mod charge;
 mod ctl;
 mod fair;
 mod mates;
@@ -230,6 +231,12 @@ impl Rule {
         }
     }
 
+    /// An admitted request's response matters: RateLimit fields, or
+    /// (`--count-status`) its status may charge the rate.
+    fn needs_response(&self) -> bool {
+        self.opts.ratelimit_headers || self.opts.count_status.is_some()
+    }
+
     /// Refused in remap: ATS answers with its body-factory page
     /// (Cache-Control: no-store), skipping POST_REMAP and the origin.
     fn reject(self: &Arc<Self>, g: &Globals, txn: Txn<'_>, key: Option<u64>) {
@@ -277,7 +284,10 @@ impl Rule {
                 (head, head)
             }
         };
-        let decorate = outcome != Outcome::Admitted || self.opts.ratelimit_headers;
+        // `--count-status`: the response's status may charge the rate.
+        let decorate = outcome != Outcome::Admitted
+            || self.opts.ratelimit_headers
+            || self.opts.count_status.is_some();
         if decorate && !head.decorating.swap(true, Ordering::Relaxed) {
             txn.hook(HookId::SendResponseHdr, &g.hooks);
         }
@@ -449,13 +459,13 @@ impl RemapPlugin for Rule {
                             self.attach(g, txn, Outcome::Admitted, None, None, key);
                         }
                     }
-                    // Nothing to hold or decorate: no state, no hooks.
-                    Home::Txn if held.is_none() && !self.opts.ratelimit_headers => {}
+                    // Nothing to hold, decorate or charge: no state, no hooks.
+                    Home::Txn if held.is_none() && !self.needs_response() => {}
                     // Alone on its rule, nothing to decorate: only the slot
                     // to keep until TXN_CLOSE (if the slot is taken, the
                     // value comes back and dropping it frees the slot).
                     Home::Txn
-                        if !self.opts.ratelimit_headers
+                        if !self.needs_response()
                             && !self.chained
                             && !self.followed.load(Ordering::Relaxed) =>
                     {
@@ -593,6 +603,7 @@ impl HookHandler for Hooks {
                 hook.park(move |parked| park(rule, parked, *wait))
             }
             HookId::SendResponseHdr => {
+                charge::response(txn, st);
                 decorate_response(txn, st);
                 hook.resume()
             }
@@ -632,6 +643,14 @@ fn decorate_response(txn: Txn<'_>, head: &TxnState) {
 /// Builds the limiter a rule's options describe (the registry calls it when
 /// no live one fits).
 fn new_limiter(o: &Options) -> Arc<Limiter<Queued>> {
+    let limiter = build_limiter(o);
+    if o.count_status.is_some() {
+        limiter.set_charge_on_response();
+    }
+    limiter
+}
+
+fn build_limiter(o: &Options) -> Arc<Limiter<Queued>> {
     let limits = Limits::of(o);
     if let Some(f) = &o.fair {
         return Limiter::fair(limits, f, MonotonicClock);

@@ -29,6 +29,8 @@ pub(crate) struct Metrics {
     /// With `--key`: keys held (gauge) and keys evicted (counter).
     pub(crate) keys: Option<Stat>,
     pub(crate) evicted: Option<Stat>,
+    /// With `--count-status`: responses that charged the rate.
+    pub(crate) status_charged: Option<Stat>,
     /// With `--fair`: flows holding or waiting (gauge), slots borrowed and
     /// requests refused over their flow's slots (counters).
     pub(crate) flows: Option<Stat>,
@@ -62,6 +64,7 @@ impl Metrics {
             waiting: make("waiting"),
             keys: o.key.as_ref().and_then(|_| make("keys")),
             evicted: o.key.as_ref().and_then(|_| make("evicted")),
+            status_charged: o.count_status.and_then(|_| make("status_charged")),
             flows: o.fair.as_ref().and_then(|_| make("flows")),
             borrowed: o.fair.as_ref().and_then(|_| make("borrowed")),
             flow_rejected: o.fair.as_ref().and_then(|_| make("flow_rejected")),

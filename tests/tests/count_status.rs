@@ -1,0 +1,189 @@
+//! rate_limit.so's `--count-status` against a real traffic_server: brute
+//! force on a login endpoint (the test origin's `/login`: 401 without
+//! `X-Password: good`), charged per client address (distinct loopback
+//! sources), a cached 401 charged, and Traffic Server's own errors not.
+
+use std::net::{Ipv4Addr, TcpListener};
+
+use ats_tests::client::Conn;
+use ats_tests::{Origin, TrafficServer};
+
+fn ip(last: u8) -> Ipv4Addr {
+    Ipv4Addr::new(127, 0, 0, last)
+}
+
+const GOOD: &[(&str, &str)] = &[("X-Password", "good")];
+const BAD: &[(&str, &str)] = &[("X-Password", "guess")];
+
+/// 0.02/s: a token comes back after 50 s, far longer than any test here.
+const LOGIN: &str = "--key=ip --count-status=401 --rate=0.02 --burst=3 --retry=60 --tag=login";
+
+fn rule(host: &str, to: &str, params: &str) -> String {
+    let pp: String = params
+        .split_whitespace()
+        .map(|p| format!(" @pparam={p}"))
+        .collect();
+    format!(
+        "map http://{host}/ {to} @plugin={}{pp}\n",
+        ats_tests::plugin("rate_limit")
+    )
+}
+
+fn start(remap: String) -> TrafficServer {
+    TrafficServer::builder()
+        .remap(remap)
+        .with_manager()
+        .start()
+        .expect("traffic_server start")
+}
+
+/// One login attempt on `c`: the status the client got.
+fn login(c: &mut Conn, headers: &[(&str, &str)]) -> u16 {
+    c.get("login.test", "/login", headers)
+        .map(|r| r.status)
+        .unwrap_or(0)
+}
+
+#[test]
+fn brute_force_is_refused_after_the_burst_of_failures_without_reaching_the_origin() {
+    let origin = Origin::start();
+    let ts = start(rule("login.test", &origin.url(), LOGIN));
+    let mut a = Conn::open_from(ts.port(), ip(2)).expect("connect");
+    // Successful logins are never charged: many pass.
+    for i in 0..10 {
+        assert_eq!(login(&mut a, GOOD), 200, "good login {i}");
+    }
+    // Failures charge the bucket; successes between them still pass until
+    // the failures have exhausted it (burst 3).
+    for i in 0..2 {
+        assert_eq!(login(&mut a, BAD), 401, "failure {i} reaches the origin");
+        assert_eq!(login(&mut a, GOOD), 200, "good login after failure {i}");
+    }
+    assert_eq!(
+        login(&mut a, BAD),
+        401,
+        "the third failure reaches the origin"
+    );
+    let reached = origin.count();
+    assert_eq!(reached, 10 + 2 * 2 + 1);
+    // Now exhausted (3 failures charged, burst 3): every attempt is refused
+    // with the rule's error, before the origin.
+    for i in 0..5 {
+        let r = a.get("login.test", "/login", BAD).expect("response");
+        assert_eq!(r.status, 429, "attempt {i}");
+        assert_eq!(r.header("Retry-After"), Some("60"));
+    }
+    assert_eq!(login(&mut a, GOOD), 429, "the key is refused, good or not");
+    assert_eq!(origin.count(), reached, "refusals never reach the origin");
+    // Another address is unaffected.
+    let mut b = Conn::open_from(ts.port(), ip(3)).expect("connect");
+    assert_eq!(login(&mut b, BAD), 401);
+    assert_eq!(login(&mut b, GOOD), 200);
+    assert_eq!(origin.count(), reached + 2);
+    // Charged: A's three 401s and B's one; refusals (429) are not.
+    assert_eq!(
+        ts.wait_metric("plugin.rate_limiter.remap.login.status_charged", 4),
+        Ok(4)
+    );
+}
+
+#[test]
+fn a_sequential_client_gets_exactly_the_burst_of_failures_through() {
+    let origin = Origin::start();
+    let ts = start(rule("login.test", &origin.url(), LOGIN));
+    let mut a = Conn::open_from(ts.port(), ip(4)).expect("connect");
+    let statuses: Vec<u16> = (0..8).map(|_| login(&mut a, BAD)).collect();
+    assert_eq!(statuses, [401, 401, 401, 429, 429, 429, 429, 429]);
+    assert_eq!(origin.count(), 3);
+}
+
+#[test]
+fn a_cached_401_is_charged() {
+    let origin = Origin::start();
+    // 401 is cacheable only through negative caching (listed here); the
+    // origin marks it fresh for a minute.
+    origin.set_default("X-Origin-CC", "max-age=60");
+    let ts = TrafficServer::builder()
+        .remap(rule("login.test", &origin.url(), LOGIN))
+        .record("proxy.config.http.negative_caching_enabled", "INT 1")
+        .record("proxy.config.http.negative_caching_list", "STRING 401")
+        .record("proxy.config.http.negative_caching_lifetime", "INT 60")
+        .with_manager()
+        .start()
+        .expect("traffic_server start");
+    // Each client fills the cache or hits it; a different address each time
+    // keeps the first one's bucket out of it.
+    let mut first = Conn::open_from(ts.port(), ip(5)).expect("connect");
+    assert_eq!(login(&mut first, BAD), 401);
+    assert_eq!(origin.count(), 1);
+    let mut c = Conn::open_from(ts.port(), ip(6)).expect("connect");
+    let statuses: Vec<u16> = (0..5).map(|_| login(&mut c, BAD)).collect();
+    assert_eq!(
+        origin.count(),
+        1,
+        "the 401 must come from the cache for this test to mean anything"
+    );
+    // Cached 401s charge the client's bucket like the origin's own.
+    assert_eq!(statuses, [401, 401, 401, 429, 429]);
+    assert_eq!(
+        ts.wait_metric("plugin.rate_limiter.remap.login.status_charged", 4),
+        Ok(4)
+    );
+}
+
+#[test]
+fn traffic_servers_own_errors_are_not_charged() {
+    // A port nobody listens on: ATS answers 502 itself.
+    let closed = {
+        let l = TcpListener::bind("127.0.0.1:0").expect("bind");
+        l.local_addr().expect("addr").port()
+    };
+    let origin = Origin::start();
+    let ts = TrafficServer::builder()
+        .remap(
+            rule(
+                "down.test",
+                &format!("http://127.0.0.1:{closed}"),
+                "--key=ip --count-status=5xx --rate=0.02 --burst=2 --tag=down",
+            ) + &rule(
+                "up.test",
+                &origin.url(),
+                "--key=ip --count-status=5xx --rate=0.02 --burst=2 --tag=up",
+            ),
+        )
+        .record("proxy.config.http.connect_attempts_max_retries", "INT 0")
+        .record(
+            "proxy.config.http.connect_attempts_max_retries_down_server",
+            "INT 0",
+        )
+        .with_manager()
+        .start()
+        .expect("traffic_server start");
+    let mut c = Conn::open_from(ts.port(), ip(7)).expect("connect");
+    for i in 0..6 {
+        let r = c.get("down.test", "/x", &[]).expect("response");
+        assert!(
+            (500..=599).contains(&r.status) && r.status != 429,
+            "request {i}: ATS's own error, never refused: {}",
+            r.status
+        );
+    }
+    // The same statuses from the origin are charged (burst 2).
+    let mut c = Conn::open_from(ts.port(), ip(8)).expect("connect");
+    let statuses: Vec<u16> = (0..4)
+        .map(|_| {
+            c.get("up.test", "/x", &[("X-Origin-Status", "502")])
+                .map(|r| r.status)
+                .unwrap_or(0)
+        })
+        .collect();
+    assert_eq!(statuses, [502, 502, 429, 429]);
+    assert_eq!(
+        ts.wait_metric("plugin.rate_limiter.remap.up.status_charged", 2),
+        Ok(2)
+    );
+    assert_eq!(
+        ts.metric("plugin.rate_limiter.remap.down.status_charged"),
+        Some(0)
+    );
+}
