@@ -187,3 +187,50 @@ fn traffic_servers_own_errors_are_not_charged() {
         Some(0)
     );
 }
+
+/// `--store`: the check is made in Redis and the charge goes there (fire
+/// and forget), so failures through one proxy count on the other.
+#[test]
+fn with_store_failures_through_one_proxy_count_on_another() {
+    let redis = ats_tests::redis::Redis::start().expect("redis-server");
+    let origin = Origin::start();
+    let params = format!(
+        "--key=ip --count-status=401 --rate=0.02 --burst=3 --group=login --tag=login \
+         --store={} --store-failure=closed --store-timeout=500",
+        redis.url()
+    );
+    let p1 = start(rule("login.test", &origin.url(), &params));
+    let p2 = start(rule("login.test", &origin.url(), &params));
+    let mut a1 = Conn::open_from(p1.port(), ip(9)).expect("connect");
+    let mut a2 = Conn::open_from(p2.port(), ip(9)).expect("connect");
+    for i in 0..5 {
+        assert_eq!(login(&mut a2, GOOD), 200, "good login {i} is never charged");
+    }
+    assert_eq!(login(&mut a1, BAD), 401);
+    assert_eq!(login(&mut a2, BAD), 401);
+    assert_eq!(login(&mut a1, BAD), 401);
+    // The charge is sent as the response goes out; give it Redis's round trip.
+    std::thread::sleep(std::time::Duration::from_millis(100));
+    assert_eq!(
+        login(&mut a2, BAD),
+        429,
+        "three failures across both proxies"
+    );
+    assert_eq!(login(&mut a1, GOOD), 429);
+    assert_eq!(origin.count(), 5 + 3);
+    // Another address is unaffected.
+    let mut b = Conn::open_from(p1.port(), ip(10)).expect("connect");
+    assert_eq!(login(&mut b, GOOD), 200);
+    assert_eq!(
+        p1.wait_metric("plugin.rate_limiter.remap.login.status_charged", 2),
+        Ok(2)
+    );
+    assert_eq!(
+        p2.wait_metric("plugin.rate_limiter.remap.login.status_charged", 1),
+        Ok(1)
+    );
+    assert_eq!(
+        p1.metric("plugin.rate_limiter.remap.login.store_errors"),
+        Some(0)
+    );
+}
