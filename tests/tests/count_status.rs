@@ -234,3 +234,43 @@ fn with_store_failures_through_one_proxy_count_on_another() {
         Some(0)
     );
 }
+
+/// With `--limit` the slots still count requests: a failure that waited for
+/// a slot is charged like one admitted at once, and `--limit=1` per key
+/// keeps a client to one attempt in flight.
+#[test]
+fn with_a_limit_a_failure_that_waited_for_its_slot_is_charged() {
+    let origin = Origin::start();
+    let ts = start(rule(
+        "login.test",
+        &origin.url(),
+        "--key=ip --count-status=401 --rate=0.02 --burst=2 --limit=1 --tag=login",
+    ));
+    let port = ts.port();
+    let slow: &[(&str, &str)] = &[("X-Password", "guess"), ("X-Origin-Delay", "300")];
+    // Two at once from one address: the second waits for the first's slot.
+    let attempts: Vec<_> = (0..2)
+        .map(|i| {
+            std::thread::spawn(move || {
+                std::thread::sleep(std::time::Duration::from_millis(100 * i));
+                let mut c = Conn::open_from(port, ip(11)).expect("connect");
+                login(&mut c, slow)
+            })
+        })
+        .collect();
+    let statuses: Vec<u16> = attempts
+        .into_iter()
+        .map(|t| t.join().expect("thread"))
+        .collect();
+    assert_eq!(statuses, [401, 401]);
+    assert_eq!(origin.max_in_flight(), 1, "one at a time per key");
+    // Both were charged: the burst of 2 is used up.
+    let mut c = Conn::open_from(port, ip(11)).expect("connect");
+    assert_eq!(login(&mut c, GOOD), 429);
+    assert_eq!(origin.count(), 2);
+    assert_eq!(
+        ts.wait_metric("plugin.rate_limiter.remap.login.status_charged", 2),
+        Ok(2)
+    );
+    assert_eq!(ts.metric("plugin.rate_limiter.remap.login.queued"), Some(1));
+}

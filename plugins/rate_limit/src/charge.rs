@@ -9,7 +9,8 @@
 //! unreachable origin's 502, a timeout's 504, refusals by this or another
 //! plugin) are not, nor is a request whose client left before the response
 //! (ATS sends no response header then). Requests refused by this rule are
-//! never charged (their outcome is `Refused`).
+//! never charged (their outcome is `Refused`); requests admitted at once or
+//! after waiting for a slot (`Resumed`) are.
 
 use ats::Txn;
 
@@ -30,23 +31,29 @@ pub(crate) fn response(txn: Txn<'_>, head: &TxnState) {
         let Some(list) = &s.rule.opts.count_status else {
             continue;
         };
-        if s.outcome() != Outcome::Admitted || !list.contains(status) {
+        // Admitted at once or after waiting for a slot; never refused ones.
+        let admitted = matches!(s.outcome(), Outcome::Admitted | Outcome::Resumed);
+        if !admitted || !list.contains(status) {
             continue;
         }
         if !*from_origin.get_or_insert_with(|| txn.response_from_origin()) {
             return;
         }
         let rule = &s.rule;
-        let in_store = match s.store.lock().as_deref() {
-            Some(TxnStore::Charged { base, .. }) => Some(base.clone()),
+        // Taken: one response per transaction (its lease stays).
+        let in_store = match s.store.lock().as_deref_mut() {
+            Some(TxnStore::Charged { base, .. }) => Some(std::mem::take(base)),
             _ => None,
         };
         let charged = match (in_store, &rule.store) {
-            (Some(base), Some(rs)) => {
+            (Some(base), Some(rs)) if !base.is_empty() => {
                 rs.charge(base, rule.opts.rate.unwrap_or(1.0), rule.opts.burst);
                 true
             }
-            _ => rule.limiter.charge(s.key),
+            // Already charged (a response header is sent once).
+            (Some(_), _) => false,
+            // Decided by this proxy's limiter.
+            (None, _) => rule.limiter.charge(s.key),
         };
         if charged {
             bump(rule.metrics.status_charged, 1);
