@@ -274,3 +274,52 @@ fn with_a_limit_a_failure_that_waited_for_its_slot_is_charged() {
     );
     assert_eq!(ts.metric("plugin.rate_limiter.remap.login.queued"), Some(1));
 }
+
+/// `--peers`: a charge is a hit in the next report, so failures through one
+/// proxy empty the client's bucket on its peer too.
+#[test]
+fn with_peers_failures_through_one_proxy_count_on_the_other() {
+    let udp = || {
+        let s = std::net::UdpSocket::bind("127.0.0.1:0").expect("udp bind");
+        s.local_addr().expect("addr").port()
+    };
+    let (u1, u2) = (udp(), udp());
+    let origin = Origin::start();
+    let server = |listen: u16, peer: u16| {
+        TrafficServer::builder()
+            .config_file("peer.secret", "count-status-test-secret-0123456789\n")
+            .remap(rule(
+                "login.test",
+                &origin.url(),
+                &format!(
+                    "--key=ip --count-status=401 --rate=0.02 --burst=3 --tag=login --group=login \
+                     --peers=127.0.0.1:{peer} --peer-listen=127.0.0.1:{listen} \
+                     --peer-period=100 --peer-secret-file=peer.secret"
+                ),
+            ))
+            .with_manager()
+            .start()
+            .expect("traffic_server start")
+    };
+    let (p1, p2) = (server(u1, u2), server(u2, u1));
+    let mut a1 = Conn::open_from(p1.port(), ip(12)).expect("connect");
+    let mut a2 = Conn::open_from(p2.port(), ip(12)).expect("connect");
+    // Two failures here, one there: neither proxy alone has seen three.
+    assert_eq!(login(&mut a1, BAD), 401);
+    assert_eq!(login(&mut a1, BAD), 401);
+    assert_eq!(login(&mut a2, BAD), 401);
+    // Good logins are never charged: they pass until the peers' reports
+    // arrive, then both proxies refuse the key (bounded: 5 s).
+    let refused_on = |c: &mut Conn| {
+        ats_tests::wait_until(std::time::Duration::from_secs(5), || login(c, GOOD) == 429)
+    };
+    assert!(refused_on(&mut a1), "p1 never learnt p2's charge");
+    assert!(refused_on(&mut a2), "p2 never learnt p1's charges");
+    // Another address is unaffected on both.
+    let mut b = Conn::open_from(p2.port(), ip(13)).expect("connect");
+    assert_eq!(login(&mut b, GOOD), 200);
+    assert_eq!(
+        p1.wait_metric("plugin.rate_limiter.remap.login.status_charged", 2),
+        Ok(2)
+    );
+}
