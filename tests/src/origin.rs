@@ -8,6 +8,10 @@
 //! | `X-Origin-CC`     | `Cache-Control` of the response          | `no-store`   |
 //! | `X-Origin-Body`   | body size in bytes                       | 3 (`ok\n`)   |
 //!
+//! A login endpoint: a path starting with `/login` answers 401 unless the
+//! request carries `X-Password: good` (then 200), whatever `X-Origin-Status`
+//! says.
+//!
 //! Defaults can be changed with [`Origin::set_default`]. Every request is
 //! recorded ([`Received`]) with arrival/finish times, and the origin tracks
 //! how many requests it is serving at once (and the maximum): a request is
@@ -174,6 +178,16 @@ fn serve(conn: TcpStream, s: &Shared) -> io::Result<()> {
         let status: u16 = control("X-Origin-Status")
             .and_then(|v| v.parse().ok())
             .unwrap_or(200);
+        let status = match lock(&s.log).get(seq) {
+            Some(r) if r.path.starts_with("/login") => {
+                if r.header("X-Password") == Some("good") {
+                    200
+                } else {
+                    401
+                }
+            }
+            _ => status,
+        };
         let cc = control("X-Origin-CC").unwrap_or_else(|| "no-store".into());
         let size: usize = control("X-Origin-Body")
             .and_then(|v| v.parse().ok())

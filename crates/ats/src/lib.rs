@@ -32,6 +32,7 @@ mod hdr;
 pub mod log;
 pub mod msg;
 mod net;
+mod origin;
 pub mod poller;
 pub mod remap;
 pub mod sched;

@@ -98,6 +98,30 @@ impl GcraParams {
         }
     }
 
+    /// Whether a request at `now` would conform (a token is there), without
+    /// taking it: `Err(wait)` when the bucket is empty. The check half of
+    /// check-then-charge (`--count-status`).
+    #[inline]
+    pub fn check(&self, tat: Nanos, now: Nanos) -> Result<(), Nanos> {
+        match tat.max(now).saturating_sub(self.tau).saturating_sub(now) {
+            0 => Ok(()),
+            w => Err(w),
+        }
+    }
+
+    /// The TAT after charging one token whether or not the bucket has one:
+    /// the charge half of check-then-charge. Requests that all passed the
+    /// check while the bucket held one token are all charged, so the bucket
+    /// may go below empty, by at most one full bucket (`burst` charges):
+    /// refused for at most `(burst + 1)` intervals after the last charge.
+    #[inline]
+    pub fn charge(&self, tat: Nanos, now: Nanos) -> Nanos {
+        let full = self.interval.saturating_mul(u64::from(self.burst));
+        let cap = now.saturating_add(full.saturating_mul(2));
+        // Never moves a TAT back (one already past the cap stays).
+        tat.max(now).saturating_add(self.interval).min(cap).max(tat)
+    }
+
     /// The TAT after giving back one token; never beyond a full bucket.
     pub fn refund(&self, tat: Nanos, now: Nanos) -> Nanos {
         if tat <= now {
@@ -268,6 +292,32 @@ impl Gcra {
         }
     }
 
+    /// [`GcraParams::check`] on this bucket.
+    pub fn check(&self, now: Nanos) -> Result<(), Nanos> {
+        self.params
+            .for_reserve()
+            .check(self.tat.load(Ordering::Acquire), now)
+    }
+
+    /// [`GcraParams::charge`] on this bucket.
+    pub fn charge(&self, now: Nanos) {
+        let params = self.params.get();
+        let mut tat = self.tat.load(Ordering::Acquire);
+        loop {
+            let next = params.charge(tat, now);
+            if next == tat {
+                return;
+            }
+            match self
+                .tat
+                .compare_exchange_weak(tat, next, Ordering::AcqRel, Ordering::Acquire)
+            {
+                Ok(_) => return,
+                Err(actual) => tat = actual,
+            }
+        }
+    }
+
     /// What is left at `now`, without taking anything.
     pub fn quota(&self, now: Nanos) -> Quota {
         self.params().quota(self.tat.load(Ordering::Acquire), now)
@@ -392,6 +442,34 @@ mod tests {
         );
     }
 
+    #[test]
+    fn check_takes_nothing_and_charge_goes_below_empty_by_one_bucket_at_most() {
+        let p = GcraParams::per_second(10.0, 3);
+        let t = 100 * S;
+        let mut tat = 0;
+        for _ in 0..3 {
+            assert_eq!(p.check(tat, t), Ok(()));
+            assert_eq!(p.check(tat, t), Ok(()), "a check takes nothing");
+            tat = p.charge(tat, t);
+        }
+        assert_eq!(p.check(tat, t), Err(S / 10));
+        // Charges past empty (concurrent requests that all passed) count,
+        // up to one more full bucket.
+        for _ in 0..10 {
+            tat = p.charge(tat, t);
+        }
+        assert_eq!(tat, t + 6 * S / 10);
+        assert_eq!(p.check(tat, t), Err(4 * S / 10));
+        assert_eq!(p.check(tat, t + 4 * S / 10), Ok(()));
+        // The atomic bucket agrees.
+        let g = Gcra::per_second(10.0, 3);
+        for _ in 0..13 {
+            g.charge(t);
+        }
+        assert_eq!(g.check(t), Err(4 * S / 10));
+        assert_eq!(g.quota(t).remaining, 0);
+    }
+
     proptest! {
         /// Over any run of requests, admissions never exceed burst + rate·elapsed
         /// (rounded down to whole intervals), and the quota agrees with try_acquire.
@@ -417,6 +495,49 @@ mod tests {
                 let bound = u64::from(burst) + (now - start) / interval;
                 prop_assert!(admitted <= bound, "admitted {} > bound {}", admitted, bound);
             }
+        }
+
+        /// Check-then-charge, one request after another: a request goes on
+        /// only if the check passes, and each that goes on may be charged
+        /// (its response status in the list). Charged requests never exceed
+        /// burst + rate·elapsed, and the check agrees with `reserve`.
+        #[test]
+        fn check_then_charge_never_exceeds_burst_plus_rate(
+            interval_ms in 1u64..2000,
+            burst in 1u32..50,
+            steps in proptest::collection::vec((0u64..500, proptest::bool::ANY), 1..400),
+        ) {
+            let interval = interval_ms * 1_000_000;
+            let p = GcraParams::new(interval, burst);
+            let start = 1_000 * S;
+            let (mut now, mut tat, mut charged) = (start, 0, 0u64);
+            for (gap, failed) in steps {
+                now += gap * 1_000_000;
+                let passes = p.check(tat, now).is_ok();
+                prop_assert_eq!(passes, p.reserve(tat, now, None).0 == Reservation::Now);
+                if passes && failed {
+                    tat = p.charge(tat, now);
+                    charged += 1;
+                }
+                let bound = u64::from(burst) + (now - start) / interval;
+                prop_assert!(charged <= bound, "charged {} > bound {}", charged, bound);
+            }
+        }
+
+        /// Charging never moves a TAT back and never leaves more than one
+        /// full bucket of debt past empty.
+        #[test]
+        fn charge_is_monotonic_and_capped(
+            interval in 1u64..10_000_000_000,
+            burst in 1u32..1000,
+            tat in 0u64..(1 << 62),
+            now in 0u64..(1 << 62),
+        ) {
+            let p = GcraParams::new(interval, burst);
+            let next = p.charge(tat, now);
+            prop_assert!(next >= tat);
+            let cap = now + 2 * interval * u64::from(burst);
+            prop_assert!(next <= cap.max(tat));
         }
 
         /// A client sending exactly at the rate is never refused after its burst.

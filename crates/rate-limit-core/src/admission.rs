@@ -10,7 +10,7 @@
 
 use std::cmp::{Ordering as CmpOrdering, Reverse};
 use std::collections::{BinaryHeap, HashMap};
-use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
 use std::sync::{Arc, Weak};
 
 use parking_lot::Mutex;
@@ -83,6 +83,10 @@ pub struct Limiter<W: Waiter, C: Clock = MonotonicClock> {
     /// With `--fair`: hashes flow keys (secret per limiter, so clients
     /// cannot aim at one another's flows; see `fair.rs`).
     flow_seed: std::hash::RandomState,
+    /// `--count-status`: the rate is only checked at admission and charged
+    /// by responses ([`Limiter::charge`], see `charge.rs`). Part of the
+    /// limiter's shape: set once, before it decides anything.
+    on_response: AtomicBool,
     clock: C,
 }
 
@@ -349,6 +353,7 @@ impl<W: Waiter, C: Clock> Limiter<W, C> {
             peered: false,
             evicted_hits: dthrottle::ShardedEvictedHits::new(0, 1),
             flow_seed: std::hash::RandomState::new(),
+            on_response: AtomicBool::new(false),
             clock,
         }
     }
@@ -561,6 +566,10 @@ impl<W: Waiter, C: Clock> Limiter<W, C> {
     }
 
     fn refund_rate(&self, key: Option<u64>) {
+        if self.charges_on_response() {
+            // Checked, not taken: nothing to give back.
+            return;
+        }
         let now = self.clock.now();
         match (&self.keys, self.key_params(), key) {
             (Some(t), Some(p), Some(k)) => {
@@ -579,7 +588,7 @@ impl<W: Waiter, C: Clock> Limiter<W, C> {
     }
 
     fn rate_token(self: &Arc<Self>, key: Option<u64>) -> Option<RateToken<W, C>> {
-        let rated = self.params.is_some() || self.bucket.is_some();
+        let rated = (self.params.is_some() || self.bucket.is_some()) && !self.charges_on_response();
         rated.then(|| RateToken {
             limiter: Some(self.clone()),
             key,
@@ -618,6 +627,7 @@ impl<W: Waiter, C: Clock> Limiter<W, C> {
         }
         let max_wait = self.max_wait();
         let params = self.key_params();
+        let on_response = self.charges_on_response();
         // Read under the key's shard lock, never before it: `reconfigure`
         // stores new values and then visits every shard under its lock, so
         // a key created meanwhile gets the new values or is visited.
@@ -631,6 +641,17 @@ impl<W: Waiter, C: Clock> Limiter<W, C> {
                 let tat_before = st.tat;
                 let rate = match params {
                     None => KeyRate::Go,
+                    // Checked only; the response charges it (no rate wait).
+                    Some(p) if on_response => match p.check(st.tat, now) {
+                        Ok(()) => {
+                            if peered {
+                                // The charge reports under the key's tag.
+                                st.note_tag(tag, &p);
+                            }
+                            KeyRate::Go
+                        }
+                        Err(_) => KeyRate::Reject,
+                    },
                     Some(p) => match p.reserve(st.tat, now, None) {
                         (Reservation::Now, next) => {
                             st.tat = next;
@@ -733,7 +754,12 @@ impl<W: Waiter, C: Clock> Limiter<W, C> {
         let mut place = None;
         if let Some(bucket) = &self.bucket {
             let now = *now.insert(self.clock.now());
-            if let Reservation::Denied(wait) = bucket.reserve(now, None) {
+            if self.charges_on_response() {
+                // Checked only; the response charges it (no rate wait).
+                if bucket.check(now).is_err() {
+                    return Admission::Reject(Refused::Rate);
+                }
+            } else if let Reservation::Denied(wait) = bucket.reserve(now, None) {
                 // Over the rate: wait if a queue place is free and maxage allows the wait.
                 let max_wait = self.max_wait();
                 if wait > max_wait {
@@ -876,6 +902,7 @@ impl<W: Waiter, C: Clock> Limiter<W, C> {
     }
 }
 
+mod charge;
 mod fair;
 mod peer;
 #[cfg(test)]

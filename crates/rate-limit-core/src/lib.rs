@@ -14,6 +14,7 @@ pub mod options;
 pub mod peering;
 pub mod refusal_log;
 pub mod registry;
+pub mod status;
 pub mod store;
 pub mod tag;
 
@@ -33,6 +34,7 @@ pub const METRICS: &[&str] = &[
     "waiting",
     "keys",
     "evicted",
+    "status_charged",
     "flows",
     "borrowed",
     "flow_rejected",

@@ -69,6 +69,9 @@ pub struct Options {
     pub exempt: Option<Exempt>,
     /// `--log`: the refusal log's name (`<logdir>/<name>.log`).
     pub log: Option<String>,
+    /// `--count-status`: the rate bucket is charged by responses with these
+    /// statuses (at SEND_RESPONSE_HDR) and only checked when requests start.
+    pub count_status: Option<crate::status::StatusList>,
     /// Accepted but probably unintended combinations, for the log.
     pub warnings: Vec<String>,
 }
@@ -165,6 +168,7 @@ const OPTIONS: &[(&str, bool)] = &[
     ("dry-run", false),
     ("exempt", true),
     ("log", true),
+    ("count-status", true),
 ];
 
 /// Longest `--group` name.
@@ -223,6 +227,7 @@ impl Options {
             dry_run: false,
             exempt: None,
             log: None,
+            count_status: None,
             warnings: Vec::new(),
         };
         let mut exempt = None;
@@ -412,6 +417,9 @@ impl Options {
                     }
                     o.log = Some(base.to_owned());
                 }
+                "count-status" => {
+                    o.count_status = Some(crate::status::StatusList::parse(value)?);
+                }
                 n if crate::peering::NAMES.contains(&n) => peer_raw.push((n, value.to_owned())),
                 n if crate::store::NAMES.contains(&n) => store_raw.push((n, value.to_owned())),
                 n if crate::fair::NAMES.contains(&n) => fair_raw.push((n, value.to_owned())),
@@ -445,6 +453,21 @@ impl Options {
                     "--burst={} is too large for --rate={r}: a full bucket may hold at most {MAX_BURST_SECONDS} s of requests",
                     o.burst
                 )));
+            }
+        }
+        if o.count_status.is_some() {
+            if o.rate.is_none() {
+                return Err(OptionError(
+                    "--count-status needs --rate (responses with a listed status charge the rate bucket)"
+                        .to_owned(),
+                ));
+            }
+            if o.conntrack {
+                return Err(OptionError(
+                    "--count-status cannot be combined with --conntrack (a connection's later \
+                     requests pass unchecked, so their responses could not be held to the rate)"
+                        .to_owned(),
+                ));
             }
         }
         o.tag = match tag {
@@ -592,6 +615,10 @@ impl Options {
             ("limit", self.limit.map_or_else(none, |l| l.to_string())),
             ("rate", self.rate.map_or_else(none, |r| r.to_string())),
             ("burst", self.burst.to_string()),
+            (
+                "count-status",
+                self.count_status.map_or_else(none, |c| c.describe()),
+            ),
             ("queue", self.queue.to_string()),
             ("maxage", self.maxage_ms.to_string()),
             ("conntrack", self.conntrack.to_string()),
@@ -668,9 +695,12 @@ impl Options {
     /// A one-line summary for the log.
     pub fn describe(&self) -> String {
         let limit = self.limit.map_or("none".to_owned(), |l| l.to_string());
-        let rate = self
-            .rate
-            .map_or("none".to_owned(), |r| format!("{r}/s burst {}", self.burst));
+        let rate = self.rate.map_or("none".to_owned(), |r| {
+            let counted = self.count_status.map_or(String::new(), |c| {
+                format!(" charged by responses {}", c.describe())
+            });
+            format!("{r}/s burst {}{counted}", self.burst)
+        });
         let queue = if self.queue == u32::MAX {
             "unlimited".to_owned()
         } else {
@@ -980,6 +1010,74 @@ mod tests {
             let o = Options::parse(URL, &refs).unwrap();
             proptest::prop_assert_eq!((o.limit, o.queue, o.maxage_ms), (Some(limit), queue, u64::from(maxage)));
         }
+    }
+
+    #[test]
+    fn count_status_needs_rate_and_not_conntrack() {
+        let o = parse(&[
+            "--rate=1",
+            "--burst=5",
+            "--key=ip",
+            "--count-status=401,5xx",
+        ])
+        .unwrap();
+        let c = o.count_status.unwrap();
+        assert!(c.contains(401) && c.contains(503) && !c.contains(200) && !c.contains(403));
+        assert!(o
+            .describe()
+            .contains("rate=1/s burst 5 charged by responses 401,500-599"));
+        assert!(o
+            .limiter_options()
+            .contains(&("count-status", "401,500-599".to_owned())));
+        assert_eq!(parse(&["--rate=1"]).unwrap().count_status, None);
+        assert_eq!(
+            err(&["--rate=1", "--count-status=6xx"]),
+            format!(
+                "--count-status has an invalid value '6xx': allowed {}",
+                crate::status::ALLOWED
+            )
+        );
+        assert_eq!(
+            err(&["--count-status=401"]),
+            "--count-status needs --rate (responses with a listed status charge the rate bucket)"
+        );
+        assert_eq!(
+            err(&["--limit=5", "--count-status=401"]),
+            "--count-status needs --rate (responses with a listed status charge the rate bucket)"
+        );
+        assert!(err(&["--rate=1", "--conntrack", "--count-status=401"])
+            .starts_with("--count-status cannot be combined with --conntrack"));
+        // With --limit it applies to the rate only: the limit still counts requests.
+        let o = parse(&["--rate=1", "--limit=2", "--count-status=4xx"]).unwrap();
+        assert_eq!((o.limit, o.rate, o.burst), (Some(2), Some(1.0), 1));
+        assert!(o.count_status.is_some());
+        // With a group, peers and the store, as with --rate alone.
+        let o = parse(&[
+            "--rate=1",
+            "--key=ip",
+            "--group=login",
+            "--count-status=401",
+        ])
+        .unwrap();
+        assert_eq!(o.group.as_deref(), Some("login"));
+        let o = parse(&[
+            "--rate=1",
+            "--key=ip",
+            "--group=login",
+            "--peers=127.0.0.1:5000",
+            "--peer-secret-file=/etc/trafficserver/peer.key",
+            "--count-status=401",
+        ])
+        .unwrap();
+        assert!(o.peer.is_some() && o.count_status.is_some());
+        let o = parse(&[
+            "--rate=1",
+            "--key=ip",
+            "--store=redis://127.0.0.1:6379",
+            "--count-status=401",
+        ])
+        .unwrap();
+        assert!(o.store.is_some() && o.count_status.is_some());
     }
 
     #[test]

@@ -58,6 +58,7 @@ fn main() -> Result<(), String> {
                 limit: 50,
                 member: ids.next(),
                 lease_ttl_ms: 1000,
+                check_only: false,
             });
             if c.submit(op, (), Duration::from_secs(1)).is_err() {
                 break;
@@ -91,6 +92,7 @@ fn main() -> Result<(), String> {
             limit: 50,
             member: ids.next(),
             lease_ttl_ms: 1000,
+            check_only: false,
         });
         let s = Instant::now();
         c.submit(op, (), Duration::from_secs(1))

@@ -39,7 +39,9 @@ pub use crate::resp::MAX_REPLY;
 pub use store_url::{Addr, Target};
 
 /// The decision script. ARGV: emission interval in µs (0: no rate), burst,
-/// concurrency limit (0: none), lease member, lease TTL in ms. Returns
+/// concurrency limit (0: none), lease member, lease TTL in ms, and (6) `1`
+/// to only check the rate (`--count-status`: the response charges it with
+/// [`CHARGE`]; the limit takes its lease as usual). Returns
 /// `{admitted (0/1), retry-after µs, why (0 admitted, 1 concurrency, 2 rate), leases held}`.
 pub const DECIDE: &str = r#"
 local t = redis.call('TIME')
@@ -64,8 +66,10 @@ if interval > 0 then
   if allow_at > now then
     return {0, allow_at - now, 2, held}
   end
-  local px = math.ceil((new_tat - now) / 1000) + 1
-  redis.call('SET', KEYS[1], string.format('%.0f', new_tat), 'PX', px)
+  if ARGV[6] ~= '1' then
+    local px = math.ceil((new_tat - now) / 1000) + 1
+    redis.call('SET', KEYS[1], string.format('%.0f', new_tat), 'PX', px)
+  end
 end
 if limit > 0 then
   redis.call('ZADD', KEYS[2], string.format('%.0f', now + ttl_ms * 1000), ARGV[4])
@@ -73,6 +77,24 @@ if limit > 0 then
   held = held + 1
 end
 return {1, 0, 0, held}
+"#;
+
+/// The charge of `--count-status`: one token from the bucket whether or not
+/// it has one, at most one full bucket below empty (as
+/// `limits::GcraParams::charge`). ARGV: emission interval in µs, burst.
+/// Returns the new arrival time.
+pub const CHARGE: &str = r#"
+local t = redis.call('TIME')
+local now = tonumber(t[1]) * 1000000 + tonumber(t[2])
+local interval = tonumber(ARGV[1])
+local burst = tonumber(ARGV[2])
+local tat = tonumber(redis.call('GET', KEYS[1]) or '0')
+local new_tat = math.max(tat, now) + interval
+local cap = now + 2 * interval * burst
+if new_tat > cap then new_tat = math.max(cap, tat) end
+local px = math.ceil((new_tat - now) / 1000) + 1
+redis.call('SET', KEYS[1], string.format('%.0f', new_tat), 'PX', px)
+return new_tat
 "#;
 
 /// The hybrid mode's script (`--store-sync`): adds this proxy's hits of one
@@ -127,6 +149,8 @@ pub struct Decide {
     /// This admission's lease (see [`LeaseIds`]).
     pub member: String,
     pub lease_ttl_ms: u64,
+    /// Only check the rate, taking nothing from it (`--count-status`).
+    pub check_only: bool,
 }
 
 #[derive(Debug, Clone)]
@@ -136,6 +160,12 @@ pub enum Op {
     Release {
         base: String,
         member: String,
+    },
+    /// `--count-status`: a response charges the bucket at `base` ([`CHARGE`]).
+    Charge {
+        base: String,
+        interval_us: u64,
+        burst: u32,
     },
     /// `--store-sync`: adds `hits` served here to the key's counter of the
     /// current period ([`SYNC`] on `base:sync`) and learns the previous one's total.
@@ -161,6 +191,7 @@ pub enum Reply {
         retry_after: Duration,
     },
     Released,
+    Charged,
     /// The server's period number and the totals, all proxies, of the two
     /// periods before it (the last first).
     Synced {
@@ -199,6 +230,7 @@ pub struct Redis {
     conn: Conn,
     sha: String,
     sync_sha: String,
+    charge_sha: String,
 }
 
 impl Redis {
@@ -208,18 +240,19 @@ impl Redis {
             conn: Conn::new(&target.into())?,
             sha: String::new(),
             sync_sha: String::new(),
+            charge_sha: String::new(),
         })
     }
 
     fn load_scripts(&mut self, deadline: Instant, connect: bool) -> Result<(), BatchError> {
         let shas = if connect {
-            self.conn.connect(&[DECIDE, SYNC], deadline)?
+            self.conn.connect(&[DECIDE, SYNC, CHARGE], deadline)?
         } else {
-            self.conn.load_scripts(&[DECIDE, SYNC], deadline)?
+            self.conn.load_scripts(&[DECIDE, SYNC, CHARGE], deadline)?
         };
-        let [a, b] = <[String; 2]>::try_from(shas)
+        let [a, b, c] = <[String; 3]>::try_from(shas)
             .map_err(|v| BatchError::Failed(format!("SCRIPT LOAD answered {v:?}")))?;
-        (self.sha, self.sync_sha) = (a, b);
+        (self.sha, self.sync_sha, self.charge_sha) = (a, b, c);
         Ok(())
     }
 }
@@ -280,7 +313,22 @@ impl Redis {
                         .arg(d.burst)
                         .arg(d.limit)
                         .arg(&d.member)
-                        .arg(d.lease_ttl_ms);
+                        .arg(d.lease_ttl_ms)
+                        .arg(if d.check_only { 1 } else { 0 });
+                    Routed::new(gcra.as_bytes(), &c)
+                }
+                Op::Charge {
+                    base,
+                    interval_us,
+                    burst,
+                } => {
+                    let gcra = format!("{base}:gcra");
+                    let mut c = redis::cmd("EVALSHA");
+                    c.arg(&self.charge_sha)
+                        .arg(1)
+                        .arg(&gcra)
+                        .arg(*interval_us)
+                        .arg(*burst);
                     Routed::new(gcra.as_bytes(), &c)
                 }
                 Op::Release { base, member } => {
@@ -364,6 +412,7 @@ impl Backend for Redis {
                 (_, v @ Value::ServerError(_)) => Err(server_error(v).unwrap_or_default()),
                 (Op::Decide(_), v) => parse_decision(v),
                 (Op::Release { .. }, _) => Ok(Reply::Released),
+                (Op::Charge { .. }, _) => Ok(Reply::Charged),
                 (Op::Sync { .. }, v) => parse_sync(v),
             });
         }

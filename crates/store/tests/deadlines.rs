@@ -66,6 +66,7 @@ impl Probe for Decisions {
             limit: 1_000_000,
             member: format!("m{token}"),
             lease_ttl_ms: 10_000,
+            check_only: false,
         });
         self.0.submit(op, token, T).is_ok()
     }

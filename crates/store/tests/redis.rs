@@ -45,6 +45,7 @@ fn decide(base: &str, rate: Option<(f64, u32)>, limit: u32, member: String, ttl_
         limit,
         member,
         lease_ttl_ms: ttl_ms,
+        check_only: false,
     })
 }
 
@@ -394,4 +395,59 @@ fn a_named_host_and_a_database_are_honoured() {
     // Database 0 holds no lease of database 3.
     assert!(admitted(&one(&db0)));
     assert_eq!(s.int(&["DBSIZE"]).unwrap(), 1);
+}
+
+/// `--count-status` in Redis: a checking decision takes nothing from the
+/// rate (only its lease), a charge takes one token whether or not one is
+/// there, and the bucket goes at most one full bucket below empty.
+#[test]
+fn check_takes_nothing_and_charges_empty_the_bucket() {
+    let s = Server::start().unwrap();
+    let c = client(s.port());
+    let base = key_base("cs", Some(b"client"));
+    let ids = LeaseIds::default();
+    // 1/s, burst 3.
+    let check = |ids: &LeaseIds| {
+        let mut op = decide(&base, Some((1.0, 3)), 0, ids.next(), 1000);
+        if let Op::Decide(d) = &mut op {
+            d.check_only = true;
+        }
+        op
+    };
+    let charge = || Op::Charge {
+        base: base.clone(),
+        interval_us: 1_000_000,
+        burst: 3,
+    };
+    let got = ask(&c, (0..10).map(|_| check(&ids)).collect());
+    assert!(got.iter().all(admitted), "checks take nothing: {got:?}");
+    let got = ask(&c, (0..3).map(|_| charge()).collect());
+    assert!(
+        got.iter()
+            .all(|o| matches!(o, Outcome::Reply(Reply::Charged))),
+        "{got:?}"
+    );
+    let got = ask(&c, vec![check(&ids)]);
+    let Outcome::Reply(Reply::TooSoon { retry_after }) = &got[0] else {
+        panic!("three charges empty a burst of 3: {got:?}");
+    };
+    assert!(*retry_after <= Duration::from_secs(1), "{retry_after:?}");
+    // Ten more (requests that passed together): capped at one more bucket,
+    // so the wait is at most (3 + 1) s.
+    ask(&c, (0..10).map(|_| charge()).collect());
+    let got = ask(&c, vec![check(&ids)]);
+    let Outcome::Reply(Reply::TooSoon { retry_after }) = &got[0] else {
+        panic!("{got:?}");
+    };
+    assert!(
+        *retry_after > Duration::from_secs(3) && *retry_after <= Duration::from_secs(4),
+        "{retry_after:?}"
+    );
+    // A normal decision on another key is untouched.
+    let other = key_base("cs", Some(b"other"));
+    let got = ask(
+        &c,
+        vec![decide(&other, Some((1.0, 3)), 0, ids.next(), 1000)],
+    );
+    assert!(admitted(&got[0]), "{got:?}");
 }

@@ -23,6 +23,7 @@
 //!    the slot and admits the next waiter.
 #![forbid(unsafe_code)]
 
+mod charge;
 mod ctl;
 mod fair;
 mod mates;
@@ -236,6 +237,12 @@ impl Rule {
         }
     }
 
+    /// An admitted request's response matters: RateLimit fields, or
+    /// (`--count-status`) its status may charge the rate.
+    fn needs_response(&self) -> bool {
+        self.opts.ratelimit_headers || self.opts.count_status.is_some()
+    }
+
     /// Refused in remap: ATS answers with its body-factory page
     /// (Cache-Control: no-store), skipping POST_REMAP and the origin. In a
     /// dry run, counted and logged, and the request goes on.
@@ -246,7 +253,7 @@ impl Rule {
         if dry {
             bump(self.metrics.dry_run_refused, 1);
             if self.opts.ratelimit_headers {
-                self.attach(g, txn, Outcome::Admitted, None, None, key);
+                self.attach(g, txn, Outcome::DryRun, None, None, key);
             }
             return;
         }
@@ -365,7 +372,10 @@ impl Rule {
                 (head, head)
             }
         };
-        let decorate = outcome != Outcome::Admitted || self.opts.ratelimit_headers;
+        // `--count-status`: the response's status may charge the rate.
+        let decorate = outcome != Outcome::Admitted
+            || self.opts.ratelimit_headers
+            || self.opts.count_status.is_some();
         if decorate && !head.decorating.swap(true, Ordering::Relaxed) {
             txn.hook(HookId::SendResponseHdr, &g.hooks);
         }
@@ -512,7 +522,8 @@ impl RemapPlugin for Rule {
                 self.note_name(key);
                 crate::store::dry_run(self, txn, key);
                 if self.opts.ratelimit_headers {
-                    self.attach(g, txn, Outcome::Admitted, None, None, key);
+                    // Not charged (`--count-status`): the verdict comes later.
+                    self.attach(g, txn, Outcome::DryRun, None, None, key);
                 }
                 return RemapStatus::NoRemap;
             }
@@ -554,13 +565,13 @@ impl RemapPlugin for Rule {
                             self.attach(g, txn, Outcome::Admitted, None, None, key);
                         }
                     }
-                    // Nothing to hold or decorate: no state, no hooks.
-                    Home::Txn if held.is_none() && !self.opts.ratelimit_headers => {}
+                    // Nothing to hold, decorate or charge: no state, no hooks.
+                    Home::Txn if held.is_none() && !self.needs_response() => {}
                     // Alone on its rule, nothing to decorate: only the slot
                     // to keep until TXN_CLOSE (if the slot is taken, the
                     // value comes back and dropping it frees the slot).
                     Home::Txn
-                        if !self.opts.ratelimit_headers
+                        if !self.needs_response()
                             && !self.chained
                             && !self.followed.load(Ordering::Relaxed) =>
                     {
@@ -582,7 +593,9 @@ impl RemapPlugin for Rule {
                     r.spend();
                 }
                 drop(w.place);
-                if self.opts.ratelimit_headers {
+                // Decorated, and (`--count-status`) charged as the live
+                // rule would charge it after its wait.
+                if self.needs_response() {
                     self.attach(g, txn, Outcome::Admitted, None, None, key);
                 }
             }
@@ -711,6 +724,7 @@ impl HookHandler for Hooks {
                 hook.park(move |parked| park(rule, parked, *wait))
             }
             HookId::SendResponseHdr => {
+                charge::response(txn, st);
                 decorate_response(txn, st);
                 hook.resume()
             }
@@ -750,6 +764,14 @@ fn decorate_response(txn: Txn<'_>, head: &TxnState) {
 /// Builds the limiter a rule's options describe (the registry calls it when
 /// no live one fits).
 fn new_limiter(o: &Options) -> Arc<Limiter<Queued>> {
+    let limiter = build_limiter(o);
+    if o.count_status.is_some() {
+        limiter.set_charge_on_response();
+    }
+    limiter
+}
+
+fn build_limiter(o: &Options) -> Arc<Limiter<Queued>> {
     let limits = Limits::of(o);
     if let Some(f) = &o.fair {
         return Limiter::fair(limits, f, MonotonicClock);

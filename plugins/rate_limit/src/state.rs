@@ -29,6 +29,8 @@ pub(crate) struct Metrics {
     /// With `--key`: keys held (gauge) and keys evicted (counter).
     pub(crate) keys: Option<Stat>,
     pub(crate) evicted: Option<Stat>,
+    /// With `--count-status`: responses that charged the rate.
+    pub(crate) status_charged: Option<Stat>,
     /// With `--fair`: flows holding or waiting (gauge), slots borrowed and
     /// requests refused over their flow's slots (counters).
     pub(crate) flows: Option<Stat>,
@@ -68,6 +70,7 @@ impl Metrics {
             waiting: make("waiting"),
             keys: o.key.as_ref().and_then(|_| make("keys")),
             evicted: o.key.as_ref().and_then(|_| make("evicted")),
+            status_charged: o.count_status.and_then(|_| make("status_charged")),
             flows: o.fair.as_ref().and_then(|_| make("flows")),
             borrowed: o.fair.as_ref().and_then(|_| make("borrowed")),
             flow_rejected: o.fair.as_ref().and_then(|_| make("flow_rejected")),
@@ -177,6 +180,11 @@ pub(crate) enum Outcome {
     Waiting = 1,
     Resumed = 2,
     Refused = 3,
+    /// A dry run let it through where it would have been refused, or (with
+    /// `--store`) before Redis decided: decorated like an admitted request
+    /// (`--ratelimit-headers`), never charged (`--count-status`): the live
+    /// rule would not charge a refusal.
+    DryRun = 4,
 }
 
 /// What rate_limit keeps on a transaction; dropped at TXN_CLOSE, which
@@ -257,6 +265,7 @@ impl TxnState {
             1 => Outcome::Waiting,
             2 => Outcome::Resumed,
             3 => Outcome::Refused,
+            4 => Outcome::DryRun,
             _ => Outcome::Admitted,
         }
     }

@@ -74,6 +74,8 @@ pub(crate) enum Token {
     /// transaction waits for it.
     DryRun(Box<DryAsked>),
     Release(StoreMetrics),
+    /// `--count-status`: a response's charge (nothing waits for it).
+    Charge(StoreMetrics),
     /// `--store-sync`: a key's exchange (its tag and the hits sent).
     Sync(Arc<sync::Syncer>, Box<[u8]>, u32),
 }
@@ -186,6 +188,23 @@ impl RuleStore {
     pub(crate) fn exact(&self) -> bool {
         self.opts.sync_ms.is_none()
     }
+
+    /// `--count-status`: charges the bucket at `base` in Redis. Fire and
+    /// forget: the response does not wait; a charge that cannot be queued,
+    /// fails or times out is counted in `store_errors`/`store_timeouts`
+    /// (and lost: the client is charged less).
+    pub(crate) fn charge(&self, base: String, rate: f64, burst: u32) {
+        let op = Op::Charge {
+            base,
+            interval_us: (1e6 / rate).round().max(1.0) as u64,
+            burst,
+        };
+        let s = &self.store;
+        match s.client.submit(op, Token::Charge(self.metrics), s.timeout) {
+            Ok(()) => Poller::arm(s),
+            Err(_) => bump(self.metrics.errors, 1),
+        }
+    }
 }
 
 /// The last rule of this copy is gone (`TSRemapDone`): says what
@@ -206,6 +225,9 @@ pub(crate) enum TxnStore {
     Pending(String),
     /// Admitted with a concurrency lease, given back when dropped.
     Lease { _held: Lease },
+    /// `--count-status`, admitted by the store: the keys its response
+    /// charges ([`RuleStore::charge`]), and its lease if any.
+    Charged { base: String, _held: Option<Lease> },
 }
 
 impl TxnStore {
@@ -269,6 +291,7 @@ fn decide(rule: &Rule, rs: &RuleStore, base: String) -> (Op, String) {
         limit: o.limit.unwrap_or(0),
         member: member.clone(),
         lease_ttl_ms: rs.opts.lease_ttl_s * 1000,
+        check_only: o.count_status.is_some(),
     });
     (op, member)
 }
@@ -374,7 +397,7 @@ fn dry_refused(d: &DryAsked, why: Reason) {
 /// POST_REMAP: submits the decision for the parked transaction.
 pub(crate) fn ask(rule: Arc<Rule>, parked: Parked, base: String, key: Option<u64>) {
     let Some(rs) = &rule.store else {
-        return admit(rule, parked, None);
+        return admit(rule, parked, None, None);
     };
     let (op, member) = decide(&rule, rs, base.clone());
     let store = rs.store.clone();
@@ -431,7 +454,7 @@ impl Drain for Store {
 fn completed(c: Completion<Reply, Token>) {
     let waited = c.submitted.elapsed();
     let a = match c.token {
-        Token::Release(m) => {
+        Token::Release(m) | Token::Charge(m) => {
             match c.outcome {
                 Outcome::Reply(_) => {}
                 Outcome::Error(_) => bump(m.errors, 1),
@@ -444,20 +467,21 @@ fn completed(c: Completion<Reply, Token>) {
         Token::Sync(s, tag, hits) => return s.completed(tag, hits, c.outcome),
     };
     let Some(rs) = &a.rule.store else {
-        return admit(a.rule, a.parked, None);
+        return admit(a.rule, a.parked, None, None);
     };
     let m = rs.metrics;
     m.latency(waited);
     match c.outcome {
         Outcome::Reply(Reply::Admitted { .. }) => {
             bump(m.decisions, 1);
+            let charge = a.rule.opts.count_status.map(|_| a.base.clone());
             let lease = (a.rule.opts.limit.is_some()).then(|| Lease {
                 store: rs.store.clone(),
                 base: a.base,
                 member: a.member,
                 metrics: m,
             });
-            admit(a.rule, a.parked, lease);
+            admit(a.rule, a.parked, lease, charge);
         }
         Outcome::Reply(r) => {
             bump(m.decisions, 1);
@@ -489,7 +513,8 @@ fn failed(a: Asked) {
         .as_ref()
         .map_or(Failure::Open, |s| s.failure);
     match failure {
-        Failure::Open => admit(a.rule, a.parked, None),
+        // Open: the response's charge (--count-status) still goes to Redis.
+        Failure::Open => admit(a.rule, a.parked, None, Some(a.base)),
         Failure::Closed => refuse(a.rule, a.parked, a.key, Reason::StoreFailure),
         Failure::Local => local(a),
     }
@@ -501,6 +526,8 @@ fn local(a: Asked) {
     let Asked {
         rule, parked, key, ..
     } = a;
+    // Decided here: with --count-status the response charges this
+    // proxy's bucket (no `Charged` state).
     match rule.limiter.admit_tagged(key, &[]) {
         Admission::Go(permit) => {
             let held = permit.map(|p| Held::new(p, &rule));
@@ -509,7 +536,7 @@ fn local(a: Asked) {
                 if let Some(st) = state(&h, &r) {
                     *st.held.lock() = held;
                 }
-                resume(h, &r, None)
+                resume(h, &r, None, None)
             });
         }
         Admission::Wait(w) => {
@@ -527,16 +554,23 @@ fn local(a: Asked) {
     }
 }
 
-fn admit(rule: Arc<Rule>, parked: Parked, lease: Option<Lease>) {
-    parked.on_home(move |h| resume(h, &rule, lease));
+/// `base`: the keys decided on, which a `--count-status` response charges.
+fn admit(rule: Arc<Rule>, parked: Parked, lease: Option<Lease>, base: Option<String>) {
+    parked.on_home(move |h| resume(h, &rule, lease, base));
 }
 
-fn resume(h: HomeTxn<'_>, rule: &Rule, lease: Option<Lease>) -> Done {
+fn resume(h: HomeTxn<'_>, rule: &Rule, lease: Option<Lease>, base: Option<String>) -> Done {
     rule.live.admit();
     if let Some(st) = state(&h, rule) {
         st.set_outcome(TxnOutcome::Admitted);
-        if let Some(l) = lease {
-            *st.store.lock() = Some(Box::new(TxnStore::Lease { _held: l }));
+        let base = base.filter(|_| rule.opts.count_status.is_some());
+        let kept = match (lease, base) {
+            (held, Some(base)) => Some(TxnStore::Charged { base, _held: held }),
+            (Some(l), None) => Some(TxnStore::Lease { _held: l }),
+            (None, None) => None,
+        };
+        if let Some(k) = kept {
+            *st.store.lock() = Some(Box::new(k));
         }
     }
     h.resume()

@@ -86,6 +86,23 @@ impl<W: Waiter> Keyed<W> {
         p.hits = p.hits.saturating_add(1);
     }
 
+    /// A request of `tag` passed the check (`--count-status`): keeps the
+    /// tag, so that its response's charge is reported under it.
+    pub(super) fn note_tag(&mut self, tag: &[u8], params: &GcraParams) {
+        self.peer(tag, params);
+    }
+
+    /// A response charged the bucket (`--count-status`): one hit for the
+    /// next report, if the key's tag is known (a key evicted between the
+    /// request and its response is charged here only).
+    pub(super) fn charged(&mut self, params: &GcraParams) {
+        let debt_until = debt::debt_until(self.tat, params);
+        if let Some(p) = self.queues.as_mut().and_then(|q| q.peer.as_mut()) {
+            p.debt_until = debt_until;
+            p.hits = p.hits.saturating_add(1);
+        }
+    }
+
     /// A token was given back: the hit is not reported (if it already was,
     /// peers keep one hit too many, which errs towards limiting).
     pub(super) fn unhit(&mut self) {

@@ -316,3 +316,33 @@ fn a_changed_store_gets_a_new_limiter() {
         );
     }
 }
+
+/// `--count-status` is part of the limiter's shape (its rate is checked,
+/// not taken): changing it gets a new limiter, and rules of a group must agree.
+#[test]
+fn count_status_is_part_of_the_shape() {
+    let mut r = Registry::default();
+    let (first, _) = load(&mut r, &[(&["--group=g", "--rate=1"], "a")]);
+    let first = first.into_iter().next().unwrap().unwrap();
+    let (next, changes) = load(
+        &mut r,
+        &[(&["--group=g", "--rate=1", "--count-status=401"], "a")],
+    );
+    assert!(!Arc::ptr_eq(&first, next[0].as_ref().unwrap()));
+    assert_eq!(
+        changes,
+        [Change::Created {
+            id: "group g".into(),
+            restarted: Some("count-status")
+        }]
+    );
+    let (got, _) = load(
+        &mut r,
+        &[
+            (&["--group=g", "--rate=1", "--count-status=401"], "a"),
+            (&["--group=g", "--rate=1", "--count-status=403"], "b"),
+        ],
+    );
+    let e = got[1].as_ref().expect_err("the group's rules disagree");
+    assert!(e.contains("--count-status"), "{e}");
+}

@@ -1,0 +1,237 @@
+//! Check-then-charge (`--count-status`): admission only checks the rate
+//! bucket (a request is refused when it is empty, and nothing is taken);
+//! the plugin charges it when the response's status is listed
+//! ([`Limiter::charge`]). Refused requests are never charged, and no
+//! request waits for the rate (an empty bucket refuses).
+//!
+//! A sequential client gets at most `burst + rate·t` charged responses
+//! through (the model test below). Requests in flight together all pass the
+//! check on one token, so each is charged: the bucket goes below empty by
+//! at most one more bucket (`GcraParams::charge`), which refuses the client
+//! for longer. `--limit` with `--key` bounds how many can be in flight.
+
+use limits::{Clock, Waiter};
+
+use super::{peer, Limiter};
+
+impl<W: Waiter, C: Clock> Limiter<W, C> {
+    /// Makes the rate check-then-charge. Called once, when the limiter is
+    /// built and before it decides anything (it is part of its shape).
+    pub fn set_charge_on_response(&self) {
+        self.on_response
+            .store(true, std::sync::atomic::Ordering::Relaxed);
+    }
+
+    /// Whether responses charge the rate (`--count-status`).
+    #[inline]
+    pub fn charges_on_response(&self) -> bool {
+        self.on_response.load(std::sync::atomic::Ordering::Relaxed)
+    }
+
+    /// Charges one token to the rule's bucket or `key`'s (a key evicted
+    /// since its request is added again, then charged). Peered, the charge
+    /// is a hit in the next report, as a request's token is. False if
+    /// nothing was charged: no rate, a keyed limiter without a key, or no
+    /// room for the key (every key of its shard busy).
+    pub fn charge(&self, key: Option<u64>) -> bool {
+        let now = self.clock.now();
+        match (&self.keys, self.key_params(), key) {
+            (Some(t), Some(p), Some(k)) => {
+                if self.peered {
+                    peer::set_now(now);
+                }
+                t.with_evicted(
+                    k,
+                    |st| {
+                        st.tat = p.charge(st.tat, now);
+                        if self.peered {
+                            st.charged(&p);
+                        }
+                    },
+                    |st| self.carry(t.shard_index(k), st),
+                )
+                .is_ok()
+            }
+            (Some(_), _, _) => false,
+            (None, _, _) => match &self.bucket {
+                Some(b) => {
+                    b.charge(now);
+                    true
+                }
+                None => false,
+            },
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Arc;
+    use std::time::Duration;
+
+    use limits::{Clock, ManualClock, Nanos, Permit, Waiter, NANOS_PER_SEC};
+    use proptest::prelude::*;
+
+    use crate::{Admission, Limiter, Limits, Options};
+
+    struct W;
+
+    impl Waiter for W {
+        fn admit(self, permit: Permit<Self>) -> Result<(), Permit<Self>> {
+            Err(permit)
+        }
+    }
+
+    type L = Arc<Limiter<W, Arc<ManualClock>>>;
+
+    const S: Nanos = NANOS_PER_SEC;
+
+    fn build(args: &[&str]) -> (L, Arc<ManualClock>) {
+        let o = Options::parse("http://x/", args).unwrap();
+        let clock = Arc::new(ManualClock::new(100 * S));
+        let limits = Limits::of(&o);
+        let l = match (&o.key, &o.peer) {
+            (Some(_), Some(_)) => Limiter::peered(limits, o.keys, 100, clock.clone()),
+            (Some(_), None) => Limiter::keyed(limits, o.keys, clock.clone()),
+            _ => Limiter::new(limits, clock.clone()),
+        };
+        if o.count_status.is_some() {
+            l.set_charge_on_response();
+        }
+        (l, clock)
+    }
+
+    fn goes(a: Admission<W, Arc<ManualClock>>) -> bool {
+        match a {
+            Admission::Go(_) => true,
+            Admission::Wait(_) => panic!("a checked rate never waits"),
+            Admission::Reject(_) => false,
+        }
+    }
+
+    #[test]
+    fn requests_are_checked_and_only_charges_empty_the_bucket() {
+        let (l, clock) = build(&["--rate=1", "--burst=3", "--queue=10", "--count-status=401"]);
+        // Successes (never charged) pass however many there are.
+        for _ in 0..50 {
+            assert!(goes(l.admit(None)));
+        }
+        for _ in 0..3 {
+            assert!(goes(l.admit(None)));
+            assert!(l.charge(None));
+        }
+        // Empty: refused at once (no rate wait, though a queue is allowed),
+        // and a refusal takes nothing.
+        for _ in 0..5 {
+            assert!(!goes(l.admit(None)));
+        }
+        clock.advance(Duration::from_secs(1));
+        assert!(goes(l.admit(None)), "one token back after 1/rate");
+        assert!(goes(l.admit(None)), "a check takes nothing");
+        assert!(l.charge(None));
+        assert!(!goes(l.admit(None)));
+    }
+
+    #[test]
+    fn keys_are_charged_apart() {
+        let (l, clock) = build(&["--rate=1", "--burst=2", "--key=ip", "--count-status=4xx"]);
+        let t = l.keys().unwrap();
+        let (a, b) = (t.hash(b"a"), t.hash(b"b"));
+        for _ in 0..2 {
+            assert!(goes(l.admit(Some(a))));
+            assert!(l.charge(Some(a)));
+        }
+        assert!(!goes(l.admit(Some(a))));
+        assert!(goes(l.admit(Some(b))), "another key is unaffected");
+        assert!(!l.charge(None), "a keyed limiter charges keys only");
+        // Charges of requests in flight together all count, down to one
+        // bucket below empty: (2 + 1) s to the next token.
+        for _ in 0..10 {
+            assert!(l.charge(Some(a)));
+        }
+        clock.advance(Duration::from_nanos(3 * S - 1));
+        assert!(!goes(l.admit(Some(a))));
+        clock.advance(Duration::from_nanos(1));
+        assert!(goes(l.admit(Some(a))));
+    }
+
+    #[test]
+    fn with_a_limit_the_slots_still_count_requests() {
+        let (l, _) = build(&[
+            "--rate=1",
+            "--burst=5",
+            "--limit=1",
+            "--queue=0",
+            "--count-status=401",
+        ]);
+        let Admission::Go(Some(p)) = l.admit(None) else {
+            panic!("the first takes the slot")
+        };
+        assert!(!goes(l.admit(None)), "at the limit with a full bucket");
+        drop(p);
+        assert!(goes(l.admit(None)));
+        // The slot refusal gave nothing back: the bucket is as it was.
+        assert_eq!(l.remaining(None).1.map(|q| q.remaining), Some(5));
+    }
+
+    #[test]
+    fn peered_charges_are_reported_under_the_tag() {
+        let (l, _) = build(&[
+            "--rate=1",
+            "--burst=5",
+            "--key=ip",
+            "--group=g",
+            "--peers=127.0.0.1:5000",
+            "--peer-secret-file=/k",
+            "--count-status=401",
+        ]);
+        let k = l.keys().unwrap().hash(b"tag-a");
+        assert!(goes(l.admit_tagged(Some(k), b"tag-a")));
+        assert!(goes(l.admit_tagged(Some(k), b"tag-a")));
+        assert!(l.peer_report(10).entries.is_empty(), "checks are not hits");
+        assert!(l.charge(Some(k)));
+        let r = l.peer_report(10);
+        assert_eq!(r.entries.len(), 1);
+        assert_eq!((&*r.entries[0].0, r.entries[0].1), (&b"tag-a"[..], 1));
+        // A peer's hits empty the bucket for the check too.
+        assert!(l.apply_peer(b"tag-a", 10));
+        assert!(!goes(l.admit_tagged(Some(k), b"tag-a")));
+    }
+
+    proptest! {
+        /// Model: one client after another, each request checked, and
+        /// charged when its (arbitrary) response is listed. Charged
+        /// responses never exceed burst + rate·t, and every request the
+        /// check lets through while the bucket has a token goes on.
+        #[test]
+        fn never_more_than_burst_plus_rate_charged(
+            rate in 1u32..50,
+            burst in 1u32..20,
+            keyed: bool,
+            steps in proptest::collection::vec((0u64..300, proptest::bool::ANY), 1..300),
+        ) {
+            let (r, b) = (rate.to_string(), burst.to_string());
+            let mut args = vec!["--rate", &r, "--burst", &b, "--count-status=401"];
+            if keyed {
+                args.push("--key=ip");
+            }
+            let (l, clock) = build(&args);
+            let key = l.keys().map(|t| t.hash(b"client"));
+            let start = clock.now();
+            let interval = S / u64::from(rate);
+            let mut charged = 0u64;
+            for (gap_ms, failed) in steps {
+                clock.advance(Duration::from_millis(gap_ms));
+                let quota = l.remaining(key).1.map(|q| q.remaining);
+                let went = goes(l.admit(key));
+                prop_assert_eq!(went, quota.is_some_and(|q| q > 0));
+                if went && failed {
+                    prop_assert!(l.charge(key));
+                    charged += 1;
+                }
+                let bound = u64::from(burst) + (clock.now() - start) / interval;
+                prop_assert!(charged <= bound, "charged {} > {}", charged, bound);
+            }
+        }
+    }
+}

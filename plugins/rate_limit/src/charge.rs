@@ -1,0 +1,62 @@
+//! `--count-status` at SEND_RESPONSE_HDR: a response whose status (as sent
+//! to the client) is listed charges the rate bucket of each admitting entry
+//! that lists it, where the bucket lives: this proxy's limiter (keyed,
+//! grouped; peered, the charge is a hit in the next report; `--store-sync`,
+//! exchanged the same way), or Redis (`--store`, fire and forget).
+//!
+//! Only responses the origin sent are charged, now or earlier from the
+//! cache (`Txn::response_from_origin`): Traffic Server's own responses (an
+//! unreachable origin's 502, a timeout's 504, refusals by this or another
+//! plugin) are not, nor is a request whose client left before the response
+//! (ATS sends no response header then). Requests refused by this rule are
+//! never charged (their outcome is `Refused`); requests admitted at once or
+//! after waiting for a slot (`Resumed`) are.
+
+use ats::Txn;
+
+use crate::state::{bump, Outcome, TxnState};
+use crate::store::TxnStore;
+
+/// Charges what the response's status calls for.
+pub(crate) fn response(txn: Txn<'_>, head: &TxnState) {
+    if !head.chain().any(|s| s.rule.opts.count_status.is_some()) {
+        return;
+    }
+    let Some(status) = txn.client_response().map(|r| r.status()) else {
+        return;
+    };
+    // Read once, and only when a listed status asks.
+    let mut from_origin = None;
+    for s in head.chain() {
+        let Some(list) = &s.rule.opts.count_status else {
+            continue;
+        };
+        // Admitted at once or after waiting for a slot; never refused ones.
+        let admitted = matches!(s.outcome(), Outcome::Admitted | Outcome::Resumed);
+        if !admitted || !list.contains(status) {
+            continue;
+        }
+        if !*from_origin.get_or_insert_with(|| txn.response_from_origin()) {
+            return;
+        }
+        let rule = &s.rule;
+        // Taken: one response per transaction (its lease stays).
+        let in_store = match s.store.lock().as_deref_mut() {
+            Some(TxnStore::Charged { base, .. }) => Some(std::mem::take(base)),
+            _ => None,
+        };
+        let charged = match (in_store, &rule.store) {
+            (Some(base), Some(rs)) if !base.is_empty() => {
+                rs.charge(base, rule.opts.rate.unwrap_or(1.0), rule.opts.burst);
+                true
+            }
+            // Already charged (a response header is sent once).
+            (Some(_), _) => false,
+            // Decided by this proxy's limiter.
+            (None, _) => rule.limiter.charge(s.key),
+        };
+        if charged {
+            bump(rule.metrics.status_charged, 1);
+        }
+    }
+}
