@@ -13,6 +13,7 @@
 use std::collections::{HashMap, VecDeque};
 use std::sync::{Arc, Weak};
 
+use ats::msg::Roster;
 use limits::quote::shorten;
 use parking_lot::Mutex;
 use rate_limit_core::ctl::{self, Command};
@@ -37,7 +38,7 @@ pub(crate) struct Card {
     names: Mutex<Names>,
 }
 
-static CARDS: Mutex<Vec<Weak<Card>>> = Mutex::new(Vec::new());
+static CARDS: Roster<Card> = Roster::new();
 
 /// Most key names a rule remembers for `top`.
 const NAMES: usize = 1024;
@@ -63,9 +64,7 @@ impl Card {
             key: o.key.clone(),
             names: Mutex::new(Names::default()),
         });
-        let mut cards = CARDS.lock();
-        cards.retain(|c| c.strong_count() > 0);
-        cards.push(Arc::downgrade(&card));
+        CARDS.enlist(&card);
         card
     }
 
@@ -132,7 +131,7 @@ type Live = Vec<(String, Arc<Limiter<Queued>>, Options)>;
 
 /// The live limiters (from the registry) with their rules.
 fn targets(live: Live) -> Vec<Target> {
-    let cards: Vec<Arc<Card>> = CARDS.lock().iter().filter_map(Weak::upgrade).collect();
+    let cards: Vec<Arc<Card>> = CARDS.live();
     live.into_iter()
         .map(|(id, limiter, opts)| Target {
             cards: cards
