@@ -152,6 +152,15 @@ mod tests {
         })
     }
 
+    /// New rules named `names`, enlisted in that order.
+    fn enlisted<const N: usize>(roster: &Roster<Rule>, names: [&'static str; N]) -> [Arc<Rule>; N] {
+        names.map(|n| {
+            let r = rule(n);
+            roster.enlist(&r);
+            r
+        })
+    }
+
     fn names(rules: &[Arc<Rule>]) -> Vec<&'static str> {
         rules.iter().map(|r| r.name).collect()
     }
@@ -163,24 +172,18 @@ mod tests {
     #[test]
     fn lists_in_creation_order() {
         let roster = Roster::new();
-        let rules: Vec<Arc<Rule>> = ["c", "a", "d", "b"].into_iter().map(rule).collect();
-        for r in &rules {
-            roster.enlist(r);
-        }
+        let _rules = enlisted(&roster, ["c", "a", "d", "b"]);
         assert_eq!(names(&roster.live()), ["c", "a", "d", "b"]);
     }
 
     #[test]
     fn a_gone_rule_drops_out_and_is_pruned_on_enlist() {
         let roster = Roster::new();
-        let (a, b) = (rule("a"), rule("b"));
-        roster.enlist(&a);
-        roster.enlist(&b);
+        let [a, _b] = enlisted(&roster, ["a", "b"]);
         drop(a);
         assert_eq!(names(&roster.live()), ["b"]);
         assert_eq!(roster.held(), 2, "listing does not prune");
-        let c = rule("c");
-        roster.enlist(&c);
+        let _c = enlisted(&roster, ["c"]);
         assert_eq!(roster.held(), 2, "enlisting prunes the gone rule");
         assert_eq!(names(&roster.live()), ["b", "c"]);
     }
@@ -188,8 +191,7 @@ mod tests {
     #[test]
     fn the_roster_never_keeps_a_rule_alive() {
         let roster = Roster::new();
-        let a = rule("a");
-        roster.enlist(&a);
+        let [a] = enlisted(&roster, ["a"]);
         let weak = Arc::downgrade(&a);
         drop(a);
         assert!(weak.upgrade().is_none());
@@ -199,9 +201,7 @@ mod tests {
     #[test]
     fn a_filter_hides_and_prunes_rules_no_longer_live() {
         let roster = Roster::filtered(is_live);
-        let (a, b) = (rule("a"), rule("b"));
-        roster.enlist(&a);
-        roster.enlist(&b);
+        let [a, _b] = enlisted(&roster, ["a", "b"]);
         a.live.store(false, Ordering::Release);
         assert_eq!(names(&roster.live()), ["b"]);
         roster.enlist(&rule("c"));
@@ -227,14 +227,11 @@ mod tests {
     #[test]
     fn a_successful_load_replaces_the_rules_of_earlier_loads() {
         let roster = Roster::new();
-        let (old1, old2) = (rule("old1"), rule("old2"));
-        roster.enlist(&old1);
-        roster.enlist(&old2);
+        let _old = enlisted(&roster, ["old1", "old2"]);
         roster.post_reload(ReloadStatus::Loaded { used: true });
         assert_eq!(names(&roster.live()), ["old1", "old2"], "startup load");
         roster.pre_reload();
-        let new = rule("new");
-        roster.enlist(&new);
+        let _new = enlisted(&roster, ["new"]);
         // Until the load ends, both are listed.
         assert_eq!(names(&roster.live()), ["old1", "old2", "new"]);
         roster.post_reload(ReloadStatus::Loaded { used: true });
@@ -246,8 +243,7 @@ mod tests {
     #[test]
     fn a_load_unused_by_the_plugin_still_replaces_its_rules() {
         let roster = Roster::new();
-        let old = rule("old");
-        roster.enlist(&old);
+        let _old = enlisted(&roster, ["old"]);
         roster.pre_reload();
         roster.post_reload(ReloadStatus::Loaded { used: false });
         assert!(roster.live().is_empty());
@@ -256,17 +252,14 @@ mod tests {
     #[test]
     fn a_failed_load_drops_its_rules_and_keeps_the_previous_ones() {
         let roster = Roster::new();
-        let old = rule("old");
-        roster.enlist(&old);
+        let _old = enlisted(&roster, ["old"]);
         roster.pre_reload();
-        let refused = rule("refused");
-        roster.enlist(&refused);
+        let _refused = enlisted(&roster, ["refused"]);
         roster.post_reload(ReloadStatus::Failed);
         assert_eq!(names(&roster.live()), ["old"]);
         // The next load's rules are a new group again.
         roster.pre_reload();
-        let next = rule("next");
-        roster.enlist(&next);
+        let _next = enlisted(&roster, ["next"]);
         roster.post_reload(ReloadStatus::Loaded { used: true });
         assert_eq!(names(&roster.live()), ["next"]);
     }
@@ -274,10 +267,7 @@ mod tests {
     #[test]
     fn a_load_ending_prunes_gone_and_filtered_rules() {
         let roster = Roster::filtered(is_live);
-        let (a, b, c) = (rule("a"), rule("b"), rule("c"));
-        roster.enlist(&a);
-        roster.enlist(&b);
-        roster.enlist(&c);
+        let [a, b, _c] = enlisted(&roster, ["a", "b", "c"]);
         drop(a);
         b.live.store(false, Ordering::Release);
         roster.post_reload(ReloadStatus::Loaded { used: true });
@@ -288,10 +278,7 @@ mod tests {
     #[test]
     fn select_finds_in_order_or_lists_what_there_is() {
         let roster = Roster::new();
-        let rules: Vec<Arc<Rule>> = ["x1", "y", "x2"].into_iter().map(rule).collect();
-        for r in &rules {
-            roster.enlist(r);
-        }
+        let _rules = enlisted(&roster, ["x1", "y", "x2"]);
         let found = roster.select(|r| r.name.starts_with('x'), |r| r.name);
         assert_eq!(names(&found.unwrap()), ["x1", "x2"]);
         let none = roster.select(|r| r.name == "z", |r| r.name);
@@ -306,10 +293,7 @@ mod tests {
     #[test]
     fn select_shortens_a_long_list() {
         let roster = Roster::new();
-        let rules: Vec<Arc<Rule>> = (0..200).map(|_| rule("a-rather-long-rule-name")).collect();
-        for r in &rules {
-            roster.enlist(r);
-        }
+        let _rules = enlisted(&roster, ["a-rather-long-rule-name"; 200]);
         let known = roster.select(|_| false, |r| r.name).unwrap_err();
         assert_eq!(
             known,
