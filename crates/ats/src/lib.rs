@@ -15,7 +15,8 @@
 //! - [`TxnSlot`]/[`SsnSlot`]: per-transaction/session state dropped at close.
 //! - [`sched`]: one-shot (cancellable) and periodic work on ATS threads.
 //! - [`msg`]: `traffic_ctl plugin msg` commands ([`msg::serve`]: parsed on
-//!   the management thread, run on a task thread, JSON answers in a text log).
+//!   the management thread, run on a task thread, JSON answers in a text log;
+//!   [`msg::Roster`]: the rules they can name, listed weakly per remap load).
 //! - [`wake`]: a plugin's own thread wakes an ATS net thread promptly by
 //!   writing to a socket pair that ATS polls (no TS call off ATS threads).
 //! - [`stats`], [`textlog`], [`log`]: metrics, text logs, diagnostics

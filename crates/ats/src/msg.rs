@@ -20,7 +20,7 @@
 //! line, in `<plugin>_ctl.log` (the hook has no reply channel) with a
 //! one-line summary in diags.log. A long answer takes several lines (see
 //! [`parts`]), tied by a request id: the sender's (`@ID` before the command)
-//! or one made here.
+//! or one made here. [`Roster`] lists the rules the commands can name.
 
 use std::ffi::{c_int, c_void, CStr};
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -35,6 +35,9 @@ use crate::textlog::TextLog;
 use crate::{guard, log::to_cstring, sys};
 
 mod parts;
+mod roster;
+
+pub use roster::Roster;
 
 /// Longest command echoed whole in an answer (`command`).
 const ECHO_CHARS: usize = 1024;

@@ -14,27 +14,22 @@
 //! hold a rule of the previous load).
 
 use std::net::IpAddr;
-use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Weak};
+use std::sync::Arc;
 use std::time::Instant;
 
-use ats::msg::{Answer, Commands};
+use ats::msg::{Answer, Commands, Roster};
 use ats::ReloadStatus;
 use ip_throttle_core::ctl::{self, Command, Reload};
 use ip_throttle_core::lists::canonical;
 use ip_throttle_core::options::fmt_seconds;
 use ip_throttle_core::{ListName, Listed};
-use limits::quote::{quote, shorten};
-use parking_lot::Mutex;
+use limits::quote::quote;
 use serde_json::{json, Value};
 
 use crate::Rule;
 
-/// The rules, with the remap.config load (generation) that made them.
-/// Taken by rule creation, reload notices and commands; never by requests.
-static RULES: Mutex<Vec<(u64, Weak<Rule>)>> = Mutex::new(Vec::new());
-/// The generation of the remap.config load under way or last done.
-static GENERATION: AtomicU64 = AtomicU64::new(0);
+/// The rules, with the remap.config load that made them.
+static RULES: Roster<Rule> = Roster::new();
 
 /// Serves `traffic_ctl plugin msg ip_throttle …` (once per process).
 pub(crate) fn init() {
@@ -43,55 +38,35 @@ pub(crate) fn init() {
 
 /// Lists a new rule for the commands.
 pub(crate) fn enlist(rule: &Arc<Rule>) {
-    let gen = GENERATION.load(Ordering::Acquire);
-    let mut rules = RULES.lock();
-    rules.retain(|(_, r)| r.strong_count() > 0);
-    rules.push((gen, Arc::downgrade(rule)));
+    RULES.enlist(rule);
 }
 
 /// remap.config is about to be loaded again: new rules are a new generation.
 pub(crate) fn pre_reload() {
-    GENERATION.fetch_add(1, Ordering::AcqRel);
+    RULES.pre_reload();
 }
 
 /// A load ended: on success its rules replace the others; on failure its
 /// rules were discarded.
 pub(crate) fn post_reload(status: ReloadStatus) {
-    let gen = GENERATION.load(Ordering::Acquire);
-    let loaded = matches!(status, ReloadStatus::Loaded { .. });
-    RULES
-        .lock()
-        .retain(|(g, r)| r.strong_count() > 0 && ((*g == gen) == loaded));
-}
-
-fn live() -> Vec<Arc<Rule>> {
-    RULES
-        .lock()
-        .iter()
-        .filter_map(|(_, r)| r.upgrade())
-        .collect()
+    RULES.post_reload(status);
 }
 
 /// The rules `name` selects (all without a name); none is an error
 /// listing the rules there are.
 fn select(name: Option<&str>) -> Result<Vec<Arc<Rule>>, String> {
-    let all = live();
-    let found: Vec<Arc<Rule>> = match name {
-        None => all.clone(),
-        Some(n) => all.iter().filter(|r| r.named(n)).cloned().collect(),
-    };
-    if found.is_empty() {
-        let tags: Vec<&str> = all.iter().map(|r| r.tag()).collect();
-        return Err(match name {
-            Some(n) => format!(
-                "no rule named {} (a tag, from-URL or --instance); live: {}",
-                quote(n),
-                shorten(&tags.join(", "))
-            ),
-            None => "no ip_throttle rule is loaded".into(),
-        });
+    match name {
+        Some(n) => RULES.select(|r| r.named(n), Rule::tag).map_err(|known| {
+            format!(
+                "no rule named {} (a tag, from-URL or --instance); live: {known}",
+                quote(n)
+            )
+        }),
+        None => match RULES.live() {
+            all if all.is_empty() => Err("no ip_throttle rule is loaded".into()),
+            all => Ok(all),
+        },
     }
-    Ok(found)
 }
 
 struct Ctl;

@@ -13,6 +13,7 @@
 use std::collections::{HashMap, VecDeque};
 use std::sync::{Arc, Weak};
 
+use ats::msg::Roster;
 use limits::quote::shorten;
 use parking_lot::Mutex;
 use rate_limit_core::ctl::{self, Command};
@@ -39,7 +40,7 @@ pub(crate) struct Card {
     pub(crate) dry_run: std::sync::atomic::AtomicBool,
 }
 
-static CARDS: Mutex<Vec<Weak<Card>>> = Mutex::new(Vec::new());
+static CARDS: Roster<Card> = Roster::new();
 
 /// Most key names a rule remembers for `top`.
 const NAMES: usize = 1024;
@@ -66,9 +67,7 @@ impl Card {
             names: Mutex::new(Names::default()),
             dry_run: std::sync::atomic::AtomicBool::new(o.dry_run),
         });
-        let mut cards = CARDS.lock();
-        cards.retain(|c| c.strong_count() > 0);
-        cards.push(Arc::downgrade(&card));
+        CARDS.enlist(&card);
         card
     }
 
@@ -135,7 +134,7 @@ type Live = Vec<(String, Arc<Limiter<Queued>>, Options)>;
 
 /// The live limiters (from the registry) with their rules.
 fn targets(live: Live) -> Vec<Target> {
-    let cards: Vec<Arc<Card>> = CARDS.lock().iter().filter_map(Weak::upgrade).collect();
+    let cards: Vec<Arc<Card>> = CARDS.live();
     live.into_iter()
         .map(|(id, limiter, opts)| Target {
             cards: cards

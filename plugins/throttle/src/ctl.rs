@@ -11,17 +11,18 @@
 //! every rule anew from the file.
 
 use std::sync::atomic::Ordering;
-use std::sync::{Arc, Weak};
+use std::sync::Arc;
 
-use ats::msg::{Answer, Commands};
-use limits::quote::{quote, shorten};
-use parking_lot::Mutex;
+use ats::msg::{Answer, Commands, Roster};
+use limits::quote::quote;
 use serde_json::{json, Value};
 use throttle_core::ctl::{self, Command, Setting};
 
 use crate::Rule;
 
-static RULES: Mutex<Vec<Weak<Rule>>> = Mutex::new(Vec::new());
+/// The rules ATS holds now: a rule ATS deleted (its `live` cleared) drops
+/// out while its last transactions finish.
+static RULES: Roster<Rule> = Roster::filtered(|r| r.live.load(Ordering::Acquire));
 
 /// Serves `traffic_ctl plugin msg throttle …` (once per process).
 pub(crate) fn init() {
@@ -30,36 +31,15 @@ pub(crate) fn init() {
 
 /// Lists a new rule for the commands.
 pub(crate) fn enlist(rule: &Arc<Rule>) {
-    let mut rules = RULES.lock();
-    rules.retain(|r| r.upgrade().is_some_and(|r| r.live.load(Ordering::Acquire)));
-    rules.push(Arc::downgrade(rule));
-}
-
-/// The rules ATS holds now, in the order they were created.
-fn live() -> Vec<Arc<Rule>> {
-    RULES
-        .lock()
-        .iter()
-        .filter_map(Weak::upgrade)
-        .filter(|r| r.live.load(Ordering::Acquire))
-        .collect()
+    RULES.enlist(rule);
 }
 
 /// The live rules `name` names (id or from-URL); none is an error listing
 /// the ids there are.
 fn named(name: &str) -> Result<Vec<Arc<Rule>>, String> {
-    let all = live();
-    let ids: Vec<&str> = all.iter().map(|r| r.id.as_str()).collect();
-    let known = shorten(&ids.join(", "));
-    let found: Vec<Arc<Rule>> = all
-        .iter()
-        .filter(|r| r.id == name || r.from == name)
-        .cloned()
-        .collect();
-    if found.is_empty() {
-        return Err(format!("no rule with id {}; live: {known}", quote(name)));
-    }
-    Ok(found)
+    RULES
+        .select(|r| r.id == name || r.from == name, |r| &r.id)
+        .map_err(|known| format!("no rule with id {}; live: {known}", quote(name)))
 }
 
 struct Ctl;
@@ -86,7 +66,7 @@ impl Commands for Ctl {
 fn show(id: Option<&str>) -> Result<Answer, String> {
     let rules = match id {
         Some(name) => named(name)?,
-        None => live(),
+        None => RULES.live(),
     };
     let shown: Vec<Value> = rules.iter().map(|r| describe(r)).collect();
     Ok(Answer {
