@@ -338,6 +338,56 @@ fn dry_run_on_redis_never_waits_for_it() {
     assert_eq!((with("rate"), with("store_failure")), (15, 5), "{lines:#?}");
 }
 
+/// `--store --limit`: a dry-run request holds the lease Redis grants until
+/// it ends, as the live rule would, so concurrent requests past the limit
+/// are counted as would-be refusals; all of them still pass.
+#[test]
+fn dry_run_on_redis_counts_concurrency_refusals() {
+    let redis = Redis::start().expect("redis-server");
+    let origin = Origin::start();
+    let ts = TrafficServer::builder()
+        .remap(rule(
+            "sc.test",
+            &origin,
+            &format!("--limit=1 --store={} --dry-run --tag=sconc", redis.url()),
+        ))
+        .with_manager()
+        .start()
+        .expect("start");
+    let port = ts.port();
+    let slow = move |i: usize| {
+        ats_tests::client::get(
+            port,
+            "sc.test",
+            &format!("/c{i}"),
+            &[("X-Origin-Delay", "1000")],
+        )
+    };
+    // The first holds the lease while the others ask.
+    let first = thread::spawn(move || slow(0));
+    thread::sleep(Duration::from_millis(300));
+    let others: Vec<_> = (1..3).map(|i| thread::spawn(move || slow(i))).collect();
+    let mut rs = vec![first.join().expect("client").expect("response")];
+    rs.extend(
+        others
+            .into_iter()
+            .map(|h| h.join().expect("client").expect("response")),
+    );
+    assert_eq!(statuses(&rs), [200; 3]);
+    ts.wait_metrics_after(
+        &[("plugin.rate_limiter.remap.sconc.dry_run_refused", 2)],
+        &[("plugin.rate_limiter.remap.sconc.rejected", 0)],
+    )
+    .expect("metrics");
+    // Every lease is given back when its request ends.
+    let leases = || redis.int(&["ZCARD", "rl:{sconc}:leases"]).unwrap_or(-1);
+    assert!(
+        ats_tests::wait_until(Duration::from_secs(5), || leases() == 0),
+        "leases left: {}",
+        leases()
+    );
+}
+
 const FLOOD: usize = 100_000;
 const THREADS: usize = 4;
 const BATCH: usize = 500;

@@ -373,7 +373,8 @@ impl Rule {
             }
         };
         // `--count-status`: the response's status may charge the rate.
-        let decorate = outcome != Outcome::Admitted
+        // A dry run's let-through (`DryRun`) has nothing of its own to add.
+        let decorate = !matches!(outcome, Outcome::Admitted | Outcome::DryRun)
             || self.opts.ratelimit_headers
             || self.opts.count_status.is_some();
         if decorate && !head.decorating.swap(true, Ordering::Relaxed) {
@@ -520,11 +521,7 @@ impl RemapPlugin for Rule {
             if self.dry_run() {
                 // Asked of Redis, never waited for (store.rs).
                 self.note_name(key);
-                crate::store::dry_run(self, txn, key);
-                if self.opts.ratelimit_headers {
-                    // Not charged (`--count-status`): the verdict comes later.
-                    self.attach(g, txn, Outcome::DryRun, None, None, key);
-                }
+                crate::store::dry_run(self, g, txn, key);
                 return RemapStatus::NoRemap;
             }
             // Decided in Redis at POST_REMAP (store.rs).

@@ -92,6 +92,11 @@ impl Refusals {
         })
     }
 
+    /// `--log` is set: a refused client's address is worth reading.
+    pub(crate) fn enabled(&self) -> bool {
+        self.log.is_some()
+    }
+
     /// Records one refusal (an expiry, or in a dry run a would-be refusal):
     /// a line if the rule's budget allows, else a count for the summary.
     /// `who` is asked only for a line that is written.
