@@ -218,6 +218,55 @@ fn dry_run_with_a_queue_counts_would_be_waits_and_holds_no_slot() {
     .expect("metrics");
 }
 
+/// `set TARGET dry_run=` switches only the rules TARGET names; all of a
+/// `--group`'s when it names the group.
+#[test]
+fn set_dry_run_switches_the_named_rule_of_a_group_only() {
+    let origin = Origin::start();
+    let g = "--rate=0.01 --burst=1 --queue=0 --group=mixed";
+    let remap = rule("ga.test", &origin, &format!("{g} --tag=ga"))
+        + &rule("gb.test", &origin, &format!("{g} --tag=gb"));
+    let ts = TrafficServer::builder()
+        .remap(remap)
+        .with_manager()
+        .start()
+        .expect("start");
+    let dry = |shown: &str| -> Vec<(String, bool)> {
+        let v: serde_json::Value = serde_json::from_str(shown).expect("json");
+        let rules = v["limiters"][0]["rules"].as_array().cloned().unwrap_or_default();
+        let mut r: Vec<(String, bool)> = rules
+            .iter()
+            .map(|r| {
+                let m = r["metrics"].as_str().unwrap_or_default();
+                (m.rsplit('.').next().unwrap_or_default().to_owned(), r["dry_run"] == true)
+            })
+            .collect();
+        r.sort();
+        r
+    };
+    // The group's one token goes to the first request.
+    assert_eq!(statuses(&from(&ts, ip(1), "ga.test", 1, &[])), [200]);
+    let a = ts.plugin_msg("rate_limit", "set ga dry_run=on");
+    assert!(a.contains(r#"{"new":"on","old":"off","option":"dry-run"}"#), "{a}");
+    let shown = ts.plugin_msg("rate_limit", "show mixed");
+    assert_eq!(
+        dry(&shown),
+        [("ga".to_owned(), true), ("gb".to_owned(), false)],
+        "{shown}"
+    );
+    assert_eq!(statuses(&from(&ts, ip(1), "ga.test", 2, &[])), [200, 200]);
+    assert_eq!(statuses(&from(&ts, ip(1), "gb.test", 1, &[])), [429]);
+    // Naming the group switches every rule.
+    ts.plugin_msg("rate_limit", "set mixed dry_run=on");
+    let shown = ts.plugin_msg("rate_limit", "show mixed");
+    assert_eq!(
+        dry(&shown),
+        [("ga".to_owned(), true), ("gb".to_owned(), true)],
+        "{shown}"
+    );
+    assert_eq!(statuses(&from(&ts, ip(1), "gb.test", 1, &[])), [200]);
+}
+
 #[test]
 fn exempt_clients_take_nothing_and_are_never_limited() {
     let origin = Origin::start();
