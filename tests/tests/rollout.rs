@@ -218,6 +218,40 @@ fn dry_run_with_a_queue_counts_would_be_waits_and_holds_no_slot() {
     .expect("metrics");
 }
 
+/// `--conntrack`: a dry run counts connections, as the live rule does: a
+/// connection that would have waited is counted once, and its later
+/// requests pass as the live rule would pass them.
+#[test]
+fn dry_run_with_conntrack_counts_connections() {
+    let origin = Origin::start();
+    let remap = rule(
+        "ct.test",
+        &origin,
+        "--limit=1 --queue=10 --conntrack --dry-run --tag=dct",
+    ) + &rule("w.test", &origin, "--rate=0.01 --burst=1 --queue=0 --tag=dctw");
+    let ts = TrafficServer::builder()
+        .remap(remap)
+        .with_manager()
+        .start()
+        .expect("start");
+    // The first connection holds the slot while it stays open.
+    let mut holder = Conn::open_from(ts.port(), ip(1)).expect("connect");
+    assert_eq!(holder.get("ct.test", "/a", &[]).expect("response").status, 200);
+    // The second would have waited: once, for all its requests.
+    assert_eq!(statuses(&from(&ts, ip(2), "ct.test", 3, &[])), [200; 3]);
+    // A witness counted after them.
+    assert_eq!(statuses(&from(&ts, ip(1), "w.test", 2, &[])), [200, 429]);
+    ts.wait_metrics_after(
+        &[("plugin.rate_limiter.remap.dctw.rejected", 1)],
+        &[
+            ("plugin.rate_limiter.remap.dct.dry_run_queued", 1),
+            ("plugin.rate_limiter.remap.dct.dry_run_refused", 0),
+        ],
+    )
+    .expect("metrics");
+    drop(holder);
+}
+
 /// `set TARGET dry_run=` switches only the rules TARGET names; all of a
 /// `--group`'s when it names the group.
 #[test]

@@ -590,6 +590,12 @@ impl RemapPlugin for Rule {
                     r.spend();
                 }
                 drop(w.place);
+                // `--conntrack`: the connection would have been admitted
+                // after its wait; its later requests pass as they would
+                // (admitted, no slot held).
+                if let Home::Session(s) = home {
+                    s.keep(self.limiter_id(), None);
+                }
                 // Decorated, and (`--count-status`) charged as the live
                 // rule would charge it after its wait.
                 if self.needs_response() {
