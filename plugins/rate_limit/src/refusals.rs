@@ -51,6 +51,16 @@ struct RuleLog {
     _flusher: Option<Periodic>,
 }
 
+impl Drop for RuleLog {
+    /// The rule is gone (a reload): what its current second suppressed is
+    /// written now, or its counts would be lost with it.
+    fn drop(&mut self) {
+        if let Some(s) = self.bound.lock().take_pending() {
+            let _ = self.file.write(&s.line(&self.tag));
+        }
+    }
+}
+
 /// What is known of a refused client (read only when its line is written).
 pub(crate) struct Who {
     /// After `--trusted-proxies`.
