@@ -503,7 +503,8 @@ impl Options {
             Some(sources) => {
                 let (v4_prefix, v6_prefix) = prefix.unwrap_or((32, 64));
                 let has_ip = sources.contains(&crate::key::Source::Ip);
-                if trusted.is_some() && !has_ip {
+                // --exempt finds the client through them whatever the key.
+                if trusted.is_some() && !has_ip && exempt.is_none() {
                     o.warnings
                         .push("--trusted-proxies has no effect without ip in --key".to_owned());
                 }
@@ -1248,6 +1249,15 @@ mod tests {
         // With --key, the key's trusted proxies.
         let o = parse(&["--key=ip", "--exempt=::1", "--trusted-proxies=10.0.0.1"]).unwrap();
         assert_eq!(o.exempt.unwrap().trusted, o.key.unwrap().trusted);
+        // With a key that is not ip they serve --exempt: no warning.
+        let o = parse(&[
+            "--key=header:X",
+            "--exempt=192.0.2.0/24",
+            "--trusted-proxies=10.0.0.1",
+        ])
+        .unwrap();
+        assert!(o.warnings.is_empty(), "{:?}", o.warnings);
+        assert_eq!(o.exempt.unwrap().trusted.len(), 1);
         // Still refused without either.
         assert_eq!(
             err(&["--trusted-proxies=10.0.0.1"]),
