@@ -228,7 +228,11 @@ fn dry_run_with_conntrack_counts_connections() {
         "ct.test",
         &origin,
         "--limit=1 --queue=10 --conntrack --dry-run --tag=dct",
-    ) + &rule("w.test", &origin, "--rate=0.01 --burst=1 --queue=0 --tag=dctw");
+    ) + &rule(
+        "w.test",
+        &origin,
+        "--rate=0.01 --burst=1 --queue=0 --tag=dctw",
+    );
     let ts = TrafficServer::builder()
         .remap(remap)
         .with_manager()
@@ -236,7 +240,10 @@ fn dry_run_with_conntrack_counts_connections() {
         .expect("start");
     // The first connection holds the slot while it stays open.
     let mut holder = Conn::open_from(ts.port(), ip(1)).expect("connect");
-    assert_eq!(holder.get("ct.test", "/a", &[]).expect("response").status, 200);
+    assert_eq!(
+        holder.get("ct.test", "/a", &[]).expect("response").status,
+        200
+    );
     // The second would have waited: once, for all its requests.
     assert_eq!(statuses(&from(&ts, ip(2), "ct.test", 3, &[])), [200; 3]);
     // A witness counted after them.
@@ -267,12 +274,18 @@ fn set_dry_run_switches_the_named_rule_of_a_group_only() {
         .expect("start");
     let dry = |shown: &str| -> Vec<(String, bool)> {
         let v: serde_json::Value = serde_json::from_str(shown).expect("json");
-        let rules = v["limiters"][0]["rules"].as_array().cloned().unwrap_or_default();
+        let rules = v["limiters"][0]["rules"]
+            .as_array()
+            .cloned()
+            .unwrap_or_default();
         let mut r: Vec<(String, bool)> = rules
             .iter()
             .map(|r| {
                 let m = r["metrics"].as_str().unwrap_or_default();
-                (m.rsplit('.').next().unwrap_or_default().to_owned(), r["dry_run"] == true)
+                (
+                    m.rsplit('.').next().unwrap_or_default().to_owned(),
+                    r["dry_run"] == true,
+                )
             })
             .collect();
         r.sort();
@@ -281,7 +294,10 @@ fn set_dry_run_switches_the_named_rule_of_a_group_only() {
     // The group's one token goes to the first request.
     assert_eq!(statuses(&from(&ts, ip(1), "ga.test", 1, &[])), [200]);
     let a = ts.plugin_msg("rate_limit", "set ga dry_run=on");
-    assert!(a.contains(r#"{"new":"on","old":"off","option":"dry-run"}"#), "{a}");
+    assert!(
+        a.contains(r#"{"new":"on","old":"off","option":"dry-run"}"#),
+        "{a}"
+    );
     let shown = ts.plugin_msg("rate_limit", "show mixed");
     assert_eq!(
         dry(&shown),

@@ -322,7 +322,11 @@ pub(crate) fn dry_run(rule: &Arc<Rule>, g: &Globals, txn: Txn<'_>, key: Option<u
         rule: rule.clone(),
         key,
         // Read only for the refusal log.
-        client: rule.refusals.enabled().then(|| rule.client_ip(txn)).flatten(),
+        client: rule
+            .refusals
+            .enabled()
+            .then(|| rule.client_ip(txn))
+            .flatten(),
     }));
     let store = rs.store.clone();
     store.start_waker();
