@@ -133,9 +133,9 @@ fn log_name_ok(base: &str) -> bool {
             .all(|b| b.is_ascii_alphanumeric() || b"._-".contains(&b))
 }
 
-const LOG_NAMES_ALLOWED: &str = "a log name of 1 to 64 letters, digits, '.', '_' or '-', not \
-     starting with '.', not ending in _ctl, and not diags, error, traffic, manager, squid, \
-     throttle or ip_throttle (written to NAME.log in ATS's log directory)";
+const LOG_NAMES_ALLOWED: &str = "a name of 1-64 letters, digits, '.', '_', '-', not starting \
+     with '.', not *_ctl, not diags, error, traffic, manager, squid, throttle, ip_throttle \
+     (NAME.log in ATS's log dir)";
 
 /// A rejected option: names it, then the value, then what is allowed.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -1200,7 +1200,7 @@ mod tests {
             "--exempt has an invalid value '': allowed IP addresses or CIDRs, comma-separated"
         );
         let allowed = format!("allowed {LOG_NAMES_ALLOWED}");
-        assert!(allowed.contains("not ending in _ctl, and not diags, error, traffic, manager"));
+        assert!(allowed.contains("not *_ctl, not diags, error, traffic, manager, squid"));
         for bad in [
             "../x",
             "a b",

@@ -76,6 +76,7 @@ impl From<Refused> for Reason {
             Refused::QueueFull => Reason::QueueFull,
             Refused::KeyTableFull => Reason::KeyTableFull,
             Refused::FlowOver => Reason::FlowOver,
+            Refused::KeyMissing => Reason::KeyMissing,
         }
     }
 }
