@@ -208,14 +208,115 @@ fn dry_run_with_a_queue_counts_would_be_waits_and_holds_no_slot() {
         "would-be waiters run at once: {}",
         origin.max_in_flight()
     );
+    // `admitted` (the one that got the slot) is published with the slot in
+    // `active`; 0 then means the slot was given back.
     ts.wait_metrics_after(
-        &[("plugin.rate_limiter.remap.dq.dry_run_queued", 3)],
+        &[
+            ("plugin.rate_limiter.remap.dq.dry_run_queued", 3),
+            ("plugin.rate_limiter.remap.dq.admitted", 1),
+        ],
         &[
             ("plugin.rate_limiter.remap.dq.dry_run_refused", 0),
             ("plugin.rate_limiter.remap.dq.queued", 0),
+            ("plugin.rate_limiter.remap.dq.active", 0),
         ],
     )
     .expect("metrics");
+}
+
+/// A rate wait in a dry run: the live rule spaces requests at the rate
+/// (`--queue` lets them wait); the dry run delays none and counts each as
+/// a would-be wait.
+#[test]
+fn dry_run_of_a_rate_wait_delays_nothing() {
+    let origin = Origin::start();
+    let opts = "--rate=5 --burst=1 --queue=100";
+    let remap = rule("rw.test", &origin, &format!("{opts} --tag=rwlive"))
+        + &rule("rd.test", &origin, &format!("{opts} --tag=rwdry --dry-run"));
+    let ts = TrafficServer::builder()
+        .remap(remap)
+        .with_manager()
+        .start()
+        .expect("start");
+    let timed = |host: &str, n: usize| {
+        let t = Instant::now();
+        let rs = from(&ts, ip(1), host, n, &[]);
+        (statuses(&rs), t.elapsed())
+    };
+    // Live: 5 requests take at least 4 × 200 ms.
+    let (live, live_took) = timed("rw.test", 5);
+    assert_eq!(live, [200; 5]);
+    assert!(
+        live_took >= Duration::from_millis(750),
+        "live {live_took:?}"
+    );
+    let (dry, dry_took) = timed("rd.test", SEQUENTIAL);
+    assert_eq!(dry, [200; SEQUENTIAL]);
+    assert!(
+        dry_took < Duration::from_millis(1500),
+        "{SEQUENTIAL} dry-run requests took {dry_took:?}: delayed"
+    );
+    ts.wait_metrics_after(
+        &[
+            (
+                "plugin.rate_limiter.remap.rwdry.dry_run_queued",
+                SEQUENTIAL as i64 - 1,
+            ),
+            ("plugin.rate_limiter.remap.rwlive.queued", 4),
+        ],
+        &[
+            ("plugin.rate_limiter.remap.rwdry.queued", 0),
+            ("plugin.rate_limiter.remap.rwdry.dry_run_refused", 0),
+        ],
+    )
+    .expect("metrics");
+}
+
+/// `--fair --flow-over=reject --dry-run`: a flow over its slots is logged
+/// as `flow_over` and goes on.
+#[test]
+fn dry_run_with_fair_logs_flow_over_and_lets_through() {
+    let origin = Origin::start();
+    let ts = TrafficServer::builder()
+        .remap(rule(
+            "fo.test",
+            &origin,
+            "--limit=4 --queue=10 --fair=ip --flow-slots=1 --strict --flow-over=reject \
+             --dry-run --log=combo --tag=fo",
+        ))
+        .with_manager()
+        .start()
+        .expect("start");
+    let port = ts.port();
+    let slow = move |i: usize| {
+        ats_tests::client::get(
+            port,
+            "fo.test",
+            &format!("/f{i}"),
+            &[("X-Origin-Delay", "1000")],
+        )
+    };
+    // The flow's one slot is held by the first; the second is over it.
+    let first = thread::spawn(move || slow(0));
+    thread::sleep(Duration::from_millis(300));
+    let second = slow(1).expect("response");
+    let first = first.join().expect("client").expect("response");
+    assert_eq!((first.status, second.status), (200, 200));
+    assert_eq!(origin.count(), 2);
+    let ok = ts.wait_for_log("combo.log", Duration::from_secs(20), |t| {
+        !lines_of(t, "fo").is_empty()
+    });
+    let lines = lines_of(&ts.log("combo.log"), "fo");
+    assert!(ok && lines.len() == 1, "{lines:#?}");
+    // (`key=` is the flow's, shown by its hash.)
+    let l = &lines[0];
+    assert!(
+        l.contains("event=refused rule=fo client=127.0.0.1 ")
+            && l.ends_with(" reason=flow_over wait=0.000 dry_run=1"),
+        "{l}"
+    );
+    ts.wait_metric("plugin.rate_limiter.remap.fo.dry_run_refused", 1)
+        .expect("metrics");
 }
 
 /// `--conntrack`: a dry run counts connections, as the live rule does: a
@@ -435,6 +536,18 @@ fn dry_run_on_redis_never_waits_for_it() {
             .count()
     };
     assert_eq!((with("rate"), with("store_failure")), (15, 5), "{lines:#?}");
+    // `set` on a --store rule: dry_run= alone is applied; with a limit,
+    // nothing is.
+    let a = ts.plugin_msg("rate_limit", "set slive dry_run=on");
+    assert!(
+        a.contains(r#"{"new":"on","old":"off","option":"dry-run"}"#),
+        "{a}"
+    );
+    let a = ts.plugin_msg("rate_limit", "set slive dry_run=off burst=9");
+    assert!(a.contains("\"ok\":false"), "{a}");
+    assert!(a.contains("is decided in Redis (--store)"), "{a}");
+    let a = ts.plugin_msg("rate_limit", "show slive");
+    assert!(a.contains("\"dry_run\":true"), "still on: {a}");
 }
 
 /// `--store --limit`: a dry-run request holds the lease Redis grants until
