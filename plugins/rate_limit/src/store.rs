@@ -312,12 +312,6 @@ pub(crate) fn dry_run(rule: &Arc<Rule>, g: &Globals, txn: Txn<'_>, key: Option<u
         key_base(&rs.opts.namespace, key.map(|_| &b[..]))
     });
     let (op, member) = decide(rule, rs, base.clone());
-    let lease = rule.opts.limit.map(|_| Lease {
-        store: rs.store.clone(),
-        base: base.clone(),
-        member: member.clone(),
-        metrics: rs.metrics,
-    });
     let token = Token::DryRun(Box::new(DryAsked {
         rule: rule.clone(),
         key,
@@ -330,15 +324,25 @@ pub(crate) fn dry_run(rule: &Arc<Rule>, g: &Globals, txn: Txn<'_>, key: Option<u
     }));
     let store = rs.store.clone();
     store.start_waker();
-    match store.client.submit(op, token, store.timeout) {
-        Ok(()) => Poller::arm(&store),
+    let asked = match store.client.submit(op, token, store.timeout) {
+        Ok(()) => {
+            Poller::arm(&store);
+            true
+        }
         Err((Token::DryRun(d), _)) => {
             bump(rs.metrics.errors, 1);
             dry_failed(*d);
-            return;
+            false
         }
-        Err(_) => return,
-    }
+        Err(_) => false,
+    };
+    // Only a decision asked can have granted a lease.
+    let lease = (asked && rule.opts.limit.is_some()).then(|| Lease {
+        store: rs.store.clone(),
+        base,
+        member,
+        metrics: rs.metrics,
+    });
     // Decorated (`--ratelimit-headers`) like an admitted request, never
     // charged (`--count-status`): the verdict comes later. Without a state
     // the lease is released here, still after its decision.
