@@ -208,14 +208,214 @@ fn dry_run_with_a_queue_counts_would_be_waits_and_holds_no_slot() {
         "would-be waiters run at once: {}",
         origin.max_in_flight()
     );
+    // `admitted` (the one that got the slot) is published with the slot in
+    // `active`; 0 then means the slot was given back.
     ts.wait_metrics_after(
-        &[("plugin.rate_limiter.remap.dq.dry_run_queued", 3)],
+        &[
+            ("plugin.rate_limiter.remap.dq.dry_run_queued", 3),
+            ("plugin.rate_limiter.remap.dq.admitted", 1),
+        ],
         &[
             ("plugin.rate_limiter.remap.dq.dry_run_refused", 0),
             ("plugin.rate_limiter.remap.dq.queued", 0),
+            ("plugin.rate_limiter.remap.dq.active", 0),
         ],
     )
     .expect("metrics");
+}
+
+/// A rate wait in a dry run: the live rule spaces requests at the rate
+/// (`--queue` lets them wait); the dry run delays none and counts each as
+/// a would-be wait.
+#[test]
+fn dry_run_of_a_rate_wait_delays_nothing() {
+    let origin = Origin::start();
+    let opts = "--rate=5 --burst=1 --queue=100";
+    let remap = rule("rw.test", &origin, &format!("{opts} --tag=rwlive"))
+        + &rule("rd.test", &origin, &format!("{opts} --tag=rwdry --dry-run"));
+    let ts = TrafficServer::builder()
+        .remap(remap)
+        .with_manager()
+        .start()
+        .expect("start");
+    let timed = |host: &str, n: usize| {
+        let t = Instant::now();
+        let rs = from(&ts, ip(1), host, n, &[]);
+        (statuses(&rs), t.elapsed())
+    };
+    // Live: 5 requests take at least 4 × 200 ms.
+    let (live, live_took) = timed("rw.test", 5);
+    assert_eq!(live, [200; 5]);
+    assert!(
+        live_took >= Duration::from_millis(750),
+        "live {live_took:?}"
+    );
+    let (dry, dry_took) = timed("rd.test", SEQUENTIAL);
+    assert_eq!(dry, [200; SEQUENTIAL]);
+    assert!(
+        dry_took < Duration::from_millis(1500),
+        "{SEQUENTIAL} dry-run requests took {dry_took:?}: delayed"
+    );
+    ts.wait_metrics_after(
+        &[
+            (
+                "plugin.rate_limiter.remap.rwdry.dry_run_queued",
+                SEQUENTIAL as i64 - 1,
+            ),
+            ("plugin.rate_limiter.remap.rwlive.queued", 4),
+        ],
+        &[
+            ("plugin.rate_limiter.remap.rwdry.queued", 0),
+            ("plugin.rate_limiter.remap.rwdry.dry_run_refused", 0),
+        ],
+    )
+    .expect("metrics");
+}
+
+/// `--fair --flow-over=reject --dry-run`: a flow over its slots is logged
+/// as `flow_over` and goes on.
+#[test]
+fn dry_run_with_fair_logs_flow_over_and_lets_through() {
+    let origin = Origin::start();
+    let ts = TrafficServer::builder()
+        .remap(rule(
+            "fo.test",
+            &origin,
+            "--limit=4 --queue=10 --fair=ip --flow-slots=1 --strict --flow-over=reject \
+             --dry-run --log=combo --tag=fo",
+        ))
+        .with_manager()
+        .start()
+        .expect("start");
+    let port = ts.port();
+    let slow = move |i: usize| {
+        ats_tests::client::get(
+            port,
+            "fo.test",
+            &format!("/f{i}"),
+            &[("X-Origin-Delay", "1000")],
+        )
+    };
+    // The flow's one slot is held by the first; the second is over it.
+    let first = thread::spawn(move || slow(0));
+    thread::sleep(Duration::from_millis(300));
+    let second = slow(1).expect("response");
+    let first = first.join().expect("client").expect("response");
+    assert_eq!((first.status, second.status), (200, 200));
+    assert_eq!(origin.count(), 2);
+    let ok = ts.wait_for_log("combo.log", Duration::from_secs(20), |t| {
+        !lines_of(t, "fo").is_empty()
+    });
+    let lines = lines_of(&ts.log("combo.log"), "fo");
+    assert!(ok && lines.len() == 1, "{lines:#?}");
+    // (`key=` is the flow's, shown by its hash.)
+    let l = &lines[0];
+    assert!(
+        l.contains("event=refused rule=fo client=127.0.0.1 ")
+            && l.ends_with(" reason=flow_over wait=0.000 dry_run=1"),
+        "{l}"
+    );
+    ts.wait_metric("plugin.rate_limiter.remap.fo.dry_run_refused", 1)
+        .expect("metrics");
+}
+
+/// `--conntrack`: a dry run counts connections, as the live rule does: a
+/// connection that would have waited is counted once, and its later
+/// requests pass as the live rule would pass them.
+#[test]
+fn dry_run_with_conntrack_counts_connections() {
+    let origin = Origin::start();
+    let remap = rule(
+        "ct.test",
+        &origin,
+        "--limit=1 --queue=10 --conntrack --dry-run --tag=dct",
+    ) + &rule(
+        "w.test",
+        &origin,
+        "--rate=0.01 --burst=1 --queue=0 --tag=dctw",
+    );
+    let ts = TrafficServer::builder()
+        .remap(remap)
+        .with_manager()
+        .start()
+        .expect("start");
+    // The first connection holds the slot while it stays open.
+    let mut holder = Conn::open_from(ts.port(), ip(1)).expect("connect");
+    assert_eq!(
+        holder.get("ct.test", "/a", &[]).expect("response").status,
+        200
+    );
+    // The second would have waited: once, for all its requests.
+    assert_eq!(statuses(&from(&ts, ip(2), "ct.test", 3, &[])), [200; 3]);
+    // A witness counted after them.
+    assert_eq!(statuses(&from(&ts, ip(1), "w.test", 2, &[])), [200, 429]);
+    ts.wait_metrics_after(
+        &[("plugin.rate_limiter.remap.dctw.rejected", 1)],
+        &[
+            ("plugin.rate_limiter.remap.dct.dry_run_queued", 1),
+            ("plugin.rate_limiter.remap.dct.dry_run_refused", 0),
+        ],
+    )
+    .expect("metrics");
+    drop(holder);
+}
+
+/// `set TARGET dry_run=` switches only the rules TARGET names; all of a
+/// `--group`'s when it names the group.
+#[test]
+fn set_dry_run_switches_the_named_rule_of_a_group_only() {
+    let origin = Origin::start();
+    let g = "--rate=0.01 --burst=1 --queue=0 --group=mixed";
+    let remap = rule("ga.test", &origin, &format!("{g} --tag=ga"))
+        + &rule("gb.test", &origin, &format!("{g} --tag=gb"));
+    let ts = TrafficServer::builder()
+        .remap(remap)
+        .with_manager()
+        .start()
+        .expect("start");
+    let dry = |shown: &str| -> Vec<(String, bool)> {
+        let v: serde_json::Value = serde_json::from_str(shown).expect("json");
+        let rules = v["limiters"][0]["rules"]
+            .as_array()
+            .cloned()
+            .unwrap_or_default();
+        let mut r: Vec<(String, bool)> = rules
+            .iter()
+            .map(|r| {
+                let m = r["metrics"].as_str().unwrap_or_default();
+                (
+                    m.rsplit('.').next().unwrap_or_default().to_owned(),
+                    r["dry_run"] == true,
+                )
+            })
+            .collect();
+        r.sort();
+        r
+    };
+    // The group's one token goes to the first request.
+    assert_eq!(statuses(&from(&ts, ip(1), "ga.test", 1, &[])), [200]);
+    let a = ts.plugin_msg("rate_limit", "set ga dry_run=on");
+    assert!(
+        a.contains(r#"{"new":"on","old":"off","option":"dry-run"}"#),
+        "{a}"
+    );
+    let shown = ts.plugin_msg("rate_limit", "show mixed");
+    assert_eq!(
+        dry(&shown),
+        [("ga".to_owned(), true), ("gb".to_owned(), false)],
+        "{shown}"
+    );
+    assert_eq!(statuses(&from(&ts, ip(1), "ga.test", 2, &[])), [200, 200]);
+    assert_eq!(statuses(&from(&ts, ip(1), "gb.test", 1, &[])), [429]);
+    // Naming the group switches every rule.
+    ts.plugin_msg("rate_limit", "set mixed dry_run=on");
+    let shown = ts.plugin_msg("rate_limit", "show mixed");
+    assert_eq!(
+        dry(&shown),
+        [("ga".to_owned(), true), ("gb".to_owned(), true)],
+        "{shown}"
+    );
+    assert_eq!(statuses(&from(&ts, ip(1), "gb.test", 1, &[])), [200]);
 }
 
 #[test]
@@ -336,6 +536,68 @@ fn dry_run_on_redis_never_waits_for_it() {
             .count()
     };
     assert_eq!((with("rate"), with("store_failure")), (15, 5), "{lines:#?}");
+    // `set` on a --store rule: dry_run= alone is applied; with a limit,
+    // nothing is.
+    let a = ts.plugin_msg("rate_limit", "set slive dry_run=on");
+    assert!(
+        a.contains(r#"{"new":"on","old":"off","option":"dry-run"}"#),
+        "{a}"
+    );
+    let a = ts.plugin_msg("rate_limit", "set slive dry_run=off burst=9");
+    assert!(a.contains("\"ok\":false"), "{a}");
+    assert!(a.contains("is decided in Redis (--store)"), "{a}");
+    let a = ts.plugin_msg("rate_limit", "show slive");
+    assert!(a.contains("\"dry_run\":true"), "still on: {a}");
+}
+
+/// `--store --limit`: a dry-run request holds the lease Redis grants until
+/// it ends, as the live rule would, so concurrent requests past the limit
+/// are counted as would-be refusals; all of them still pass.
+#[test]
+fn dry_run_on_redis_counts_concurrency_refusals() {
+    let redis = Redis::start().expect("redis-server");
+    let origin = Origin::start();
+    let ts = TrafficServer::builder()
+        .remap(rule(
+            "sc.test",
+            &origin,
+            &format!("--limit=1 --store={} --dry-run --tag=sconc", redis.url()),
+        ))
+        .with_manager()
+        .start()
+        .expect("start");
+    let port = ts.port();
+    let slow = move |i: usize| {
+        ats_tests::client::get(
+            port,
+            "sc.test",
+            &format!("/c{i}"),
+            &[("X-Origin-Delay", "1000")],
+        )
+    };
+    // The first holds the lease while the others ask.
+    let first = thread::spawn(move || slow(0));
+    thread::sleep(Duration::from_millis(300));
+    let others: Vec<_> = (1..3).map(|i| thread::spawn(move || slow(i))).collect();
+    let mut rs = vec![first.join().expect("client").expect("response")];
+    rs.extend(
+        others
+            .into_iter()
+            .map(|h| h.join().expect("client").expect("response")),
+    );
+    assert_eq!(statuses(&rs), [200; 3]);
+    ts.wait_metrics_after(
+        &[("plugin.rate_limiter.remap.sconc.dry_run_refused", 2)],
+        &[("plugin.rate_limiter.remap.sconc.rejected", 0)],
+    )
+    .expect("metrics");
+    // Every lease is given back when its request ends.
+    let leases = || redis.int(&["ZCARD", "rl:{sconc}:leases"]).unwrap_or(-1);
+    assert!(
+        ats_tests::wait_until(Duration::from_secs(5), || leases() == 0),
+        "leases left: {}",
+        leases()
+    );
 }
 
 const FLOOD: usize = 100_000;
@@ -432,9 +694,15 @@ fn bad_rollout_values_fail_the_rule_naming_option_value_and_allowed() {
         ),
         (
             "--rate=5 --log=../../etc/passwd",
-            "[rate_limit] --log has an invalid value '../../etc/passwd': allowed a log name of 1 \
-             to 64 letters, digits, '.', '_' or '-', not starting with '.' and not rate_limit_ctl \
-             (written to NAME.log in ATS's log directory)",
+            "[rate_limit] --log has an invalid value '../../etc/passwd': allowed a name of 1-64 \
+             letters, digits, '.', '_', '-', not starting with '.', not *_ctl, not diags, error, \
+             traffic, manager, squid, throttle, ip_throttle (NAME.log in ATS's log dir)",
+        ),
+        (
+            "--rate=5 --log=diags",
+            "[rate_limit] --log has an invalid value 'diags': allowed a name of 1-64 \
+             letters, digits, '.', '_', '-', not starting with '.', not *_ctl, not diags, error, \
+             traffic, manager, squid, throttle, ip_throttle (NAME.log in ATS's log dir)",
         ),
     ] {
         let err = TrafficServer::builder()

@@ -254,6 +254,9 @@ pub enum Refused {
     KeyTableFull,
     /// `--fair --flow-over=reject`: its flow holds its share.
     FlowOver,
+    /// Keyed, and the request has no key (the plugin applies
+    /// `--key-missing` before asking, so it never sees this).
+    KeyMissing,
 }
 
 /// A decided wait: its queue place, when it started, and the rate token it
@@ -610,7 +613,7 @@ impl<W: Waiter, C: Clock> Limiter<W, C> {
         match (&self.keys, key) {
             (None, flow) => self.admit_rule(flow),
             (Some(t), Some(k)) => self.admit_key(t, k, tag),
-            (Some(_), None) => Admission::Reject(Refused::QueueFull),
+            (Some(_), None) => Admission::Reject(Refused::KeyMissing),
         }
     }
 

@@ -77,6 +77,12 @@ pub trait RequestView {
     fn header(&self, name: &str) -> Option<Vec<u8>>;
     /// The raw query string, without the `?`.
     fn query(&self) -> Option<Vec<u8>>;
+    /// The client's address, if the caller already found it through the
+    /// same `--trusted-proxies` and `--forwarded-header` (`--exempt` did):
+    /// `ip` keys then skip a second walk of the forwarding header.
+    fn resolved_client(&self) -> Option<Option<IpAddr>> {
+        None
+    }
 }
 
 /// A rule's key: its sources, how addresses are aggregated, and which
@@ -165,7 +171,7 @@ impl KeySpec {
         for (i, src) in self.sources.iter().enumerate() {
             let tag = u8::try_from(i).unwrap_or(u8::MAX);
             let found = match src {
-                Source::Ip => match self.client_ip(req) {
+                Source::Ip => match req.resolved_client().unwrap_or_else(|| self.client_ip(req)) {
                     Some(ip) => {
                         let (bytes, len) = self.aggregate(ip);
                         push_part(out, tag, &bytes[..len]);

@@ -106,6 +106,37 @@ impl Exempt {
 /// Longest `--log` name.
 pub const MAX_LOG_NAME_LEN: usize = 64;
 
+/// Log names ATS writes in its log dir by default (9.2 and 10.1:
+/// diags.log, error.log, traffic.out, 9.2's manager.log, logging.yaml's
+/// squid.log) and this repository's other plugins (throttle.log,
+/// ip_throttle.log); `*_ctl` are the `traffic_ctl plugin msg` answers.
+/// Sharing one would mix lines or make ATS rename ours (`NAME_1.log`).
+pub const RESERVED_LOG_NAMES: [&str; 7] = [
+    "diags",
+    "error",
+    "traffic",
+    "manager",
+    "squid",
+    "throttle",
+    "ip_throttle",
+];
+
+/// A `--log` name that names nothing else's log.
+fn log_name_ok(base: &str) -> bool {
+    let lower = base.to_ascii_lowercase();
+    (1..=MAX_LOG_NAME_LEN).contains(&base.len())
+        && !base.starts_with('.')
+        && !lower.ends_with("_ctl")
+        && !RESERVED_LOG_NAMES.contains(&lower.as_str())
+        && base
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b"._-".contains(&b))
+}
+
+const LOG_NAMES_ALLOWED: &str = "a name of 1-64 letters, digits, '.', '_', '-', not starting \
+     with '.', not *_ctl, not diags, error, traffic, manager, squid, throttle, ip_throttle \
+     (NAME.log in ATS's log dir)";
+
 /// A rejected option: names it, then the value, then what is allowed.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct OptionError(pub String);
@@ -401,19 +432,8 @@ impl Options {
                 }
                 "log" => {
                     let base = value.strip_suffix(".log").unwrap_or(value);
-                    let ok = (1..=MAX_LOG_NAME_LEN).contains(&base.len())
-                        && !base.starts_with('.')
-                        && base != "rate_limit_ctl"
-                        && base
-                            .bytes()
-                            .all(|b| b.is_ascii_alphanumeric() || b"._-".contains(&b));
-                    if !ok {
-                        return Err(invalid(
-                            name,
-                            value,
-                            "a log name of 1 to 64 letters, digits, '.', '_' or '-', not starting \
-                             with '.' and not rate_limit_ctl (written to NAME.log in ATS's log directory)",
-                        ));
+                    if !log_name_ok(base) {
+                        return Err(invalid(name, value, LOG_NAMES_ALLOWED));
                     }
                     o.log = Some(base.to_owned());
                 }
@@ -483,7 +503,8 @@ impl Options {
             Some(sources) => {
                 let (v4_prefix, v6_prefix) = prefix.unwrap_or((32, 64));
                 let has_ip = sources.contains(&crate::key::Source::Ip);
-                if trusted.is_some() && !has_ip {
+                // --exempt finds the client through them whatever the key.
+                if trusted.is_some() && !has_ip && exempt.is_none() {
                     o.warnings
                         .push("--trusted-proxies has no effect without ip in --key".to_owned());
                 }
@@ -1150,6 +1171,13 @@ mod tests {
             .contains(" dry-run exempt=2 network(s) log=refusals.log"));
         // The .log suffix is optional.
         assert_eq!(parse(&["--log=rl.log"]).unwrap().log.as_deref(), Some("rl"));
+        // Near a reserved name is fine.
+        for ok in ["diags2", "ctl", "my_ctl_x", "squid-refusals", "rate_limit"] {
+            assert_eq!(
+                parse(&[&format!("--log={ok}")]).unwrap().log.as_deref(),
+                Some(ok)
+            );
+        }
         let d = parse(&[]).unwrap();
         assert!(!d.dry_run && d.exempt.is_none() && d.log.is_none());
         // Per-rule options: a group's rules need not agree on them.
@@ -1171,9 +1199,26 @@ mod tests {
             err(&["--exempt="]),
             "--exempt has an invalid value '': allowed IP addresses or CIDRs, comma-separated"
         );
-        let allowed = "allowed a log name of 1 to 64 letters, digits, '.', '_' or '-', not \
-                       starting with '.' and not rate_limit_ctl (written to NAME.log in ATS's log directory)";
-        for bad in ["../x", "a b", "", ".hidden", "rate_limit_ctl", ".log"] {
+        let allowed = format!("allowed {LOG_NAMES_ALLOWED}");
+        assert!(allowed.contains("not *_ctl, not diags, error, traffic, manager, squid"));
+        for bad in [
+            "../x",
+            "a b",
+            "",
+            ".hidden",
+            "rate_limit_ctl",
+            "throttle_ctl.log",
+            ".log",
+            "diags",
+            "diags.log",
+            "error",
+            "traffic",
+            "manager",
+            "squid.log",
+            "Squid",
+            "throttle",
+            "ip_throttle",
+        ] {
             assert_eq!(
                 err(&[&format!("--log={bad}")]),
                 format!("--log has an invalid value {}: {allowed}", quote(bad))
@@ -1204,6 +1249,15 @@ mod tests {
         // With --key, the key's trusted proxies.
         let o = parse(&["--key=ip", "--exempt=::1", "--trusted-proxies=10.0.0.1"]).unwrap();
         assert_eq!(o.exempt.unwrap().trusted, o.key.unwrap().trusted);
+        // With a key that is not ip they serve --exempt: no warning.
+        let o = parse(&[
+            "--key=header:X",
+            "--exempt=192.0.2.0/24",
+            "--trusted-proxies=10.0.0.1",
+        ])
+        .unwrap();
+        assert!(o.warnings.is_empty(), "{:?}", o.warnings);
+        assert_eq!(o.exempt.unwrap().trusted.len(), 1);
         // Still refused without either.
         assert_eq!(
             err(&["--trusted-proxies=10.0.0.1"]),

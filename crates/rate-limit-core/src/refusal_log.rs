@@ -76,6 +76,7 @@ impl From<Refused> for Reason {
             Refused::QueueFull => Reason::QueueFull,
             Refused::KeyTableFull => Reason::KeyTableFull,
             Refused::FlowOver => Reason::FlowOver,
+            Refused::KeyMissing => Reason::KeyMissing,
         }
     }
 }
@@ -238,6 +239,15 @@ impl LogBound {
     pub fn pending(&self) -> u64 {
         self.suppressed.iter().sum()
     }
+
+    /// The summary of the current second so far, if it suppressed lines,
+    /// taken now (the rule is going away: its counts would be lost). The
+    /// second's budget is unchanged; its later summary counts only later
+    /// events.
+    pub fn take_pending(&mut self) -> Option<Summary> {
+        let counts = std::mem::replace(&mut self.suppressed, [0; Reason::ALL.len()]);
+        counts.iter().any(|&n| n > 0).then_some(Summary { counts })
+    }
 }
 
 #[cfg(test)]
@@ -327,6 +337,24 @@ mod tests {
         // The next second starts with a fresh budget; no second summary.
         assert_eq!(b.flush(t + 2 * S), None);
         assert!(b.event(t + 2 * S, Reason::Rate).write);
+    }
+
+    #[test]
+    fn pending_counts_are_taken_once() {
+        let mut b = LogBound::new(1);
+        assert_eq!(b.take_pending(), None);
+        assert!(b.event(S, Reason::Rate).write);
+        assert!(!b.event(S, Reason::Rate).write);
+        assert!(!b.event(S, Reason::FlowOver).write);
+        let s = b.take_pending().expect("the second's suppressed events");
+        assert_eq!(
+            s.line("api"),
+            "event=suppressed rule=api lines=2 rate=1 flow_over=1"
+        );
+        assert_eq!(b.pending(), 0);
+        // Taken: neither taken again nor summarised when the second ends.
+        assert_eq!(b.take_pending(), None);
+        assert_eq!(b.flush(2 * S), None);
     }
 
     #[test]

@@ -334,11 +334,13 @@ impl<B: Backend, T: Send + 'static> IoThread<B, T> {
         replies: &mut Vec<Result<B::Reply, String>>,
     ) {
         let now = Instant::now();
-        // Expired while queued (behind a slow round trip).
+        // Expired while queued (behind a slow round trip). The rest keep
+        // their order: a dry run's release may follow its decision in one
+        // batch (rare path: shifting is fine).
         let mut i = 0;
         while i < batch.len() {
             if batch[i].deadline <= now {
-                let r = batch.swap_remove(i);
+                let r = batch.remove(i);
                 self.complete(r, Outcome::Timeout);
             } else {
                 i += 1;

@@ -152,12 +152,29 @@ fn targets(live: Live) -> Vec<Target> {
 impl Target {
     /// Named by its group, or by a rule's metric tag or from-URL.
     fn named(&self, name: &str) -> bool {
+        self.by_group(name) || self.cards.iter().any(|c| c.named(name))
+    }
+
+    fn by_group(&self, name: &str) -> bool {
         self.opts.group.as_deref() == Some(name)
-            || self.cards.iter().any(|c| {
-                c.from == name
-                    || c.metrics_name == name
-                    || c.metrics_name.ends_with(&format!(".remap.{name}"))
-            })
+    }
+
+    /// The rules `name` picks: every rule when it names the group, else
+    /// those it names (by metric tag or from-URL).
+    fn rules(&self, name: &str) -> Vec<&Arc<Card>> {
+        let all = self.by_group(name);
+        self.cards.iter().filter(|c| all || c.named(name)).collect()
+    }
+}
+
+impl Card {
+    fn named(&self, name: &str) -> bool {
+        self.from == name
+            || self.metrics_name == name
+            || self
+                .metrics_name
+                .strip_suffix(name)
+                .is_some_and(|s| s.ends_with(".remap."))
     }
 }
 
@@ -308,16 +325,17 @@ fn set(name: &str, settings: &[ctl::Setting]) -> Answer {
         .filter(|((_, a), (_, b))| a != b)
         .map(|((name, a), (_, b))| (name, a, b))
         .collect();
-    // A dry run is each rule's: set on every rule of the limiter (the last
-    // dry_run= given wins), until remap.config is next loaded.
+    // A dry run is each rule's: set on the rules TARGET names, every rule
+    // of the group if it names the group (the last dry_run= given wins),
+    // until remap.config is next loaded.
     let dry = settings.iter().rev().find_map(|s| match s {
         ctl::Setting::DryRun(d) => Some(*d),
         _ => None,
     });
     if let Some(d) = dry {
         let old: Vec<bool> = t
-            .cards
-            .iter()
+            .rules(name)
+            .into_iter()
             .map(|c| c.dry_run.swap(d, std::sync::atomic::Ordering::Relaxed))
             .collect();
         let was = if old.iter().all(|&o| o) {

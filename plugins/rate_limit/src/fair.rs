@@ -28,6 +28,7 @@ impl Rule {
                 let view = KeyView {
                     txn,
                     hdr: req.request_header(),
+                    client: None,
                 };
                 KEY_BYTES.with(|buf| {
                     let mut buf = buf.borrow_mut();

@@ -166,7 +166,12 @@ impl Rule {
 
     /// The client's key with `--key` (hashed: the table keeps nothing else),
     /// or what the `--key-missing` policy says for a request without one.
-    fn client_key(&self, txn: Txn<'_>, req: &RemapRequest<'_>) -> ClientKey {
+    fn client_key(
+        &self,
+        txn: Txn<'_>,
+        req: &RemapRequest<'_>,
+        client: Option<Option<IpAddr>>,
+    ) -> ClientKey {
         if let Some(flow) = self.flow(txn, req) {
             return ClientKey::Key(flow);
         }
@@ -176,6 +181,7 @@ impl Rule {
         let view = KeyView {
             txn,
             hdr: req.request_header(),
+            client,
         };
         let found = KEY_BYTES.with(|buf| {
             let mut buf = buf.borrow_mut();
@@ -314,6 +320,7 @@ impl Rule {
         let view = KeyView {
             txn,
             hdr: txn.client_request(),
+            client: None,
         };
         match (&self.opts.exempt, &self.opts.key) {
             (Some(e), _) => e.client_ip(&view),
@@ -322,16 +329,22 @@ impl Rule {
         }
     }
 
-    /// `--exempt`: the client is in an exempt network.
-    fn exempt(&self, txn: Txn<'_>, req: &RemapRequest<'_>) -> bool {
+    /// `--exempt`: `Err` if the client is in an exempt network; else the
+    /// client's address as found (`Some`, with `--exempt`), for the key.
+    fn exempt(&self, txn: Txn<'_>, req: &RemapRequest<'_>) -> Result<Option<Option<IpAddr>>, ()> {
         let Some(e) = &self.opts.exempt else {
-            return false;
+            return Ok(None);
         };
         let view = KeyView {
             txn,
             hdr: req.request_header(),
+            client: None,
         };
-        e.client_ip(&view).is_some_and(|ip| e.covers(ip))
+        let ip = e.client_ip(&view);
+        if ip.is_some_and(|ip| e.covers(ip)) {
+            return Err(());
+        }
+        Ok(Some(ip))
     }
 
     /// Stores the transaction's state (after any earlier rate_limit entry's
@@ -373,7 +386,8 @@ impl Rule {
             }
         };
         // `--count-status`: the response's status may charge the rate.
-        let decorate = outcome != Outcome::Admitted
+        // A dry run's let-through (`DryRun`) has nothing of its own to add.
+        let decorate = !matches!(outcome, Outcome::Admitted | Outcome::DryRun)
             || self.opts.ratelimit_headers
             || self.opts.count_status.is_some();
         if decorate && !head.decorating.swap(true, Ordering::Relaxed) {
@@ -475,11 +489,11 @@ impl RemapPlugin for Rule {
             // An earlier rate_limit entry on this rule refused the request.
             return RemapStatus::NoRemap;
         }
-        if self.exempt(txn, req) {
+        let Ok(client) = self.exempt(txn, req) else {
             // Before any state: no slot, token, key or session state.
             bump(self.metrics.exempt, 1);
             return RemapStatus::NoRemap;
-        }
+        };
         let mut home = Home::Txn;
         if self.opts.conntrack {
             if let Some(ssn) = txn.ssn() {
@@ -507,7 +521,7 @@ impl RemapPlugin for Rule {
             self.reject(g, txn, None, Reason::QueueFull);
             return RemapStatus::NoRemap;
         }
-        let key = match self.client_key(txn, req) {
+        let key = match self.client_key(txn, req, client) {
             ClientKey::Rule => None,
             ClientKey::Key(k) => Some(k),
             ClientKey::Pass => return RemapStatus::NoRemap,
@@ -520,11 +534,7 @@ impl RemapPlugin for Rule {
             if self.dry_run() {
                 // Asked of Redis, never waited for (store.rs).
                 self.note_name(key);
-                crate::store::dry_run(self, txn, key);
-                if self.opts.ratelimit_headers {
-                    // Not charged (`--count-status`): the verdict comes later.
-                    self.attach(g, txn, Outcome::DryRun, None, None, key);
-                }
+                crate::store::dry_run(self, g, txn, key);
                 return RemapStatus::NoRemap;
             }
             // Decided in Redis at POST_REMAP (store.rs).
@@ -593,6 +603,12 @@ impl RemapPlugin for Rule {
                     r.spend();
                 }
                 drop(w.place);
+                // `--conntrack`: the connection would have been admitted
+                // after its wait; its later requests pass as they would
+                // (admitted, no slot held).
+                if let Home::Session(s) = home {
+                    s.keep(self.limiter_id(), None);
+                }
                 // Decorated, and (`--count-status`) charged as the live
                 // rule would charge it after its wait.
                 if self.needs_response() {
@@ -653,6 +669,9 @@ thread_local! {
 struct KeyView<'t> {
     txn: Txn<'t>,
     hdr: Option<Header<'t>>,
+    /// The client's address `--exempt` already found (the same trusted
+    /// proxies as `--key`'s), so an `ip` key does not walk the header again.
+    client: Option<Option<IpAddr>>,
 }
 
 impl RequestView for KeyView<'_> {
@@ -668,6 +687,10 @@ impl RequestView for KeyView<'_> {
 
     fn query(&self) -> Option<Vec<u8>> {
         self.hdr.as_ref()?.url_query()
+    }
+
+    fn resolved_client(&self) -> Option<Option<IpAddr>> {
+        self.client
     }
 }
 

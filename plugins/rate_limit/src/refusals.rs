@@ -51,6 +51,16 @@ struct RuleLog {
     _flusher: Option<Periodic>,
 }
 
+impl Drop for RuleLog {
+    /// The rule is gone (a reload): what its current second suppressed is
+    /// written now, or its counts would be lost with it.
+    fn drop(&mut self) {
+        if let Some(s) = self.bound.lock().take_pending() {
+            let _ = self.file.write(&s.line(&self.tag));
+        }
+    }
+}
+
 /// What is known of a refused client (read only when its line is written).
 pub(crate) struct Who {
     /// After `--trusted-proxies`.
@@ -90,6 +100,11 @@ impl Refusals {
                 _flusher: flusher,
             }),
         })
+    }
+
+    /// `--log` is set: a refused client's address is worth reading.
+    pub(crate) fn enabled(&self) -> bool {
+        self.log.is_some()
     }
 
     /// Records one refusal (an expiry, or in a dry run a would-be refusal):

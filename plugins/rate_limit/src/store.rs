@@ -91,8 +91,6 @@ pub(crate) struct Asked {
 /// A dry-run request's decision in flight: what its log line needs.
 pub(crate) struct DryAsked {
     rule: Arc<Rule>,
-    base: String,
-    member: String,
     key: Option<u64>,
     client: Option<std::net::IpAddr>,
 }
@@ -300,7 +298,14 @@ fn decide(rule: &Rule, rs: &RuleStore, base: String) -> (Op, String) {
 /// the request goes on at once. The reply comes back through the store's
 /// usual hand-off (an ATS thread drains the completions: the I/O thread
 /// never counts or logs), where a would-be refusal is counted and logged.
-pub(crate) fn dry_run(rule: &Arc<Rule>, txn: Txn<'_>, key: Option<u64>) {
+///
+/// With `--limit`, the lease Redis may grant is held until TXN_CLOSE, as
+/// the live rule holds it, so concurrent requests reach the limit and
+/// their would-be refusals are seen. Its release is submitted after the
+/// decision on the same client, which keeps their order (in a Cluster both
+/// go to the node of the same key); releasing a lease never granted (a
+/// refusal) removes nothing.
+pub(crate) fn dry_run(rule: &Arc<Rule>, g: &Globals, txn: Txn<'_>, key: Option<u64>) {
     let Some(rs) = &rule.store else { return };
     let base = crate::KEY_BYTES.with(|b| {
         let b = b.borrow();
@@ -309,20 +314,44 @@ pub(crate) fn dry_run(rule: &Arc<Rule>, txn: Txn<'_>, key: Option<u64>) {
     let (op, member) = decide(rule, rs, base.clone());
     let token = Token::DryRun(Box::new(DryAsked {
         rule: rule.clone(),
-        base,
-        member,
         key,
-        client: rule.client_ip(txn),
+        // Read only for the refusal log.
+        client: rule
+            .refusals
+            .enabled()
+            .then(|| rule.client_ip(txn))
+            .flatten(),
     }));
     let store = rs.store.clone();
     store.start_waker();
-    match store.client.submit(op, token, store.timeout) {
-        Ok(()) => Poller::arm(&store),
+    let asked = match store.client.submit(op, token, store.timeout) {
+        Ok(()) => {
+            Poller::arm(&store);
+            true
+        }
         Err((Token::DryRun(d), _)) => {
             bump(rs.metrics.errors, 1);
             dry_failed(*d);
+            false
         }
-        Err(_) => {}
+        Err(_) => false,
+    };
+    // Only a decision asked can have granted a lease.
+    let lease = (asked && rule.opts.limit.is_some()).then(|| Lease {
+        store: rs.store.clone(),
+        base,
+        member,
+        metrics: rs.metrics,
+    });
+    // Decorated (`--ratelimit-headers`) like an admitted request, never
+    // charged (`--count-status`): the verdict comes later. Without a state
+    // the lease is released here, still after its decision.
+    if lease.is_some() || rule.opts.ratelimit_headers {
+        if let Some(st) = rule.attach(g, txn, TxnOutcome::DryRun, None, None, key) {
+            if let Some(l) = lease {
+                *st.store.lock() = Some(Box::new(TxnStore::Lease { _held: l }));
+            }
+        }
     }
 }
 
@@ -332,18 +361,8 @@ fn dry_completed(d: DryAsked, waited: Duration, outcome: Outcome<Reply>) {
     let m = rs.metrics;
     m.latency(waited);
     match outcome {
-        Outcome::Reply(Reply::Admitted { .. }) => {
-            bump(m.decisions, 1);
-            // Admitted with a lease: given back at once (a dry run holds no slot).
-            if d.rule.opts.limit.is_some() {
-                drop(Lease {
-                    store: rs.store.clone(),
-                    base: d.base,
-                    member: d.member,
-                    metrics: m,
-                });
-            }
-        }
+        // Its lease (`--limit`) is the transaction's, released at TXN_CLOSE.
+        Outcome::Reply(Reply::Admitted { .. }) => bump(m.decisions, 1),
         Outcome::Reply(r) => {
             bump(m.decisions, 1);
             let why = match r {

@@ -67,7 +67,7 @@ fn concurrency_goes_waits_then_rejects() {
     assert_eq!(wait.rate_delay, 0);
     assert!(wait.rate.is_none());
     assert!(
-        matches!(l.admit(None), Admission::Reject(_)),
+        matches!(l.admit(None), Admission::Reject(Refused::QueueFull)),
         "queue of 1 is full"
     );
     assert_eq!(l.queued(), 1);
@@ -124,7 +124,7 @@ fn maxage_expires_and_bounds_the_rate_wait() {
     // A rate wait longer than maxage is refused at once, taking nothing.
     let (l, _) = limiter(lim(None, Some((1.0, 1)), 5, 500));
     assert!(matches!(l.admit(None), Admission::Go(None)));
-    assert!(matches!(l.admit(None), Admission::Reject(_)));
+    assert!(matches!(l.admit(None), Admission::Reject(Refused::Rate)));
     assert_eq!(l.queued(), 0);
 }
 
@@ -165,7 +165,10 @@ fn rejected_for_a_slot_after_taking_a_rate_token_gives_it_back() {
     assert_eq!(l.remaining(None).1.map(|q| q.remaining), Some(1));
     // Rate allows it, the slot does not and there is no queue: refused, and
     // the rate token it took comes back.
-    assert!(matches!(l.admit(None), Admission::Reject(_)));
+    assert!(matches!(
+        l.admit(None),
+        Admission::Reject(Refused::QueueFull)
+    ));
     assert_eq!(l.remaining(None).1.map(|q| q.remaining), Some(1));
 }
 
@@ -340,13 +343,13 @@ fn each_key_has_its_own_bucket() {
     assert!(matches!(l.admit(a), Admission::Go(None)));
     assert!(matches!(l.admit(a), Admission::Go(None)));
     assert!(
-        matches!(l.admit(a), Admission::Reject(_)),
+        matches!(l.admit(a), Admission::Reject(Refused::Rate)),
         "a is over its rate"
     );
     assert!(matches!(l.admit(b), Admission::Go(None)), "b is not");
     assert!(
-        matches!(l.admit(None), Admission::Reject(_)),
-        "no key, no limit to apply"
+        matches!(l.admit(None), Admission::Reject(Refused::KeyMissing)),
+        "no key: refused as key_missing"
     );
     clock.advance(Duration::from_secs(1));
     assert!(matches!(l.admit(a), Admission::Go(None)));
@@ -369,7 +372,7 @@ fn each_key_has_its_own_slots_and_queue() {
         panic!("a's second waits")
     };
     assert!(
-        matches!(l.admit(Some(1)), Admission::Reject(_)),
+        matches!(l.admit(Some(1)), Admission::Reject(Refused::QueueFull)),
         "a's queue of 1 is full"
     );
     let SlotWait::Queued { ticket, .. } = l.wait_for_slot(wait.since, w(1, &held), Some(1)) else {
@@ -394,10 +397,13 @@ fn busy_keys_are_never_evicted_and_a_full_table_of_them_refuses() {
     // Both keys hold a slot: a third key has no room, and pressure does not
     // push out a busy key (which would reset its limit).
     for k in 3..50 {
-        assert!(matches!(l.admit(Some(k)), Admission::Reject(_)));
+        assert!(matches!(
+            l.admit(Some(k)),
+            Admission::Reject(Refused::KeyTableFull)
+        ));
     }
     assert!(
-        matches!(l.admit(Some(1)), Admission::Reject(_)),
+        matches!(l.admit(Some(1)), Admission::Reject(Refused::QueueFull)),
         "a still holds its slot"
     );
     drop(pb);
@@ -405,7 +411,10 @@ fn busy_keys_are_never_evicted_and_a_full_table_of_them_refuses() {
     let Admission::Go(Some(_pc)) = l.admit(Some(3)) else {
         panic!("an idle key gives way")
     };
-    assert!(matches!(l.admit(Some(1)), Admission::Reject(_)));
+    assert!(matches!(
+        l.admit(Some(1)),
+        Admission::Reject(Refused::QueueFull)
+    ));
     drop(pa);
     assert!(l.keys().is_some_and(|t| t.len() <= 2));
 }
@@ -460,7 +469,7 @@ fn a_key_costs_16_bytes_inline_and_nothing_more_without_queues() {
     // A rate-only key with no queue allocates nothing besides its entry.
     let (l, _) = keyed(lim(None, Some((1.0, 1)), 0, 0), 10);
     assert!(matches!(l.admit(Some(1)), Admission::Go(None)));
-    assert!(matches!(l.admit(Some(1)), Admission::Reject(_)));
+    assert!(matches!(l.admit(Some(1)), Admission::Reject(Refused::Rate)));
     let mut allocated = 0;
     if let Some(t) = l.keys() {
         t.for_each(|_, st| allocated += usize::from(st.queues.is_some()));

@@ -10,6 +10,10 @@ struct Req {
     peer: Option<IpAddr>,
     headers: Vec<(&'static str, Vec<u8>)>,
     query: Option<Vec<u8>>,
+    /// `resolved_client`'s answer.
+    resolved: Option<Option<IpAddr>>,
+    /// Header reads so far.
+    reads: std::cell::Cell<u32>,
 }
 
 impl Req {
@@ -32,6 +36,7 @@ impl RequestView for Req {
     }
 
     fn header(&self, name: &str) -> Option<Vec<u8>> {
+        self.reads.set(self.reads.get() + 1);
         let values: Vec<&[u8]> = self
             .headers
             .iter()
@@ -44,6 +49,33 @@ impl RequestView for Req {
     fn query(&self) -> Option<Vec<u8>> {
         self.query.clone()
     }
+
+    fn resolved_client(&self) -> Option<Option<IpAddr>> {
+        self.resolved
+    }
+}
+
+#[test]
+fn an_ip_key_uses_the_client_already_resolved() {
+    let s = spec("ip", "10.0.0.1");
+    let behind = || Req::from("10.0.0.1").with("X-Forwarded-For", "192.0.2.7");
+    // Walked once here.
+    let walked = behind();
+    let k = key(&s, &walked);
+    assert_eq!(walked.reads.get(), 1);
+    // Found before (--exempt): the same key, no header read.
+    let hinted = Req {
+        resolved: Some(ip("192.0.2.7")),
+        ..behind()
+    };
+    assert_eq!(key(&s, &hinted), k);
+    assert_eq!(hinted.reads.get(), 0);
+    // Found to be unknown: no key, as without the hint.
+    let none = Req {
+        resolved: Some(None),
+        ..Req::default()
+    };
+    assert_eq!(key(&s, &none), None);
 }
 
 fn spec(key: &str, trusted: &str) -> KeySpec {

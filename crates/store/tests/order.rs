@@ -1,0 +1,83 @@
+//! A batch keeps its requests in submission order, also when some of them
+//! expired while queued: rate_limit's `--store` dry run submits a lease's
+//! release right after its decision, and Redis must run them in that order.
+
+use std::sync::mpsc::{self, Receiver, Sender};
+use std::time::{Duration, Instant};
+
+use store::{Backend, BatchError, Client, Config};
+
+/// Records each round trip's ops; the one carrying [`HOLD`] waits for the
+/// test, so that requests queue up behind it.
+struct Recorder {
+    connected: bool,
+    batches: Sender<Vec<u32>>,
+    release: Receiver<()>,
+}
+
+const HOLD: u32 = 999;
+
+impl Backend for Recorder {
+    type Op = u32;
+    type Reply = ();
+
+    fn is_connected(&self) -> bool {
+        self.connected
+    }
+
+    fn connect(&mut self, _deadline: Instant) -> Result<(), BatchError> {
+        self.connected = true;
+        Ok(())
+    }
+
+    fn disconnect(&mut self) {
+        self.connected = false;
+    }
+
+    fn run(
+        &mut self,
+        ops: &[&u32],
+        _deadline: Instant,
+        out: &mut Vec<Result<(), String>>,
+    ) -> Result<(), BatchError> {
+        let ops: Vec<u32> = ops.iter().map(|o| **o).collect();
+        if ops.contains(&HOLD) {
+            // Bounded, so a failing test cannot hang the thread for good.
+            let _ = self.release.recv_timeout(Duration::from_secs(30));
+        }
+        out.extend(ops.iter().map(|_| Ok(())));
+        let _ = self.batches.send(ops);
+        Ok(())
+    }
+}
+
+#[test]
+fn requests_expired_in_the_queue_leave_the_others_in_order() {
+    let (batches_tx, batches) = mpsc::channel();
+    let (release, release_rx) = mpsc::channel();
+    let backend = Recorder {
+        connected: false,
+        batches: batches_tx,
+        release: release_rx,
+    };
+    let c: Client<Recorder, u32> =
+        Client::start("order-test", backend, Config::default()).expect("thread");
+    let long = Duration::from_secs(20);
+    c.submit(HOLD, 0, long).expect("submit");
+    // Queued behind the held round trip: the first expires there.
+    std::thread::sleep(Duration::from_millis(50));
+    c.submit(0, 0, Duration::from_millis(1)).expect("submit");
+    for op in 1..=5 {
+        c.submit(op, op, long).expect("submit");
+    }
+    std::thread::sleep(Duration::from_millis(50));
+    release.send(()).expect("the round trip is waiting");
+    let mut sent = Vec::new();
+    let start = Instant::now();
+    while sent.len() < 5 && start.elapsed() < Duration::from_secs(10) {
+        if let Ok(b) = batches.recv_timeout(Duration::from_secs(1)) {
+            sent.extend(b.into_iter().filter(|&op| op != HOLD));
+        }
+    }
+    assert_eq!(sent, [1, 2, 3, 4, 5], "op 0 expired; the rest in order");
+}
