@@ -188,6 +188,60 @@ fn traffic_servers_own_errors_are_not_charged() {
     );
 }
 
+/// Requests ATS or a plugin makes itself are no client's attempts: the
+/// full-object fetch background_fetch.so starts after a Range request's 206
+/// gets a listed 200 and is not charged, while a client's cached 200 is.
+#[test]
+fn internal_requests_are_not_charged() {
+    let origin = Origin::start();
+    origin.set_default("X-Origin-CC", "max-age=60");
+    origin.set_default("X-Origin-Range-Status", "206");
+    let bg = ats_tests::ats::plugin_dir().join("background_fetch.so");
+    let ts = start(format!(
+        "map http://bg.test/ {} @plugin={} @plugin={} @pparam=--count-status=200 \
+         @pparam=--rate=0.02 @pparam=--burst=1 @pparam=--tag=bg\n",
+        origin.url(),
+        bg.display(),
+        ats_tests::plugin("rate_limit")
+    ));
+    let mut c = Conn::open_from(ts.port(), ip(14)).expect("connect");
+    let get = |c: &mut Conn, headers: &[(&str, &str)]| {
+        c.get("bg.test", "/a", headers)
+            .map(|r| r.status)
+            .unwrap_or(0)
+    };
+    assert_eq!(
+        get(&mut c, &[("Range", "bytes=0-0")]),
+        206,
+        "206 is not listed"
+    );
+    // The background fetch (no Range: a 200, listed) fills the cache. Wait
+    // (bounded) until the object is there: a cache-only request then gets
+    // 206 instead of ATS's 504 (neither is listed). Its 200 was sent before
+    // the object was complete in the cache, so it has been charged or not.
+    let mut last = 0;
+    let cached = ats_tests::wait_until(std::time::Duration::from_secs(5), || {
+        last = get(
+            &mut c,
+            &[("Range", "bytes=0-0"), ("Cache-Control", "only-if-cached")],
+        );
+        last != 504
+    });
+    assert!(
+        cached && last == 206,
+        "the background fetch never cached /a: {last}"
+    );
+    assert_eq!(origin.count(), 2, "the client's request and the fetch");
+    // Uncharged, the bucket (burst 1) is full: the client's own cached 200
+    // passes and is charged.
+    assert_eq!(get(&mut c, &[]), 200);
+    assert_eq!(origin.count(), 2, "from the cache");
+    assert_eq!(
+        ts.wait_metric("plugin.rate_limiter.remap.bg.status_charged", 1),
+        Ok(1)
+    );
+}
+
 /// `--store`: the check is made in Redis and the charge goes there (fire
 /// and forget), so failures through one proxy count on the other.
 #[test]
