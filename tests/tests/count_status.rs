@@ -188,6 +188,44 @@ fn traffic_servers_own_errors_are_not_charged() {
     );
 }
 
+/// An origin that takes the request and never answers: ATS times out and
+/// sends its own 504. ATS has created the (empty) server response header by
+/// then, so only its status (0, not 100–599) tells that none was read: two
+/// such 504s with a burst of 1 both go through.
+#[test]
+fn an_origin_that_never_answers_is_not_charged() {
+    let origin = Origin::start();
+    let ts = TrafficServer::builder()
+        .remap(rule(
+            "slow.test",
+            &origin.url(),
+            "--key=ip --count-status=5xx --rate=0.02 --burst=1 --tag=slow",
+        ))
+        .record(
+            "proxy.config.http.transaction_no_activity_timeout_out",
+            "INT 1",
+        )
+        .record("proxy.config.http.connect_attempts_max_retries", "INT 0")
+        .with_manager()
+        .start()
+        .expect("traffic_server start");
+    let mut c = Conn::open_from(ts.port(), ip(15)).expect("connect");
+    let statuses: Vec<u16> = (0..2)
+        .map(|_| {
+            c.get("slow.test", "/x", &[("X-Origin-Delay", "4000")])
+                .map(|r| r.status)
+                .unwrap_or(0)
+        })
+        .collect();
+    assert_eq!(statuses, [504, 504], "ATS's timeouts, never refused");
+    assert_eq!(origin.count(), 2, "both reached the origin");
+    // (9.2 shows a new plugin metric after the manager's sync.)
+    assert_eq!(
+        ts.wait_metric("plugin.rate_limiter.remap.slow.status_charged", 0),
+        Ok(0)
+    );
+}
+
 /// Requests ATS or a plugin makes itself are no client's attempts: the
 /// full-object fetch background_fetch.so starts after a Range request's 206
 /// gets a listed 200 and is not charged, while a client's cached 200 is.
