@@ -301,8 +301,21 @@ fn with_store_failures_through_one_proxy_count_on_another() {
     assert_eq!(login(&mut a1, BAD), 401);
     assert_eq!(login(&mut a2, BAD), 401);
     assert_eq!(login(&mut a1, BAD), 401);
-    // The charge is sent as the response goes out; give it Redis's round trip.
-    std::thread::sleep(std::time::Duration::from_millis(100));
+    // The charge is sent as the response goes out, not waited for: wait
+    // (bounded) until Redis holds all three. Checks set no bucket, so the
+    // client's is the only one; three tokens of 50 s are ~150 s to expiry.
+    let charged = || -> Option<i64> {
+        let keys = redis.command(&["KEYS", "rl:*:gcra"]).ok()?;
+        let key = keys.lines().find(|l| l.starts_with("rl:"))?;
+        redis.int(&["PTTL", key]).ok()
+    };
+    assert!(
+        ats_tests::wait_until(std::time::Duration::from_secs(5), || {
+            charged().is_some_and(|ms| ms > 120_000)
+        }),
+        "Redis never held the three charges: {:?} ms to expiry",
+        charged()
+    );
     assert_eq!(
         login(&mut a2, BAD),
         429,
