@@ -51,7 +51,12 @@ pub(crate) fn response(txn: Txn<'_>, head: &TxnState) {
         };
         let charged = match (in_store, &rule.store) {
             (Some(base), Some(rs)) if !base.is_empty() => {
-                rs.charge(base, rule.opts.rate.unwrap_or(1.0), rule.opts.burst);
+                if !rs.charge(base, rule.opts.rate.unwrap_or(1.0), rule.opts.burst) {
+                    // Not queued (the store is saturated or stopping): this
+                    // proxy's limiter, which `--store-failure=local` asks
+                    // when Redis cannot answer, keeps the debt at least.
+                    rule.limiter.charge(s.key);
+                }
                 true
             }
             // Already charged (a response header is sent once).
