@@ -39,13 +39,16 @@ impl<W: Waiter, C: Clock> Limiter<W, C> {
         let now = self.clock.now();
         match (&self.keys, self.key_params(), key) {
             (Some(t), Some(p), Some(k)) => {
-                if self.peered {
-                    peer::set_now(now);
-                }
+                // For `sticky` during this call's evictions.
+                peer::set_now(now);
                 t.with_evicted(
                     k,
                     |st| {
                         st.tat = p.charge(st.tat, now);
+                        if let Err(wait) = p.check(st.tat, now) {
+                            // Locked out: sticky until the debt is repaid.
+                            st.lock_until(now.saturating_add(wait));
+                        }
                         if self.peered {
                             st.charged(&p);
                         }
@@ -63,6 +66,14 @@ impl<W: Waiter, C: Clock> Limiter<W, C> {
                 None => false,
             },
         }
+    }
+}
+
+impl<W: Waiter> super::Keyed<W> {
+    /// Charges refuse the key until `until` (a box, allocated only for a
+    /// key that failures locked out).
+    fn lock_until(&mut self, until: limits::Nanos) {
+        self.queues().locked_until = until;
     }
 }
 
@@ -155,6 +166,42 @@ mod tests {
         assert!(!goes(l.admit(Some(a))));
         clock.advance(Duration::from_nanos(1));
         assert!(goes(l.admit(Some(a))));
+    }
+
+    #[test]
+    fn a_locked_out_key_outlasts_idle_keys_in_a_full_table() {
+        let o = Options::parse(
+            "http://x/",
+            &["--rate=1", "--burst=2", "--key=ip", "--count-status=401"],
+        )
+        .unwrap();
+        let clock = Arc::new(ManualClock::new(100 * S));
+        // Room for two keys.
+        let l: L = Limiter::keyed(Limits::of(&o), 2, clock.clone());
+        l.set_charge_on_response();
+        let t = l.keys().unwrap();
+        let (a, b) = (t.hash(b"a"), t.hash(b"b"));
+        for _ in 0..2 {
+            assert!(goes(l.admit(Some(a))));
+            assert!(l.charge(Some(a)));
+        }
+        assert!(!goes(l.admit(Some(a))), "locked out");
+        // New clients come and go, each with a few requests (checked,
+        // never charged): they push out each other, not the locked-out key,
+        // whose debt would go with it.
+        for i in 0..50u32 {
+            for _ in 0..3 {
+                assert!(goes(l.admit(Some(t.hash(&i.to_le_bytes())))));
+            }
+        }
+        assert!(!goes(l.admit(Some(a))), "still locked out");
+        // With every key locked out, a new client still finds room.
+        for _ in 0..2 {
+            assert!(goes(l.admit(Some(b))));
+            assert!(l.charge(Some(b)));
+        }
+        assert!(goes(l.admit(Some(t.hash(b"new")))), "a locked key yields");
+        assert!(l.keys().is_some_and(|t| t.len() <= 2));
     }
 
     #[test]
