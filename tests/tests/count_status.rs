@@ -39,7 +39,11 @@ fn start(remap: String) -> TrafficServer {
 
 /// One login attempt on `c`: the status the client got.
 fn login(c: &mut Conn, headers: &[(&str, &str)]) -> u16 {
-    c.get("login.test", "/login", headers)
+    login_on(c, "login.test", headers)
+}
+
+fn login_on(c: &mut Conn, host: &str, headers: &[(&str, &str)]) -> u16 {
+    c.get(host, "/login", headers)
         .map(|r| r.status)
         .unwrap_or(0)
 }
@@ -186,6 +190,55 @@ fn traffic_servers_own_errors_are_not_charged() {
         ts.metric("plugin.rate_limiter.remap.down.status_charged"),
         Some(0)
     );
+}
+
+/// `--dry-run` with `--count-status`: a would-be refusal goes on but is not
+/// charged (the live rule would have refused it before the origin), so once
+/// the burst of failures is used up every further attempt counts in
+/// `dry_run_refused`, and the charges equal the live rule's.
+#[test]
+fn a_dry_run_counts_each_attempt_past_the_burst_and_charges_as_live() {
+    let origin = Origin::start();
+    let ts = start(
+        rule("login.test", &origin.url(), LOGIN)
+            + &rule(
+                "dry.test",
+                &origin.url(),
+                // RateLimit fields: a would-be refusal then keeps state on
+                // its transaction (to decorate its response), which must
+                // still not charge.
+                &LOGIN.replace("--tag=login", "--tag=dry --dry-run --ratelimit-headers"),
+            ),
+    );
+    let attempts = |host: &str| -> Vec<u16> {
+        let mut c = Conn::open_from(ts.port(), ip(16)).expect("connect");
+        let mut got: Vec<u16> = (0..8).map(|_| login_on(&mut c, host, BAD)).collect();
+        got.push(login_on(&mut c, host, GOOD));
+        got
+    };
+    let live = attempts("login.test");
+    assert_eq!(live, [401, 401, 401, 429, 429, 429, 429, 429, 429]);
+    let dry = attempts("dry.test");
+    assert_eq!(
+        dry,
+        [401, 401, 401, 401, 401, 401, 401, 401, 200],
+        "a dry run refuses nothing"
+    );
+    assert_eq!(
+        origin.count(),
+        3 + 9,
+        "every dry-run attempt reached the origin"
+    );
+    for (name, want) in [
+        ("login.status_charged", 3),
+        ("login.rejected", 6),
+        ("dry.status_charged", 3),
+        ("dry.dry_run_refused", 6),
+        ("dry.rejected", 0),
+    ] {
+        let m = format!("plugin.rate_limiter.remap.{name}");
+        assert_eq!(ts.wait_metric(&m, want), Ok(want), "{m}");
+    }
 }
 
 /// An origin that takes the request and never answers: ATS times out and
