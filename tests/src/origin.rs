@@ -5,6 +5,7 @@
 //! |-------------------|------------------------------------------|--------------|
 //! | `X-Origin-Delay`  | milliseconds to wait before answering    | 0            |
 //! | `X-Origin-Status` | response status                          | 200          |
+//! | `X-Origin-Range-Status` | status when the request has `Range` | `X-Origin-Status` |
 //! | `X-Origin-CC`     | `Cache-Control` of the response          | `no-store`   |
 //! | `X-Origin-Body`   | body size in bytes                       | 3 (`ok\n`)   |
 //!
@@ -175,7 +176,11 @@ fn serve(conn: TcpStream, s: &Shared) -> io::Result<()> {
         let delay: u64 = control("X-Origin-Delay")
             .and_then(|v| v.parse().ok())
             .unwrap_or(0);
-        let status: u16 = control("X-Origin-Status")
+        let ranged = headers.iter().any(|(k, _)| k.eq_ignore_ascii_case("Range"));
+        let status: u16 = ranged
+            .then(|| control("X-Origin-Range-Status"))
+            .flatten()
+            .or_else(|| control("X-Origin-Status"))
             .and_then(|v| v.parse().ok())
             .unwrap_or(200);
         let status = match lock(&s.log).get(seq) {

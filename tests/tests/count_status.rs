@@ -39,7 +39,11 @@ fn start(remap: String) -> TrafficServer {
 
 /// One login attempt on `c`: the status the client got.
 fn login(c: &mut Conn, headers: &[(&str, &str)]) -> u16 {
-    c.get("login.test", "/login", headers)
+    login_on(c, "login.test", headers)
+}
+
+fn login_on(c: &mut Conn, host: &str, headers: &[(&str, &str)]) -> u16 {
+    c.get(host, "/login", headers)
         .map(|r| r.status)
         .unwrap_or(0)
 }
@@ -188,6 +192,147 @@ fn traffic_servers_own_errors_are_not_charged() {
     );
 }
 
+/// `--dry-run` with `--count-status`: a would-be refusal goes on but is not
+/// charged (the live rule would have refused it before the origin), so once
+/// the burst of failures is used up every further attempt counts in
+/// `dry_run_refused`, and the charges equal the live rule's.
+#[test]
+fn a_dry_run_counts_each_attempt_past_the_burst_and_charges_as_live() {
+    let origin = Origin::start();
+    let ts = start(
+        rule("login.test", &origin.url(), LOGIN)
+            + &rule(
+                "dry.test",
+                &origin.url(),
+                // RateLimit fields: a would-be refusal then keeps state on
+                // its transaction (to decorate its response), which must
+                // still not charge.
+                &LOGIN.replace("--tag=login", "--tag=dry --dry-run --ratelimit-headers"),
+            ),
+    );
+    let attempts = |host: &str| -> Vec<u16> {
+        let mut c = Conn::open_from(ts.port(), ip(16)).expect("connect");
+        let mut got: Vec<u16> = (0..8).map(|_| login_on(&mut c, host, BAD)).collect();
+        got.push(login_on(&mut c, host, GOOD));
+        got
+    };
+    let live = attempts("login.test");
+    assert_eq!(live, [401, 401, 401, 429, 429, 429, 429, 429, 429]);
+    let dry = attempts("dry.test");
+    assert_eq!(
+        dry,
+        [401, 401, 401, 401, 401, 401, 401, 401, 200],
+        "a dry run refuses nothing"
+    );
+    assert_eq!(
+        origin.count(),
+        3 + 9,
+        "every dry-run attempt reached the origin"
+    );
+    for (name, want) in [
+        ("login.status_charged", 3),
+        ("login.rejected", 6),
+        ("dry.status_charged", 3),
+        ("dry.dry_run_refused", 6),
+        ("dry.rejected", 0),
+    ] {
+        let m = format!("plugin.rate_limiter.remap.{name}");
+        assert_eq!(ts.wait_metric(&m, want), Ok(want), "{m}");
+    }
+}
+
+/// An origin that takes the request and never answers: ATS times out and
+/// sends its own 504. ATS has created the (empty) server response header by
+/// then, so only its status (0, not 100–599) tells that none was read: two
+/// such 504s with a burst of 1 both go through.
+#[test]
+fn an_origin_that_never_answers_is_not_charged() {
+    let origin = Origin::start();
+    let ts = TrafficServer::builder()
+        .remap(rule(
+            "slow.test",
+            &origin.url(),
+            "--key=ip --count-status=5xx --rate=0.02 --burst=1 --tag=slow",
+        ))
+        .record(
+            "proxy.config.http.transaction_no_activity_timeout_out",
+            "INT 1",
+        )
+        .record("proxy.config.http.connect_attempts_max_retries", "INT 0")
+        .with_manager()
+        .start()
+        .expect("traffic_server start");
+    let mut c = Conn::open_from(ts.port(), ip(15)).expect("connect");
+    let statuses: Vec<u16> = (0..2)
+        .map(|_| {
+            c.get("slow.test", "/x", &[("X-Origin-Delay", "4000")])
+                .map(|r| r.status)
+                .unwrap_or(0)
+        })
+        .collect();
+    assert_eq!(statuses, [504, 504], "ATS's timeouts, never refused");
+    assert_eq!(origin.count(), 2, "both reached the origin");
+    // (9.2 shows a new plugin metric after the manager's sync.)
+    assert_eq!(
+        ts.wait_metric("plugin.rate_limiter.remap.slow.status_charged", 0),
+        Ok(0)
+    );
+}
+
+/// Requests ATS or a plugin makes itself are no client's attempts: the
+/// full-object fetch background_fetch.so starts after a Range request's 206
+/// gets a listed 200 and is not charged, while a client's cached 200 is.
+#[test]
+fn internal_requests_are_not_charged() {
+    let origin = Origin::start();
+    origin.set_default("X-Origin-CC", "max-age=60");
+    origin.set_default("X-Origin-Range-Status", "206");
+    let bg = ats_tests::ats::plugin_dir().join("background_fetch.so");
+    let ts = start(format!(
+        "map http://bg.test/ {} @plugin={} @plugin={} @pparam=--count-status=200 \
+         @pparam=--rate=0.02 @pparam=--burst=1 @pparam=--tag=bg\n",
+        origin.url(),
+        bg.display(),
+        ats_tests::plugin("rate_limit")
+    ));
+    let mut c = Conn::open_from(ts.port(), ip(14)).expect("connect");
+    let get = |c: &mut Conn, headers: &[(&str, &str)]| {
+        c.get("bg.test", "/a", headers)
+            .map(|r| r.status)
+            .unwrap_or(0)
+    };
+    assert_eq!(
+        get(&mut c, &[("Range", "bytes=0-0")]),
+        206,
+        "206 is not listed"
+    );
+    // The background fetch (no Range: a 200, listed) fills the cache. Wait
+    // (bounded) until the object is there: a cache-only request then gets
+    // 206 instead of ATS's 504 (neither is listed). Its 200 was sent before
+    // the object was complete in the cache, so it has been charged or not.
+    let mut last = 0;
+    let cached = ats_tests::wait_until(std::time::Duration::from_secs(5), || {
+        last = get(
+            &mut c,
+            &[("Range", "bytes=0-0"), ("Cache-Control", "only-if-cached")],
+        );
+        last != 504
+    });
+    assert!(
+        cached && last == 206,
+        "the background fetch never cached /a: {last}"
+    );
+    assert_eq!(origin.count(), 2, "the client's request and the fetch");
+    // Uncharged, the bucket (burst 1) is full: the client's own cached 200
+    // passes and is charged.
+    assert_eq!(get(&mut c, &[]), 200);
+    assert_eq!(origin.count(), 2, "from the cache");
+    assert_eq!(
+        ts.wait_metric("plugin.rate_limiter.remap.bg.status_charged", 1),
+        Ok(1)
+    );
+}
+
 /// `--store`: the check is made in Redis and the charge goes there (fire
 /// and forget), so failures through one proxy count on the other.
 #[test]
@@ -209,8 +354,21 @@ fn with_store_failures_through_one_proxy_count_on_another() {
     assert_eq!(login(&mut a1, BAD), 401);
     assert_eq!(login(&mut a2, BAD), 401);
     assert_eq!(login(&mut a1, BAD), 401);
-    // The charge is sent as the response goes out; give it Redis's round trip.
-    std::thread::sleep(std::time::Duration::from_millis(100));
+    // The charge is sent as the response goes out, not waited for: wait
+    // (bounded) until Redis holds all three. Checks set no bucket, so the
+    // client's is the only one; three tokens of 50 s are ~150 s to expiry.
+    let charged = || -> Option<i64> {
+        let keys = redis.command(&["KEYS", "rl:*:gcra"]).ok()?;
+        let key = keys.lines().find(|l| l.starts_with("rl:"))?;
+        redis.int(&["PTTL", key]).ok()
+    };
+    assert!(
+        ats_tests::wait_until(std::time::Duration::from_secs(5), || {
+            charged().is_some_and(|ms| ms > 120_000)
+        }),
+        "Redis never held the three charges: {:?} ms to expiry",
+        charged()
+    );
     assert_eq!(
         login(&mut a2, BAD),
         429,

@@ -9,16 +9,19 @@ use crate::txn::{CacheLookup, Txn};
 
 impl<'a> Txn<'a> {
     /// The status of the origin's response header, if one was received
-    /// (`None` when ATS never read one: no connection, a timeout, a
-    /// refusal before the origin, a fresh cache hit).
+    /// (`None` when ATS never read one: no connection, a timeout before the
+    /// header, a refusal before the origin, a fresh cache hit).
     pub fn server_response_status(self) -> Option<u16> {
         // SAFETY: live txn; TSHttpTxnServerRespGet fills both outs from the
         // transaction's server response header or fails (TS_ERROR) when that
-        // header was never created (9.2 and 10.1 alike); the Header
-        // releases its loc on drop.
+        // header was never created; the Header releases its loc on drop.
         let h = unsafe {
             Header::from_getter(|b, l| sys::TSHttpTxnServerRespGet(self.as_ptr(), b, l))
         }?;
+        // The header exists as soon as ATS starts reading from the origin
+        // (HttpSM::setup_server_read_response_header creates it empty, 9.2
+        // and 10.1 alike), so an origin that took the request and never
+        // answered leaves status 0: only a real status means one was read.
         Some(h.status()).filter(|s| (100..=599).contains(s))
     }
 

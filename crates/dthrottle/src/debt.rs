@@ -10,7 +10,7 @@
 //! beyond `now + burst·interval` is a bucket below zero: debt. Pure: the
 //! caller passes `now` from its injected clock.
 
-use limits::{GcraParams, Nanos, NANOS_PER_SEC};
+use limits::{GcraParams, Nanos};
 
 use crate::Report;
 
@@ -21,7 +21,8 @@ use crate::Report;
 /// period's hits); it keeps TAT arithmetic away from `u64::MAX`, and bounds
 /// how long one authentic report with a huge count can refuse a tag and
 /// keep it from eviction ([`debt_until`] at most one day ahead).
-pub const MAX_PEER_DEBT: Nanos = 86_400 * NANOS_PER_SEC;
+/// The same as the local charges' cap (`limits::MAX_DEBT`, `--count-status`).
+pub const MAX_PEER_DEBT: Nanos = limits::MAX_DEBT;
 
 /// A full bucket's span: how far ahead of now a TAT may be before the
 /// bucket is below zero.
@@ -96,6 +97,7 @@ pub fn report(mut entries: Vec<(Box<[u8]>, u32)>, max_tags: usize) -> Report {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use limits::NANOS_PER_SEC;
 
     fn params() -> GcraParams {
         GcraParams::per_second(1.0, 10)

@@ -11,6 +11,10 @@ use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 
 use crate::clock::{Nanos, NANOS_PER_SEC};
 
+/// Most debt charges may put on a bucket (`GcraParams::charge`): one day of
+/// its time below empty (as dthrottle's `MAX_PEER_DEBT` for peers' hits).
+pub const MAX_DEBT: Nanos = 86_400 * NANOS_PER_SEC;
+
 /// Outcome of [`Gcra::reserve`].
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Reservation {
@@ -111,13 +115,17 @@ impl GcraParams {
 
     /// The TAT after charging one token whether or not the bucket has one:
     /// the charge half of check-then-charge. Requests that all passed the
-    /// check while the bucket held one token are all charged, so the bucket
-    /// may go below empty, by at most one full bucket (`burst` charges):
-    /// refused for at most `(burst + 1)` intervals after the last charge.
+    /// check while the bucket held one token are all charged, each its full
+    /// interval, so the bucket goes below empty by what they cost and stays
+    /// refused until that is repaid: over `t`, at most `burst + rate·t` plus
+    /// the requests in flight at once are charged. A shallower cap would let
+    /// every round of concurrent requests through on one token (the charges
+    /// beyond it dropped). The debt is capped only by [`MAX_DEBT`] below
+    /// empty, to keep the arithmetic away from `u64::MAX`.
     #[inline]
     pub fn charge(&self, tat: Nanos, now: Nanos) -> Nanos {
         let full = self.interval.saturating_mul(u64::from(self.burst));
-        let cap = now.saturating_add(full.saturating_mul(2));
+        let cap = now.saturating_add(full).saturating_add(MAX_DEBT);
         // Never moves a TAT back (one already past the cap stays).
         tat.max(now).saturating_add(self.interval).min(cap).max(tat)
     }
@@ -443,7 +451,7 @@ mod tests {
     }
 
     #[test]
-    fn check_takes_nothing_and_charge_goes_below_empty_by_one_bucket_at_most() {
+    fn check_takes_nothing_and_each_charge_past_empty_costs_its_interval() {
         let p = GcraParams::per_second(10.0, 3);
         let t = 100 * S;
         let mut tat = 0;
@@ -453,21 +461,37 @@ mod tests {
             tat = p.charge(tat, t);
         }
         assert_eq!(p.check(tat, t), Err(S / 10));
-        // Charges past empty (concurrent requests that all passed) count,
-        // up to one more full bucket.
+        // Charges past empty (concurrent requests that all passed) each
+        // count in full: ten more are ten intervals more to wait.
         for _ in 0..10 {
             tat = p.charge(tat, t);
         }
-        assert_eq!(tat, t + 6 * S / 10);
-        assert_eq!(p.check(tat, t), Err(4 * S / 10));
-        assert_eq!(p.check(tat, t + 4 * S / 10), Ok(()));
+        assert_eq!(tat, t + 13 * S / 10);
+        assert_eq!(p.check(tat, t), Err(11 * S / 10));
+        assert_eq!(p.check(tat, t + 11 * S / 10), Ok(()));
         // The atomic bucket agrees.
         let g = Gcra::per_second(10.0, 3);
         for _ in 0..13 {
             g.charge(t);
         }
-        assert_eq!(g.check(t), Err(4 * S / 10));
+        assert_eq!(g.check(t), Err(11 * S / 10));
         assert_eq!(g.quota(t).remaining, 0);
+    }
+
+    #[test]
+    fn charge_debt_is_capped_at_max_debt_below_empty() {
+        // 1/s, burst 2: a full bucket spans 2 s; debt stops at one day more.
+        let p = GcraParams::per_second(1.0, 2);
+        let t = 100 * S;
+        let cap = t + 2 * S + MAX_DEBT;
+        assert_eq!(p.charge(cap - S / 2, t), cap);
+        assert_eq!(p.charge(cap, t), cap);
+        // One already beyond (charged with an older, longer interval) stays.
+        assert_eq!(p.charge(cap + S, t), cap + S);
+        // Huge intervals saturate instead of wrapping.
+        let slow = GcraParams::new(u64::MAX / 2, 1000);
+        assert_eq!(slow.charge(0, t), t + u64::MAX / 2);
+        assert_eq!(slow.charge(t + u64::MAX / 2, t), u64::MAX);
     }
 
     proptest! {
@@ -524,8 +548,8 @@ mod tests {
             }
         }
 
-        /// Charging never moves a TAT back and never leaves more than one
-        /// full bucket of debt past empty.
+        /// Charging never moves a TAT back, costs a full interval below the
+        /// cap, and never leaves more than [`MAX_DEBT`] past empty.
         #[test]
         fn charge_is_monotonic_and_capped(
             interval in 1u64..10_000_000_000,
@@ -536,8 +560,11 @@ mod tests {
             let p = GcraParams::new(interval, burst);
             let next = p.charge(tat, now);
             prop_assert!(next >= tat);
-            let cap = now + 2 * interval * u64::from(burst);
+            let cap = now + interval * u64::from(burst) + MAX_DEBT;
             prop_assert!(next <= cap.max(tat));
+            if tat.max(now) + interval <= cap {
+                prop_assert_eq!(next, tat.max(now) + interval);
+            }
         }
 
         /// A client sending exactly at the rate is never refused after its burst.

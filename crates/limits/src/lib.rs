@@ -26,5 +26,5 @@ pub use quoting as quote;
 pub use budget::{Budget, BudgetToken};
 pub use clock::{Clock, ManualClock, MonotonicClock, Nanos, NANOS_PER_MS, NANOS_PER_SEC};
 pub use fair::{FairConfig, FairStats, FlowRefused, FlowState, FlowTry, FlowWeight};
-pub use gcra::{Gcra, GcraParams, LiveParams, Quota, Reservation};
+pub use gcra::{Gcra, GcraParams, LiveParams, Quota, Reservation, MAX_DEBT};
 pub use slots::{Permit, Slots, Ticket, Waiter, WeakTicket};

@@ -102,6 +102,9 @@ struct KeyQueues<W: Waiter> {
     budget: Option<Arc<Budget>>,
     /// Peered limiters only: the key's tag and unreported hits.
     peer: Option<PeerKey>,
+    /// `--count-status`: until when charges keep the key refused (0: never
+    /// locked out). Forgetting it would hand the client a fresh burst.
+    locked_until: Nanos,
 }
 
 impl<W: Waiter> Default for Keyed<W> {
@@ -120,6 +123,7 @@ impl<W: Waiter> Keyed<W> {
                 slots: None,
                 budget: None,
                 peer: None,
+                locked_until: 0,
             })
         })
     }
@@ -156,12 +160,13 @@ impl<W: Waiter> KeyState for Keyed<W> {
         })
     }
 
-    /// Peered, in debt: kept while an idle key can go instead (its
-    /// unreported hits do not keep it: they are carried, see `peer.rs`).
+    /// Peered, in debt, or locked out by `--count-status` charges: kept
+    /// while an idle key can go instead (a peered key's unreported hits do
+    /// not keep it: they are carried, see `peer.rs`).
     fn sticky(&self) -> bool {
-        self.queues
-            .as_ref()
-            .is_some_and(|q| q.peer.as_ref().is_some_and(PeerKey::sticky))
+        self.queues.as_ref().is_some_and(|q| {
+            q.peer.as_ref().is_some_and(PeerKey::sticky) || q.locked_until > peer::now()
+        })
     }
 }
 
@@ -625,12 +630,13 @@ impl<W: Waiter, C: Clock> Limiter<W, C> {
     ) -> Admission<W, C> {
         let now = self.clock.now();
         let peered = self.peered;
-        if peered {
+        let on_response = self.charges_on_response();
+        if peered || on_response {
+            // For `sticky` during this call's evictions.
             peer::set_now(now);
         }
         let max_wait = self.max_wait();
         let params = self.key_params();
-        let on_response = self.charges_on_response();
         // Read under the key's shard lock, never before it: `reconfigure`
         // stores new values and then visits every shard under its lock, so
         // a key created meanwhile gets the new values or is visited.

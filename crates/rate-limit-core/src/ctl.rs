@@ -162,6 +162,12 @@ pub fn apply(current: &Options, settings: &[Setting]) -> Result<Options, String>
             Setting::DryRun(d) => o.dry_run = d,
         }
     }
+    if o.dry_run && o.store_counts_status() {
+        return Err(format!(
+            "set: dry_run=on on a limiter with --store and --count-status: {}: nothing changed",
+            crate::options::DRY_STORE_WHY
+        ));
+    }
     if let Some(r) = o.rate {
         if f64::from(o.burst) / r > MAX_BURST_SECONDS {
             return Err(format!(
@@ -268,5 +274,25 @@ mod tests {
                 .unwrap_err()
                 .contains("too large")
         );
+    }
+
+    #[test]
+    fn a_dry_run_is_refused_on_a_store_rule_with_count_status() {
+        let parse = |a: &[&str]| Options::parse("http://a/", a).unwrap();
+        let store = ["--rate=5", "--store=redis://127.0.0.1:6379"];
+        let counted = parse(&[&store[..], &["--count-status=401"]].concat());
+        let e = apply(&counted, &[Setting::DryRun(true)]).unwrap_err();
+        assert_eq!(
+            e,
+            format!(
+                "set: dry_run=on on a limiter with --store and --count-status: {}: nothing changed",
+                crate::options::DRY_STORE_WHY
+            )
+        );
+        // Off stays allowed, and so is a dry run of either alone.
+        assert!(apply(&counted, &[Setting::DryRun(false)]).is_ok_and(|n| !n.dry_run));
+        assert!(apply(&parse(&store), &[Setting::DryRun(true)]).is_ok_and(|n| n.dry_run));
+        let local = parse(&["--rate=5", "--count-status=401"]);
+        assert!(apply(&local, &[Setting::DryRun(true)]).is_ok_and(|n| n.dry_run));
     }
 }

@@ -205,6 +205,12 @@ const OPTIONS: &[(&str, bool)] = &[
 /// Longest `--group` name.
 pub const MAX_GROUP_LEN: usize = 64;
 
+/// Why a dry run is refused on an exact `--store` rule with `--count-status`
+/// ([`Options::store_counts_status`]), at load and by `set dry_run=on`.
+pub const DRY_STORE_WHY: &str = "Redis's verdict comes after the request went on, so no response \
+     of a dry run is charged and the dry run could never show a refusal (dry-run the rule \
+     without --store, or with --store-sync)";
+
 fn allowed_names() -> String {
     OPTIONS
         .iter()
@@ -230,6 +236,12 @@ fn is_tchar(b: u8) -> bool {
 }
 
 impl Options {
+    /// `--count-status` on a rule Redis decides (`--store` without
+    /// `--store-sync`): a dry run of it is refused ([`DRY_STORE_WHY`]).
+    pub fn store_counts_status(&self) -> bool {
+        self.count_status.is_some() && self.store.as_ref().is_some_and(|s| s.sync_ms.is_none())
+    }
+
     /// Parses the options of the rule mapping `from_url`.
     pub fn parse(from_url: &str, args: &[&str]) -> Result<Options, OptionError> {
         let mut seen: Vec<&'static str> = Vec::new();
@@ -589,6 +601,11 @@ impl Options {
                     limit: limit.is_some(),
                 },
             )?;
+        }
+        if o.dry_run && o.store_counts_status() {
+            return Err(OptionError(format!(
+                "--dry-run cannot be combined with --store and --count-status: {DRY_STORE_WHY}"
+            )));
         }
         if o.store.is_some() && queue.is_some_and(|q| q > 0) {
             o.warnings.push(
@@ -1306,5 +1323,31 @@ mod tests {
                 "{o:?}"
             );
         }
+        // With --count-status Redis's verdict comes too late for any charge:
+        // such a dry run could show no refusal, so it is refused.
+        let e = err(&[
+            "--rate=5",
+            "--count-status=401",
+            "--dry-run",
+            "--store=redis://127.0.0.1:6379",
+        ]);
+        assert!(
+            e.starts_with("--dry-run cannot be combined with --store and --count-status: "),
+            "{e}"
+        );
+        // Decided here with --store-sync (or without --dry-run): allowed.
+        let sync = parse(&[
+            "--rate=5",
+            "--key=ip",
+            "--count-status=401",
+            "--dry-run",
+            "--store=redis://127.0.0.1:6379",
+            "--store-sync=100",
+        ]);
+        assert!(sync.is_ok_and(|o| o.dry_run), "--store-sync");
+        assert!(
+            parse(&["--rate=5", "--count-status=401", "--store=redis://h"])
+                .is_ok_and(|o| o.store_counts_status())
+        );
     }
 }

@@ -80,9 +80,10 @@ return {1, 0, 0, held}
 "#;
 
 /// The charge of `--count-status`: one token from the bucket whether or not
-/// it has one, at most one full bucket below empty (as
-/// `limits::GcraParams::charge`). ARGV: emission interval in µs, burst.
-/// Returns the new arrival time.
+/// it has one, each its full interval however deep below empty (requests
+/// that passed the check together all pay), capped at a full bucket plus
+/// one day of debt, as `limits::GcraParams::charge`. ARGV: emission
+/// interval in µs, burst. Returns the new arrival time.
 pub const CHARGE: &str = r#"
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000000 + tonumber(t[2])
@@ -90,7 +91,7 @@ local interval = tonumber(ARGV[1])
 local burst = tonumber(ARGV[2])
 local tat = tonumber(redis.call('GET', KEYS[1]) or '0')
 local new_tat = math.max(tat, now) + interval
-local cap = now + 2 * interval * burst
+local cap = now + interval * burst + 86400000000
 if new_tat > cap then new_tat = math.max(cap, tat) end
 local px = math.ceil((new_tat - now) / 1000) + 1
 redis.call('SET', KEYS[1], string.format('%.0f', new_tat), 'PX', px)

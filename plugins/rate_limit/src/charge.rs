@@ -4,6 +4,10 @@
 //! grouped; peered, the charge is a hit in the next report; `--store-sync`,
 //! exchanged the same way), or Redis (`--store`, fire and forget).
 //!
+//! Only a client's requests are charged: not those ATS or a plugin made
+//! itself (`Txn::is_internal`: a background fetch, a stale-while-revalidate
+//! refresh, a plugin's `TSHttpConnect`), which are not attempts by anyone.
+//!
 //! Only responses the origin sent are charged, now or earlier from the
 //! cache (`Txn::response_from_origin`): Traffic Server's own responses (an
 //! unreachable origin's 502, a timeout's 504, refusals by this or another
@@ -19,7 +23,7 @@ use crate::store::TxnStore;
 
 /// Charges what the response's status calls for.
 pub(crate) fn response(txn: Txn<'_>, head: &TxnState) {
-    if !head.chain().any(|s| s.rule.opts.count_status.is_some()) {
+    if !head.chain().any(|s| s.rule.opts.count_status.is_some()) || txn.is_internal() {
         return;
     }
     let Some(status) = txn.client_response().map(|r| r.status()) else {
@@ -47,7 +51,12 @@ pub(crate) fn response(txn: Txn<'_>, head: &TxnState) {
         };
         let charged = match (in_store, &rule.store) {
             (Some(base), Some(rs)) if !base.is_empty() => {
-                rs.charge(base, rule.opts.rate.unwrap_or(1.0), rule.opts.burst);
+                if !rs.charge(base, rule.opts.rate.unwrap_or(1.0), rule.opts.burst) {
+                    // Not queued (the store is saturated or stopping): this
+                    // proxy's limiter, which `--store-failure=local` asks
+                    // when Redis cannot answer, keeps the debt at least.
+                    rule.limiter.charge(s.key);
+                }
                 true
             }
             // Already charged (a response header is sent once).

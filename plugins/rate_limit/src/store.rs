@@ -190,8 +190,9 @@ impl RuleStore {
     /// `--count-status`: charges the bucket at `base` in Redis. Fire and
     /// forget: the response does not wait; a charge that cannot be queued,
     /// fails or times out is counted in `store_errors`/`store_timeouts`
-    /// (and lost: the client is charged less).
-    pub(crate) fn charge(&self, base: String, rate: f64, burst: u32) {
+    /// and lost to Redis. False if it could not be queued (the caller
+    /// charges this proxy's limiter instead).
+    pub(crate) fn charge(&self, base: String, rate: f64, burst: u32) -> bool {
         let op = Op::Charge {
             base,
             interval_us: (1e6 / rate).round().max(1.0) as u64,
@@ -199,8 +200,14 @@ impl RuleStore {
         };
         let s = &self.store;
         match s.client.submit(op, Token::Charge(self.metrics), s.timeout) {
-            Ok(()) => Poller::arm(s),
-            Err(_) => bump(self.metrics.errors, 1),
+            Ok(()) => {
+                Poller::arm(s);
+                true
+            }
+            Err(_) => {
+                bump(self.metrics.errors, 1);
+                false
+            }
         }
     }
 }

@@ -6,9 +6,11 @@
 //!
 //! A sequential client gets at most `burst + rate·t` charged responses
 //! through (the model test below). Requests in flight together all pass the
-//! check on one token, so each is charged: the bucket goes below empty by
-//! at most one more bucket (`GcraParams::charge`), which refuses the client
-//! for longer. `--limit` with `--key` bounds how many can be in flight.
+//! check on one token, and each is charged its full 1/rate
+//! (`GcraParams::charge`): the bucket goes below empty by what they cost,
+//! and refuses the client until that is repaid, so at most `burst + rate·t`
+//! plus the requests in flight at once get through (the second model
+//! test). `--limit` with `--key` bounds how many can be in flight.
 
 use limits::{Clock, Waiter};
 
@@ -37,13 +39,16 @@ impl<W: Waiter, C: Clock> Limiter<W, C> {
         let now = self.clock.now();
         match (&self.keys, self.key_params(), key) {
             (Some(t), Some(p), Some(k)) => {
-                if self.peered {
-                    peer::set_now(now);
-                }
+                // For `sticky` during this call's evictions.
+                peer::set_now(now);
                 t.with_evicted(
                     k,
                     |st| {
                         st.tat = p.charge(st.tat, now);
+                        if let Err(wait) = p.check(st.tat, now) {
+                            // Locked out: sticky until the debt is repaid.
+                            st.lock_until(now.saturating_add(wait));
+                        }
                         if self.peered {
                             st.charged(&p);
                         }
@@ -61,6 +66,14 @@ impl<W: Waiter, C: Clock> Limiter<W, C> {
                 None => false,
             },
         }
+    }
+}
+
+impl<W: Waiter> super::Keyed<W> {
+    /// Charges refuse the key until `until` (a box, allocated only for a
+    /// key that failures locked out).
+    fn lock_until(&mut self, until: limits::Nanos) {
+        self.queues().locked_until = until;
     }
 }
 
@@ -144,15 +157,51 @@ mod tests {
         assert!(!goes(l.admit(Some(a))));
         assert!(goes(l.admit(Some(b))), "another key is unaffected");
         assert!(!l.charge(None), "a keyed limiter charges keys only");
-        // Charges of requests in flight together all count, down to one
-        // bucket below empty: (2 + 1) s to the next token.
+        // Charges of requests in flight together all count in full: ten
+        // more below empty are (10 + 1) s to the next token.
         for _ in 0..10 {
             assert!(l.charge(Some(a)));
         }
-        clock.advance(Duration::from_nanos(3 * S - 1));
+        clock.advance(Duration::from_nanos(11 * S - 1));
         assert!(!goes(l.admit(Some(a))));
         clock.advance(Duration::from_nanos(1));
         assert!(goes(l.admit(Some(a))));
+    }
+
+    #[test]
+    fn a_locked_out_key_outlasts_idle_keys_in_a_full_table() {
+        let o = Options::parse(
+            "http://x/",
+            &["--rate=1", "--burst=2", "--key=ip", "--count-status=401"],
+        )
+        .unwrap();
+        let clock = Arc::new(ManualClock::new(100 * S));
+        // Room for two keys.
+        let l: L = Limiter::keyed(Limits::of(&o), 2, clock.clone());
+        l.set_charge_on_response();
+        let t = l.keys().unwrap();
+        let (a, b) = (t.hash(b"a"), t.hash(b"b"));
+        for _ in 0..2 {
+            assert!(goes(l.admit(Some(a))));
+            assert!(l.charge(Some(a)));
+        }
+        assert!(!goes(l.admit(Some(a))), "locked out");
+        // New clients come and go, each with a few requests (checked,
+        // never charged): they push out each other, not the locked-out key,
+        // whose debt would go with it.
+        for i in 0..50u32 {
+            for _ in 0..3 {
+                assert!(goes(l.admit(Some(t.hash(&i.to_le_bytes())))));
+            }
+        }
+        assert!(!goes(l.admit(Some(a))), "still locked out");
+        // With every key locked out, a new client still finds room.
+        for _ in 0..2 {
+            assert!(goes(l.admit(Some(b))));
+            assert!(l.charge(Some(b)));
+        }
+        assert!(goes(l.admit(Some(t.hash(b"new")))), "a locked key yields");
+        assert!(l.keys().is_some_and(|t| t.len() <= 2));
     }
 
     #[test]
@@ -199,6 +248,40 @@ mod tests {
     }
 
     proptest! {
+        /// Model of concurrency: rounds of `c` requests in flight together
+        /// (all checked, then all failing and charged). Each charge costs
+        /// its 1/rate however deep the debt, so charged responses never
+        /// exceed burst + rate·t + c (one round passing on the last token).
+        #[test]
+        fn in_flight_rounds_never_get_more_than_burst_plus_rate_plus_in_flight(
+            rate in 1u32..50,
+            burst in 1u32..20,
+            c in 1u64..200,
+            keyed: bool,
+            gaps in proptest::collection::vec(0u64..2000, 1..200),
+        ) {
+            let (r, b) = (rate.to_string(), burst.to_string());
+            let mut args = vec!["--rate", &r, "--burst", &b, "--count-status=401"];
+            if keyed {
+                args.push("--key=ip");
+            }
+            let (l, clock) = build(&args);
+            let key = l.keys().map(|t| t.hash(b"client"));
+            let start = clock.now();
+            let interval = S / u64::from(rate);
+            let mut charged = 0u64;
+            for gap_ms in gaps {
+                clock.advance(Duration::from_millis(gap_ms));
+                let passed = (0..c).filter(|_| goes(l.admit(key))).count();
+                for _ in 0..passed {
+                    prop_assert!(l.charge(key));
+                }
+                charged += passed as u64;
+                let bound = u64::from(burst) + (clock.now() - start) / interval + c;
+                prop_assert!(charged <= bound, "charged {} > {}", charged, bound);
+            }
+        }
+
         /// Model: one client after another, each request checked, and
         /// charged when its (arbitrary) response is listed. Charged
         /// responses never exceed burst + rate·t, and every request the

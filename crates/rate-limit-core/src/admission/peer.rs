@@ -54,6 +54,11 @@ pub(super) fn set_now(now: Nanos) {
     NOW.with(|n| n.set(now));
 }
 
+/// The time [`set_now`] last set on this thread.
+pub(super) fn now() -> Nanos {
+    NOW.with(Cell::get)
+}
+
 /// A peered key's tag and the hits served here since the last report.
 pub(super) struct PeerKey {
     tag: Box<[u8]>,
