@@ -9,9 +9,10 @@ use limits::FairStats;
 use rate_limit_core::fair::FlowSource;
 use rate_limit_core::Limiter;
 
+use crate::client::{KeyView, KEY_BYTES};
 use crate::queue::Queued;
 use crate::state::Metrics;
-use crate::{KeyView, Rule, KEY_BYTES};
+use crate::Rule;
 
 impl Rule {
     /// The request's flow: its session, or the value of its `--fair`
@@ -65,7 +66,7 @@ pub(crate) fn metrics(limiter: &Arc<Limiter<Queued>>, m: &Metrics) -> Vec<Period
     tasks
         .into_iter()
         .filter_map(|(gauge, counter, read)| {
-            match ats::stats::publish_deltas(crate::KEY_METRICS_EVERY, gauge, counter, read) {
+            match ats::stats::publish_deltas(crate::load::KEY_METRICS_EVERY, gauge, counter, read) {
                 Ok(p) => Some(p),
                 Err(e) => {
                     log::error!("cannot start the fair metrics task: {e}");

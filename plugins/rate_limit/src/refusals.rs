@@ -137,3 +137,44 @@ impl Refusals {
         }
     }
 }
+
+impl crate::Rule {
+    /// Records a refusal of `txn` (an expiry, or a dry run's would-be
+    /// refusal) in the refusal log, within the rule's line budget. Every
+    /// refusal goes through here; metrics are the caller's. On the
+    /// transaction's thread.
+    pub(crate) fn record_refusal(
+        &self,
+        txn: ats::Txn<'_>,
+        key: Option<u64>,
+        reason: Reason,
+        waited_ms: u64,
+        dry_run: bool,
+    ) {
+        self.refusals.record(reason, waited_ms, dry_run, || Who {
+            client: self.client_ip(txn),
+            key: key.map(|k| self.key_name(k)),
+        });
+    }
+
+    /// [`Rule::record_refusal`] away from the transaction (a `--store`
+    /// dry run's reply), with the client's address read before.
+    pub(crate) fn record_refusal_of(
+        &self,
+        client: Option<IpAddr>,
+        key: Option<u64>,
+        reason: Reason,
+        waited_ms: u64,
+        dry_run: bool,
+    ) {
+        self.refusals.record(reason, waited_ms, dry_run, || Who {
+            client,
+            key: key.map(|k| self.key_name(k)),
+        });
+    }
+
+    /// A key as `top` shows it, or its hash if its name was not kept.
+    fn key_name(&self, k: u64) -> String {
+        self.card.name(k).unwrap_or_else(|| format!("#{k:016x}"))
+    }
+}

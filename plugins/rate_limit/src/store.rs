@@ -1,3 +1,5 @@
+//! (About 500 lines: one decision's path, submitted, drained and resumed, reads best whole.)
+//!
 //! Global mode (`--store=redis://…`): each admission is decided in Redis,
 //! exactly across every proxy that shares the store and namespace.
 //!
@@ -47,7 +49,11 @@ const DRAIN_MAX: usize = 4096;
 /// Upper bounds of the `store_latency.le_*` buckets, in ms (then `le_inf`).
 const LATENCY_MS: [u64; 7] = [1, 2, 5, 10, 20, 50, 100];
 
+mod dry;
 pub(crate) mod sync;
+
+pub(crate) use dry::dry_run;
+use dry::DryAsked;
 
 /// The live stores, by URL and timeout. Weak: a store lives as long as a
 /// rule or a transaction uses it.
@@ -86,13 +92,6 @@ pub(crate) struct Asked {
     base: String,
     member: String,
     key: Option<u64>,
-}
-
-/// A dry-run request's decision in flight: what its log line needs.
-pub(crate) struct DryAsked {
-    rule: Arc<Rule>,
-    key: Option<u64>,
-    client: Option<std::net::IpAddr>,
 }
 
 /// A rule's share of the global mode: its store and metrics.
@@ -275,7 +274,7 @@ impl Drop for Lease {
 /// POST_REMAP.
 pub(crate) fn remap(rule: &Arc<Rule>, g: &Globals, txn: Txn<'_>, key: Option<u64>) {
     let Some(rs) = &rule.store else { return };
-    let base = crate::KEY_BYTES.with(|b| {
+    let base = crate::client::KEY_BYTES.with(|b| {
         let b = b.borrow();
         key_base(&rs.opts.namespace, key.map(|_| &b[..]))
     });
@@ -299,125 +298,6 @@ fn decide(rule: &Rule, rs: &RuleStore, base: String) -> (Op, String) {
         check_only: o.count_status.is_some(),
     });
     (op, member)
-}
-
-/// DoRemap of a `--store` rule in a dry run: the decision is submitted and
-/// the request goes on at once. The reply comes back through the store's
-/// usual hand-off (an ATS thread drains the completions: the I/O thread
-/// never counts or logs), where a would-be refusal is counted and logged.
-///
-/// With `--limit`, the lease Redis may grant is held until TXN_CLOSE, as
-/// the live rule holds it, so concurrent requests reach the limit and
-/// their would-be refusals are seen. Its release is submitted after the
-/// decision on the same client, which keeps their order (in a Cluster both
-/// go to the node of the same key); releasing a lease never granted (a
-/// refusal) removes nothing.
-pub(crate) fn dry_run(rule: &Arc<Rule>, g: &Globals, txn: Txn<'_>, key: Option<u64>) {
-    let Some(rs) = &rule.store else { return };
-    let base = crate::KEY_BYTES.with(|b| {
-        let b = b.borrow();
-        key_base(&rs.opts.namespace, key.map(|_| &b[..]))
-    });
-    let (op, member) = decide(rule, rs, base.clone());
-    let token = Token::DryRun(Box::new(DryAsked {
-        rule: rule.clone(),
-        key,
-        // Read only for the refusal log.
-        client: rule
-            .refusals
-            .enabled()
-            .then(|| rule.client_ip(txn))
-            .flatten(),
-    }));
-    let store = rs.store.clone();
-    store.start_waker();
-    let asked = match store.client.submit(op, token, store.timeout) {
-        Ok(()) => {
-            Poller::arm(&store);
-            true
-        }
-        Err((Token::DryRun(d), _)) => {
-            bump(rs.metrics.errors, 1);
-            dry_failed(*d);
-            false
-        }
-        Err(_) => false,
-    };
-    // Only a decision asked can have granted a lease.
-    let lease = (asked && rule.opts.limit.is_some()).then(|| Lease {
-        store: rs.store.clone(),
-        base,
-        member,
-        metrics: rs.metrics,
-    });
-    // Decorated (`--ratelimit-headers`) like an admitted request, never
-    // charged (`--count-status`): the verdict comes later. Without a state
-    // the lease is released here, still after its decision.
-    if lease.is_some() || rule.opts.ratelimit_headers {
-        if let Some(st) = rule.attach(g, txn, TxnOutcome::DryRun, None, None, key) {
-            if let Some(l) = lease {
-                *st.store.lock() = Some(Box::new(TxnStore::Lease { _held: l }));
-            }
-        }
-    }
-}
-
-/// A dry run's decision came back (on an ATS thread).
-fn dry_completed(d: DryAsked, waited: Duration, outcome: Outcome<Reply>) {
-    let Some(rs) = &d.rule.store else { return };
-    let m = rs.metrics;
-    m.latency(waited);
-    match outcome {
-        // Its lease (`--limit`) is the transaction's, released at TXN_CLOSE.
-        Outcome::Reply(Reply::Admitted { .. }) => bump(m.decisions, 1),
-        Outcome::Reply(r) => {
-            bump(m.decisions, 1);
-            let why = match r {
-                Reply::TooSoon { .. } => Reason::Rate,
-                _ => Reason::QueueFull,
-            };
-            dry_refused(&d, why);
-        }
-        Outcome::Error(e) => {
-            bump(m.errors, 1);
-            log::debug!("store {}: {e}", rs.store.url);
-            dry_failed(d);
-        }
-        Outcome::Timeout => {
-            bump(m.timeouts, 1);
-            dry_failed(d);
-        }
-    }
-}
-
-/// A dry run's store failed: what `--store-failure` would have done.
-fn dry_failed(d: DryAsked) {
-    let failure = d
-        .rule
-        .opts
-        .store
-        .as_ref()
-        .map_or(Failure::Open, |s| s.failure);
-    match failure {
-        Failure::Open => {}
-        Failure::Closed => dry_refused(&d, Reason::StoreFailure),
-        Failure::Local => match d.rule.limiter.admit_tagged(d.key, &[]) {
-            // Decided as a dry run decides at remap: nothing held.
-            Admission::Go(permit) => drop(permit),
-            Admission::Wait(w) => {
-                bump(d.rule.metrics.dry_run_queued, 1);
-                if let Some(r) = w.rate {
-                    r.spend();
-                }
-            }
-            Admission::Reject(why) => dry_refused(&d, why.into()),
-        },
-    }
-}
-
-fn dry_refused(d: &DryAsked, why: Reason) {
-    bump(d.rule.metrics.dry_run_refused, 1);
-    d.rule.record_refusal_of(d.client, d.key, why, 0, true);
 }
 
 /// POST_REMAP: submits the decision for the parked transaction.
@@ -489,7 +369,7 @@ fn completed(c: Completion<Reply, Token>) {
             return;
         }
         Token::Decide(a) => *a,
-        Token::DryRun(d) => return dry_completed(*d, waited, c.outcome),
+        Token::DryRun(d) => return dry::dry_completed(*d, waited, c.outcome),
         Token::Sync(s, tag, hits) => return s.completed(tag, hits, c.outcome),
     };
     let Some(rs) = &a.rule.store else {

@@ -1,0 +1,149 @@
+//! Who the client is, for one request: `--exempt` (through the trusted
+//! proxies), the `--key` (hashed; its bytes built in a per-thread buffer,
+//! which peered limiters and `top` read), and the address the refusal log
+//! names. On the transaction's thread.
+
+use std::cell::RefCell;
+use std::net::IpAddr;
+
+use ats::{Header, RemapRequest, Txn};
+use rate_limit_core::key::{Missing, RequestView};
+
+use crate::Rule;
+
+impl Rule {
+    /// `--exempt`: `Err` if the client is in an exempt network; else the
+    /// client's address as found (`Some`, with `--exempt`), for the key.
+    pub(crate) fn exempt(
+        &self,
+        txn: Txn<'_>,
+        req: &RemapRequest<'_>,
+    ) -> Result<Option<Option<IpAddr>>, ()> {
+        let Some(e) = &self.opts.exempt else {
+            return Ok(None);
+        };
+        let view = KeyView {
+            txn,
+            hdr: req.request_header(),
+            client: None,
+        };
+        let ip = e.client_ip(&view);
+        if ip.is_some_and(|ip| e.covers(ip)) {
+            return Err(());
+        }
+        Ok(Some(ip))
+    }
+
+    /// The client's key with `--key` (hashed: the table keeps nothing else),
+    /// or what the `--key-missing` policy says for a request without one.
+    pub(crate) fn client_key(
+        &self,
+        txn: Txn<'_>,
+        req: &RemapRequest<'_>,
+        client: Option<Option<IpAddr>>,
+    ) -> ClientKey {
+        if let Some(flow) = self.flow(txn, req) {
+            return ClientKey::Key(flow);
+        }
+        let (Some(spec), Some(table)) = (&self.opts.key, self.limiter.keys()) else {
+            return ClientKey::Rule;
+        };
+        let view = KeyView {
+            txn,
+            hdr: req.request_header(),
+            client,
+        };
+        let found = KEY_BYTES.with(|buf| {
+            let mut buf = buf.borrow_mut();
+            if !spec.key(&view, &mut buf) {
+                // Empty: the shared key's peer tag (never exchanged).
+                buf.clear();
+                return None;
+            }
+            if self.limiter.is_peered() {
+                // Peers (and --store-sync) name keys by their tag: the table hashes that.
+                rate_limit_core::peering::to_peer_tag(spec, &mut buf);
+            }
+            Some(table.hash(&buf))
+        });
+        match (found, self.opts.key_missing) {
+            (Some(k), _) => ClientKey::Key(k),
+            // Real keys are never empty (each part has a tag byte).
+            (None, Missing::Shared) => ClientKey::Key(table.hash(&[])),
+            (None, Missing::Pass) => ClientKey::Pass,
+            (None, Missing::Refuse) => ClientKey::Refuse,
+        }
+    }
+
+    /// Lets `top` show the client's key (just built in `KEY_BYTES`).
+    pub(crate) fn note_name(&self, key: Option<u64>) {
+        if let Some(k) = key {
+            KEY_BYTES.with(|b| {
+                if let Ok(b) = b.try_borrow() {
+                    self.card.note_name(k, &b);
+                }
+            });
+        }
+    }
+
+    /// The client's address as `--exempt` (or else `--key=ip`) finds it:
+    /// through the trusted proxies, if any.
+    pub(crate) fn client_ip(&self, txn: Txn<'_>) -> Option<IpAddr> {
+        let view = KeyView {
+            txn,
+            hdr: txn.client_request(),
+            client: None,
+        };
+        match (&self.opts.exempt, &self.opts.key) {
+            (Some(e), _) => e.client_ip(&view),
+            (None, Some(k)) => k.client_ip(&view),
+            (None, None) => txn.connection_client_ip(),
+        }
+    }
+}
+
+/// Whose limits a request is counted against.
+pub(crate) enum ClientKey {
+    /// The rule's (no `--key`).
+    Rule,
+    /// Its key's (hashed).
+    Key(u64),
+    /// None: no key, and `--key-missing=pass`.
+    Pass,
+    /// No key, and `--key-missing=refuse`.
+    Refuse,
+}
+
+thread_local! {
+    /// Reused for every key built on this thread.
+    pub(crate) static KEY_BYTES: RefCell<Vec<u8>> = const { RefCell::new(Vec::new()) };
+}
+
+/// A request as `--key` reads it.
+pub(crate) struct KeyView<'t> {
+    pub(crate) txn: Txn<'t>,
+    pub(crate) hdr: Option<Header<'t>>,
+    /// The client's address `--exempt` already found (the same trusted
+    /// proxies as `--key`'s), so an `ip` key does not walk the header again.
+    pub(crate) client: Option<Option<IpAddr>>,
+}
+
+impl RequestView for KeyView<'_> {
+    /// The connection's client: on a PROXY-protocol port the header's
+    /// source, on 10.x as on 9.2 (as ip_throttle reads it).
+    fn peer_ip(&self) -> Option<IpAddr> {
+        self.txn.connection_client_ip()
+    }
+
+    fn header(&self, name: &str) -> Option<Vec<u8>> {
+        self.hdr.as_ref()?.joined(name)
+    }
+
+    fn query(&self) -> Option<Vec<u8>> {
+        self.hdr.as_ref()?.url_query()
+    }
+
+    fn resolved_client(&self) -> Option<Option<IpAddr>> {
+        self.client
+    }
+}

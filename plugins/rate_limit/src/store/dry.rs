@@ -1,0 +1,133 @@
+//! `--store` in a dry run (`--dry-run`, or `set … dry_run=on`): the
+//! decision is submitted to Redis at remap and the request goes on at once;
+//! the reply, drained on an ATS thread like every store reply, is counted
+//! and logged as what the live rule would have done.
+
+// The store's own types and helpers (decide, Token, Lease, TxnStore).
+use super::*;
+
+/// A dry-run request's decision in flight: what its log line needs.
+pub(crate) struct DryAsked {
+    rule: Arc<Rule>,
+    key: Option<u64>,
+    client: Option<std::net::IpAddr>,
+}
+
+/// DoRemap of a `--store` rule in a dry run: the decision is submitted and
+/// the request goes on at once. The reply comes back through the store's
+/// usual hand-off (an ATS thread drains the completions: the I/O thread
+/// never counts or logs), where a would-be refusal is counted and logged.
+///
+/// With `--limit`, the lease Redis may grant is held until TXN_CLOSE, as
+/// the live rule holds it, so concurrent requests reach the limit and
+/// their would-be refusals are seen. Its release is submitted after the
+/// decision on the same client, which keeps their order (in a Cluster both
+/// go to the node of the same key); releasing a lease never granted (a
+/// refusal) removes nothing.
+pub(crate) fn dry_run(rule: &Arc<Rule>, g: &Globals, txn: Txn<'_>, key: Option<u64>) {
+    let Some(rs) = &rule.store else { return };
+    let base = crate::client::KEY_BYTES.with(|b| {
+        let b = b.borrow();
+        key_base(&rs.opts.namespace, key.map(|_| &b[..]))
+    });
+    let (op, member) = decide(rule, rs, base.clone());
+    let token = Token::DryRun(Box::new(DryAsked {
+        rule: rule.clone(),
+        key,
+        // Read only for the refusal log.
+        client: rule
+            .refusals
+            .enabled()
+            .then(|| rule.client_ip(txn))
+            .flatten(),
+    }));
+    let store = rs.store.clone();
+    store.start_waker();
+    let asked = match store.client.submit(op, token, store.timeout) {
+        Ok(()) => {
+            Poller::arm(&store);
+            true
+        }
+        Err((Token::DryRun(d), _)) => {
+            bump(rs.metrics.errors, 1);
+            dry_failed(*d);
+            false
+        }
+        Err(_) => false,
+    };
+    // Only a decision asked can have granted a lease.
+    let lease = (asked && rule.opts.limit.is_some()).then(|| Lease {
+        store: rs.store.clone(),
+        base,
+        member,
+        metrics: rs.metrics,
+    });
+    // Decorated (`--ratelimit-headers`) like an admitted request, never
+    // charged (`--count-status`): the verdict comes later. Without a state
+    // the lease is released here, still after its decision.
+    if lease.is_some() || rule.opts.ratelimit_headers {
+        if let Some(st) = rule.attach(g, txn, TxnOutcome::DryRun, None, None, key) {
+            if let Some(l) = lease {
+                *st.store.lock() = Some(Box::new(TxnStore::Lease { _held: l }));
+            }
+        }
+    }
+}
+
+/// A dry run's decision came back (on an ATS thread).
+pub(super) fn dry_completed(d: DryAsked, waited: Duration, outcome: Outcome<Reply>) {
+    let Some(rs) = &d.rule.store else { return };
+    let m = rs.metrics;
+    m.latency(waited);
+    match outcome {
+        // Its lease (`--limit`) is the transaction's, released at TXN_CLOSE.
+        Outcome::Reply(Reply::Admitted { .. }) => bump(m.decisions, 1),
+        Outcome::Reply(r) => {
+            bump(m.decisions, 1);
+            let why = match r {
+                Reply::TooSoon { .. } => Reason::Rate,
+                _ => Reason::QueueFull,
+            };
+            dry_refused(&d, why);
+        }
+        Outcome::Error(e) => {
+            bump(m.errors, 1);
+            log::debug!("store {}: {e}", rs.store.url);
+            dry_failed(d);
+        }
+        Outcome::Timeout => {
+            bump(m.timeouts, 1);
+            dry_failed(d);
+        }
+    }
+}
+
+/// A dry run's store failed: what `--store-failure` would have done.
+pub(super) fn dry_failed(d: DryAsked) {
+    let failure = d
+        .rule
+        .opts
+        .store
+        .as_ref()
+        .map_or(Failure::Open, |s| s.failure);
+    match failure {
+        Failure::Open => {}
+        Failure::Closed => dry_refused(&d, Reason::StoreFailure),
+        Failure::Local => match d.rule.limiter.admit_tagged(d.key, &[]) {
+            // Decided as a dry run decides at remap: nothing held.
+            Admission::Go(permit) => drop(permit),
+            Admission::Wait(w) => {
+                bump(d.rule.metrics.dry_run_queued, 1);
+                if let Some(r) = w.rate {
+                    r.spend();
+                }
+            }
+            Admission::Reject(why) => dry_refused(&d, why.into()),
+        },
+    }
+}
+
+fn dry_refused(d: &DryAsked, why: Reason) {
+    bump(d.rule.metrics.dry_run_refused, 1);
+    d.rule.record_refusal_of(d.client, d.key, why, 0, true);
+}
