@@ -1,7 +1,7 @@
-//! (About 500 lines: one decision's path, submitted, drained and resumed, reads best whole.)
-//!
 //! Global mode (`--store=redis://…`): each admission is decided in Redis,
-//! exactly across every proxy that shares the store and namespace.
+//! exactly across every proxy that shares the store and namespace. (About
+//! 500 lines: one decision's path, submitted, drained and resumed, reads
+//! best whole.)
 //!
 //! One transaction:
 //! 1. DoRemap names the limiter's Redis keys, leaves them in the
