@@ -1,7 +1,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use limits::{ManualClock, Nanos, Permit, Waiter, NANOS_PER_MS, NANOS_PER_SEC};
+use limits::{ManualClock, Nanos, Permit, Ticket, Waiter, NANOS_PER_MS, NANOS_PER_SEC};
 use parking_lot::Mutex;
 use proptest::prelude::*;
 

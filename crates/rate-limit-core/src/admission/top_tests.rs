@@ -2,7 +2,7 @@
 
 use std::sync::Arc;
 
-use limits::{ManualClock, NANOS_PER_SEC};
+use limits::{ManualClock, Permit, NANOS_PER_SEC};
 
 use super::*;
 

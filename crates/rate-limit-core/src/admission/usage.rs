@@ -1,0 +1,163 @@
+//! What a limiter holds, for reports: [`Usage`] (`show`), the busiest
+//! keys ([`KeyUsage`], `top`) and what is left for `RateLimit` fields.
+
+use std::cmp::{Ordering as CmpOrdering, Reverse};
+use std::collections::BinaryHeap;
+use std::sync::Arc;
+
+use limits::{Clock, Nanos, Quota, Slots, Waiter};
+
+use super::Limiter;
+
+/// What a limiter holds right now (for `show`).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Usage {
+    /// Slots held.
+    pub active: u64,
+    /// Requests waiting (for the rate or a slot).
+    pub waiting: u64,
+    /// Keys held (keyed).
+    pub keys: Option<u64>,
+    /// Keys evicted so far (keyed).
+    pub evicted: Option<u64>,
+}
+
+/// One key's state (for `top`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct KeyUsage {
+    pub key: u64,
+    pub active: u32,
+    pub waiting: u32,
+    /// How far the key's bucket is past empty: the wait a request would
+    /// have now (0: it conforms).
+    pub over_rate: Nanos,
+}
+
+/// A [`KeyUsage`] ordered for `top`: more slots and waiters first, then
+/// further over the rate, then the smaller key (so the order is total).
+#[derive(PartialEq, Eq)]
+struct Ranked(KeyUsage);
+
+impl Ranked {
+    fn rank(&self) -> (u64, Nanos, Reverse<u64>) {
+        let k = &self.0;
+        (
+            u64::from(k.active) + u64::from(k.waiting),
+            k.over_rate,
+            Reverse(k.key),
+        )
+    }
+}
+
+impl Ord for Ranked {
+    fn cmp(&self, other: &Self) -> CmpOrdering {
+        self.rank().cmp(&other.rank())
+    }
+}
+
+impl PartialOrd for Ranked {
+    fn partial_cmp(&self, other: &Self) -> Option<CmpOrdering> {
+        Some(self.cmp(other))
+    }
+}
+
+impl<W: Waiter, C: Clock> Limiter<W, C> {
+    /// What the limiter holds now. Keyed, this visits every key (under
+    /// each shard's lock in turn): run it off request paths.
+    pub fn usage(&self) -> Usage {
+        match &self.keys {
+            None => Usage {
+                active: self.slots.as_ref().map_or(0, |s| u64::from(s.active())),
+                waiting: u64::from(self.budget.used()),
+                keys: None,
+                evicted: None,
+            },
+            Some(t) => {
+                let mut u = Usage {
+                    keys: Some(t.len() as u64),
+                    evicted: Some(t.evicted()),
+                    ..Usage::default()
+                };
+                t.for_each(|_, st| {
+                    if let Some(q) = &st.queues {
+                        if let Some(s) = &q.slots {
+                            u.active += u64::from(s.active());
+                        }
+                        if let Some(b) = &q.budget {
+                            u.waiting += u64::from(b.used());
+                        }
+                    }
+                });
+                u
+            }
+        }
+    }
+
+    /// The `n` keys holding the most slots and waiters, then furthest over
+    /// their rate (keyed; empty otherwise), ties by key. Visits every key, one
+    /// shard's lock at a time (off request paths), and keeps only the best
+    /// `n` in a heap: memory is O(n) however many keys there are.
+    pub fn top(&self, n: usize) -> Vec<KeyUsage> {
+        let Some(t) = &self.keys else {
+            return Vec::new();
+        };
+        if n == 0 {
+            return Vec::new();
+        }
+        let now = self.clock.now();
+        let params = self.key_params();
+        // A min-heap (by rank) of the best n so far: its root is the weakest.
+        let mut best: BinaryHeap<Reverse<Ranked>> = BinaryHeap::with_capacity(n + 1);
+        t.for_each(|key, st| {
+            let (active, waiting) = st.queues.as_ref().map_or((0, 0), |q| {
+                (
+                    q.slots.as_ref().map_or(0, |s| s.active()),
+                    q.budget.as_ref().map_or(0, |b| b.used()),
+                )
+            });
+            let over_rate = params.map_or(0, |p| p.reserve(st.tat, now, None).0.wait());
+            if active + waiting == 0 && over_rate == 0 {
+                return;
+            }
+            let k = Ranked(KeyUsage {
+                key,
+                active,
+                waiting,
+                over_rate,
+            });
+            if best.len() < n {
+                best.push(Reverse(k));
+            } else if best.peek().is_some_and(|Reverse(weakest)| k > *weakest) {
+                best.pop();
+                best.push(Reverse(k));
+            }
+        });
+        // Ascending Reverse = descending rank: the strongest first.
+        best.into_sorted_vec()
+            .into_iter()
+            .map(|Reverse(r)| r.0)
+            .collect()
+    }
+
+    /// Slots left, and the rate quota, of the rule or of `key`, for
+    /// `RateLimit` response fields.
+    pub fn remaining(&self, key: Option<u64>) -> (Option<u32>, Option<Quota>) {
+        let now = self.clock.now();
+        let left = |s: &Arc<Slots<W>>| s.limit().saturating_sub(s.active());
+        let (limit, params) = (self.key_limit(), self.key_params());
+        match (&self.keys, key) {
+            (Some(t), Some(k)) => t
+                .get(k, |st| {
+                    let held = st.queues.as_ref().and_then(|q| q.slots.as_ref());
+                    let slots = limit.map(|l| held.map_or(l, left));
+                    let quota = params.map(|p| p.quota(st.tat, now));
+                    (slots, quota)
+                })
+                .unwrap_or((limit, params.map(|p| p.quota(0, now)))),
+            _ => (
+                self.slots.as_ref().map(left),
+                self.bucket.as_ref().map(|b| b.quota(now)),
+            ),
+        }
+    }
+}
