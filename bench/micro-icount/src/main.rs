@@ -61,7 +61,7 @@ struct S {
     waiting: u32,
 }
 impl KeyState for S {
-    fn busy(&self) -> bool {
+    fn busy(&self, _now: u64) -> bool {
         self.active != 0 || self.waiting != 0
     }
 }

@@ -31,7 +31,6 @@
 #![forbid(unsafe_code)]
 
 use std::borrow::Cow;
-use std::cell::Cell;
 use std::sync::atomic::{AtomicU64, Ordering};
 
 use keyed::{KeyState, KeyTable};
@@ -123,12 +122,6 @@ pub struct Stats {
     pub evicted_hits_dropped: u64,
 }
 
-thread_local! {
-    /// The time of the table call this thread is in: [`KeyState::busy`] has
-    /// no clock, and eviction scans run inside that call on this thread.
-    static NOW: Cell<Nanos> = const { Cell::new(0) };
-}
-
 /// One tag's state: its bucket's theoretical arrival time (GCRA; 0 is a
 /// full bucket), local hits not yet reported, and the tag itself (peers
 /// need the bytes: table keys are seeded hashes, different per instance).
@@ -159,8 +152,8 @@ impl TagState {
 impl KeyState for TagState {
     /// Forgetting debt would hand the client a fresh burst: kept while an
     /// idle tag can go instead (see [`debt::in_debt`]).
-    fn sticky(&self) -> bool {
-        debt::in_debt(self.debt_until, NOW.with(Cell::get))
+    fn sticky(&self, now: Nanos) -> bool {
+        debt::in_debt(self.debt_until, now)
     }
 }
 
@@ -232,10 +225,11 @@ impl<C: Clock> Buckets<C> {
     pub fn decide(&self, tag: &[u8]) -> Decision {
         let tag = long_tag(tag);
         let key = self.table.hash(&tag);
-        let now = self.now();
+        let now = self.clock.now();
         let params = &self.params;
-        let r = self.table.with_evicted(
+        let r = self.table.with_evicted_at(
             key,
+            now,
             |s| {
                 s.name(&tag);
                 match params.reserve(s.tat, now, None) {
@@ -264,10 +258,11 @@ impl<C: Clock> Buckets<C> {
         }
         let tag = long_tag(tag);
         let key = self.table.hash(&tag);
-        let now = self.now();
+        let now = self.clock.now();
         let params = &self.params;
-        let r = self.table.with_evicted(
+        let r = self.table.with_evicted_at(
             key,
+            now,
             |s| {
                 s.name(&tag);
                 s.set_tat(debt::apply_hits(s.tat, now, hits, params), params);
@@ -329,12 +324,5 @@ impl<C: Clock> Buckets<C> {
 
     pub fn clock(&self) -> &C {
         &self.clock
-    }
-
-    /// Reads the clock and publishes it to this thread's eviction checks.
-    fn now(&self) -> Nanos {
-        let now = self.clock.now();
-        NOW.with(|n| n.set(now));
-        now
     }
 }

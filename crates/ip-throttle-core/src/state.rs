@@ -291,8 +291,9 @@ impl IpState {
     }
 }
 
+/// No time needed: a ban lasts until a request of the IP moves its state on.
 impl keyed::KeyState for IpState {
-    fn busy(&self) -> bool {
+    fn busy(&self, _now: u64) -> bool {
         IpState::busy(self)
     }
 }

@@ -57,7 +57,7 @@
 //! }
 //!
 //! impl KeyState for Client {
-//!     fn busy(&self) -> bool {
+//!     fn busy(&self, _now: u64) -> bool {
 //!         self.active > 0
 //!     }
 //! }
@@ -91,6 +91,12 @@ use shard::Shard;
 use sip::Sip;
 
 /// The state kept per key.
+///
+/// `now` in [`busy`](Self::busy) and [`sticky`](Self::sticky) is the time
+/// the caller gave the table call that evicts ([`KeyTable::with_at`],
+/// [`KeyTable::with_evicted_at`]), in the caller's clock and units; 0 from
+/// [`KeyTable::with`] and [`KeyTable::with_evicted`]. The table never reads
+/// a clock: states whose checks ignore time use the calls without one.
 pub trait KeyState: Default + Send + 'static {
     /// True while the key holds something that must not be forgotten (slots
     /// held, waiters queued, a ban in force): the key is never evicted then.
@@ -99,7 +105,8 @@ pub trait KeyState: Default + Send + 'static {
     /// It may change without the table being told (for example a ban that
     /// ends at a deadline): it is asked again at every scan. Default: never
     /// (a state that loses nothing when evicted, or only sticky).
-    fn busy(&self) -> bool {
+    fn busy(&self, now: u64) -> bool {
+        let _ = now;
         false
     }
 
@@ -109,7 +116,8 @@ pub trait KeyState: Default + Send + 'static {
     /// instead; evicted when it finds none among the keys it looks at (see
     /// [`KeyTable::with`]). Same rules as
     /// [`busy`](Self::busy): cheap, asked again at every scan.
-    fn sticky(&self) -> bool {
+    fn sticky(&self, now: u64) -> bool {
+        let _ = now;
         false
     }
 }
@@ -214,7 +222,14 @@ impl<S: KeyState> KeyTable<S> {
     /// `f` runs under the shard's lock: keep it short, and do not call the
     /// same table from it (the lock is not reentrant).
     pub fn with<R>(&self, key: u64, f: impl FnOnce(&mut S) -> R) -> Result<R, Full> {
-        self.with_evicted(key, f, |_| {})
+        self.with_evicted_at(key, 0, f, |_| {})
+    }
+
+    /// [`with`](Self::with) at time `now`: eviction asks
+    /// [`KeyState::busy`] and [`KeyState::sticky`] with it (for states whose
+    /// checks depend on time: a debt that ends, a lock-out that expires).
+    pub fn with_at<R>(&self, key: u64, now: u64, f: impl FnOnce(&mut S) -> R) -> Result<R, Full> {
+        self.with_evicted_at(key, now, f, |_| {})
     }
 
     /// [`with`](Self::with), and `evicted` is called with the state of the
@@ -224,11 +239,23 @@ impl<S: KeyState> KeyTable<S> {
         &self,
         key: u64,
         f: impl FnOnce(&mut S) -> R,
+        evicted: impl FnMut(&mut S),
+    ) -> Result<R, Full> {
+        self.with_evicted_at(key, 0, f, evicted)
+    }
+
+    /// [`with_evicted`](Self::with_evicted) at time `now` (see
+    /// [`with_at`](Self::with_at)).
+    pub fn with_evicted_at<R>(
+        &self,
+        key: u64,
+        now: u64,
+        f: impl FnOnce(&mut S) -> R,
         mut evicted: impl FnMut(&mut S),
     ) -> Result<R, Full> {
         let p = self.shard(key);
         let mut shard = p.shard.lock();
-        let r = shard.with(key, f, &mut evicted);
+        let r = shard.with(key, now, f, &mut evicted);
         if shard.changed {
             // Only after an insert: a hit writes nothing outside its slot.
             shard.changed = false;

@@ -144,10 +144,11 @@ impl<S: KeyState> Shard<S> {
     }
 
     /// `evicted` sees the state of each key evicted to make room, before
-    /// it is dropped.
+    /// it is dropped; `now` goes to the states' eviction checks.
     pub(crate) fn with<R>(
         &mut self,
         key: u64,
+        now: u64,
         f: impl FnOnce(&mut S) -> R,
         evicted: &mut impl FnMut(&mut S),
     ) -> Option<R> {
@@ -166,7 +167,7 @@ impl<S: KeyState> Shard<S> {
             }
             Err(empty) => {
                 self.churning = true;
-                self.insert(key, empty, preloaded, evicted)?
+                self.insert(key, now, empty, preloaded, evicted)?
             }
         };
         Some(f(&mut self.slots[i].state))
@@ -246,6 +247,7 @@ impl<S: KeyState> Shard<S> {
     fn insert(
         &mut self,
         key: u64,
+        now: u64,
         empty: usize,
         preloaded: bool,
         evicted: &mut impl FnMut(&mut S),
@@ -263,7 +265,7 @@ impl<S: KeyState> Shard<S> {
         let main = self.ghost_take(key);
         let mut freed = None;
         if self.len == self.cap {
-            freed = self.make_room(evicted);
+            freed = self.make_room(now, evicted);
             if freed.is_none() {
                 if main {
                     self.ghost_put(key);

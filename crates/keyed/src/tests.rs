@@ -27,12 +27,12 @@ fn busy_calls() -> u64 {
 }
 
 impl KeyState for T {
-    fn busy(&self) -> bool {
+    fn busy(&self, _now: u64) -> bool {
         BUSY_CALLS.with(|c| c.set(c.get() + 1));
         self.busy
     }
 
-    fn sticky(&self) -> bool {
+    fn sticky(&self, _now: u64) -> bool {
         self.sticky
     }
 }

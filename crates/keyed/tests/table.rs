@@ -13,7 +13,7 @@ struct St {
 }
 
 impl KeyState for St {
-    fn busy(&self) -> bool {
+    fn busy(&self, _now: u64) -> bool {
         self.busy
     }
 }
@@ -205,4 +205,46 @@ fn threads_share_a_table() {
     t.for_each(|_, _| n += 1);
     assert_eq!(n, 3000);
     assert_eq!(t.evicted(), 4 * 50_001 - 3000);
+}
+
+/// Busy or sticky until a deadline: the checks see the time of the call.
+#[derive(Default)]
+struct Until {
+    busy_until: u64,
+    sticky_until: u64,
+}
+
+impl KeyState for Until {
+    fn busy(&self, now: u64) -> bool {
+        self.busy_until > now
+    }
+
+    fn sticky(&self, now: u64) -> bool {
+        self.sticky_until > now
+    }
+}
+
+#[test]
+fn eviction_checks_see_the_time_given_to_the_call() {
+    // Busy until 100: no room before, room after.
+    let t = KeyTable::<Until>::new(1);
+    t.with_at(key(1), 10, |s| s.busy_until = 100).unwrap();
+    assert_eq!(t.with_at(key(2), 99, |_| ()), Err(Full));
+    assert_eq!(t.with(key(2), |_| ()), Err(Full), "no time: 0");
+    assert_eq!(t.with_at(key(2), 100, |_| ()), Ok(()));
+    assert_eq!(t.get(key(1), |_| ()), None);
+
+    // Two sticky keys, one until 100 and one until 200: at 150 the first
+    // is idle and goes. Both orders, so that a table blind to the time (to
+    // which both are sticky, and which picks the same slot both times)
+    // fails one of them.
+    for (a, b) in [(100, 200), (200, 100)] {
+        let t = KeyTable::<Until>::new(2);
+        t.with_at(key(1), 10, |s| s.sticky_until = a).unwrap();
+        t.with_at(key(2), 10, |s| s.sticky_until = b).unwrap();
+        let mut seen = Vec::new();
+        t.with_evicted_at(key(3), 150, |_| (), |s| seen.push(s.sticky_until))
+            .unwrap();
+        assert_eq!(seen, [100], "order {a}, {b}");
+    }
 }

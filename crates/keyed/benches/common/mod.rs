@@ -18,7 +18,7 @@ pub struct S {
 }
 
 impl KeyState for S {
-    fn busy(&self) -> bool {
+    fn busy(&self, _now: u64) -> bool {
         self.active != 0 || self.waiting != 0
     }
 }

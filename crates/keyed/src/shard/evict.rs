@@ -29,11 +29,12 @@ enum Kind {
     Busy,
 }
 
-/// One `busy()` call per key looked at (what the scan budget counts).
-fn kind<S: KeyState>(s: &S) -> Kind {
-    if s.busy() {
+/// One `busy()` call per key looked at (what the scan budget counts), at
+/// the time the table call was given.
+fn kind<S: KeyState>(s: &S, now: u64) -> Kind {
+    if s.busy(now) {
         Kind::Busy
-    } else if s.sticky() {
+    } else if s.sticky(now) {
         Kind::Sticky
     } else {
         Kind::Idle
@@ -83,7 +84,11 @@ impl<S: KeyState> Shard<S> {
     /// every key looked at is busy); the hand moves on by at least `SCAN`
     /// keys per insert, so it is reached within about two passes (2 × `cap /
     /// SCAN` such inserts: a backward shift can move a key behind the hand).
-    pub(super) fn make_room(&mut self, evicted: &mut impl FnMut(&mut S)) -> Option<usize> {
+    pub(super) fn make_room(
+        &mut self,
+        now: u64,
+        evicted: &mut impl FnMut(&mut S),
+    ) -> Option<usize> {
         // Probation first while it holds its share: a flood of one-off keys
         // evicts itself and never reaches main.
         while self.small.len() >= self.small_target {
@@ -92,7 +97,7 @@ impl<S: KeyState> Shard<S> {
             };
             let Ok(i) = self.probe(key) else { continue };
             let s = &mut self.slots[i];
-            if s.meta & FREQ == 0 && kind(&s.state) == Kind::Idle {
+            if s.meta & FREQ == 0 && kind(&s.state, now) == Kind::Idle {
                 return Some(self.evict(i, true, evicted));
             }
             // Touched during probation (or not idle): main, counter restarted.
@@ -102,18 +107,18 @@ impl<S: KeyState> Shard<S> {
         let mut sticky = None;
         if self.probation_first > 0 {
             self.probation_first -= 1;
-            match self.idle_in_probation(&mut sticky) {
+            match self.idle_in_probation(now, &mut sticky) {
                 Some(i) => return Some(self.evict(i, true, evicted)),
-                None => return self.evict_in_main(sticky, evicted),
+                None => return self.evict_in_main(now, sticky, evicted),
             }
         }
-        let scan = self.clock();
+        let scan = self.clock(now);
         if let Some(i) = scan.idle {
             return Some(self.evict(i, false, evicted));
         }
         self.probation_first = self.cap;
         sticky = scan.sticky;
-        if let Some(i) = self.idle_in_probation(&mut sticky) {
+        if let Some(i) = self.idle_in_probation(now, &mut sticky) {
             return Some(self.evict(i, true, evicted));
         }
         // No idle key found: a sticky one goes rather than refuse the new key.
@@ -125,10 +130,11 @@ impl<S: KeyState> Shard<S> {
     /// sticky key, of main or `sticky` (probation's).
     fn evict_in_main(
         &mut self,
+        now: u64,
         sticky: Option<usize>,
         evicted: &mut impl FnMut(&mut S),
     ) -> Option<usize> {
-        let scan = self.clock();
+        let scan = self.clock(now);
         if let Some(i) = scan.idle {
             self.probation_first = 0;
             return Some(self.evict(i, false, evicted));
@@ -141,10 +147,10 @@ impl<S: KeyState> Shard<S> {
     /// The first idle key of probation, touched or not; the keys before it
     /// move to main (the first sticky one noted in `sticky` if unset). Each
     /// key passes here at most once (it leaves probation): O(1) amortized.
-    fn idle_in_probation(&mut self, sticky: &mut Option<usize>) -> Option<usize> {
+    fn idle_in_probation(&mut self, now: u64, sticky: &mut Option<usize>) -> Option<usize> {
         while let Some(key) = self.small.pop_front() {
             let Ok(i) = self.probe(key) else { continue };
-            match kind(&self.slots[i].state) {
+            match kind(&self.slots[i].state, now) {
                 Kind::Idle => return Some(i),
                 Kind::Sticky if sticky.is_none() => *sticky = Some(i),
                 _ => {}
@@ -160,7 +166,7 @@ impl<S: KeyState> Shard<S> {
     /// slot). When the credit runs out, the idle key with the lowest counter
     /// seen, and the sticky key with the lowest counter seen; the hand is
     /// then past the window.
-    fn clock(&mut self) -> Scan {
+    fn clock(&mut self, now: u64) -> Scan {
         let n = self.slots.len();
         let mut idle: Option<(u8, usize)> = None;
         let mut sticky: Option<(u8, usize)> = None;
@@ -181,7 +187,7 @@ impl<S: KeyState> Shard<S> {
             others = 0;
             self.credit -= 1;
             let count = s.meta & FREQ;
-            match kind(&s.state) {
+            match kind(&s.state, now) {
                 Kind::Idle if count == 0 => {
                     return Scan {
                         idle: Some(i),

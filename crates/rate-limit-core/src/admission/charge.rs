@@ -14,7 +14,7 @@
 
 use limits::{Clock, Waiter};
 
-use super::{peer, Limiter};
+use super::Limiter;
 
 impl<W: Waiter, C: Clock> Limiter<W, C> {
     /// Makes the rate check-then-charge. Called once, when the limiter is
@@ -39,10 +39,10 @@ impl<W: Waiter, C: Clock> Limiter<W, C> {
         let now = self.clock.now();
         match (&self.keys, self.key_params(), key) {
             (Some(t), Some(p), Some(k)) => {
-                // For `sticky` during this call's evictions.
-                peer::set_now(now);
-                t.with_evicted(
+                // `now` also goes to `sticky` during this call's evictions.
+                t.with_evicted_at(
                     k,
+                    now,
                     |st| {
                         st.tat = p.charge(st.tat, now);
                         if let Err(wait) = p.check(st.tat, now) {

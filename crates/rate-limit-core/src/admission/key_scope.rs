@@ -8,7 +8,7 @@ use std::sync::Arc;
 use keyed::{KeyState, KeyTable};
 use limits::{Budget, BudgetToken, Clock, Nanos, Reservation, Slots, Waiter};
 
-use super::{peer, Admission, KeyQueues, Keyed, Limiter, PeerKey, Refused, Wait};
+use super::{Admission, KeyQueues, Keyed, Limiter, Refused, Wait};
 
 impl<W: Waiter> Default for Keyed<W> {
     fn default() -> Self {
@@ -54,7 +54,7 @@ impl<W: Waiter> KeyState for Keyed<W> {
     /// Holds slots or waiters, or a request is between deciding and taking
     /// them (it holds a clone, taken under the key's lock): forgetting the
     /// key would lose them.
-    fn busy(&self) -> bool {
+    fn busy(&self, _now: Nanos) -> bool {
         self.queues.as_ref().is_some_and(|q| {
             q.slots
                 .as_ref()
@@ -66,10 +66,10 @@ impl<W: Waiter> KeyState for Keyed<W> {
     /// Peered, in debt, or locked out by `--count-status` charges: kept
     /// while an idle key can go instead (a peered key's unreported hits do
     /// not keep it: they are carried, see `peer.rs`).
-    fn sticky(&self) -> bool {
-        self.queues.as_ref().is_some_and(|q| {
-            q.peer.as_ref().is_some_and(PeerKey::sticky) || q.locked_until > peer::now()
-        })
+    fn sticky(&self, now: Nanos) -> bool {
+        self.queues
+            .as_ref()
+            .is_some_and(|q| q.peer.as_ref().is_some_and(|p| p.sticky(now)) || q.locked_until > now)
     }
 }
 
@@ -97,10 +97,6 @@ impl<W: Waiter, C: Clock> Limiter<W, C> {
         let now = self.clock.now();
         let peered = self.peered;
         let on_response = self.charges_on_response();
-        if peered || on_response {
-            // For `sticky` during this call's evictions.
-            peer::set_now(now);
-        }
         let max_wait = self.max_wait();
         let params = self.key_params();
         // Read under the key's shard lock, never before it: `reconfigure`
@@ -109,8 +105,10 @@ impl<W: Waiter, C: Clock> Limiter<W, C> {
         let queue = || self.key_queue.load(Ordering::Relaxed);
         // The key's bucket, and clones of its slots and queue places, under
         // its shard lock; slots are taken after, as for the rule-wide limiter.
-        let grabbed = table.with_evicted(
+        // `now` also goes to `sticky` during this call's evictions.
+        let grabbed = table.with_evicted_at(
             key,
+            now,
             |st| {
                 let mut taken_place = None;
                 let tat_before = st.tat;

@@ -33,8 +33,6 @@
 //! clients out, see `dthrottle::debt::in_debt`). Keys holding slots or
 //! waiters stay busy.
 
-use std::cell::Cell;
-
 pub use dthrottle::MAX_PEER_DEBT;
 use dthrottle::{debt, Report};
 use limits::{Clock, GcraParams, Nanos, Waiter};
@@ -42,22 +40,6 @@ use limits::{Clock, GcraParams, Nanos, Waiter};
 use super::{Keyed, Limiter, LiveParams};
 use crate::Limits;
 use keyed::KeyTable;
-
-thread_local! {
-    /// The time of the table call this thread is in: `KeyState::busy` has
-    /// no clock, and eviction scans run inside that call on this thread.
-    /// A stale value is older, which only keeps keys longer.
-    static NOW: Cell<Nanos> = const { Cell::new(0) };
-}
-
-pub(super) fn set_now(now: Nanos) {
-    NOW.with(|n| n.set(now));
-}
-
-/// The time [`set_now`] last set on this thread.
-pub(super) fn now() -> Nanos {
-    NOW.with(Cell::get)
-}
 
 /// A peered key's tag and the hits served here since the last report.
 pub(super) struct PeerKey {
@@ -68,8 +50,9 @@ pub(super) struct PeerKey {
 }
 
 impl PeerKey {
-    pub(super) fn sticky(&self) -> bool {
-        debt::in_debt(self.debt_until, NOW.with(Cell::get))
+    /// In debt at `now` (the time of the table call that evicts).
+    pub(super) fn sticky(&self, now: Nanos) -> bool {
+        debt::in_debt(self.debt_until, now)
     }
 }
 
@@ -171,11 +154,11 @@ impl<W: Waiter, C: Clock> Limiter<W, C> {
             return false;
         }
         let now = self.clock.now();
-        set_now(now);
         let key = table.hash(tag);
         table
-            .with_evicted(
+            .with_evicted_at(
                 key,
+                now,
                 |st| {
                     st.tat = debt::apply_hits(st.tat, now, hits, &params);
                     st.peer(tag, &params);
@@ -193,7 +176,6 @@ impl<W: Waiter, C: Clock> Limiter<W, C> {
         let Some(table) = &self.keys else {
             return Report::default();
         };
-        set_now(self.clock.now());
         let mut entries: Vec<(Box<[u8]>, u32)> = Vec::new();
         // Taken under the shard's lock: hits served after stay for the next.
         // Hits of requests without a key (`--key-missing=shared`, empty

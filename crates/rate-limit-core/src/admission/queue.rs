@@ -11,11 +11,14 @@ impl<W: Waiter, C: Clock> Limiter<W, C> {
     /// After the rate wait of a request that started waiting at `since`:
     /// expire it, let it go, or queue it for a slot (of its key, if keyed).
     pub fn wait_for_slot(&self, since: Nanos, waiter: W, key: Option<u64>) -> SlotWait<W> {
+        let mut now = None;
         let slots = match (&self.keys, key, self.key_limit()) {
             (Some(_), _, None) => None,
             (Some(t), Some(k), Some(l)) => {
+                let n = self.clock.now();
+                now = Some(n);
                 // The limit is read again under the shard lock (see admit_key).
-                let s = t.with(k, |st| st.slots(self.key_limit().unwrap_or(l)));
+                let s = t.with_at(k, n, |st| st.slots(self.key_limit().unwrap_or(l)));
                 match s {
                     Ok(s) => Some(s),
                     // Cannot happen while the waiter's queue place pins the
@@ -28,7 +31,7 @@ impl<W: Waiter, C: Clock> Limiter<W, C> {
         let Some(slots) = slots else {
             return SlotWait::Go(waiter);
         };
-        let now = self.clock.now();
+        let now = now.unwrap_or_else(|| self.clock.now());
         let deadline = Some(self.max_wait())
             .filter(|&m| m != Nanos::MAX)
             .map(|m| since.saturating_add(m));
