@@ -1,5 +1,7 @@
 //! A concurrency limit with a FIFO wait queue that hands a freed slot to the
-//! oldest waiter at the moment it is freed.
+//! oldest waiter at the moment it is freed. (About 470 lines: admission,
+//! release, grant and cancel race on the same CAS states, so the protocol
+//! reads best whole.)
 //!
 //! - Admission is one CAS on `active` (`try_acquire`), never above `limit`.
 //!   While anyone waits, newcomers do not take the fast path: FIFO holds.

@@ -1,12 +1,18 @@
 //! The I/O thread, its two bounded queues, deadlines and reconnection.
+//!
+//! Here: the client's handle and the queues it shares with its thread;
+//! the thread's loop is `io.rs`.
 
-use std::panic::{self, AssertUnwindSafe};
+mod io;
+
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, OnceLock};
 use std::thread::{self, JoinHandle};
 use std::time::{Duration, Instant};
 
 use crossbeam_queue::ArrayQueue;
+
+use io::IoThread;
 
 /// A store protocol: what one round trip does.
 pub trait Backend: Send + 'static {
@@ -253,205 +259,6 @@ impl<B: Backend, T: Send + 'static> Drop for Client<B, T> {
         self.shared.stop.store(true, Ordering::Release);
         if let Some(t) = self.thread.take() {
             t.thread().unpark();
-        }
-    }
-}
-
-struct IoThread<B: Backend, T> {
-    /// First, so it is dropped (its connection closed) before `shared`:
-    /// [`Exited`] then means the connection is gone too.
-    backend: B,
-    shared: Arc<Shared<B::Op, B::Reply, T>>,
-    config: Config,
-    backoff: Duration,
-    /// No connection attempt before this (after a failure).
-    next_attempt: Instant,
-    last_error: String,
-}
-
-/// How long the idle I/O thread sleeps between looks at `stop` (a submit
-/// wakes it at once).
-const IDLE: Duration = Duration::from_millis(100);
-
-impl<B: Backend, T: Send + 'static> IoThread<B, T> {
-    fn new(shared: Arc<Shared<B::Op, B::Reply, T>>, backend: B, config: Config) -> Self {
-        IoThread {
-            shared,
-            backend,
-            backoff: config.min_backoff,
-            config,
-            next_attempt: Instant::now(),
-            last_error: String::new(),
-        }
-    }
-
-    fn run(mut self) {
-        let mut batch: Vec<Request<B::Op, T>> = Vec::with_capacity(self.config.max_batch);
-        let mut replies = Vec::with_capacity(self.config.max_batch);
-        loop {
-            while batch.len() < self.config.max_batch {
-                match self.shared.requests.pop() {
-                    Some(r) => batch.push(r),
-                    None => break,
-                }
-            }
-            if batch.is_empty() {
-                if self.shared.stop.load(Ordering::Acquire) {
-                    return;
-                }
-                // SeqCst here and in `submit`'s swap: the store of `sleeping`
-                // must not pass the queue check below (nor the submitter's
-                // push its swap), or both sides miss and a request waits
-                // IDLE for nothing.
-                self.shared.sleeping.store(true, Ordering::SeqCst);
-                // Re-check after announcing sleep: a submit in between unparks.
-                if self.shared.requests.is_empty() {
-                    thread::park_timeout(IDLE);
-                }
-                self.shared.sleeping.store(false, Ordering::SeqCst);
-                continue;
-            }
-            // A panic in a backend must not leave parked transactions
-            // waiting for answers that never come: fail the batch, start
-            // afresh with a new connection.
-            let served =
-                panic::catch_unwind(AssertUnwindSafe(|| self.serve(&mut batch, &mut replies)));
-            if served.is_err() {
-                self.shared.stats.panics.fetch_add(1, Ordering::Relaxed);
-                self.backend.disconnect();
-                self.fail_all(&mut batch, "the store client failed (a panic)");
-            }
-            if let Some(f) = self.shared.notify.get() {
-                f();
-            }
-        }
-    }
-
-    /// Answers every request of `batch` (draining it).
-    fn serve(
-        &mut self,
-        batch: &mut Vec<Request<B::Op, T>>,
-        replies: &mut Vec<Result<B::Reply, String>>,
-    ) {
-        let now = Instant::now();
-        // Expired while queued (behind a slow round trip). The rest keep
-        // their order: a dry run's release may follow its decision in one
-        // batch (rare path: shifting is fine).
-        let mut i = 0;
-        while i < batch.len() {
-            if batch[i].deadline <= now {
-                let r = batch.remove(i);
-                self.complete(r, Outcome::Timeout);
-            } else {
-                i += 1;
-            }
-        }
-        let Some(deadline) = batch.iter().map(|r| r.deadline).min() else {
-            return;
-        };
-        if self.shared.stop.load(Ordering::Acquire) {
-            return self.fail_all(batch, "the store client is stopping");
-        }
-        if !self.backend.is_connected() {
-            if now < self.next_attempt {
-                let why = format!("store unavailable (reconnecting): {}", self.last_error);
-                return self.fail_all(batch, &why);
-            }
-            let until = deadline.min(now + self.config.connect_timeout);
-            self.shared.stats.connects.fetch_add(1, Ordering::Relaxed);
-            match self.backend.connect(until) {
-                Ok(()) => {}
-                Err(BatchError::Timeout) => {
-                    self.shared
-                        .stats
-                        .connect_failures
-                        .fetch_add(1, Ordering::Relaxed);
-                    self.failed("timed out connecting".into());
-                    for r in batch.drain(..) {
-                        self.complete(r, Outcome::Timeout);
-                    }
-                    return;
-                }
-                Err(BatchError::Failed(e)) => {
-                    self.shared
-                        .stats
-                        .connect_failures
-                        .fetch_add(1, Ordering::Relaxed);
-                    self.failed(e);
-                    let why = format!("cannot connect to the store: {}", self.last_error);
-                    return self.fail_all(batch, &why);
-                }
-            }
-        }
-        replies.clear();
-        let ops: Vec<&B::Op> = batch.iter().map(|r| &r.op).collect();
-        let result = self.backend.run(&ops, deadline, replies);
-        drop(ops);
-        self.shared
-            .stats
-            .round_trips
-            .fetch_add(1, Ordering::Relaxed);
-        self.shared
-            .stats
-            .sent
-            .fetch_add(batch.len() as u64, Ordering::Relaxed);
-        match result {
-            Ok(()) if replies.len() == batch.len() => {
-                self.backoff = self.config.min_backoff;
-                for (r, reply) in batch.drain(..).zip(replies.drain(..)) {
-                    let outcome = match reply {
-                        Ok(v) => Outcome::Reply(v),
-                        Err(e) => Outcome::Error(e),
-                    };
-                    self.complete(r, outcome);
-                }
-            }
-            Ok(()) => {
-                self.backend.disconnect();
-                self.failed("answers and requests differ in number".into());
-                self.fail_all(
-                    batch,
-                    "protocol error: answers and requests differ in number",
-                );
-            }
-            Err(BatchError::Timeout) => {
-                // Late answers would arrive out of step: start afresh.
-                self.backend.disconnect();
-                self.failed("timed out".into());
-                for r in batch.drain(..) {
-                    self.complete(r, Outcome::Timeout);
-                }
-            }
-            Err(BatchError::Failed(e)) => {
-                self.backend.disconnect();
-                self.failed(e);
-                let why = format!("store request failed: {}", self.last_error);
-                self.fail_all(batch, &why);
-            }
-        }
-    }
-
-    fn failed(&mut self, e: String) {
-        self.next_attempt = Instant::now() + self.backoff;
-        self.backoff = (self.backoff * 2).min(self.config.max_backoff);
-        self.last_error = e;
-    }
-
-    fn fail_all(&self, batch: &mut Vec<Request<B::Op, T>>, why: &str) {
-        for r in batch.drain(..) {
-            self.complete(r, Outcome::Error(why.to_owned()));
-        }
-    }
-
-    fn complete(&self, r: Request<B::Op, T>, outcome: Outcome<B::Reply>) {
-        let c = Completion {
-            token: r.token,
-            outcome,
-            submitted: r.submitted,
-        };
-        // `outstanding` bounds the completions too: there is always room.
-        if self.shared.completions.push(c).is_err() {
-            self.shared.stats.lost.fetch_add(1, Ordering::Relaxed);
         }
     }
 }

@@ -1,7 +1,8 @@
 //! Shared per-IP state (`--store=memcached://…` or `redis://…`): proxies
 //! of one `--instance` run each request's state-machine step on one record
 //! per IP in the store, so a ban earned on one is enforced on all, and
-//! their violations add up (Perlbal's `memcached_servers`).
+//! their violations add up (Perlbal's `memcached_servers`). (About 430
+//! lines: one step's path, asked, drained and acted on, reads best whole.)
 //!
 //! One transaction whose IP the state machine decides:
 //! 1. DoRemap leaves the request's [`ToStep`] on the transaction and hooks

@@ -1,0 +1,219 @@
+//! The `extern "C"` remap entry points, generic over the plugin type;
+//! [`crate::remap_plugin!`] exports them.
+
+use super::*;
+
+/// # Safety
+/// Called by ATS as `TSRemapInit`.
+pub unsafe fn init<P: RemapPlugin>(
+    api: *mut sys::TSRemapInterface,
+    errbuf: *mut c_char,
+    size: c_int,
+) -> sys::TSReturnCode {
+    log::set_plugin_name(P::NAME);
+    guard::install_panic_hook();
+    log::install_logger();
+    let result = guard::catch(
+        "TSRemapInit",
+        || Err("internal error (panic) during init; see diags.log".to_owned()),
+        || {
+            // SAFETY: ATS passes a valid pointer or null.
+            let api = unsafe { api.as_ref() }.ok_or("missing TSRemapInterface")?;
+            let needed = std::mem::size_of::<sys::TSRemapInterface>();
+            let version = std::ffi::c_ulong::from(sys::TSREMAP_VERSION);
+            if usize::try_from(api.size).map_or(true, |s| s < needed)
+                || api.tsremap_version < version
+            {
+                return Err(format!(
+                    "incompatible remap API version {}.{} (need {}.{} or later)",
+                    api.tsremap_version >> 16,
+                    api.tsremap_version & 0xffff,
+                    sys::TSREMAP_VMAJOR,
+                    sys::TSREMAP_VMINOR
+                ));
+            }
+            P::init()
+        },
+    );
+    match result {
+        Ok(()) => {
+            log::debug(&format!("{} remap plugin initialised", P::NAME));
+            sys::TSReturnCode::TS_SUCCESS
+        }
+        Err(msg) => {
+            write_errbuf(errbuf, size, &format!("[{}] {msg}", P::NAME));
+            sys::TSReturnCode::TS_ERROR
+        }
+    }
+}
+
+/// # Safety
+/// Called by ATS as `TSRemapNewInstance`.
+pub unsafe fn new_instance<P: RemapPlugin>(
+    argc: c_int,
+    argv: *mut *mut c_char,
+    ih: *mut *mut c_void,
+    errbuf: *mut c_char,
+    size: c_int,
+) -> sys::TSReturnCode {
+    let result = guard::catch(
+        "TSRemapNewInstance",
+        || Err("internal error (panic) while parsing options; see diags.log".to_owned()),
+        || {
+            let argc = usize::try_from(argc).unwrap_or(0);
+            let mut all = Vec::with_capacity(argc);
+            for i in 0..argc {
+                // SAFETY: ATS passes argc valid C strings in argv.
+                let arg = unsafe { log::argv_str(*argv.add(i)) }.ok_or("null argument")?;
+                let arg = arg.to_str().map_err(|_| {
+                    format!(
+                        "argument {} is not valid UTF-8: {}",
+                        i,
+                        arg.to_string_lossy()
+                    )
+                })?;
+                all.push(arg);
+            }
+            if all.len() < 2 {
+                return Err("remap rule passed fewer than 2 arguments (from/to URL)".to_owned());
+            }
+            let args = RemapArgs {
+                from_url: all[0],
+                to_url: all[1],
+                options: all[2..].to_vec(),
+            };
+            P::new_instance(&args)
+        },
+    );
+    match result {
+        Ok(instance) => {
+            let rule = Arc::new(instance);
+            guard::catch("TSRemapNewInstance (created)", || (), || P::created(&rule));
+            // SAFETY: ATS passes a valid out pointer; ownership of one Arc
+            // reference goes to ATS until TSRemapDeleteInstance.
+            unsafe { *ih = Arc::into_raw(rule) as *mut c_void };
+            sys::TSReturnCode::TS_SUCCESS
+        }
+        Err(msg) => {
+            // ATS logs the errbuf itself, with the remap.config file and line.
+            write_errbuf(errbuf, size, &format!("[{}] {msg}", P::NAME));
+            sys::TSReturnCode::TS_ERROR
+        }
+    }
+}
+
+/// # Safety
+/// Called by ATS as `TSRemapDeleteInstance` with a pointer from `new_instance`.
+pub unsafe fn delete_instance<P: RemapPlugin>(ih: *mut c_void) {
+    if ih.is_null() {
+        return;
+    }
+    guard::catch(
+        "TSRemapDeleteInstance",
+        || (),
+        || {
+            // SAFETY: ih is the Arc reference handed to ATS in new_instance; ATS
+            // gives it back exactly once.
+            drop(unsafe { Arc::from_raw(ih as *const P) });
+        },
+    );
+}
+
+/// Called by ATS as `TSRemapPreConfigReload`.
+pub fn pre_reload<P: RemapPlugin>() {
+    guard::catch("TSRemapPreConfigReload", || (), P::pre_reload);
+}
+
+/// Called by ATS as `TSRemapDone`.
+pub fn done<P: RemapPlugin>() {
+    log::debug(&format!("{}: the last rule of this copy is gone", P::NAME));
+    guard::catch("TSRemapDone", || (), P::done);
+}
+
+/// Called by ATS as `TSRemapPostConfigReload`.
+pub fn post_reload<P: RemapPlugin>(status: sys::TSRemapReloadStatus) {
+    let status = match status {
+        sys::TSRemapReloadStatus::TSREMAP_CONFIG_RELOAD_SUCCESS_PLUGIN_USED => {
+            ReloadStatus::Loaded { used: true }
+        }
+        sys::TSRemapReloadStatus::TSREMAP_CONFIG_RELOAD_SUCCESS_PLUGIN_UNUSED => {
+            ReloadStatus::Loaded { used: false }
+        }
+        _ => ReloadStatus::Failed,
+    };
+    guard::catch("TSRemapPostConfigReload", || (), || P::post_reload(status));
+}
+
+/// Called by ATS as `TSPluginInit` when the .so is also listed in
+/// plugin.config. That load exists to pin one copy: it opts the .so out
+/// of ATS's dynamic remap reload (`TSPluginDSOReloadEnable(0)`), so
+/// remap rules use this same image, with its statics, across every
+/// reload, even after the file is replaced (an upgrade then needs a
+/// restart).
+pub fn plugin_init<P: RemapPlugin>() {
+    log::set_plugin_name(P::NAME);
+    guard::install_panic_hook();
+    log::install_logger();
+    guard::catch(
+        "TSPluginInit",
+        || (),
+        || {
+            let name = std::ffi::CString::new(P::NAME).unwrap_or_default();
+            let info = sys::TSPluginRegistrationInfo {
+                plugin_name: name.as_ptr(),
+                vendor_name: c"Apache Traffic Server Rust plugins".as_ptr(),
+                support_email: c"".as_ptr(),
+            };
+            // SAFETY: `info` and its strings live across the call; ATS copies them.
+            if unsafe { sys::TSPluginRegister(&info) } != sys::TSReturnCode::TS_SUCCESS {
+                log::error(&format!("{}: plugin registration failed", P::NAME));
+                return;
+            }
+            // SAFETY: called from TSPluginInit, the only place ATS accepts it.
+            match unsafe { sys::TSPluginDSOReloadEnable(0) } {
+                sys::TSReturnCode::TS_SUCCESS => log::note(&format!(
+                    "{}.so is pinned (listed in plugin.config): remap reloads keep this copy \
+                     and its state; replacing the file takes effect at the next restart",
+                    P::NAME
+                )),
+                _ => log::error(&format!(
+                    "{}.so: TSPluginDSOReloadEnable(0) failed; remap reloads may load a \
+                     second copy with separate state",
+                    P::NAME
+                )),
+            }
+        },
+    );
+}
+
+/// # Safety
+/// Called by ATS as `TSRemapDoRemap` with a pointer from `new_instance`.
+pub unsafe fn do_remap<P: RemapPlugin>(
+    ih: *mut c_void,
+    txn: sys::TSHttpTxn,
+    rri: *mut sys::TSRemapRequestInfo,
+) -> sys::TSRemapStatus {
+    // SAFETY: ATS passes the live transaction being remapped.
+    let (Some(txn), false, false) = (unsafe { Txn::from_raw(txn) }, ih.is_null(), rri.is_null())
+    else {
+        return sys::TSRemapStatus::TSREMAP_NO_REMAP;
+    };
+    guard::catch(
+        "TSRemapDoRemap",
+        || {
+            // A status set in remap makes ATS answer with its error page
+            // at once (POST_REMAP and the origin are skipped).
+            txn.set_status(500);
+            sys::TSRemapStatus::TSREMAP_NO_REMAP
+        },
+        || {
+            // SAFETY: ih is the Arc reference ATS holds; borrowing it without
+            // taking ownership (ManuallyDrop) keeps ATS's count intact.
+            let plugin = ManuallyDrop::new(unsafe { Arc::from_raw(ih as *const P) });
+            // SAFETY: rri is valid and exclusively ours for this call.
+            let rri = unsafe { &mut *rri };
+            let mut req = RemapRequest { rri };
+            plugin.do_remap(txn, &mut req).sys()
+        },
+    )
+}
