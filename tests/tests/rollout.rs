@@ -272,6 +272,53 @@ fn dry_run_of_a_rate_wait_delays_nothing() {
     .expect("metrics");
 }
 
+/// A dry-run flood over a small queue: the waits the live queue would have
+/// refused are would-be refusals and run up no debt, so after
+/// `set … dry_run=off` the live rule admits at its rate at once (it used to
+/// find its bucket one interval in debt per flooding request).
+#[test]
+fn dry_run_flood_leaves_no_debt_for_the_live_rule() {
+    const FLOOD: usize = 40;
+    let origin = Origin::start();
+    let ts = TrafficServer::builder()
+        .remap(rule(
+            "fl.test",
+            &origin,
+            "--rate=1 --burst=1 --queue=1 --maxage=10000 --tag=flood --dry-run",
+        ))
+        .with_manager()
+        .start()
+        .expect("start");
+    let started = Instant::now();
+    let rs = from(&ts, ip(1), "fl.test", FLOOD, &[]);
+    assert_eq!(statuses(&rs), [200; FLOOD]);
+    let flood_took = started.elapsed();
+    // Most would have been refused (live: the first passes, one waits, the
+    // rest find the queue full), each refill during the flood aside.
+    // (Metrics are published a little later.)
+    let want = FLOOD as i64 - 2 - 2 * (flood_took.as_secs() as i64 + 1);
+    let mut refused = None;
+    let ok = ats_tests::wait_until(Duration::from_secs(20), || {
+        refused = ts.metric("plugin.rate_limiter.remap.flood.dry_run_refused");
+        refused.is_some_and(|r| r >= want)
+    });
+    assert!(ok, "dry_run_refused {refused:?} after {flood_took:?}");
+    let a = ts.plugin_msg("rate_limit", "set flood dry_run=off");
+    assert!(
+        a.contains(r#"{"new":"off","old":"on","option":"dry-run"}"#),
+        "{a}"
+    );
+    // At most one interval (1 s) of waiting left, not FLOOD intervals.
+    let t = Instant::now();
+    let after = from(&ts, ip(1), "fl.test", 1, &[]);
+    assert_eq!(statuses(&after), [200], "live after the dry-run flood");
+    assert!(
+        t.elapsed() <= Duration::from_secs(2),
+        "waited {:?}",
+        t.elapsed()
+    );
+}
+
 /// `--fair --flow-over=reject --dry-run`: a flow over its slots is logged
 /// as `flow_over` and goes on.
 #[test]
