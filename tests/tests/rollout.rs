@@ -407,6 +407,41 @@ fn dry_run_with_conntrack_counts_connections() {
     drop(holder);
 }
 
+/// `--conntrack`: a connection a dry run let through as a would-be waiter
+/// is checked again once the dry run ends (it used to pass unchecked for
+/// its whole life).
+#[test]
+fn conntrack_connection_let_through_by_a_dry_run_is_checked_after_it() {
+    let origin = Origin::start();
+    let ts = TrafficServer::builder()
+        .remap(rule(
+            "ct.test",
+            &origin,
+            "--limit=1 --queue=1 --maxage=300 --conntrack --dry-run --tag=dcto",
+        ))
+        .with_manager()
+        .start()
+        .expect("start");
+    // The first connection holds the slot while it stays open.
+    let mut holder = Conn::open_from(ts.port(), ip(1)).expect("connect");
+    assert_eq!(
+        holder.get("ct.test", "/a", &[]).expect("response").status,
+        200
+    );
+    // The second would have waited: let through.
+    let mut other = Conn::open_from(ts.port(), ip(2)).expect("connect");
+    assert_eq!(other.get("ct.test", "/b", &[]).expect("response").status, 200);
+    let a = ts.plugin_msg("rate_limit", "set dcto dry_run=off");
+    assert!(
+        a.contains(r#"{"new":"off","old":"on","option":"dry-run"}"#),
+        "{a}"
+    );
+    // Live now: the slot is still held, so it waits --maxage and is refused.
+    let r = other.get("ct.test", "/c", &[]).expect("response");
+    assert_eq!(r.status, 429, "checked again after the dry run");
+    drop(holder);
+}
+
 /// `set TARGET dry_run=` switches only the rules TARGET names; all of a
 /// `--group`'s when it names the group.
 #[test]

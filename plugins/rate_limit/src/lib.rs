@@ -232,7 +232,9 @@ impl RemapPlugin for Rule {
                 };
                 if let Some(slots) = slots {
                     // A connection already admitted by this rule passes.
-                    if slots.admitted(self.limiter_id()) {
+                    // One a dry run let through passes only while it lasts.
+                    let id = self.limiter_id();
+                    if slots.admitted(id) || (self.dry_run() && slots.dry_admitted(id)) {
                         return RemapStatus::NoRemap;
                     }
                     home = Home::Session(slots);
@@ -329,9 +331,9 @@ impl RemapPlugin for Rule {
                 bump(self.metrics.dry_run_queued, 1);
                 // `--conntrack`: the connection would have been admitted
                 // after its wait; its later requests pass as they would
-                // (admitted, no slot held).
+                // (no slot held) while the dry run lasts, then are checked.
                 if let Home::Session(s) = home {
-                    s.keep(self.limiter_id(), None);
+                    s.keep_dry(self.limiter_id());
                 }
                 // Decorated, and (`--count-status`) charged as the live
                 // rule would charge it after its wait.
