@@ -430,7 +430,10 @@ fn conntrack_connection_let_through_by_a_dry_run_is_checked_after_it() {
     );
     // The second would have waited: let through.
     let mut other = Conn::open_from(ts.port(), ip(2)).expect("connect");
-    assert_eq!(other.get("ct.test", "/b", &[]).expect("response").status, 200);
+    assert_eq!(
+        other.get("ct.test", "/b", &[]).expect("response").status,
+        200
+    );
     let a = ts.plugin_msg("rate_limit", "set dcto dry_run=off");
     assert!(
         a.contains(r#"{"new":"off","old":"on","option":"dry-run"}"#),

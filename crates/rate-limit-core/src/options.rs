@@ -454,7 +454,14 @@ mod tests {
         let o = parse(&["--rate=1", "--count-status=401", "--key=ip"]).unwrap();
         assert_eq!(o.warnings.len(), 1, "{:?}", o.warnings);
         assert!(o.warnings[0].starts_with("--count-status without --limit"));
-        let o = parse(&["--rate=1", "--count-status=401", "--key=ip", "--limit=1", "--queue=0"]).unwrap();
+        let o = parse(&[
+            "--rate=1",
+            "--count-status=401",
+            "--key=ip",
+            "--limit=1",
+            "--queue=0",
+        ])
+        .unwrap();
         assert!(o.warnings.is_empty(), "{:?}", o.warnings);
     }
 

@@ -334,17 +334,11 @@ impl<B: Backend, T: Send + 'static> IoThread<B, T> {
         replies: &mut Vec<Result<B::Reply, String>>,
     ) {
         let now = Instant::now();
-        // Expired while queued (behind a slow round trip). The rest keep
-        // their order: a dry run's release may follow its decision in one
-        // batch (rare path: shifting is fine).
-        let mut i = 0;
-        while i < batch.len() {
-            if batch[i].deadline <= now {
-                let r = batch.remove(i);
-                self.complete(r, Outcome::Timeout);
-            } else {
-                i += 1;
-            }
+        // Expired while queued (behind a slow round trip), in one O(n)
+        // pass. The rest keep their order: a dry run's release may follow
+        // its decision in one batch.
+        for r in batch.extract_if(.., |r| r.deadline <= now) {
+            self.complete(r, Outcome::Timeout);
         }
         let Some(deadline) = batch.iter().map(|r| r.deadline).min() else {
             return;

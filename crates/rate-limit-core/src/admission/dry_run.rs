@@ -125,7 +125,10 @@ mod tests {
             let l = flood(&live, key, 100, false);
             let d = flood(&dry, key, 100, true);
             assert_eq!(l, (1, 1, 98), "live, key {key:?}");
-            assert_eq!(d, l, "a dry run counts what the live rule does, key {key:?}");
+            assert_eq!(
+                d, l,
+                "a dry run counts what the live rule does, key {key:?}"
+            );
             // Two intervals later, both buckets are full again: no debt.
             clock.advance(std::time::Duration::from_secs(2));
             assert!(matches!(dry.admit(key), Admission::Go(_)), "key {key:?}");
