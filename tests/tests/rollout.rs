@@ -272,6 +272,53 @@ fn dry_run_of_a_rate_wait_delays_nothing() {
     .expect("metrics");
 }
 
+/// A dry-run flood over a small queue: the waits the live queue would have
+/// refused are would-be refusals and run up no debt, so after
+/// `set … dry_run=off` the live rule admits at its rate at once (it used to
+/// find its bucket one interval in debt per flooding request).
+#[test]
+fn dry_run_flood_leaves_no_debt_for_the_live_rule() {
+    const FLOOD: usize = 40;
+    let origin = Origin::start();
+    let ts = TrafficServer::builder()
+        .remap(rule(
+            "fl.test",
+            &origin,
+            "--rate=1 --burst=1 --queue=1 --maxage=10000 --tag=flood --dry-run",
+        ))
+        .with_manager()
+        .start()
+        .expect("start");
+    let started = Instant::now();
+    let rs = from(&ts, ip(1), "fl.test", FLOOD, &[]);
+    assert_eq!(statuses(&rs), [200; FLOOD]);
+    let flood_took = started.elapsed();
+    // Most would have been refused (live: the first passes, one waits, the
+    // rest find the queue full), each refill during the flood aside.
+    // (Metrics are published a little later.)
+    let want = FLOOD as i64 - 2 - 2 * (flood_took.as_secs() as i64 + 1);
+    let mut refused = None;
+    let ok = ats_tests::wait_until(Duration::from_secs(20), || {
+        refused = ts.metric("plugin.rate_limiter.remap.flood.dry_run_refused");
+        refused.is_some_and(|r| r >= want)
+    });
+    assert!(ok, "dry_run_refused {refused:?} after {flood_took:?}");
+    let a = ts.plugin_msg("rate_limit", "set flood dry_run=off");
+    assert!(
+        a.contains(r#"{"new":"off","old":"on","option":"dry-run"}"#),
+        "{a}"
+    );
+    // At most one interval (1 s) of waiting left, not FLOOD intervals.
+    let t = Instant::now();
+    let after = from(&ts, ip(1), "fl.test", 1, &[]);
+    assert_eq!(statuses(&after), [200], "live after the dry-run flood");
+    assert!(
+        t.elapsed() <= Duration::from_secs(2),
+        "waited {:?}",
+        t.elapsed()
+    );
+}
+
 /// `--fair --flow-over=reject --dry-run`: a flow over its slots is logged
 /// as `flow_over` and goes on.
 #[test]
@@ -357,6 +404,44 @@ fn dry_run_with_conntrack_counts_connections() {
         ],
     )
     .expect("metrics");
+    drop(holder);
+}
+
+/// `--conntrack`: a connection a dry run let through as a would-be waiter
+/// is checked again once the dry run ends (it used to pass unchecked for
+/// its whole life).
+#[test]
+fn conntrack_connection_let_through_by_a_dry_run_is_checked_after_it() {
+    let origin = Origin::start();
+    let ts = TrafficServer::builder()
+        .remap(rule(
+            "ct.test",
+            &origin,
+            "--limit=1 --queue=1 --maxage=300 --conntrack --dry-run --tag=dcto",
+        ))
+        .with_manager()
+        .start()
+        .expect("start");
+    // The first connection holds the slot while it stays open.
+    let mut holder = Conn::open_from(ts.port(), ip(1)).expect("connect");
+    assert_eq!(
+        holder.get("ct.test", "/a", &[]).expect("response").status,
+        200
+    );
+    // The second would have waited: let through.
+    let mut other = Conn::open_from(ts.port(), ip(2)).expect("connect");
+    assert_eq!(
+        other.get("ct.test", "/b", &[]).expect("response").status,
+        200
+    );
+    let a = ts.plugin_msg("rate_limit", "set dcto dry_run=off");
+    assert!(
+        a.contains(r#"{"new":"off","old":"on","option":"dry-run"}"#),
+        "{a}"
+    );
+    // Live now: the slot is still held, so it waits --maxage and is refused.
+    let r = other.get("ct.test", "/c", &[]).expect("response");
+    assert_eq!(r.status, 429, "checked again after the dry run");
     drop(holder);
 }
 

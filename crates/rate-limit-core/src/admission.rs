@@ -289,6 +289,7 @@ impl<W: Waiter, C: Clock> Limiter<W, C> {
 
 mod charge;
 mod decision;
+mod dry_run;
 mod fair;
 mod key_scope;
 mod peer;

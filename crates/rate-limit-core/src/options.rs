@@ -449,6 +449,22 @@ mod tests {
         assert_eq!(o.warnings.len(), 2);
     }
 
+    #[test]
+    fn warns_about_count_status_without_limit() {
+        let o = parse(&["--rate=1", "--count-status=401", "--key=ip"]).unwrap();
+        assert_eq!(o.warnings.len(), 1, "{:?}", o.warnings);
+        assert!(o.warnings[0].starts_with("--count-status without --limit"));
+        let o = parse(&[
+            "--rate=1",
+            "--count-status=401",
+            "--key=ip",
+            "--limit=1",
+            "--queue=0",
+        ])
+        .unwrap();
+        assert!(o.warnings.is_empty(), "{:?}", o.warnings);
+    }
+
     proptest::proptest! {
         /// Any input either parses or yields an error naming an option or argument; never panics.
         #[test]

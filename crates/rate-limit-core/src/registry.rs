@@ -277,7 +277,10 @@ impl<L> Registry<L> {
 
 /// The first limiter option (not in `ignore`) whose values differ: its
 /// name, `a`'s value and `b`'s. A limit or rate added or removed counts
-/// even when ignored: that changes the limiter's shape.
+/// even when ignored: that changes the limiter's shape. Of `--count-status`
+/// only its presence is the shape (each rule charges by its own list, see
+/// the plugin's charge.rs): a list change keeps the limiter and its
+/// lock-outs, and rules of a group may list different statuses.
 fn difference(a: &Options, b: &Options, ignore: &[&str]) -> Option<(&'static str, String, String)> {
     if a.limit.is_some() != b.limit.is_some() {
         return Some(render("limit", a, b));
@@ -285,10 +288,13 @@ fn difference(a: &Options, b: &Options, ignore: &[&str]) -> Option<(&'static str
     if a.rate.is_some() != b.rate.is_some() {
         return Some(render("rate", a, b));
     }
+    if a.count_status.is_some() != b.count_status.is_some() {
+        return Some(render("count-status", a, b));
+    }
     a.limiter_options()
         .into_iter()
         .zip(b.limiter_options())
-        .find(|((name, x), (_, y))| x != y && !ignore.contains(name))
+        .find(|((name, x), (_, y))| x != y && *name != "count-status" && !ignore.contains(name))
         .map(|((name, x), (_, y))| (name, x, y))
 }
 

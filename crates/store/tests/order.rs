@@ -7,11 +7,12 @@ use std::time::{Duration, Instant};
 
 use store::{Backend, BatchError, Client, Config};
 
-/// Records each round trip's ops; the one carrying [`HOLD`] waits for the
-/// test, so that requests queue up behind it.
+/// Records each round trip's ops; the one carrying [`HOLD`] says it has
+/// started and waits for the test, so that requests queue up behind it.
 struct Recorder {
     connected: bool,
     batches: Sender<Vec<u32>>,
+    entered: Sender<()>,
     release: Receiver<()>,
 }
 
@@ -42,6 +43,7 @@ impl Backend for Recorder {
     ) -> Result<(), BatchError> {
         let ops: Vec<u32> = ops.iter().map(|o| **o).collect();
         if ops.contains(&HOLD) {
+            let _ = self.entered.send(());
             // Bounded, so a failing test cannot hang the thread for good.
             let _ = self.release.recv_timeout(Duration::from_secs(30));
         }
@@ -54,23 +56,28 @@ impl Backend for Recorder {
 #[test]
 fn requests_expired_in_the_queue_leave_the_others_in_order() {
     let (batches_tx, batches) = mpsc::channel();
+    let (entered_tx, entered) = mpsc::channel();
     let (release, release_rx) = mpsc::channel();
     let backend = Recorder {
         connected: false,
         batches: batches_tx,
+        entered: entered_tx,
         release: release_rx,
     };
     let c: Client<Recorder, u32> =
         Client::start("order-test", backend, Config::default()).expect("thread");
     let long = Duration::from_secs(20);
     c.submit(HOLD, 0, long).expect("submit");
-    // Queued behind the held round trip: the first expires there.
-    std::thread::sleep(Duration::from_millis(50));
-    c.submit(0, 0, Duration::from_millis(1)).expect("submit");
-    for op in 1..=5 {
-        c.submit(op, op, long).expect("submit");
+    // Queued behind the held round trip (no sleeps: it says it started).
+    entered
+        .recv_timeout(Duration::from_secs(10))
+        .expect("the held round trip started");
+    // Even ops expire at once (a zero timeout: due as submitted); the odd
+    // ones stay, between them.
+    for op in 0..=10 {
+        let timeout = if op % 2 == 0 { Duration::ZERO } else { long };
+        c.submit(op, op, timeout).expect("submit");
     }
-    std::thread::sleep(Duration::from_millis(50));
     release.send(()).expect("the round trip is waiting");
     let mut sent = Vec::new();
     let start = Instant::now();
@@ -79,5 +86,5 @@ fn requests_expired_in_the_queue_leave_the_others_in_order() {
             sent.extend(b.into_iter().filter(|&op| op != HOLD));
         }
     }
-    assert_eq!(sent, [1, 2, 3, 4, 5], "op 0 expired; the rest in order");
+    assert_eq!(sent, [1, 3, 5, 7, 9], "even ops expired; the rest in order");
 }

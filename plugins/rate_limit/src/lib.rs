@@ -232,7 +232,9 @@ impl RemapPlugin for Rule {
                 };
                 if let Some(slots) = slots {
                     // A connection already admitted by this rule passes.
-                    if slots.admitted(self.limiter_id()) {
+                    // One a dry run let through passes only while it lasts.
+                    let id = self.limiter_id();
+                    if slots.admitted(id) || (self.dry_run() && slots.dry_admitted(id)) {
                         return RemapStatus::NoRemap;
                     }
                     home = Home::Session(slots);
@@ -318,19 +320,20 @@ impl RemapPlugin for Rule {
                 }
             }
             Admission::Wait(w) if self.dry_run() => {
-                // It would have waited: nothing waits. Its rate token is
-                // spent, as the wait would have (its debt stays in the
-                // bucket); its queue place and any slot are not held.
-                bump(self.metrics.dry_run_queued, 1);
-                if let Some(r) = w.rate {
-                    r.spend();
+                // Nothing waits, so the queue never fills: a rate wait the
+                // live queue would have refused is a would-be refusal (its
+                // token back, no debt); others spend their token, as the
+                // wait would have. No queue place or slot is held.
+                if let Err(why) = self.limiter.settle_dry_wait(w) {
+                    self.reject(g, txn, key, why.into());
+                    return RemapStatus::NoRemap;
                 }
-                drop(w.place);
+                bump(self.metrics.dry_run_queued, 1);
                 // `--conntrack`: the connection would have been admitted
                 // after its wait; its later requests pass as they would
-                // (admitted, no slot held).
+                // (no slot held) while the dry run lasts, then are checked.
                 if let Home::Session(s) = home {
-                    s.keep(self.limiter_id(), None);
+                    s.keep_dry(self.limiter_id());
                 }
                 // Decorated, and (`--count-status`) charged as the live
                 // rule would charge it after its wait.

@@ -304,6 +304,9 @@ pub(crate) struct SessionSlots {
     pub(crate) held: Mutex<Vec<(u64, Option<Held>)>>,
     /// Its transactions waiting for a slot, to pass with the one that gets it.
     waiting: Mutex<Mates<Queued>>,
+    /// Limiters whose dry run let it through as a would-be waiter: it
+    /// passes them only while they are still in a dry run.
+    dry: Mutex<Vec<u64>>,
 }
 
 impl SessionSlots {
@@ -314,6 +317,18 @@ impl SessionSlots {
 
     pub(crate) fn admitted(&self, limiter: u64) -> bool {
         self.held.lock().iter().any(|(r, _)| *r == limiter)
+    }
+
+    /// Let through by `limiter`'s dry run (see `dry`).
+    pub(crate) fn dry_admitted(&self, limiter: u64) -> bool {
+        self.dry.lock().contains(&limiter)
+    }
+
+    pub(crate) fn keep_dry(&self, limiter: u64) {
+        let mut v = self.dry.lock();
+        if !v.contains(&limiter) {
+            v.push(limiter);
+        }
     }
 
     pub(crate) fn keep(&self, rule: u64, held: Option<Held>) {

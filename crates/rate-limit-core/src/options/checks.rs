@@ -191,6 +191,16 @@ pub(super) fn combine(from_url: &str, given: Given) -> Result<Options, OptionErr
             ));
         }
     }
+    if o.count_status.is_some() && o.limit.is_none() {
+        // Every request in flight passes the check on one token and is
+        // charged its own 1/rate: C at once lock the bucket for C/rate.
+        o.warnings.push(
+            "--count-status without --limit: N requests in flight at once all pass the check \
+             and lock the bucket (the key's, or the whole rule's without --key) out for \
+             N/rate, up to one day; add --limit (e.g. --limit=1 --queue=0 with --key)"
+                .to_owned(),
+        );
+    }
     if o.queue == 0 {
         if o.maxage_ms > 0 {
             o.warnings
