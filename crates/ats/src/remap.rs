@@ -6,13 +6,12 @@
 //! needs its rule after that (a queued request, a held slot) clones another,
 //! so state outlives a config reload exactly as long as it is used.
 
-use std::ffi::{c_char, c_int, c_void};
-use std::mem::ManuallyDrop;
+use std::ffi::{c_char, c_int};
 use std::sync::Arc;
 
 use crate::hdr::Header;
 use crate::txn::Txn;
-use crate::{guard, log, sys};
+use crate::{log, sys};
 
 /// What `TSRemapDoRemap` tells ATS.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

@@ -150,6 +150,8 @@ impl TagState {
 /// Never busy (the trait's default): nothing is lost with a tag, its
 /// unreported hits are carried over (`Buckets::carry`).
 impl KeyState for TagState {
+    const USES_TIME: bool = true;
+
     /// Forgetting debt would hand the client a fresh burst: kept while an
     /// idle tag can go instead (see [`debt::in_debt`]).
     fn sticky(&self, now: Nanos) -> bool {

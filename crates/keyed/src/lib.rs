@@ -120,6 +120,12 @@ pub trait KeyState: Default + Send + 'static {
         let _ = now;
         false
     }
+
+    /// `busy` or `sticky` read `now`: such a table must be called with the
+    /// time ([`KeyTable::with_at`], [`KeyTable::with_evicted_at`]); the
+    /// calls without it pass 0, which would keep every key that was ever in
+    /// debt (checked in debug builds).
+    const USES_TIME: bool = false;
 }
 
 /// No room for a new key: its shard is at its bound and every key of it
@@ -222,6 +228,10 @@ impl<S: KeyState> KeyTable<S> {
     /// `f` runs under the shard's lock: keep it short, and do not call the
     /// same table from it (the lock is not reentrant).
     pub fn with<R>(&self, key: u64, f: impl FnOnce(&mut S) -> R) -> Result<R, Full> {
+        debug_assert!(
+            !S::USES_TIME,
+            "a state whose checks read the time needs with_at"
+        );
         self.with_evicted_at(key, 0, f, |_| {})
     }
 
@@ -241,6 +251,10 @@ impl<S: KeyState> KeyTable<S> {
         f: impl FnOnce(&mut S) -> R,
         evicted: impl FnMut(&mut S),
     ) -> Result<R, Full> {
+        debug_assert!(
+            !S::USES_TIME,
+            "a state whose checks read the time needs with_evicted_at"
+        );
         self.with_evicted_at(key, 0, f, evicted)
     }
 

@@ -476,3 +476,18 @@ fn table_is_send_and_sync() {
     fn shared<X: Send + Sync>() {}
     shared::<KeyTable<T>>();
 }
+
+/// A state whose checks read the time, called without it: caught in debug
+/// builds (the 0 passed instead would keep every key ever in debt).
+#[test]
+#[cfg(debug_assertions)]
+#[should_panic(expected = "needs with_at")]
+fn a_time_dependent_state_without_the_time_is_caught() {
+    #[derive(Default)]
+    struct Timed;
+    impl KeyState for Timed {
+        const USES_TIME: bool = true;
+    }
+    let table: KeyTable<Timed> = KeyTable::new(16);
+    let _ = table.with(1, |_| ());
+}

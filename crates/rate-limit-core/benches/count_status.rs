@@ -3,6 +3,7 @@
 //! (compare `keyed_admission`'s 1M_keys_1_thread, the request-charged rule).
 //!
 //! Run: `cargo bench -p rate-limit-core --bench count_status`.
+#![forbid(unsafe_code)]
 
 use std::hint::black_box;
 use std::sync::Arc;

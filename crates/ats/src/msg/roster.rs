@@ -64,27 +64,44 @@ impl<T> Roster<T> {
         }
     }
 
-    fn keeps(&self, rule: &Weak<T>) -> bool {
-        rule.upgrade().is_some_and(|r| (self.listed)(&r))
+    /// Whether `rule` stays listed. A rule upgraded to check it goes into
+    /// `held`, dropped by the caller after the lock: if that reference were
+    /// the last, the rule's Drop must not run under the roster's lock.
+    fn keeps(&self, rule: &Weak<T>, held: &mut Vec<Arc<T>>) -> bool {
+        if rule.strong_count() == 0 {
+            return false;
+        }
+        let Some(r) = rule.upgrade() else {
+            return false;
+        };
+        let keep = (self.listed)(&r);
+        held.push(r);
+        keep
     }
 
     /// Lists a new rule, made by the current load.
     pub fn enlist(&self, rule: &Arc<T>) {
+        let mut held = Vec::new();
         let mut s = self.state.lock();
-        s.rules.retain(|(_, r)| self.keeps(r));
+        s.rules.retain(|(_, r)| self.keeps(r, &mut held));
         let load = s.load;
         s.rules.push((load, Arc::downgrade(rule)));
+        drop(s);
+        drop(held);
     }
 
     /// The listed rules, in the order they were created.
     pub fn live(&self) -> Vec<Arc<T>> {
-        self.state
+        // Filtered after the lock: a rule dropped by the filter may be the
+        // last reference (see `keeps`).
+        let all: Vec<Arc<T>> = self
+            .state
             .lock()
             .rules
             .iter()
             .filter_map(|(_, r)| r.upgrade())
-            .filter(|r| (self.listed)(r))
-            .collect()
+            .collect();
+        all.into_iter().filter(|r| (self.listed)(r)).collect()
     }
 
     /// The listed rules `matches` selects, in creation order; if none
@@ -114,10 +131,13 @@ impl<T> Roster<T> {
     /// failure ATS discarded them, and the previous ones stay.
     pub fn post_reload(&self, status: ReloadStatus) {
         let loaded = matches!(status, ReloadStatus::Loaded { .. });
+        let mut held = Vec::new();
         let mut s = self.state.lock();
         let load = s.load;
         s.rules
-            .retain(|(l, r)| self.keeps(r) && ((*l == load) == loaded));
+            .retain(|(l, r)| self.keeps(r, &mut held) && ((*l == load) == loaded));
+        drop(s);
+        drop(held);
     }
 
     /// How many entries are held (gone rules not yet pruned included).
@@ -300,5 +320,45 @@ mod tests {
             shorten(&vec!["a-rather-long-rule-name"; 200].join(", "))
         );
         assert!(known.ends_with(" bytes)"), "{known}");
+    }
+
+    /// A rule whose last reference is the roster's own check runs its Drop
+    /// after the roster's lock is released (its Drop may use the roster).
+    #[test]
+    fn a_rule_last_held_by_a_check_drops_outside_the_lock() {
+        struct Probe;
+        static ROSTER: Roster<Probe> = Roster::filtered(release_holder);
+        static HOLDER: parking_lot::Mutex<Option<Arc<Probe>>> = parking_lot::Mutex::new(None);
+        static DROPPED_LOCKED: AtomicBool = AtomicBool::new(false);
+        static DROPPED: AtomicBool = AtomicBool::new(false);
+        // The filter lets go of the only other reference: the check's is last.
+        fn release_holder(_: &Probe) -> bool {
+            drop(HOLDER.lock().take());
+            false
+        }
+        impl Drop for Probe {
+            fn drop(&mut self) {
+                DROPPED_LOCKED.fetch_or(ROSTER.state.is_locked(), Ordering::SeqCst);
+                DROPPED.store(true, Ordering::SeqCst);
+            }
+        }
+        for check in [0, 1, 2] {
+            let p = Arc::new(Probe);
+            ROSTER.enlist(&p);
+            *HOLDER.lock() = Some(p);
+            DROPPED.store(false, Ordering::SeqCst);
+            let newer = Arc::new(Probe);
+            match check {
+                0 => ROSTER.enlist(&newer),
+                1 => assert!(ROSTER.live().is_empty()),
+                _ => ROSTER.post_reload(ReloadStatus::Failed),
+            }
+            assert!(DROPPED.load(Ordering::SeqCst), "check {check}: dropped");
+            assert!(
+                !DROPPED_LOCKED.load(Ordering::SeqCst),
+                "check {check}: under the lock"
+            );
+            drop(newer);
+        }
     }
 }

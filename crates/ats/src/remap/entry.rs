@@ -1,7 +1,13 @@
 //! The `extern "C"` remap entry points, generic over the plugin type;
 //! [`crate::remap_plugin!`] exports them.
 
-use super::*;
+use std::ffi::{c_char, c_int, c_void};
+use std::mem::ManuallyDrop;
+use std::sync::Arc;
+
+use super::{write_errbuf, ReloadStatus, RemapArgs, RemapPlugin, RemapRequest};
+use crate::txn::Txn;
+use crate::{guard, log, sys};
 
 /// # Safety
 /// Called by ATS as `TSRemapInit`.

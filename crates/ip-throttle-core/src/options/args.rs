@@ -8,7 +8,10 @@ use limits::{Nanos, NANOS_PER_SEC};
 use regex::bytes::Regex;
 use store_url::UrlError;
 
-use super::*;
+use super::{
+    invalid, resolve, At, DefaultAction, DenyAction, LogEvents, Options, MAX_BAN_SECONDS, MAX_KEYS,
+    MAX_REGEX_BYTES, MAX_SECONDS, MAX_STORE_TIMEOUT_MS, MAX_TRUSTED,
+};
 
 /// Seconds as written (`3`, `0.25`, `1.5`): digits, an optional fraction of
 /// at most 9 digits; exact in nanoseconds (no float rounding).

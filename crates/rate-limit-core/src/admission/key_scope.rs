@@ -51,6 +51,8 @@ impl<W: Waiter> Keyed<W> {
 }
 
 impl<W: Waiter> KeyState for Keyed<W> {
+    const USES_TIME: bool = true;
+
     /// Holds slots or waiters, or a request is between deciding and taking
     /// them (it holds a clone, taken under the key's lock): forgetting the
     /// key would lose them.

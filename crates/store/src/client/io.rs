@@ -6,7 +6,7 @@ use std::sync::Arc;
 use std::thread;
 use std::time::{Duration, Instant};
 
-use super::*;
+use super::{Backend, BatchError, Completion, Config, Outcome, Request, Shared};
 
 pub(super) struct IoThread<B: Backend, T> {
     /// First, so it is dropped (its connection closed) before `shared`:

@@ -3,8 +3,20 @@
 //! the reply, drained on an ATS thread like every store reply, is counted
 //! and logged as what the live rule would have done.
 
-// The store's own types and helpers (decide, Token, Lease, TxnStore).
-use super::*;
+use std::sync::Arc;
+use std::time::Duration;
+
+use ::store::redis::{key_base, Reply};
+use ::store::Outcome;
+use ats::poller::Poller;
+use ats::Txn;
+use rate_limit_core::store::Failure;
+use rate_limit_core::Admission;
+
+use super::{decide, Lease, Token, TxnStore};
+use crate::refusals::Reason;
+use crate::state::{bump, Outcome as TxnOutcome};
+use crate::{Globals, Rule};
 
 /// A dry-run request's decision in flight: what its log line needs.
 pub(crate) struct DryAsked {
