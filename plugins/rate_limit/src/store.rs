@@ -391,11 +391,7 @@ fn completed(c: Completion<Reply, Token>) {
         }
         Outcome::Reply(r) => {
             bump(m.decisions, 1);
-            let why = match r {
-                Reply::TooSoon { .. } => Reason::Rate,
-                _ => Reason::QueueFull,
-            };
-            refuse(a.rule, a.parked, a.key, why);
+            refuse(a.rule, a.parked, a.key, refused_why(&r));
         }
         Outcome::Error(e) => {
             bump(m.errors, 1);
@@ -494,4 +490,12 @@ fn refuse(rule: Arc<Rule>, parked: Parked, key: Option<u64>, why: Reason) {
         h.txn().set_error_body(&error_page(status), "text/html");
         h.fail(status)
     });
+}
+
+/// Why Redis refused, for the refusal log: over the rate, or at `--limit`.
+fn refused_why(r: &Reply) -> Reason {
+    match r {
+        Reply::TooSoon { .. } => Reason::Rate,
+        _ => Reason::QueueFull,
+    }
 }

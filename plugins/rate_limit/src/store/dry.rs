@@ -13,7 +13,7 @@ use ats::Txn;
 use rate_limit_core::store::Failure;
 use rate_limit_core::Admission;
 
-use super::{decide, Lease, Token, TxnStore};
+use super::{decide, refused_why, Lease, Token, TxnStore};
 use crate::refusals::Reason;
 use crate::state::{bump, Outcome as TxnOutcome};
 use crate::{Globals, Rule};
@@ -96,11 +96,7 @@ pub(super) fn dry_completed(d: DryAsked, waited: Duration, outcome: Outcome<Repl
         Outcome::Reply(Reply::Admitted { .. }) => bump(m.decisions, 1),
         Outcome::Reply(r) => {
             bump(m.decisions, 1);
-            let why = match r {
-                Reply::TooSoon { .. } => Reason::Rate,
-                _ => Reason::QueueFull,
-            };
-            dry_refused(&d, why);
+            dry_refused(&d, refused_why(&r));
         }
         Outcome::Error(e) => {
             bump(m.errors, 1);
