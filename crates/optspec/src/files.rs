@@ -1,0 +1,1 @@
+//! The bounded file reader (being written).
