@@ -13,6 +13,7 @@
 
 use std::fmt::Write as _;
 use std::net::IpAddr;
+use std::sync::atomic::{AtomicU64, Ordering};
 
 use crate::admission::Refused;
 
@@ -183,69 +184,108 @@ pub struct Decision {
     pub write: bool,
 }
 
-/// A rule's line budget.
+/// A rule's line budget, shared by the threads that refuse its requests.
+///
+/// Lock-free, because a flood is exactly when every ATS thread refuses at
+/// once: past the budget, an event costs one load and one counter add. The
+/// second and the lines written in it are one `AtomicU64` (a line is written
+/// only by the thread that moves `written` up, so no second has more than
+/// `per_second`); the suppressed counts are taken by the thread that moves
+/// the second on. An event of an older second that is counted after that
+/// goes into the next summary: counted late, never lost.
 #[derive(Debug)]
 pub struct LogBound {
-    per_second: u32,
-    /// The current second (monotonic nanoseconds / 1e9).
-    second: u64,
-    written: u32,
-    suppressed: [u64; Reason::ALL.len()],
+    per_second: u64,
+    /// The current second (monotonic nanoseconds / 1e9) above
+    /// [`WRITTEN_BITS`], the lines written in it below.
+    state: AtomicU64,
+    suppressed: [AtomicU64; Reason::ALL.len()],
 }
 
+/// Bits of [`LogBound`]'s state that count the lines written in a second;
+/// the 40 above count seconds (35 000 years of a monotonic clock).
+const WRITTEN_BITS: u32 = 24;
+const WRITTEN_MASK: u64 = (1 << WRITTEN_BITS) - 1;
+const MAX_SECOND: u64 = u64::MAX >> WRITTEN_BITS;
+
 impl LogBound {
+    /// At most `per_second` event lines a second (capped at 2^24 - 1).
     pub fn new(per_second: u32) -> LogBound {
         LogBound {
-            per_second,
-            second: 0,
-            written: 0,
-            suppressed: [0; Reason::ALL.len()],
+            per_second: u64::from(per_second).min(WRITTEN_MASK),
+            state: AtomicU64::new(0),
+            suppressed: std::array::from_fn(|_| AtomicU64::new(0)),
         }
     }
 
     /// Starts the second of `now`, handing back the summary of the one
     /// before if it suppressed lines. Time never goes back: an older `now`
-    /// counts in the current second.
-    fn roll(&mut self, now: u64) -> Option<Summary> {
-        let second = now / NANOS_PER_SECOND;
-        if second <= self.second {
-            return None;
+    /// counts in the current second. Of threads racing into a new second,
+    /// the one that moves it on takes the summary.
+    fn roll(&self, now: u64) -> Option<Summary> {
+        let second = (now / NANOS_PER_SECOND).min(MAX_SECOND);
+        let mut cur = self.state.load(Ordering::Acquire);
+        loop {
+            if second <= cur >> WRITTEN_BITS {
+                return None;
+            }
+            match self.state.compare_exchange_weak(
+                cur,
+                second << WRITTEN_BITS,
+                Ordering::AcqRel,
+                Ordering::Acquire,
+            ) {
+                Ok(_) => return self.take_pending(),
+                Err(seen) => cur = seen,
+            }
         }
-        self.second = second;
-        self.written = 0;
-        let counts = std::mem::replace(&mut self.suppressed, [0; Reason::ALL.len()]);
-        counts.iter().any(|&n| n > 0).then_some(Summary { counts })
     }
 
     /// An event at `now`: whether its line is written, and a summary due first.
-    pub fn event(&mut self, now: u64, reason: Reason) -> Decision {
+    pub fn event(&self, now: u64, reason: Reason) -> Decision {
         let summary = self.roll(now);
-        let write = self.written < self.per_second;
-        if write {
-            self.written += 1;
-        } else {
-            self.suppressed[reason.index()] += 1;
+        let mut cur = self.state.load(Ordering::Acquire);
+        let write = loop {
+            if cur & WRITTEN_MASK >= self.per_second {
+                break false;
+            }
+            match self.state.compare_exchange_weak(
+                cur,
+                cur + 1,
+                Ordering::AcqRel,
+                Ordering::Acquire,
+            ) {
+                Ok(_) => break true,
+                Err(seen) => cur = seen,
+            }
+        };
+        if !write {
+            self.suppressed[reason.index()].fetch_add(1, Ordering::Relaxed);
         }
         Decision { summary, write }
     }
 
     /// Called about every second (with no events, the last second's summary
     /// would wait for the next event).
-    pub fn flush(&mut self, now: u64) -> Option<Summary> {
+    pub fn flush(&self, now: u64) -> Option<Summary> {
         self.roll(now)
     }
 
     /// Events suppressed in the current second so far (not yet summarised).
     pub fn pending(&self) -> u64 {
-        self.suppressed.iter().sum()
+        self.suppressed
+            .iter()
+            .map(|n| n.load(Ordering::Relaxed))
+            .sum()
     }
 
     /// The summary of the current second so far, if it suppressed lines,
     /// taken now (the rule is going away: its counts would be lost). The
     /// second's budget is unchanged; its later summary counts only later
     /// events.
-    pub fn take_pending(&mut self) -> Option<Summary> {
-        let counts = std::mem::replace(&mut self.suppressed, [0; Reason::ALL.len()]);
+    pub fn take_pending(&self) -> Option<Summary> {
+        let counts: [u64; Reason::ALL.len()] =
+            std::array::from_fn(|i| self.suppressed[i].swap(0, Ordering::Relaxed));
         counts.iter().any(|&n| n > 0).then_some(Summary { counts })
     }
 }
@@ -311,7 +351,7 @@ mod tests {
 
     #[test]
     fn bounded_per_second_then_one_summary() {
-        let mut b = LogBound::new(3);
+        let b = LogBound::new(3);
         let t = 10 * S;
         let mut written = 0;
         for i in 0..10 {
@@ -341,7 +381,7 @@ mod tests {
 
     #[test]
     fn pending_counts_are_taken_once() {
-        let mut b = LogBound::new(1);
+        let b = LogBound::new(1);
         assert_eq!(b.take_pending(), None);
         assert!(b.event(S, Reason::Rate).write);
         assert!(!b.event(S, Reason::Rate).write);
@@ -359,7 +399,7 @@ mod tests {
 
     #[test]
     fn a_summary_due_comes_with_the_next_event() {
-        let mut b = LogBound::new(1);
+        let b = LogBound::new(1);
         assert!(b.event(S, Reason::Rate).write);
         assert!(!b.event(S, Reason::Rate).write);
         let d = b.event(5 * S, Reason::Maxage);
@@ -369,10 +409,44 @@ mod tests {
 
     #[test]
     fn time_going_back_counts_in_the_current_second() {
-        let mut b = LogBound::new(1);
+        let b = LogBound::new(1);
         assert!(b.event(5 * S, Reason::Rate).write);
         assert!(!b.event(4 * S, Reason::Rate).write);
         assert_eq!(b.flush(3 * S), None);
+    }
+
+    /// Threads racing through ten seconds (each at its own pace, so one may
+    /// still be in a second another has left): at most the budget of lines
+    /// per second, and every event written or counted exactly once.
+    #[test]
+    fn racing_threads_keep_the_bound_and_lose_nothing() {
+        const THREADS: u64 = 4;
+        const EVENTS: u64 = 20_000;
+        const SECONDS: u64 = 10;
+        let b = LogBound::new(7);
+        let totals: Vec<(u64, u64)> = std::thread::scope(|s| {
+            let handles: Vec<_> = (0..THREADS)
+                .map(|t| {
+                    let b = &b;
+                    s.spawn(move || {
+                        let (mut written, mut summarised) = (0, 0);
+                        for i in 0..EVENTS {
+                            let now = (i * SECONDS / EVENTS) * S + t;
+                            let d = b.event(now, Reason::ALL[(i % 7) as usize]);
+                            summarised += d.summary.map_or(0, |s| s.total());
+                            written += u64::from(d.write);
+                        }
+                        (written, summarised)
+                    })
+                })
+                .collect();
+            handles.into_iter().map(|h| h.join().unwrap()).collect()
+        });
+        let written: u64 = totals.iter().map(|t| t.0).sum();
+        let summarised: u64 = totals.iter().map(|t| t.1).sum();
+        let left = b.take_pending().map_or(0, |s| s.total());
+        assert!((7..=7 * SECONDS).contains(&written), "{written} lines");
+        assert_eq!(written + summarised + left, THREADS * EVENTS);
     }
 
     proptest::proptest! {
@@ -383,7 +457,7 @@ mod tests {
             n in 0u32..20,
             steps in proptest::collection::vec((0u64..3 * S / 2, 0usize..7, proptest::bool::ANY), 0..400),
         ) {
-            let mut b = LogBound::new(n);
+            let b = LogBound::new(n);
             let mut now = 0u64;
             let mut lines_in: std::collections::HashMap<u64, u32> = Default::default();
             let (mut events, mut written, mut summarised) = (0u64, 0u64, 0u64);

@@ -3,8 +3,8 @@
 //!
 //! The line budget is rate_limit_core::refusal_log's (pure): a rule writes
 //! at most `LINES_PER_SECOND` event lines a second, then one summary. Lines
-//! are built only when the budget lets them through, so a flood costs a
-//! lock and a counter per refusal. Called on ATS threads only (remap, a
+//! are built only when the budget lets them through, so past the budget a
+//! refusal costs an atomic load and a counter add (no lock). Called on ATS threads only (remap, a
 //! parked transaction's own thread); the flusher is an ATS task.
 
 use std::net::IpAddr;
@@ -47,7 +47,7 @@ pub(crate) struct Refusals {
 struct RuleLog {
     tag: String,
     file: Arc<TextLog>,
-    bound: Arc<Mutex<LogBound>>,
+    bound: Arc<LogBound>,
     _flusher: Option<Periodic>,
 }
 
@@ -55,7 +55,7 @@ impl Drop for RuleLog {
     /// The rule is gone (a reload): what its current second suppressed is
     /// written now, or its counts would be lost with it.
     fn drop(&mut self) {
-        if let Some(s) = self.bound.lock().take_pending() {
+        if let Some(s) = self.bound.take_pending() {
             let _ = self.file.write(&s.line(&self.tag));
         }
     }
@@ -75,12 +75,12 @@ impl Refusals {
             return Ok(Refusals { log: None });
         };
         let file = open(name).map_err(|e| format!("--log={name}: {e}"))?;
-        let bound = Arc::new(Mutex::new(LogBound::new(LINES_PER_SECOND)));
+        let bound = Arc::new(LogBound::new(LINES_PER_SECOND));
         // The last second's summary is written even when no event follows.
         let (b, f, tag) = (Arc::downgrade(&bound), file.clone(), o.tag.clone());
         let flusher = Periodic::start(Duration::from_secs(1), Pool::Task, move || {
             let Some(b) = b.upgrade() else { return };
-            let summary = b.lock().flush(MonotonicClock.now());
+            let summary = b.flush(MonotonicClock.now());
             if let Some(s) = summary {
                 let _ = f.write(&s.line(&tag));
             }
@@ -118,7 +118,7 @@ impl Refusals {
         who: impl FnOnce() -> Who,
     ) {
         let Some(l) = &self.log else { return };
-        let d = l.bound.lock().event(MonotonicClock.now(), reason);
+        let d = l.bound.event(MonotonicClock.now(), reason);
         // Not reported if ATS drops a line: a refusal path must not flood diags.log.
         if let Some(s) = d.summary {
             let _ = l.file.write(&s.line(&l.tag));
