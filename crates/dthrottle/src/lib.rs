@@ -222,29 +222,42 @@ impl<C: Clock> Buckets<C> {
         }
     }
 
-    /// Serve or throttle one request of `tag`; a served request counts as a
-    /// hit in the next report.
-    pub fn decide(&self, tag: &[u8]) -> Decision {
+    /// Runs `f` on `tag`'s state at the current time, making room for a new
+    /// tag by evicting one (whose unreported hits are carried); `Err` if
+    /// every tag looked at is busy. The one way `decide` and `apply_peer`
+    /// reach a tag.
+    fn with_tag<R>(
+        &self,
+        tag: &[u8],
+        f: impl FnOnce(&mut TagState, Nanos, &GcraParams) -> R,
+    ) -> Result<R, keyed::Full> {
         let tag = long_tag(tag);
         let key = self.table.hash(&tag);
         let now = self.clock.now();
-        let params = &self.params;
-        let r = self.table.with_evicted_at(
+        self.table.with_evicted_at(
             key,
             now,
             |s| {
                 s.name(&tag);
-                match params.reserve(s.tat, now, None) {
-                    (Reservation::Now, next) => {
-                        s.set_tat(next, params);
-                        s.hits = s.hits.saturating_add(1);
-                        Decision::Ok
-                    }
-                    _ => Decision::No,
-                }
+                f(s, now, &self.params)
             },
             |s| self.carry(self.table.shard_index(key), s),
-        );
+        )
+    }
+
+    /// Serve or throttle one request of `tag`; a served request counts as a
+    /// hit in the next report.
+    pub fn decide(&self, tag: &[u8]) -> Decision {
+        let r = self.with_tag(tag, |s, now, params| {
+            match params.reserve(s.tat, now, None) {
+                (Reservation::Now, next) => {
+                    s.set_tat(next, params);
+                    s.hits = s.hits.saturating_add(1);
+                    Decision::Ok
+                }
+                _ => Decision::No,
+            }
+        });
         r.unwrap_or_else(|_| {
             self.full.fetch_add(1, Ordering::Relaxed);
             Decision::Full
@@ -258,19 +271,9 @@ impl<C: Clock> Buckets<C> {
         if hits == 0 {
             return true;
         }
-        let tag = long_tag(tag);
-        let key = self.table.hash(&tag);
-        let now = self.clock.now();
-        let params = &self.params;
-        let r = self.table.with_evicted_at(
-            key,
-            now,
-            |s| {
-                s.name(&tag);
-                s.set_tat(debt::apply_hits(s.tat, now, hits, params), params);
-            },
-            |s| self.carry(self.table.shard_index(key), s),
-        );
+        let r = self.with_tag(tag, |s, now, params| {
+            s.set_tat(debt::apply_hits(s.tat, now, hits, params), params);
+        });
         let counter = match r {
             Ok(()) => &self.peer_hits_applied,
             Err(_) => &self.peer_hits_dropped,
