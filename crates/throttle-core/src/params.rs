@@ -17,10 +17,10 @@
 //! [`limits::quote`] (shortened, control characters escaped).
 
 use std::fmt;
-use std::io::Read;
 use std::path::{Path, PathBuf};
 
 use limits::quote::{quote, shorten, shorten_to};
+use optspec::files::{Files, ReadError};
 
 /// Largest accepted configuration file.
 pub const MAX_FILE_BYTES: u64 = 1 << 20;
@@ -49,34 +49,13 @@ pub struct Params {
     pub id: Option<String>,
 }
 
-/// Reads configuration files; injected so tests need no file system.
-pub trait Source {
-    /// Reads `path` (already resolved), refusing files over `limit` bytes.
-    /// Returns the file's identity for loop detection (its canonical path)
-    /// and its text.
-    fn read(&self, path: &Path, limit: u64) -> Result<(PathBuf, String), String>;
-}
-
-/// The real file system.
-pub struct FsSource;
-
-impl Source for FsSource {
-    fn read(&self, path: &Path, limit: u64) -> Result<(PathBuf, String), String> {
-        let file = std::fs::File::open(path).map_err(|e| e.to_string())?;
-        let meta = file.metadata().map_err(|e| e.to_string())?;
-        if meta.is_dir() {
-            return Err("it is a directory".into());
-        }
-        let mut bytes = Vec::new();
-        file.take(limit.saturating_add(1))
-            .read_to_end(&mut bytes)
-            .map_err(|e| e.to_string())?;
-        if bytes.len() as u64 > limit {
-            return Err(format!("it is larger than {limit} bytes"));
-        }
-        let text = String::from_utf8(bytes).map_err(|_| "it is not UTF-8 text".to_owned())?;
-        let identity = std::fs::canonicalize(path).unwrap_or_else(|_| path.to_path_buf());
-        Ok((identity, text))
+/// Why a `file:` include was refused, as throttle has always worded it.
+fn unreadable(e: ReadError) -> String {
+    match e {
+        ReadError::Io(e) => e.to_string(),
+        ReadError::Directory => "it is a directory".to_owned(),
+        ReadError::TooLarge { limit } => format!("it is larger than {limit} bytes"),
+        ReadError::NotUtf8 { .. } => "it is not UTF-8 text".to_owned(),
     }
 }
 
@@ -109,10 +88,10 @@ impl fmt::Display for Location {
 
 /// Parses a rule's `@pparam` values. `config_dir` resolves relative `file:`
 /// paths (ATS's configuration directory).
-pub fn parse(options: &[&str], config_dir: &Path, source: &dyn Source) -> Result<Params, String> {
+pub fn parse(options: &[&str], config_dir: &Path, files: &dyn Files) -> Result<Params, String> {
     let mut p = Parser {
         config_dir,
-        source,
+        files,
         stack: Vec::new(),
         files_read: 0,
         max: None,
@@ -138,7 +117,7 @@ pub fn parse(options: &[&str], config_dir: &Path, source: &dyn Source) -> Result
 
 struct Parser<'a> {
     config_dir: &'a Path,
-    source: &'a dyn Source,
+    files: &'a dyn Files,
     /// Identities of the files being read, outermost first.
     stack: Vec<PathBuf>,
     files_read: usize,
@@ -207,10 +186,14 @@ impl Parser<'_> {
             return Err(bad(format!("more than {MAX_FILES} files are included")));
         }
         let path = resolve(self.config_dir, &name);
-        let (identity, text) = self
-            .source
-            .read(&path, MAX_FILE_BYTES)
-            .map_err(|e| bad(format!("cannot read {}: {e}", show_path(&path))))?;
+        let file = self.files.read(&path, MAX_FILE_BYTES).map_err(|e| {
+            bad(format!(
+                "cannot read {}: {}",
+                show_path(&path),
+                unreadable(e)
+            ))
+        })?;
+        let identity = file.identity;
         if let Some(first) = self.stack.iter().position(|p| *p == identity) {
             let chain: Vec<String> = self.stack[first..]
                 .iter()
@@ -224,7 +207,7 @@ impl Parser<'_> {
         }
         self.files_read += 1;
         self.stack.push(identity);
-        for (i, line) in text.lines().enumerate() {
+        for (i, line) in file.text.lines().enumerate() {
             let line = line.trim();
             if line.is_empty() || line.starts_with('#') {
                 continue;
@@ -387,31 +370,8 @@ pub fn default_id(from_url: &str) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use std::collections::HashMap;
 
-    /// Files in memory, keyed by full path.
-    #[derive(Default)]
-    struct Mem(HashMap<PathBuf, String>);
-
-    impl Mem {
-        fn with(mut self, path: &str, text: &str) -> Self {
-            self.0.insert(PathBuf::from(path), text.to_owned());
-            self
-        }
-    }
-
-    impl Source for Mem {
-        fn read(&self, path: &Path, limit: u64) -> Result<(PathBuf, String), String> {
-            let text = self
-                .0
-                .get(path)
-                .ok_or_else(|| "No such file or directory (os error 2)".to_owned())?;
-            if text.len() as u64 > limit {
-                return Err(format!("it is larger than {limit} bytes"));
-            }
-            Ok((path.to_path_buf(), text.clone()))
-        }
-    }
+    use optspec::files::{FsFiles, MemFiles as Mem};
 
     const DIR: &str = "/etc/ts";
 
@@ -580,6 +540,24 @@ mod tests {
         );
     }
 
+    /// The bounded reader's refusals keep throttle's wording.
+    #[test]
+    fn refused_files_say_why() {
+        let mem = Mem::default()
+            .with_bytes("/etc/ts/latin1", b"max:1\n\xe9")
+            .with_dir("/etc/ts/d");
+        assert_eq!(
+            err(&["max:1", "file:latin1"], &mem),
+            "parameter 'file' has an invalid value 'latin1' at @pparam=file:latin1: cannot read \
+             /etc/ts/latin1: it is not UTF-8 text"
+        );
+        assert_eq!(
+            err(&["max:1", "file:d"], &mem),
+            "parameter 'file' has an invalid value 'd' at @pparam=file:d: cannot read /etc/ts/d: \
+             it is a directory"
+        );
+    }
+
     #[test]
     fn split_escape_gets_a_hint() {
         let e = err(&["max:1", r"file:example\"], &Mem::default());
@@ -649,14 +627,11 @@ mod tests {
         std::fs::create_dir_all(&dir).expect("tmp");
         std::fs::write(dir.join("with space.config"), "max:4\n").expect("write");
         std::fs::write(dir.join("big"), vec![b'#'; 2000]).expect("write");
-        let p = parse(&[r"file:with\ space.config"], &dir, &FsSource).expect("ok");
+        let p = parse(&[r"file:with\ space.config"], &dir, &FsFiles).expect("ok");
         assert_eq!(p.max, 4);
-        let e = FsSource.read(&dir.join("big"), 1000).expect_err("too big");
+        let e = unreadable(FsFiles.read(&dir.join("big"), 1000).expect_err("too big"));
         assert!(e.contains("larger than 1000"), "{e}");
-        assert!(FsSource
-            .read(&dir, 1000)
-            .expect_err("dir")
-            .contains("directory"));
+        assert!(unreadable(FsFiles.read(&dir, 1000).expect_err("dir")).contains("directory"));
         let _ = std::fs::remove_dir_all(&dir);
     }
 

@@ -5,7 +5,7 @@ use std::path::Path;
 use limits::quote::{quote, shorten_to};
 
 use super::{invalid, known, lookup, resolve, At, Options, MAX_CONFIG_BYTES};
-use crate::Files;
+use optspec::files::Files;
 
 impl Options {
     /// Parses a rule's `@pparam`s; `--config` files are read through `files`,
@@ -67,10 +67,14 @@ impl Options {
         }
         let path = resolve(config_dir, name);
         let shown = path.display().to_string();
-        let text = files
-            .read(&path, MAX_CONFIG_BYTES)
-            .map_err(|e| format!("--config cannot read {}: {e}", shorten_to(&shown, 256)))?;
-        for (n, line) in text.lines().enumerate() {
+        let file = files.read(&path, MAX_CONFIG_BYTES).map_err(|e| {
+            format!(
+                "--config cannot read {}: {}",
+                shorten_to(&shown, 256),
+                crate::unreadable(e)
+            )
+        })?;
+        for (n, line) in file.text.lines().enumerate() {
             let at = At(Some((shown.clone(), n + 1)));
             let line = strip_comment(line).trim();
             if line.is_empty() {
