@@ -117,6 +117,9 @@ pub trait Names {
     fn count(&self) -> usize;
     fn name(&self, i: usize) -> &'static str;
     fn takes(&self, i: usize) -> Takes;
+    /// The index of `name` and what it takes (one call per table, not per
+    /// name: the parse is config-time, but runs once per rule).
+    fn position(&self, name: &str) -> Option<(usize, Takes)>;
 }
 
 impl<T, C, E> Names for &[Opt<T, C, E>] {
@@ -129,16 +132,20 @@ impl<T, C, E> Names for &[Opt<T, C, E>] {
     fn takes(&self, i: usize) -> Takes {
         self[i].takes()
     }
+    fn position(&self, name: &str) -> Option<(usize, Takes)> {
+        self.iter()
+            .position(|o| o.name == name)
+            .map(|i| (i, self[i].takes()))
+    }
 }
 
 /// Where a name is: `(table, index in it, what it takes)`; the first table
 /// that has it wins (a test per front end keeps names unique).
 pub fn find(tables: &[&dyn Names], name: &str) -> Option<(usize, usize, Takes)> {
-    tables.iter().enumerate().find_map(|(t, table)| {
-        (0..table.count())
-            .find(|&i| table.name(i) == name)
-            .map(|i| (t, i, table.takes(i)))
-    })
+    tables
+        .iter()
+        .enumerate()
+        .find_map(|(t, table)| table.position(name).map(|(i, takes)| (t, i, takes)))
 }
 
 /// Every name of `tables`, in table order.

@@ -86,7 +86,8 @@ impl<'a, 't> Tokens<'a, 't> {
             next: 0,
             tables,
             repeats,
-            seen: Vec::new(),
+            // One allocation: at most one name an argument.
+            seen: Vec::with_capacity(args.len()),
         }
     }
 
