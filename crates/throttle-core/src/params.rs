@@ -11,6 +11,9 @@
 //! - a later item overrides an earlier one (so a shared file can be included
 //!   first and adjusted per rule).
 //!
+//! The parameters are a table of the one option engine (`optspec`),
+//! [`PARAMS`]: the single source of their names.
+//!
 //! An error names the parameter first, then the value, then where it was
 //! and what is allowed: ATS keeps only ~1 KB of a diagnostic, so a long
 //! value or include chain must not push the name out. Values are shown by
@@ -21,6 +24,7 @@ use std::path::{Path, PathBuf};
 
 use limits::quote::{quote, shorten, shorten_to};
 use optspec::files::{Files, ReadError};
+use optspec::{find, names, Names, Opt};
 
 /// Largest accepted configuration file.
 pub const MAX_FILE_BYTES: u64 = 1 << 20;
@@ -32,9 +36,6 @@ pub const MAX_FILES: usize = 64;
 pub const MAX_ID_LEN: usize = 200;
 /// Shortest statistics interval; shorter would flood `throttle.log`.
 pub const MIN_STATFREQ_MS: u32 = 100;
-
-/// The parameters every name below is documented with, for error messages.
-pub const ALLOWED: &str = "max, stale, statfreq, id, file";
 
 /// A rule's validated parameters.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -86,6 +87,72 @@ impl fmt::Display for Location {
     }
 }
 
+/// The parameters of a rule; its names are the ones the errors list.
+static PARAMS: &[Opt<Draft, Location, String>] = &[
+    Opt::value(
+        "max",
+        "most uncached requests in flight at once",
+        |d, v, at| {
+            d.max = Some(number("max", v, at, "a whole number")?);
+            Ok(())
+        },
+    ),
+    Opt::value(
+        "stale",
+        "seconds a cached response may be served past its freshness when over max",
+        |d, v, at| {
+            d.stale = number("stale", v, at, "a number of seconds")?;
+            Ok(())
+        },
+    ),
+    Opt::value(
+        "statfreq",
+        "milliseconds between throttle.log lines; 0: none",
+        |d, v, at| {
+            let ms = number("statfreq", v, at, "a number of milliseconds")?;
+            if ms != 0 && ms < MIN_STATFREQ_MS {
+                return Err(invalid(
+                    "statfreq",
+                    v,
+                    at,
+                    &format!(
+                    "expected 0 (no statistics lines) or at least {MIN_STATFREQ_MS} milliseconds"
+                ),
+                ));
+            }
+            d.statfreq_ms = ms;
+            Ok(())
+        },
+    ),
+    Opt::value(
+        "id",
+        "the rule's name in the log and metric names",
+        |d, v, at| {
+            validate_id(v).map_err(|why| invalid("id", v, at, &why))?;
+            d.id = Some(v.to_owned());
+            Ok(())
+        },
+    ),
+    Opt::value(
+        "file",
+        "a file of more parameters, one per line",
+        |d, v, at| {
+            let name = unescape_path(v).map_err(|why| invalid("file", v, at, &why))?;
+            d.include = Some(name);
+            Ok(())
+        },
+    ),
+];
+
+fn tables() -> [&'static dyn Names; 1] {
+    [&PARAMS]
+}
+
+/// The parameters' names for a message: `max, stale, statfreq, id, file`.
+fn allowed() -> String {
+    names(&tables()).collect::<Vec<_>>().join(", ")
+}
+
 /// Parses a rule's `@pparam` values. `config_dir` resolves relative `file:`
 /// paths (ATS's configuration directory).
 pub fn parse(options: &[&str], config_dir: &Path, files: &dyn Files) -> Result<Params, String> {
@@ -94,25 +161,33 @@ pub fn parse(options: &[&str], config_dir: &Path, files: &dyn Files) -> Result<P
         files,
         stack: Vec::new(),
         files_read: 0,
-        max: None,
-        stale: 0,
-        statfreq_ms: 0,
-        id: None,
+        d: Draft::default(),
     };
     for raw in options {
         p.item(raw, &Location::Pparam((*raw).to_owned()))?;
     }
-    let max = p.max.ok_or_else(|| {
+    let d = p.d;
+    let max = d.max.ok_or_else(|| {
         "missing required parameter 'max' (the most uncached requests in flight at once, \
          e.g. @pparam=max:100)"
             .to_owned()
     })?;
     Ok(Params {
         max,
-        stale: p.stale,
-        statfreq_ms: p.statfreq_ms,
-        id: p.id,
+        stale: d.stale,
+        statfreq_ms: d.statfreq_ms,
+        id: d.id,
     })
+}
+
+/// The parameters read so far, and the `file` just named (read next).
+#[derive(Default)]
+struct Draft {
+    max: Option<u32>,
+    stale: u32,
+    statfreq_ms: u32,
+    id: Option<String>,
+    include: Option<String>,
 }
 
 struct Parser<'a> {
@@ -121,10 +196,7 @@ struct Parser<'a> {
     /// Identities of the files being read, outermost first.
     stack: Vec<PathBuf>,
     files_read: usize,
-    max: Option<u32>,
-    stale: u32,
-    statfreq_ms: u32,
-    id: Option<String>,
+    d: Draft,
 }
 
 impl Parser<'_> {
@@ -132,51 +204,33 @@ impl Parser<'_> {
         let text = unquote(text.trim());
         let Some(sep) = text.find([':', '=']) else {
             return Err(format!(
-                "expected name:value, got {} at {at} (parameters: {ALLOWED})",
-                quote(text)
+                "expected name:value, got {} at {at} (parameters: {})",
+                quote(text),
+                allowed()
             ));
         };
         let name = text[..sep].trim();
         let value = unquote(text[sep + 1..].trim());
-        if value.is_empty() && matches!(name, "max" | "stale" | "statfreq" | "id" | "file") {
+        let Some((_, index, _)) = find(&tables(), name) else {
+            return Err(format!(
+                "unknown parameter {} at {at} (allowed: {})",
+                quote(name),
+                allowed()
+            ));
+        };
+        if value.is_empty() {
             return Err(format!("parameter '{name}' has an empty value at {at}"));
         }
-        match name {
-            "max" => self.max = Some(number(name, value, at, "a whole number")?),
-            "stale" => self.stale = number(name, value, at, "a number of seconds")?,
-            "statfreq" => {
-                let ms = number(name, value, at, "a number of milliseconds")?;
-                if ms != 0 && ms < MIN_STATFREQ_MS {
-                    return Err(invalid(
-                        name,
-                        value,
-                        at,
-                        &format!(
-                            "expected 0 (no statistics lines) or at least {MIN_STATFREQ_MS} \
-                             milliseconds"
-                        ),
-                    ));
-                }
-                self.statfreq_ms = ms;
-            }
-            "id" => {
-                validate_id(value).map_err(|why| invalid(name, value, at, &why))?;
-                self.id = Some(value.to_owned());
-            }
-            "file" => self.file(value, at)?,
-            _ => {
-                return Err(format!(
-                    "unknown parameter {} at {at} (allowed: {ALLOWED})",
-                    quote(name)
-                ))
-            }
+        PARAMS[index].apply(&mut self.d, Some(value), at)?;
+        if let Some(name) = self.d.include.take() {
+            self.file(value, &name, at)?;
         }
         Ok(())
     }
 
-    fn file(&mut self, value: &str, at: &Location) -> Result<(), String> {
+    /// Reads the items of the file `name` (`value` as written, for errors).
+    fn file(&mut self, value: &str, name: &str, at: &Location) -> Result<(), String> {
         let bad = |why: String| invalid("file", value, at, &why);
-        let name = unescape_path(value).map_err(bad)?;
         if self.stack.len() >= MAX_INCLUDE_DEPTH {
             return Err(bad(format!(
                 "files are included more than {MAX_INCLUDE_DEPTH} levels deep"
@@ -185,7 +239,7 @@ impl Parser<'_> {
         if self.files_read >= MAX_FILES {
             return Err(bad(format!("more than {MAX_FILES} files are included")));
         }
-        let path = resolve(self.config_dir, &name);
+        let path = resolve(self.config_dir, name);
         let file = self.files.read(&path, MAX_FILE_BYTES).map_err(|e| {
             bad(format!(
                 "cannot read {}: {}",
@@ -492,6 +546,53 @@ mod tests {
             e,
             "unknown parameter 'maximum' at @pparam=maximum:3 (allowed: max, stale, statfreq, id, file)"
         );
+    }
+
+    /// The table is the single source of the parameters' names: both
+    /// messages that list them list exactly its names, each is known, and
+    /// none is there twice.
+    #[test]
+    fn the_table_is_the_single_source_of_names() {
+        assert_eq!(optspec::duplicates(&tables()), Vec::<&str>::new());
+        let want: Vec<&str> = names(&tables()).collect();
+        let e = err(&["max:1", "bogus:3"], &Mem::default());
+        let listed = e
+            .strip_prefix("unknown parameter 'bogus' at @pparam=bogus:3 (allowed: ")
+            .and_then(|l| l.strip_suffix(')'))
+            .expect(&e);
+        assert_eq!(listed.split(", ").collect::<Vec<_>>(), want);
+        let e = err(&["bogus"], &Mem::default());
+        let listed = e
+            .strip_prefix("expected name:value, got 'bogus' at @pparam=bogus (parameters: ")
+            .and_then(|l| l.strip_suffix(')'))
+            .expect(&e);
+        assert_eq!(listed.split(", ").collect::<Vec<_>>(), want);
+        for name in &want {
+            let e = err(&[&format!("{name}:")], &Mem::default());
+            assert_eq!(
+                e,
+                format!("parameter '{name}' has an empty value at @pparam={name}:")
+            );
+        }
+    }
+
+    /// The parameter table of docs/throttle.md lists exactly the table's names.
+    #[test]
+    fn the_docs_list_exactly_the_tables_names() {
+        let md = include_str!("../../../docs/throttle.md");
+        let section = md
+            .split("\n## ")
+            .find(|s| s.starts_with("Parameters\n"))
+            .expect("a Parameters section");
+        let mut documented: Vec<&str> = section
+            .lines()
+            .filter_map(|l| l.strip_prefix("| `")?.split_once('`'))
+            .map(|(name, _)| name)
+            .collect();
+        let mut known: Vec<&str> = names(&tables()).collect();
+        documented.sort_unstable();
+        known.sort_unstable();
+        assert_eq!(documented, known);
     }
 
     #[test]
