@@ -23,8 +23,9 @@ use keyed::{KeyState, KeyTable};
 use limits::{
     Budget, Clock, FairConfig, Gcra, MonotonicClock, Permit, Slots, Waiter, NANOS_PER_SEC,
 };
+use optspec::files::FsFiles;
 use rate_limit_core::{Admission, Limiter, Limits, Options};
-use throttle_core::params::{self, FsSource};
+use throttle_core::params;
 use throttle_core::{Entry, Gate, Ticket};
 
 /// Repetitions per operation: enough that the loop's own handful of
@@ -177,7 +178,7 @@ fn throttle_ticket_enter_leave(gate: &Arc<Gate>) {
 #[inline(never)]
 fn throttle_params_parse(args: &[&str], dir: &Path) {
     for _ in 0..N {
-        black_box(params::parse(black_box(args), dir, &FsSource)).expect("valid");
+        black_box(params::parse(black_box(args), dir, &FsFiles)).expect("valid");
     }
 }
 

@@ -14,8 +14,9 @@ use std::path::Path;
 use std::sync::Arc;
 
 use criterion::{criterion_group, criterion_main, Criterion};
-use ip_throttle_core::{Action, CidrList, FsFiles, Options, Request, Snapshot, Throttler};
+use ip_throttle_core::{Action, CidrList, Options, Request, Snapshot, Throttler};
 use limits::MonotonicClock;
+use optspec::files::FsFiles;
 
 /// `n` random IPv4 prefixes of /16 to /32, all inside 10.0.0.0/8 or
 /// 172.16.0.0/12 so that clients in 100.64.0.0/10 match none.

@@ -19,8 +19,7 @@ pub mod throttler;
 #[cfg(test)]
 mod tests;
 
-use std::io::Read;
-use std::path::Path;
+use optspec::files::ReadError;
 
 pub use lists::{CidrList, Listed, Lists};
 pub use options::{DefaultAction, DenyAction, EventKind, LogEvents, Options};
@@ -30,27 +29,12 @@ pub use throttler::{
     ToStep,
 };
 
-/// Reads configuration and list files; injected so tests need no file system.
-pub trait Files: Send + Sync {
-    /// The file's text, refusing files over `limit` bytes or not UTF-8.
-    fn read(&self, path: &Path, limit: u64) -> Result<String, String>;
-}
-
-/// The real file system.
-#[derive(Clone, Copy, Debug, Default)]
-pub struct FsFiles;
-
-impl Files for FsFiles {
-    fn read(&self, path: &Path, limit: u64) -> Result<String, String> {
-        let file = std::fs::File::open(path).map_err(|e| e.to_string())?;
-        let mut buf = Vec::new();
-        file.take(limit.saturating_add(1))
-            .read_to_end(&mut buf)
-            .map_err(|e| e.to_string())?;
-        if buf.len() as u64 > limit {
-            return Err(format!("larger than {limit} bytes"));
-        }
-        String::from_utf8(buf)
-            .map_err(|e| format!("not UTF-8 text (byte {})", e.utf8_error().valid_up_to()))
+/// The reason a `--config` or list file was refused, as ip_throttle has
+/// always worded it: the OS's message (a directory too, as a read of one
+/// fails), "larger than N bytes", "not UTF-8 text (byte N)".
+pub(crate) fn unreadable(e: ReadError) -> String {
+    match e {
+        ReadError::Directory => e.std_wording(),
+        e => e.to_string(),
     }
 }

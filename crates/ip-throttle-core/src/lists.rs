@@ -17,7 +17,7 @@ use limits::quote::{quote, shorten_to};
 use netaddr::{mask128, mask32};
 use prefix_trie::PrefixSet;
 
-use crate::Files;
+use optspec::files::Files;
 
 /// Largest list file read (a 1 M-line list of IPv6 CIDRs is about 40 MB).
 pub const MAX_LIST_BYTES: u64 = 512 << 20;
@@ -119,10 +119,14 @@ impl CidrList {
     /// Reads and parses a list file.
     pub fn load(path: &Path, files: &dyn Files) -> Result<CidrList, String> {
         let shown = path.display().to_string();
-        let text = files
-            .read(path, MAX_LIST_BYTES)
-            .map_err(|e| format!("cannot read {}: {e}", shorten_to(&shown, 256)))?;
-        CidrList::parse(&text, &shown)
+        let file = files.read(path, MAX_LIST_BYTES).map_err(|e| {
+            format!(
+                "cannot read {}: {}",
+                shorten_to(&shown, 256),
+                crate::unreadable(e)
+            )
+        })?;
+        CidrList::parse(&file.text, &shown)
     }
 }
 

@@ -7,9 +7,10 @@
 //! then the value (short and printable, [`limits::quote`]), then what is
 //! allowed: ATS keeps only about 1 KB of a diagnostic.
 //!
-//! Here: the options, their names, defaults and errors. Reading the
-//! `@pparam`s and files is `parse.rs`, each option's value `args.rs`, how
-//! they combine `checks.rs`, the options as text `describe.rs`.
+//! Here: the options, their defaults and errors. The table of their names
+//! and values (the one option engine's, `optspec`) is `args.rs`, reading
+//! the `@pparam`s and files `parse.rs`, how they combine `checks.rs`, the
+//! options as text `describe.rs`.
 
 mod args;
 mod checks;
@@ -18,7 +19,7 @@ mod parse;
 
 pub use args::parse_seconds;
 #[cfg(test)]
-pub(crate) use parse::strip_comment;
+pub(crate) use parse::{strip_comment, tables};
 
 use std::net::IpAddr;
 use std::path::{Path, PathBuf};
@@ -139,35 +140,11 @@ impl Default for Options {
     }
 }
 
-/// Option names, and whether each takes a value.
-pub const OPTIONS: &[(&str, bool)] = &[
-    ("initial-delay", true),
-    ("max-delay", true),
-    ("threshold", true),
-    ("max-concurrent", true),
-    ("ban-threshold", true),
-    ("ban-expiration", true),
-    ("path-regex", true),
-    ("method-regex", true),
-    ("allow-file", true),
-    ("deny-file", true),
-    ("default-action", true),
-    ("deny-action", true),
-    ("log-events", true),
-    ("log-only", false),
-    ("instance", true),
-    ("keys", true),
-    ("key-prefix", true),
-    ("store", true),
-    ("store-timeout", true),
-    ("trusted-proxies", true),
-    ("forwarded-header", true),
-    ("config", true),
-];
-
-fn known() -> String {
-    let v: Vec<String> = OPTIONS.iter().map(|(n, _)| format!("--{n}")).collect();
-    v.join(", ")
+/// A rule's options while they are read: the options so far, and the
+/// `--config` file just named, read before the next option.
+pub(super) struct Draft {
+    o: Options,
+    include: Option<String>,
 }
 
 /// Where an option came from, for messages: nothing for a `@pparam`,
@@ -221,10 +198,6 @@ impl Options {
     ) -> IpAddr {
         forwarded::client_ip(&self.trusted_proxies, self.header(), peer, read)
     }
-}
-
-fn lookup(name: &str) -> Option<bool> {
-    OPTIONS.iter().find(|(n, _)| *n == name).map(|(_, v)| *v)
 }
 
 /// Nanoseconds as seconds with 3 decimals (`1.500`).

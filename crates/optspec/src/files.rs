@@ -1,1 +1,283 @@
-//! The bounded file reader (being written).
+//! The one bounded file reader of the option front ends: `--config`
+//! includes, `file:` includes, allow/deny lists, `--flow-weights`.
+//!
+//! A read refuses a file over a caller-given limit, one that is not UTF-8
+//! and a directory, and gives the text with an identity for include-loop
+//! detection. Errors are typed, not worded: each front end words them as it
+//! always has (its messages are tested), see [`ReadError`].
+//!
+//! [`FsFiles`] reads the file system; [`MemFiles`] holds files in memory so
+//! tests of a front end need no file system.
+
+use std::collections::HashMap;
+use std::fmt;
+use std::io::{self, Read};
+use std::path::{Path, PathBuf};
+
+/// `ENOENT`, what a missing file gives (the same on Linux, the BSDs and macOS).
+const ENOENT: i32 = 2;
+/// `EISDIR`, what reading a directory gives (the same on Linux, the BSDs and macOS).
+const EISDIR: i32 = 21;
+
+/// A file read whole.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct FileText {
+    /// The file's identity for include-loop detection: two paths naming
+    /// the same file (a symlink, `a/../b`) have the same identity.
+    pub identity: PathBuf,
+    pub text: String,
+}
+
+/// Why a file was refused.
+#[derive(Debug)]
+pub enum ReadError {
+    /// The OS refused to open or read it (missing, permissions, ...).
+    Io(io::Error),
+    /// It is a directory.
+    Directory,
+    /// It has more than `limit` bytes.
+    TooLarge { limit: u64 },
+    /// It is not UTF-8; the first `valid_up_to` bytes are.
+    NotUtf8 { valid_up_to: usize },
+}
+
+impl ReadError {
+    /// What `std::fs::read_to_string` says for the same file, for front
+    /// ends that read files that way before and keep its wording: the
+    /// OS's message for a directory, std's for text that is not UTF-8.
+    /// A file over the limit, which std never refused, is "larger than N
+    /// bytes".
+    pub fn std_wording(&self) -> String {
+        match self {
+            ReadError::Io(e) => e.to_string(),
+            ReadError::Directory => io::Error::from_raw_os_error(EISDIR).to_string(),
+            ReadError::TooLarge { limit } => format!("larger than {limit} bytes"),
+            ReadError::NotUtf8 { .. } => "stream did not contain valid UTF-8".to_owned(),
+        }
+    }
+}
+
+/// A plain wording: the OS's message, "a directory", "larger than N
+/// bytes", "not UTF-8 text (byte N)".
+impl fmt::Display for ReadError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            ReadError::Io(e) => write!(f, "{e}"),
+            ReadError::Directory => f.write_str("a directory"),
+            ReadError::TooLarge { limit } => write!(f, "larger than {limit} bytes"),
+            ReadError::NotUtf8 { valid_up_to } => {
+                write!(f, "not UTF-8 text (byte {valid_up_to})")
+            }
+        }
+    }
+}
+
+impl std::error::Error for ReadError {}
+
+/// Reads configuration, include and list files; injected so front ends
+/// are tested without a file system.
+pub trait Files: Send + Sync {
+    /// The text of the file at `path` (already resolved), refusing files
+    /// over `limit` bytes, not UTF-8, or directories.
+    fn read(&self, path: &Path, limit: u64) -> Result<FileText, ReadError>;
+}
+
+/// The real file system. Reads at most `limit + 1` bytes, whatever the
+/// file's size (it may grow while read, or be a pipe).
+#[derive(Clone, Copy, Debug, Default)]
+pub struct FsFiles;
+
+impl Files for FsFiles {
+    fn read(&self, path: &Path, limit: u64) -> Result<FileText, ReadError> {
+        let file = std::fs::File::open(path).map_err(ReadError::Io)?;
+        if file.metadata().map_err(ReadError::Io)?.is_dir() {
+            return Err(ReadError::Directory);
+        }
+        let mut bytes = Vec::new();
+        file.take(limit.saturating_add(1))
+            .read_to_end(&mut bytes)
+            .map_err(ReadError::Io)?;
+        let text = checked(bytes, limit)?;
+        // A name that cannot be canonicalised (removed meanwhile) is its own identity.
+        let identity = std::fs::canonicalize(path).unwrap_or_else(|_| path.to_path_buf());
+        Ok(FileText { identity, text })
+    }
+}
+
+/// The bounds every reader applies to a file's bytes.
+fn checked(bytes: Vec<u8>, limit: u64) -> Result<String, ReadError> {
+    if bytes.len() as u64 > limit {
+        return Err(ReadError::TooLarge { limit });
+    }
+    String::from_utf8(bytes).map_err(|e| ReadError::NotUtf8 {
+        valid_up_to: e.utf8_error().valid_up_to(),
+    })
+}
+
+#[derive(Clone, Debug)]
+enum Entry {
+    File(Vec<u8>),
+    Dir,
+}
+
+/// Files in memory, keyed by their full path, which is also their
+/// identity. A missing path gives the OS's "No such file or directory".
+#[derive(Clone, Debug, Default)]
+pub struct MemFiles(HashMap<PathBuf, Entry>);
+
+impl MemFiles {
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// The files of `(path, text)` pairs.
+    pub fn of(files: &[(&str, &str)]) -> Self {
+        files
+            .iter()
+            .fold(Self::new(), |m, (path, text)| m.with(path, text))
+    }
+
+    /// Adds (or replaces) a file.
+    pub fn with(self, path: &str, text: &str) -> Self {
+        self.with_bytes(path, text.as_bytes())
+    }
+
+    /// Adds a file of any bytes (not UTF-8, say).
+    pub fn with_bytes(mut self, path: &str, bytes: &[u8]) -> Self {
+        self.0
+            .insert(PathBuf::from(path), Entry::File(bytes.to_vec()));
+        self
+    }
+
+    /// Adds a directory.
+    pub fn with_dir(mut self, path: &str) -> Self {
+        self.0.insert(PathBuf::from(path), Entry::Dir);
+        self
+    }
+
+    /// Adds or replaces a file in place (a test changing a file between reloads).
+    pub fn insert(&mut self, path: &str, text: &str) {
+        self.0
+            .insert(PathBuf::from(path), Entry::File(text.as_bytes().to_vec()));
+    }
+}
+
+impl Files for MemFiles {
+    fn read(&self, path: &Path, limit: u64) -> Result<FileText, ReadError> {
+        match self.0.get(path) {
+            None => Err(ReadError::Io(io::Error::from_raw_os_error(ENOENT))),
+            Some(Entry::Dir) => Err(ReadError::Directory),
+            Some(Entry::File(bytes)) => Ok(FileText {
+                identity: path.to_path_buf(),
+                text: checked(bytes.clone(), limit)?,
+            }),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn tmp(name: &str) -> PathBuf {
+        let dir = std::env::temp_dir().join(format!("optspec-files-{}-{name}", std::process::id()));
+        std::fs::create_dir_all(&dir).expect("tmp dir");
+        dir
+    }
+
+    #[test]
+    fn fs_reads_text_and_canonical_identity() {
+        let dir = tmp("ok");
+        std::fs::write(dir.join("a b.conf"), "x = 1\n").expect("write");
+        let via = dir.join("sub");
+        std::fs::create_dir_all(&via).expect("sub");
+        let got = FsFiles
+            .read(&via.join("../a b.conf"), 100)
+            .expect("readable");
+        assert_eq!(got.text, "x = 1\n");
+        assert_eq!(
+            got.identity,
+            std::fs::canonicalize(dir.join("a b.conf")).expect("canonical")
+        );
+        // Exactly the limit is fine.
+        assert!(FsFiles.read(&dir.join("a b.conf"), 6).is_ok());
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+
+    #[test]
+    fn fs_refuses_large_non_utf8_directories_and_missing() {
+        let dir = tmp("bad");
+        std::fs::write(dir.join("big"), vec![b'#'; 2000]).expect("write");
+        std::fs::write(dir.join("latin1"), b"ab\xe9").expect("write");
+        let e = FsFiles.read(&dir.join("big"), 1999).expect_err("too big");
+        assert!(matches!(e, ReadError::TooLarge { limit: 1999 }), "{e:?}");
+        assert_eq!(e.to_string(), "larger than 1999 bytes");
+        let e = FsFiles.read(&dir.join("latin1"), 100).expect_err("latin1");
+        assert!(matches!(e, ReadError::NotUtf8 { valid_up_to: 2 }), "{e:?}");
+        assert_eq!(e.to_string(), "not UTF-8 text (byte 2)");
+        assert_eq!(e.std_wording(), "stream did not contain valid UTF-8");
+        let e = FsFiles.read(&dir, 100).expect_err("directory");
+        assert!(matches!(e, ReadError::Directory), "{e:?}");
+        assert_eq!(e.std_wording(), "Is a directory (os error 21)");
+        let e = FsFiles.read(&dir.join("nope"), 100).expect_err("missing");
+        assert_eq!(e.to_string(), "No such file or directory (os error 2)");
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+
+    /// `std_wording` is what `read_to_string` said: checked against it.
+    #[test]
+    fn std_wording_matches_read_to_string() {
+        let dir = tmp("std");
+        std::fs::write(dir.join("latin1"), b"ab\xe9").expect("write");
+        for path in [dir.join("latin1"), dir.clone(), dir.join("nope")] {
+            let std = std::fs::read_to_string(&path).expect_err("refused");
+            let ours = FsFiles.read(&path, 100).expect_err("refused");
+            assert_eq!(ours.std_wording(), std.to_string(), "{}", path.display());
+        }
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+
+    #[test]
+    fn mem_behaves_as_the_file_system() {
+        let dir = tmp("mem");
+        std::fs::write(dir.join("big"), vec![b'#'; 20]).expect("write");
+        std::fs::write(dir.join("latin1"), b"ab\xe9").expect("write");
+        std::fs::write(dir.join("ok"), "fine").expect("write");
+        let d = dir.display().to_string();
+        let mem = MemFiles::new()
+            .with(&format!("{d}/big"), &"#".repeat(20))
+            .with_bytes(&format!("{d}/latin1"), b"ab\xe9")
+            .with(&format!("{d}/ok"), "fine")
+            .with_dir(&d);
+        for name in ["big", "latin1", "ok", "", "nope"] {
+            let path = if name.is_empty() {
+                dir.clone()
+            } else {
+                dir.join(name)
+            };
+            let words =
+                |r: Result<FileText, ReadError>| r.map(|t| t.text).map_err(|e| e.to_string());
+            assert_eq!(
+                words(FsFiles.read(&path, 10)),
+                words(mem.read(&path, 10)),
+                "{name}"
+            );
+        }
+        assert_eq!(
+            mem.read(&dir.join("ok"), 10).expect("ok").identity,
+            dir.join("ok")
+        );
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+
+    #[test]
+    fn mem_of_pairs_and_insert() {
+        let mut mem = MemFiles::of(&[("/a", "1"), ("/b", "2")]);
+        assert_eq!(mem.read(Path::new("/b"), 1).expect("b").text, "2");
+        mem.insert("/b", "22");
+        assert!(matches!(
+            mem.read(Path::new("/b"), 1),
+            Err(ReadError::TooLarge { limit: 1 })
+        ));
+    }
+}

@@ -15,6 +15,7 @@ use std::path::Path;
 
 use limits::quote::quote;
 use limits::{FairConfig, FlowWeight};
+use optspec::files::{Files, FsFiles};
 
 use crate::key::KeySpec;
 use crate::options::{invalid, OptionError};
@@ -25,6 +26,8 @@ pub const NAMES: &[&str] = &["fair", "flow-slots", "flow-over", "strict", "flow-
 pub const MAX_WEIGHT_LINES: usize = 100_000;
 /// Largest weight.
 pub const MAX_WEIGHT: u32 = 1000;
+/// Largest weights file read: its most lines at ~160 bytes each.
+pub const MAX_WEIGHTS_BYTES: u64 = 16 << 20;
 
 /// What a flow is.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -227,13 +230,14 @@ pub fn load_weights(o: &mut FairOptions, config_dir: &Path) -> Result<(), Option
         return Ok(());
     };
     let path = config_dir.join(name);
-    let text = std::fs::read_to_string(&path).map_err(|e| {
+    let file = FsFiles.read(&path, MAX_WEIGHTS_BYTES).map_err(|e| {
         OptionError(format!(
-            "--flow-weights cannot read {}: {e}",
-            quote(&path.display().to_string())
+            "--flow-weights cannot read {}: {}",
+            quote(&path.display().to_string()),
+            e.std_wording()
         ))
     })?;
-    o.weights = parse_weights(&text, name, &o.source)?;
+    o.weights = parse_weights(&file.text, name, &o.source)?;
     Ok(())
 }
 

@@ -13,7 +13,8 @@ use std::sync::{Arc, Barrier};
 use std::time::{Duration, Instant};
 
 use criterion::{criterion_group, criterion_main, Criterion};
-use throttle_core::params::{self, FsSource};
+use optspec::files::FsFiles;
+use throttle_core::params;
 use throttle_core::{Entry, Gate, Ticket};
 
 /// Far above what a benchmark holds at once: never refuses.
@@ -69,7 +70,7 @@ fn gate(c: &mut Criterion) {
         let args = ["max:2000", "stale:3600", "statfreq:10000", "id:example-01"];
         let dir = Path::new("/etc/trafficserver");
         b.iter(|| {
-            black_box(params::parse(black_box(&args), dir, &FsSource)).expect("valid parameters")
+            black_box(params::parse(black_box(&args), dir, &FsFiles)).expect("valid parameters")
         })
     });
     g.finish();

@@ -11,16 +11,20 @@
 //! - a later item overrides an earlier one (so a shared file can be included
 //!   first and adjusted per rule).
 //!
+//! The parameters are a table of the one option engine (`optspec`),
+//! [`PARAMS`]: the single source of their names.
+//!
 //! An error names the parameter first, then the value, then where it was
 //! and what is allowed: ATS keeps only ~1 KB of a diagnostic, so a long
 //! value or include chain must not push the name out. Values are shown by
 //! [`limits::quote`] (shortened, control characters escaped).
 
 use std::fmt;
-use std::io::Read;
 use std::path::{Path, PathBuf};
 
 use limits::quote::{quote, shorten, shorten_to};
+use optspec::files::{Files, ReadError};
+use optspec::{find, names, Names, Opt};
 
 /// Largest accepted configuration file.
 pub const MAX_FILE_BYTES: u64 = 1 << 20;
@@ -32,9 +36,6 @@ pub const MAX_FILES: usize = 64;
 pub const MAX_ID_LEN: usize = 200;
 /// Shortest statistics interval; shorter would flood `throttle.log`.
 pub const MIN_STATFREQ_MS: u32 = 100;
-
-/// The parameters every name below is documented with, for error messages.
-pub const ALLOWED: &str = "max, stale, statfreq, id, file";
 
 /// A rule's validated parameters.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -49,34 +50,13 @@ pub struct Params {
     pub id: Option<String>,
 }
 
-/// Reads configuration files; injected so tests need no file system.
-pub trait Source {
-    /// Reads `path` (already resolved), refusing files over `limit` bytes.
-    /// Returns the file's identity for loop detection (its canonical path)
-    /// and its text.
-    fn read(&self, path: &Path, limit: u64) -> Result<(PathBuf, String), String>;
-}
-
-/// The real file system.
-pub struct FsSource;
-
-impl Source for FsSource {
-    fn read(&self, path: &Path, limit: u64) -> Result<(PathBuf, String), String> {
-        let file = std::fs::File::open(path).map_err(|e| e.to_string())?;
-        let meta = file.metadata().map_err(|e| e.to_string())?;
-        if meta.is_dir() {
-            return Err("it is a directory".into());
-        }
-        let mut bytes = Vec::new();
-        file.take(limit.saturating_add(1))
-            .read_to_end(&mut bytes)
-            .map_err(|e| e.to_string())?;
-        if bytes.len() as u64 > limit {
-            return Err(format!("it is larger than {limit} bytes"));
-        }
-        let text = String::from_utf8(bytes).map_err(|_| "it is not UTF-8 text".to_owned())?;
-        let identity = std::fs::canonicalize(path).unwrap_or_else(|_| path.to_path_buf());
-        Ok((identity, text))
+/// Why a `file:` include was refused, as throttle has always worded it.
+fn unreadable(e: ReadError) -> String {
+    match e {
+        ReadError::Io(e) => e.to_string(),
+        ReadError::Directory => "it is a directory".to_owned(),
+        ReadError::TooLarge { limit } => format!("it is larger than {limit} bytes"),
+        ReadError::NotUtf8 { .. } => "it is not UTF-8 text".to_owned(),
     }
 }
 
@@ -107,45 +87,116 @@ impl fmt::Display for Location {
     }
 }
 
+/// The parameters of a rule; its names are the ones the errors list.
+static PARAMS: &[Opt<Draft, Location, String>] = &[
+    Opt::value(
+        "max",
+        "most uncached requests in flight at once",
+        |d, v, at| {
+            d.max = Some(number("max", v, at, "a whole number")?);
+            Ok(())
+        },
+    ),
+    Opt::value(
+        "stale",
+        "seconds a cached response may be served past its freshness when over max",
+        |d, v, at| {
+            d.stale = number("stale", v, at, "a number of seconds")?;
+            Ok(())
+        },
+    ),
+    Opt::value(
+        "statfreq",
+        "milliseconds between throttle.log lines; 0: none",
+        |d, v, at| {
+            let ms = number("statfreq", v, at, "a number of milliseconds")?;
+            if ms != 0 && ms < MIN_STATFREQ_MS {
+                return Err(invalid(
+                    "statfreq",
+                    v,
+                    at,
+                    &format!(
+                    "expected 0 (no statistics lines) or at least {MIN_STATFREQ_MS} milliseconds"
+                ),
+                ));
+            }
+            d.statfreq_ms = ms;
+            Ok(())
+        },
+    ),
+    Opt::value(
+        "id",
+        "the rule's name in the log and metric names",
+        |d, v, at| {
+            validate_id(v).map_err(|why| invalid("id", v, at, &why))?;
+            d.id = Some(v.to_owned());
+            Ok(())
+        },
+    ),
+    Opt::value(
+        "file",
+        "a file of more parameters, one per line",
+        |d, v, at| {
+            let name = unescape_path(v).map_err(|why| invalid("file", v, at, &why))?;
+            d.include = Some(name);
+            Ok(())
+        },
+    ),
+];
+
+fn tables() -> [&'static dyn Names; 1] {
+    [&PARAMS]
+}
+
+/// The parameters' names for a message: `max, stale, statfreq, id, file`.
+fn allowed() -> String {
+    names(&tables()).collect::<Vec<_>>().join(", ")
+}
+
 /// Parses a rule's `@pparam` values. `config_dir` resolves relative `file:`
 /// paths (ATS's configuration directory).
-pub fn parse(options: &[&str], config_dir: &Path, source: &dyn Source) -> Result<Params, String> {
+pub fn parse(options: &[&str], config_dir: &Path, files: &dyn Files) -> Result<Params, String> {
     let mut p = Parser {
         config_dir,
-        source,
+        files,
         stack: Vec::new(),
         files_read: 0,
-        max: None,
-        stale: 0,
-        statfreq_ms: 0,
-        id: None,
+        d: Draft::default(),
     };
     for raw in options {
         p.item(raw, &Location::Pparam((*raw).to_owned()))?;
     }
-    let max = p.max.ok_or_else(|| {
+    let d = p.d;
+    let max = d.max.ok_or_else(|| {
         "missing required parameter 'max' (the most uncached requests in flight at once, \
          e.g. @pparam=max:100)"
             .to_owned()
     })?;
     Ok(Params {
         max,
-        stale: p.stale,
-        statfreq_ms: p.statfreq_ms,
-        id: p.id,
+        stale: d.stale,
+        statfreq_ms: d.statfreq_ms,
+        id: d.id,
     })
 }
 
-struct Parser<'a> {
-    config_dir: &'a Path,
-    source: &'a dyn Source,
-    /// Identities of the files being read, outermost first.
-    stack: Vec<PathBuf>,
-    files_read: usize,
+/// The parameters read so far, and the `file` just named (read next).
+#[derive(Default)]
+struct Draft {
     max: Option<u32>,
     stale: u32,
     statfreq_ms: u32,
     id: Option<String>,
+    include: Option<String>,
+}
+
+struct Parser<'a> {
+    config_dir: &'a Path,
+    files: &'a dyn Files,
+    /// Identities of the files being read, outermost first.
+    stack: Vec<PathBuf>,
+    files_read: usize,
+    d: Draft,
 }
 
 impl Parser<'_> {
@@ -153,51 +204,33 @@ impl Parser<'_> {
         let text = unquote(text.trim());
         let Some(sep) = text.find([':', '=']) else {
             return Err(format!(
-                "expected name:value, got {} at {at} (parameters: {ALLOWED})",
-                quote(text)
+                "expected name:value, got {} at {at} (parameters: {})",
+                quote(text),
+                allowed()
             ));
         };
         let name = text[..sep].trim();
         let value = unquote(text[sep + 1..].trim());
-        if value.is_empty() && matches!(name, "max" | "stale" | "statfreq" | "id" | "file") {
+        let Some((_, index, _)) = find(&tables(), name) else {
+            return Err(format!(
+                "unknown parameter {} at {at} (allowed: {})",
+                quote(name),
+                allowed()
+            ));
+        };
+        if value.is_empty() {
             return Err(format!("parameter '{name}' has an empty value at {at}"));
         }
-        match name {
-            "max" => self.max = Some(number(name, value, at, "a whole number")?),
-            "stale" => self.stale = number(name, value, at, "a number of seconds")?,
-            "statfreq" => {
-                let ms = number(name, value, at, "a number of milliseconds")?;
-                if ms != 0 && ms < MIN_STATFREQ_MS {
-                    return Err(invalid(
-                        name,
-                        value,
-                        at,
-                        &format!(
-                            "expected 0 (no statistics lines) or at least {MIN_STATFREQ_MS} \
-                             milliseconds"
-                        ),
-                    ));
-                }
-                self.statfreq_ms = ms;
-            }
-            "id" => {
-                validate_id(value).map_err(|why| invalid(name, value, at, &why))?;
-                self.id = Some(value.to_owned());
-            }
-            "file" => self.file(value, at)?,
-            _ => {
-                return Err(format!(
-                    "unknown parameter {} at {at} (allowed: {ALLOWED})",
-                    quote(name)
-                ))
-            }
+        PARAMS[index].apply(&mut self.d, Some(value), at)?;
+        if let Some(name) = self.d.include.take() {
+            self.file(value, &name, at)?;
         }
         Ok(())
     }
 
-    fn file(&mut self, value: &str, at: &Location) -> Result<(), String> {
+    /// Reads the items of the file `name` (`value` as written, for errors).
+    fn file(&mut self, value: &str, name: &str, at: &Location) -> Result<(), String> {
         let bad = |why: String| invalid("file", value, at, &why);
-        let name = unescape_path(value).map_err(bad)?;
         if self.stack.len() >= MAX_INCLUDE_DEPTH {
             return Err(bad(format!(
                 "files are included more than {MAX_INCLUDE_DEPTH} levels deep"
@@ -206,11 +239,15 @@ impl Parser<'_> {
         if self.files_read >= MAX_FILES {
             return Err(bad(format!("more than {MAX_FILES} files are included")));
         }
-        let path = resolve(self.config_dir, &name);
-        let (identity, text) = self
-            .source
-            .read(&path, MAX_FILE_BYTES)
-            .map_err(|e| bad(format!("cannot read {}: {e}", show_path(&path))))?;
+        let path = resolve(self.config_dir, name);
+        let file = self.files.read(&path, MAX_FILE_BYTES).map_err(|e| {
+            bad(format!(
+                "cannot read {}: {}",
+                show_path(&path),
+                unreadable(e)
+            ))
+        })?;
+        let identity = file.identity;
         if let Some(first) = self.stack.iter().position(|p| *p == identity) {
             let chain: Vec<String> = self.stack[first..]
                 .iter()
@@ -224,7 +261,7 @@ impl Parser<'_> {
         }
         self.files_read += 1;
         self.stack.push(identity);
-        for (i, line) in text.lines().enumerate() {
+        for (i, line) in file.text.lines().enumerate() {
             let line = line.trim();
             if line.is_empty() || line.starts_with('#') {
                 continue;
@@ -387,31 +424,8 @@ pub fn default_id(from_url: &str) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use std::collections::HashMap;
 
-    /// Files in memory, keyed by full path.
-    #[derive(Default)]
-    struct Mem(HashMap<PathBuf, String>);
-
-    impl Mem {
-        fn with(mut self, path: &str, text: &str) -> Self {
-            self.0.insert(PathBuf::from(path), text.to_owned());
-            self
-        }
-    }
-
-    impl Source for Mem {
-        fn read(&self, path: &Path, limit: u64) -> Result<(PathBuf, String), String> {
-            let text = self
-                .0
-                .get(path)
-                .ok_or_else(|| "No such file or directory (os error 2)".to_owned())?;
-            if text.len() as u64 > limit {
-                return Err(format!("it is larger than {limit} bytes"));
-            }
-            Ok((path.to_path_buf(), text.clone()))
-        }
-    }
+    use optspec::files::{FsFiles, MemFiles as Mem};
 
     const DIR: &str = "/etc/ts";
 
@@ -534,6 +548,53 @@ mod tests {
         );
     }
 
+    /// The table is the single source of the parameters' names: both
+    /// messages that list them list exactly its names, each is known, and
+    /// none is there twice.
+    #[test]
+    fn the_table_is_the_single_source_of_names() {
+        assert_eq!(optspec::duplicates(&tables()), Vec::<&str>::new());
+        let want: Vec<&str> = names(&tables()).collect();
+        let e = err(&["max:1", "bogus:3"], &Mem::default());
+        let listed = e
+            .strip_prefix("unknown parameter 'bogus' at @pparam=bogus:3 (allowed: ")
+            .and_then(|l| l.strip_suffix(')'))
+            .expect(&e);
+        assert_eq!(listed.split(", ").collect::<Vec<_>>(), want);
+        let e = err(&["bogus"], &Mem::default());
+        let listed = e
+            .strip_prefix("expected name:value, got 'bogus' at @pparam=bogus (parameters: ")
+            .and_then(|l| l.strip_suffix(')'))
+            .expect(&e);
+        assert_eq!(listed.split(", ").collect::<Vec<_>>(), want);
+        for name in &want {
+            let e = err(&[&format!("{name}:")], &Mem::default());
+            assert_eq!(
+                e,
+                format!("parameter '{name}' has an empty value at @pparam={name}:")
+            );
+        }
+    }
+
+    /// The parameter table of docs/throttle.md lists exactly the table's names.
+    #[test]
+    fn the_docs_list_exactly_the_tables_names() {
+        let md = include_str!("../../../docs/throttle.md");
+        let section = md
+            .split("\n## ")
+            .find(|s| s.starts_with("Parameters\n"))
+            .expect("a Parameters section");
+        let mut documented: Vec<&str> = section
+            .lines()
+            .filter_map(|l| l.strip_prefix("| `")?.split_once('`'))
+            .map(|(name, _)| name)
+            .collect();
+        let mut known: Vec<&str> = names(&tables()).collect();
+        documented.sort_unstable();
+        known.sort_unstable();
+        assert_eq!(documented, known);
+    }
+
     #[test]
     fn file_lines_comments_and_relative_paths() {
         let mem = Mem::default()
@@ -577,6 +638,24 @@ mod tests {
         assert!(
             e.starts_with("parameter 'file' has an invalid value 'nope.config' at @pparam=file:nope.config: cannot read /etc/ts/nope.config: No such file"),
             "{e}"
+        );
+    }
+
+    /// The bounded reader's refusals keep throttle's wording.
+    #[test]
+    fn refused_files_say_why() {
+        let mem = Mem::default()
+            .with_bytes("/etc/ts/latin1", b"max:1\n\xe9")
+            .with_dir("/etc/ts/d");
+        assert_eq!(
+            err(&["max:1", "file:latin1"], &mem),
+            "parameter 'file' has an invalid value 'latin1' at @pparam=file:latin1: cannot read \
+             /etc/ts/latin1: it is not UTF-8 text"
+        );
+        assert_eq!(
+            err(&["max:1", "file:d"], &mem),
+            "parameter 'file' has an invalid value 'd' at @pparam=file:d: cannot read /etc/ts/d: \
+             it is a directory"
         );
     }
 
@@ -649,14 +728,11 @@ mod tests {
         std::fs::create_dir_all(&dir).expect("tmp");
         std::fs::write(dir.join("with space.config"), "max:4\n").expect("write");
         std::fs::write(dir.join("big"), vec![b'#'; 2000]).expect("write");
-        let p = parse(&[r"file:with\ space.config"], &dir, &FsSource).expect("ok");
+        let p = parse(&[r"file:with\ space.config"], &dir, &FsFiles).expect("ok");
         assert_eq!(p.max, 4);
-        let e = FsSource.read(&dir.join("big"), 1000).expect_err("too big");
+        let e = unreadable(FsFiles.read(&dir.join("big"), 1000).expect_err("too big"));
         assert!(e.contains("larger than 1000"), "{e}");
-        assert!(FsSource
-            .read(&dir, 1000)
-            .expect_err("dir")
-            .contains("directory"));
+        assert!(unreadable(FsFiles.read(&dir, 1000).expect_err("dir")).contains("directory"));
         let _ = std::fs::remove_dir_all(&dir);
     }
 

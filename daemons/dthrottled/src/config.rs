@@ -3,10 +3,12 @@
 //! docs/dthrottled.md and `dthrottled.conf.example`.
 
 use std::net::{IpAddr, Ipv4Addr, SocketAddr, ToSocketAddrs};
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use ipnet::IpNet;
+use optspec::files::Files;
+use optspec::{find, value, Names, Opt};
 
 /// What the daemon answers when a new tag finds no room in the tag table.
 /// Since issue 21 tags with unreported hits or in debt make room for new
@@ -135,9 +137,234 @@ fn millis(line: usize, name: &str, v: &str, lo: u64, hi: u64) -> Result<Duration
     Ok(Duration::from_millis(ranged(line, name, v, lo, hi)?))
 }
 
+fn list_of_addrs(line: usize, name: &str, v: &str) -> Result<Vec<SocketAddr>, String> {
+    list(v).map(|a| addr(line, name, a)).collect()
+}
+
+/// A path setting; empty: none.
+fn path(v: &str) -> Option<PathBuf> {
+    (!v.is_empty()).then(|| PathBuf::from(v))
+}
+
+type R = Result<(), String>;
+
+/// Every setting: the single source of their names. The setter gets the
+/// line number, for its errors.
+static SETTINGS: &[Opt<Config, usize, String>] = &[
+    Opt::value("burst", "tokens a full bucket holds", |c, v, &l| {
+        c.burst = ranged(l, "burst", v, 1, 1_000_000_000)? as u32;
+        Ok(())
+    }),
+    Opt::value("rate", "tokens added per second", set_rate),
+    Opt::value("period_ms", "how often hits are reported", |c, v, &l| {
+        c.period = millis(l, "period_ms", v, 10, 3_600_000)?;
+        Ok(())
+    }),
+    Opt::value("listen_tcp", "TCP addresses to listen on", |c, v, &l| {
+        c.listen_tcp = list_of_addrs(l, "listen_tcp", v)?;
+        Ok(())
+    }),
+    Opt::value(
+        "listen_unix",
+        "a Unix socket path to listen on",
+        |c, v, _| {
+            c.listen_unix = path(v);
+            Ok(())
+        },
+    ),
+    Opt::value(
+        "unix_mode",
+        "the Unix socket's permissions (octal)",
+        |c, v, &l| {
+            c.unix_mode = u32::from_str_radix(v, 8)
+                .ok()
+                .filter(|m| *m <= 0o777)
+                .ok_or_else(|| err(l, "unix_mode", v, "octal permissions such as 660"))?;
+            Ok(())
+        },
+    ),
+    Opt::value("peers", "unicast peers", |c, v, &l| {
+        c.peers = list_of_addrs(l, "peers", v)?;
+        Ok(())
+    }),
+    Opt::value(
+        "peer_group",
+        "an IPv4 multicast group of peers",
+        set_peer_group,
+    ),
+    Opt::value(
+        "peer_listen",
+        "the UDP address reports arrive at",
+        |c, v, &l| {
+            c.peer_listen = addr(l, "peer_listen", v)?;
+            Ok(())
+        },
+    ),
+    Opt::value(
+        "peer_interface",
+        "the interface of the multicast group",
+        |c, v, &l| {
+            c.peer_interface = num(
+                l,
+                "peer_interface",
+                v,
+                "an IPv4 address of a local interface",
+            )?;
+            Ok(())
+        },
+    ),
+    Opt::value(
+        "peer_allow",
+        "senders accepted besides the unicast peers",
+        set_peer_allow,
+    ),
+    Opt::value("peer_secret_file", "the peers' shared secret", |c, v, _| {
+        c.peer_secret_file = path(v);
+        Ok(())
+    }),
+    Opt::value("peer_name", "the exchange name", |c, v, &l| {
+        if v.is_empty() || v.len() > peer::wire::MAX_GROUP_LEN {
+            return Err(err(l, "peer_name", v, "1 to 64 bytes"));
+        }
+        c.peer_name = v.into();
+        Ok(())
+    }),
+    Opt::value(
+        "replay_window_ms",
+        "largest clock difference between peers",
+        |c, v, &l| {
+            c.replay_window = millis(l, "replay_window_ms", v, 100, 3_600_000)?;
+            Ok(())
+        },
+    ),
+    Opt::value(
+        "peer_max_senders",
+        "peer processes tracked at once",
+        |c, v, &l| {
+            let most = dthrottle::MAX_MAX_SENDERS as u64;
+            c.peer_max_senders = ranged(l, "peer_max_senders", v, 1, most)? as usize;
+            Ok(())
+        },
+    ),
+    Opt::value("max_tags", "tags held at once", |c, v, &l| {
+        c.max_tags = ranged(l, "max_tags", v, 1, 100_000_000)? as usize;
+        Ok(())
+    }),
+    Opt::value("max_report_tags", "tags per report", |c, v, &l| {
+        c.max_report_tags = ranged(l, "max_report_tags", v, 1, 10_000_000)? as usize;
+        Ok(())
+    }),
+    Opt::value("max_line", "longest tag in bytes", |c, v, &l| {
+        c.max_line = ranged(l, "max_line", v, 1, 65_536)? as usize;
+        Ok(())
+    }),
+    Opt::value("max_connections", "connections open at once", |c, v, &l| {
+        c.max_connections = ranged(l, "max_connections", v, 1, 100_000)? as usize;
+        Ok(())
+    }),
+    Opt::value(
+        "write_timeout_ms",
+        "a client not reading is closed after this",
+        |c, v, &l| {
+            c.write_timeout = millis(l, "write_timeout_ms", v, 1, 600_000)?;
+            Ok(())
+        },
+    ),
+    Opt::value(
+        "idle_timeout_ms",
+        "a silent client is closed after this; 0: never",
+        |c, v, &l| {
+            let d = millis(l, "idle_timeout_ms", v, 0, 86_400_000)?;
+            c.idle_timeout = (!d.is_zero()).then_some(d);
+            Ok(())
+        },
+    ),
+    Opt::value(
+        "on_full",
+        "a new tag when no room is left: refuse or serve",
+        |c, v, &l| {
+            let words = [("refuse", OnFull::Refuse), ("serve", OnFull::Serve)];
+            c.on_full =
+                value::word(v, &words).ok_or_else(|| err(l, "on_full", v, "refuse or serve"))?;
+            Ok(())
+        },
+    ),
+    Opt::value(
+        "stats_interval_s",
+        "seconds between stats lines; 0: never",
+        |c, v, &l| {
+            let s = ranged(l, "stats_interval_s", v, 0, 86_400)?;
+            c.stats_interval = (s > 0).then(|| Duration::from_secs(s));
+            Ok(())
+        },
+    ),
+];
+
+fn tables() -> [&'static dyn Names; 1] {
+    [&SETTINGS]
+}
+
+fn set_rate(c: &mut Config, v: &str, &line: &usize) -> R {
+    let allowed = "tokens per second, a number > 0 and <= 1e9 (fractions allowed)";
+    let r: f64 = num(line, "rate", v, allowed)?;
+    if !(r > 0.0 && r <= 1e9) {
+        return Err(err(line, "rate", v, allowed));
+    }
+    c.rate = r;
+    Ok(())
+}
+
+fn set_peer_group(c: &mut Config, v: &str, &line: &usize) -> R {
+    c.peer_group = if v.is_empty() {
+        None
+    } else {
+        let a = addr(line, "peer_group", v)?;
+        if !matches!(a.ip(), IpAddr::V4(g) if g.is_multicast()) {
+            return Err(err(
+                line,
+                "peer_group",
+                v,
+                "an IPv4 multicast GROUP:PORT (224.0.0.0/4)",
+            ));
+        }
+        Some(a)
+    };
+    Ok(())
+}
+
+fn set_peer_allow(c: &mut Config, v: &str, &line: &usize) -> R {
+    let allowed = "IP addresses or CIDR networks, comma-separated, at most 64";
+    c.peer_allow = list(v)
+        .map(|a| {
+            value::cidr(a)
+                .map(peer::receiver::canonical_net)
+                .ok_or_else(|| err(line, "peer_allow", v, allowed))
+        })
+        .collect::<Result<_, _>>()?;
+    if c.peer_allow.len() > 64 {
+        return Err(err(line, "peer_allow", v, allowed));
+    }
+    Ok(())
+}
+
+/// Largest configuration file read (the example, with every setting and
+/// its comment, is 2 KB).
+pub const MAX_CONFIG_BYTES: u64 = 1 << 20;
+
+/// Reads and parses the configuration file at `path`; an error names the
+/// file as given, then why (as `std::fs::read_to_string` worded it, or
+/// "larger than N bytes").
+pub fn load(path: &str, files: &dyn Files) -> Result<Config, String> {
+    let file = files
+        .read(Path::new(path), MAX_CONFIG_BYTES)
+        .map_err(|e| format!("config file {path}: {}", e.std_wording()))?;
+    parse(&file.text).map_err(|e| format!("config file {path}: {e}"))
+}
+
 /// Parses a configuration file's text; errors name the line, the setting,
 /// the value and what is allowed.
 pub fn parse(text: &str) -> Result<Config, String> {
+    let tables = tables();
     let mut c = Config::default();
     for (i, raw) in text.lines().enumerate() {
         let line = i + 1;
@@ -149,102 +376,10 @@ pub fn parse(text: &str) -> Result<Config, String> {
             return Err(format!("line {line}: {l:?} is not `name = value`"));
         };
         let (name, v) = (name.trim(), v.trim());
-        match name {
-            "burst" => c.burst = ranged(line, name, v, 1, 1_000_000_000)? as u32,
-            "rate" => {
-                let allowed = "tokens per second, a number > 0 and <= 1e9 (fractions allowed)";
-                let r: f64 = num(line, name, v, allowed)?;
-                if !(r > 0.0 && r <= 1e9) {
-                    return Err(err(line, name, v, allowed));
-                }
-                c.rate = r;
-            }
-            "period_ms" => c.period = millis(line, name, v, 10, 3_600_000)?,
-            "listen_tcp" => {
-                c.listen_tcp = list(v)
-                    .map(|a| addr(line, name, a))
-                    .collect::<Result<_, _>>()?
-            }
-            "listen_unix" => c.listen_unix = (!v.is_empty()).then(|| PathBuf::from(v)),
-            "unix_mode" => {
-                c.unix_mode = u32::from_str_radix(v, 8)
-                    .ok()
-                    .filter(|m| *m <= 0o777)
-                    .ok_or_else(|| err(line, name, v, "octal permissions such as 660"))?
-            }
-            "peers" => {
-                c.peers = list(v)
-                    .map(|a| addr(line, name, a))
-                    .collect::<Result<_, _>>()?
-            }
-            "peer_group" => {
-                c.peer_group = if v.is_empty() {
-                    None
-                } else {
-                    let a = addr(line, name, v)?;
-                    if !matches!(a.ip(), IpAddr::V4(g) if g.is_multicast()) {
-                        return Err(err(
-                            line,
-                            name,
-                            v,
-                            "an IPv4 multicast GROUP:PORT (224.0.0.0/4)",
-                        ));
-                    }
-                    Some(a)
-                }
-            }
-            "peer_listen" => c.peer_listen = addr(line, name, v)?,
-            "peer_interface" => {
-                c.peer_interface = num(line, name, v, "an IPv4 address of a local interface")?
-            }
-            "peer_allow" => {
-                let allowed = "IP addresses or CIDR networks, comma-separated, at most 64";
-                c.peer_allow = list(v)
-                    .map(|a| {
-                        a.parse::<IpNet>()
-                            .or_else(|_| a.parse::<IpAddr>().map(IpNet::from))
-                            .map(peer::receiver::canonical_net)
-                            .map_err(|_| err(line, name, v, allowed))
-                    })
-                    .collect::<Result<_, _>>()?;
-                if c.peer_allow.len() > 64 {
-                    return Err(err(line, name, v, allowed));
-                }
-            }
-            "peer_secret_file" => c.peer_secret_file = (!v.is_empty()).then(|| PathBuf::from(v)),
-            "peer_name" => {
-                if v.is_empty() || v.len() > peer::wire::MAX_GROUP_LEN {
-                    return Err(err(line, name, v, "1 to 64 bytes"));
-                }
-                c.peer_name = v.into();
-            }
-            "replay_window_ms" => c.replay_window = millis(line, name, v, 100, 3_600_000)?,
-            "peer_max_senders" => {
-                let most = dthrottle::MAX_MAX_SENDERS as u64;
-                c.peer_max_senders = ranged(line, name, v, 1, most)? as usize
-            }
-            "max_tags" => c.max_tags = ranged(line, name, v, 1, 100_000_000)? as usize,
-            "max_report_tags" => c.max_report_tags = ranged(line, name, v, 1, 10_000_000)? as usize,
-            "max_line" => c.max_line = ranged(line, name, v, 1, 65_536)? as usize,
-            "max_connections" => c.max_connections = ranged(line, name, v, 1, 100_000)? as usize,
-            "write_timeout_ms" => c.write_timeout = millis(line, name, v, 1, 600_000)?,
-            "idle_timeout_ms" => {
-                let d = millis(line, name, v, 0, 86_400_000)?;
-                c.idle_timeout = (!d.is_zero()).then_some(d);
-            }
-            "on_full" => {
-                c.on_full = match v {
-                    "refuse" => OnFull::Refuse,
-                    "serve" => OnFull::Serve,
-                    _ => return Err(err(line, name, v, "refuse or serve")),
-                }
-            }
-            "stats_interval_s" => {
-                let s = ranged(line, name, v, 0, 86_400)?;
-                c.stats_interval = (s > 0).then(|| Duration::from_secs(s));
-            }
-            _ => return Err(format!("line {line}: unknown setting {name:?}")),
-        }
+        let Some((_, index, _)) = find(&tables, name) else {
+            return Err(format!("line {line}: unknown setting {name:?}"));
+        };
+        SETTINGS[index].apply(&mut c, Some(v), &line)?;
     }
     if c.listen_tcp.is_empty() && c.listen_unix.is_none() {
         return Err("nothing to listen on: set listen_tcp or listen_unix".into());
@@ -355,6 +490,78 @@ mod tests {
             let e = parse(text).map(|_| ()).unwrap_err();
             assert!(e.contains(want), "{text:?}: {e}");
         }
+    }
+
+    /// The setting table is the single source of the names: every name in
+    /// it is a setting, a name not in it is unknown, and docs/dthrottled.md's
+    /// table and dthrottled.conf.example (commented-out lines too) list
+    /// exactly its names.
+    #[test]
+    fn the_table_is_the_single_source_of_names() {
+        assert_eq!(optspec::duplicates(&tables()), Vec::<&str>::new());
+        let mut known: Vec<&str> = optspec::names(&tables()).collect();
+        for name in &known {
+            let e = parse(&format!("{name} = x!\n")).err().unwrap_or_default();
+            assert!(!e.contains("unknown setting"), "{name}: {e}");
+        }
+        assert_eq!(
+            parse("max_tag = 1").map(|_| ()).unwrap_err(),
+            "line 1: unknown setting \"max_tag\""
+        );
+        known.sort_unstable();
+        let md = include_str!("../../../docs/dthrottled.md");
+        let section = md
+            .split("\n## ")
+            .find(|s| s.starts_with("Configuration\n"))
+            .expect("a Configuration section");
+        let mut documented: Vec<&str> = section
+            .lines()
+            .filter_map(|l| l.strip_prefix("| `")?.split_once('`'))
+            .map(|(name, _)| name)
+            .collect();
+        documented.sort_unstable();
+        assert_eq!(documented, known, "docs/dthrottled.md");
+        let mut example: Vec<&str> = include_str!("../dthrottled.conf.example")
+            .lines()
+            .filter_map(|l| {
+                let (name, _) = l.strip_prefix('#').unwrap_or(l).split_once('=')?;
+                let name = name.trim();
+                let setting =
+                    !name.is_empty() && name.bytes().all(|b| b.is_ascii_lowercase() || b == b'_');
+                setting.then_some(name)
+            })
+            .collect();
+        example.sort_unstable();
+        assert_eq!(example, known, "dthrottled.conf.example");
+    }
+
+    /// The file is read bounded; every refusal names the file.
+    #[test]
+    fn load_names_the_file_and_why() {
+        use optspec::files::MemFiles;
+        let files = MemFiles::new()
+            .with("/etc/d.conf", "burst = 3\n")
+            .with("/etc/bad.conf", "burst = 0\n")
+            .with("/etc/big.conf", &"#".repeat(MAX_CONFIG_BYTES as usize + 1))
+            .with_dir("/etc/dir");
+        assert_eq!(load("/etc/d.conf", &files).map(|c| c.burst), Ok(3));
+        let e = |p: &str| load(p, &files).map(|_| ()).unwrap_err();
+        assert_eq!(
+            e("/etc/bad.conf"),
+            "config file /etc/bad.conf: line 1: burst = \"0\" is not valid: a whole number from 1 to 1000000000"
+        );
+        assert_eq!(
+            e("/etc/big.conf"),
+            "config file /etc/big.conf: larger than 1048576 bytes"
+        );
+        assert_eq!(
+            e("/etc/dir"),
+            "config file /etc/dir: Is a directory (os error 21)"
+        );
+        assert_eq!(
+            e("/etc/no"),
+            "config file /etc/no: No such file or directory (os error 2)"
+        );
     }
 
     /// peer_allow takes networks; the unicast peers are added to it, so an

@@ -49,8 +49,7 @@ fn run() -> Result<(), String> {
             _ => return Err(format!("unknown argument {a:?} (see --help)")),
         }
     }
-    let text = std::fs::read_to_string(&path).map_err(|e| format!("config file {path}: {e}"))?;
-    let config = config::parse(&text).map_err(|e| format!("config file {path}: {e}"))?;
+    let config = config::load(&path, &optspec::files::FsFiles)?;
     let key = match &config.peer_secret_file {
         Some(f) if config.peering() => Some(peer::Key::from_file(f)?),
         _ => None,

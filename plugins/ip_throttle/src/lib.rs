@@ -38,9 +38,10 @@ use ats::{
     RemapRequest, RemapStatus, Txn, TxnSlot,
 };
 use ip_throttle_core::{
-    Action, FsFiles, ListName, Machine, Options, Request, Scope, Snapshot, Throttler, ToStep, View,
+    Action, ListName, Machine, Options, Request, Scope, Snapshot, Throttler, ToStep, View,
 };
 use limits::MonotonicClock;
+use optspec::files::FsFiles;
 use parking_lot::Mutex;
 
 use crate::delay::Wait;

@@ -30,7 +30,8 @@ use ats::{
     CacheLookup, Done, Hook, HookCont, HookHandler, HookId, RemapArgs, RemapPlugin, RemapRequest,
     RemapStatus, Txn, TxnSlot,
 };
-use throttle_core::params::{self, FsSource};
+use optspec::files::FsFiles;
+use throttle_core::params;
 use throttle_core::stale::{self, Cached, Verdict};
 use throttle_core::{log_line, Entry, Gate, Ticket};
 
@@ -152,7 +153,7 @@ impl RemapPlugin for Throttle {
     }
 
     fn new_instance(args: &RemapArgs<'_>) -> Result<Self, String> {
-        let p = params::parse(args.options(), &ats::config_dir(), &FsSource)?;
+        let p = params::parse(args.options(), &ats::config_dir(), &FsFiles)?;
         let id =
             p.id.clone()
                 .unwrap_or_else(|| params::default_id(args.from_url));

@@ -1,76 +1,70 @@
-//! Reading a rule's `@pparam`s and `--config` files into [`Options`].
+//! Reading a rule's `@pparam`s and `--config` files into [`Options`],
+//! through the options' table (`args.rs`).
 
 use std::path::Path;
 
 use limits::quote::{quote, shorten_to};
+use optspec::files::Files;
+use optspec::{find, known, Names, Repeats, Takes, Tokens};
 
-use super::{invalid, known, lookup, resolve, At, Options, MAX_CONFIG_BYTES};
-use crate::Files;
+use super::args::{CONFIG, OPTIONS};
+use super::{resolve, At, Draft, Options, MAX_CONFIG_BYTES};
+
+/// The tables the options are found in: the one.
+pub(crate) fn tables() -> [&'static dyn Names; 1] {
+    [&OPTIONS]
+}
 
 impl Options {
     /// Parses a rule's `@pparam`s; `--config` files are read through `files`,
     /// relative to `config_dir`. List files are only named here: they are
     /// read by [`crate::lists::Lists::load`].
     pub fn parse(args: &[&str], config_dir: &Path, files: &dyn Files) -> Result<Options, String> {
-        let mut o = Options::default();
-        let mut i = 0;
-        while i < args.len() {
-            let arg = args[i];
-            i += 1;
-            let Some(body) = arg.strip_prefix("--") else {
-                return Err(format!(
-                    "unexpected argument {}: options are --name=value; known options: {}",
-                    quote(arg),
-                    known()
-                ));
-            };
-            let (name, inline) = match body.split_once('=') {
-                Some((n, v)) => (n, Some(v)),
-                None => (body, None),
-            };
-            let value = match (lookup(name), inline) {
-                (None, _) => {
-                    return Err(format!(
-                        "unknown option {}; known options: {}",
-                        quote(arg),
-                        known()
-                    ))
-                }
-                (Some(false), v) => v,
-                (Some(true), Some(v)) => Some(v),
-                (Some(true), None) => match args.get(i) {
-                    Some(v) => {
-                        i += 1;
-                        Some(*v)
-                    }
-                    None => return Err(format!("--{name} needs a value (--{name}=VALUE)")),
-                },
-            };
-            if name == "config" {
-                o.config_file(value.unwrap_or(""), config_dir, files)?;
-            } else {
-                o.set(name, value, &At(None), config_dir)?;
+        let tables = tables();
+        let mut d = Draft {
+            o: Options::default(),
+            include: None,
+        };
+        // A later value overrides an earlier one (`@pparam`s after `--config`).
+        for given in Tokens::new(args, &tables, Repeats::Override) {
+            let given = given.map_err(|e| e.message(&tables))?;
+            OPTIONS[given.index].apply(&mut d, given.value, &At(None))?;
+            if let Some(name) = d.include.take() {
+                d.config_file(&name, config_dir, files)?;
+            }
+        }
+        let mut o = d.o;
+        // The list files, as `resolve` does: relative to the config dir.
+        for f in [&mut o.allow_file, &mut o.deny_file].into_iter().flatten() {
+            if !f.is_absolute() {
+                *f = config_dir.join(&*f);
             }
         }
         o.check()?;
         Ok(o)
     }
+}
 
-    pub(super) fn config_file(
+impl Draft {
+    /// Applies the lines of a `--config` file: `name = value` or `name`
+    /// (a leading `--` allowed), `#` comments.
+    fn config_file(
         &mut self,
         name: &str,
         config_dir: &Path,
         files: &dyn Files,
     ) -> Result<(), String> {
-        if name.is_empty() {
-            return Err(invalid("config", name, &At(None), "a file name"));
-        }
+        let tables = tables();
         let path = resolve(config_dir, name);
         let shown = path.display().to_string();
-        let text = files
-            .read(&path, MAX_CONFIG_BYTES)
-            .map_err(|e| format!("--config cannot read {}: {e}", shorten_to(&shown, 256)))?;
-        for (n, line) in text.lines().enumerate() {
+        let file = files.read(&path, MAX_CONFIG_BYTES).map_err(|e| {
+            format!(
+                "--config cannot read {}: {}",
+                shorten_to(&shown, 256),
+                crate::unreadable(e)
+            )
+        })?;
+        for (n, line) in file.text.lines().enumerate() {
             let at = At(Some((shown.clone(), n + 1)));
             let line = strip_comment(line).trim();
             if line.is_empty() {
@@ -81,29 +75,27 @@ impl Options {
                 Some((n, v)) => (n.trim(), Some(v.trim())),
                 None => (body, None),
             };
-            match lookup(name) {
-                None => {
-                    return Err(format!(
-                        "unknown option {}{}; known options: {}",
-                        quote(line),
-                        at.suffix(),
-                        known()
-                    ))
-                }
-                Some(_) if name == "config" => {
-                    return Err(format!(
-                        "--config cannot be used inside a config file{}",
-                        at.suffix()
-                    ))
-                }
-                Some(true) if value.is_none() => {
-                    return Err(format!(
-                        "--{name} needs a value (name=VALUE){}",
-                        at.suffix()
-                    ))
-                }
-                Some(_) => self.set(name, value, &at, config_dir)?,
+            let Some((_, index, takes)) = find(&tables, name) else {
+                return Err(format!(
+                    "unknown option {}{}; known options: {}",
+                    quote(line),
+                    at.suffix(),
+                    known(&tables)
+                ));
+            };
+            if name == CONFIG {
+                return Err(format!(
+                    "--config cannot be used inside a config file{}",
+                    at.suffix()
+                ));
             }
+            if takes == Takes::Value && value.is_none() {
+                return Err(format!(
+                    "--{name} needs a value (name=VALUE){}",
+                    at.suffix()
+                ));
+            }
+            OPTIONS[index].apply(self, value, &at)?;
         }
         Ok(())
     }

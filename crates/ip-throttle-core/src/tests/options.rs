@@ -179,7 +179,7 @@ fn errors_name_the_option_the_value_and_what_is_allowed() {
 
 #[test]
 fn config_file_holds_the_same_options_and_pparams_after_it_override() {
-    let files = MemFiles::with(&[(
+    let files = MemFiles::of(&[(
         "/etc/ts/throttle.conf",
         "# Perlbal's example\ninitial-delay = 10\n--max-delay=60\n\nthreshold=3 # seconds\nmax-concurrent=2\n\
          ban-threshold=4\nban-expiration=180\npath-regex=^/webapp/\nmethod-regex=^GET$\nlog-events=ban,unban\nlog-only\n",
@@ -202,7 +202,7 @@ fn config_file_holds_the_same_options_and_pparams_after_it_override() {
 
 #[test]
 fn a_hash_inside_a_value_is_not_a_comment() {
-    let files = MemFiles::with(&[(
+    let files = MemFiles::of(&[(
         "/etc/ts/t.conf",
         "# scope
 path-regex = ^/a#b(#x)?$ # the anchor page
@@ -221,20 +221,20 @@ threshold=3 # seconds
 
 #[test]
 fn config_file_errors_name_file_and_line() {
-    let files = MemFiles::with(&[("/etc/ts/t.conf", "initial-delay=1\n\nmax-delay=soon\n")]);
+    let files = MemFiles::of(&[("/etc/ts/t.conf", "initial-delay=1\n\nmax-delay=soon\n")]);
     let e = Options::parse(&["--config=t.conf"], Path::new("/etc/ts"), &files).unwrap_err();
     assert_eq!(
         e,
         "--max-delay has an invalid value 'soon' (at /etc/ts/t.conf:3): allowed a number of \
          seconds from more than 0 to 86400, fractions allowed (e.g. 3 or 0.5)"
     );
-    let files = MemFiles::with(&[("/etc/ts/t.conf", "bogus=1\n")]);
+    let files = MemFiles::of(&[("/etc/ts/t.conf", "bogus=1\n")]);
     let e = Options::parse(&["--config=t.conf"], Path::new("/etc/ts"), &files).unwrap_err();
     assert!(
         e.starts_with("unknown option 'bogus=1' (at /etc/ts/t.conf:1)"),
         "{e}"
     );
-    let files = MemFiles::with(&[("/etc/ts/t.conf", "config=x\n")]);
+    let files = MemFiles::of(&[("/etc/ts/t.conf", "config=x\n")]);
     let e = Options::parse(&["--config=t.conf"], Path::new("/etc/ts"), &files).unwrap_err();
     assert_eq!(
         e,
@@ -244,6 +244,45 @@ fn config_file_errors_name_file_and_line() {
     assert!(
         e.starts_with("--config cannot read /etc/ts/missing.conf: No such file"),
         "{e}"
+    );
+}
+
+/// The bounded reader's refusals keep ip_throttle's wording, for a
+/// `--config` and a list file alike.
+#[test]
+fn unreadable_files_are_named_with_why() {
+    let files = MemFiles::new()
+        .with(
+            "/etc/ts/big.conf",
+            &"#".repeat(crate::options::MAX_CONFIG_BYTES as usize + 1),
+        )
+        .with_bytes("/etc/ts/latin1.conf", b"keys=1\n\xe9")
+        .with_dir("/etc/ts/d");
+    let e = |arg: &str| Options::parse(&[arg], Path::new("/etc/ts"), &files).unwrap_err();
+    assert_eq!(
+        e("--config=big.conf"),
+        "--config cannot read /etc/ts/big.conf: larger than 1048576 bytes"
+    );
+    assert_eq!(
+        e("--config=latin1.conf"),
+        "--config cannot read /etc/ts/latin1.conf: not UTF-8 text (byte 7)"
+    );
+    assert_eq!(
+        e("--config=d"),
+        "--config cannot read /etc/ts/d: Is a directory (os error 21)"
+    );
+    let list = |p: &str| crate::CidrList::load(Path::new(p), &files).unwrap_err();
+    assert_eq!(
+        list("/etc/ts/latin1.conf"),
+        "cannot read /etc/ts/latin1.conf: not UTF-8 text (byte 7)"
+    );
+    assert_eq!(
+        list("/etc/ts/d"),
+        "cannot read /etc/ts/d: Is a directory (os error 21)"
+    );
+    assert_eq!(
+        list("/etc/ts/nope"),
+        "cannot read /etc/ts/nope: No such file or directory (os error 2)"
     );
 }
 
@@ -352,7 +391,7 @@ fn trusted_proxies_and_their_header() {
         o.describe()
     );
     // The same from a config file.
-    let files = MemFiles::with(&[(
+    let files = MemFiles::of(&[(
         "/etc/ts/t.conf",
         "trusted-proxies = 10.0.0.0/8 # the balancers\nforwarded-header = X-Forwarded-For\n",
     )]);
@@ -396,7 +435,7 @@ fn trusted_proxy_errors_name_the_option_the_value_and_what_is_allowed() {
         e,
         "--forwarded-header needs --trusted-proxies: the header is read only from them"
     );
-    let files = MemFiles::with(&[("/etc/ts/t.conf", "\ntrusted-proxies = 10.0.0.0/33\n")]);
+    let files = MemFiles::of(&[("/etc/ts/t.conf", "\ntrusted-proxies = 10.0.0.0/33\n")]);
     let e = Options::parse(&["--config=t.conf"], Path::new("/etc/ts"), &files).unwrap_err();
     assert!(
         e.starts_with(
@@ -404,4 +443,54 @@ fn trusted_proxy_errors_name_the_option_the_value_and_what_is_allowed() {
         ),
         "{e}"
     );
+}
+
+/// The options' table is the single source of their names: the unknown-option
+/// messages (of a `@pparam` and of a config line) list exactly its names,
+/// each name is known to both, and no name is there twice.
+#[test]
+fn the_table_is_the_single_source_of_names() {
+    let tables = crate::options::tables();
+    assert_eq!(optspec::duplicates(&tables), Vec::<&str>::new());
+    let names: Vec<String> = optspec::names(&tables).map(|n| format!("--{n}")).collect();
+    let e = parse(&["--bogus"]).unwrap_err();
+    let listed = e
+        .strip_prefix("unknown option '--bogus'; known options: ")
+        .expect(&e);
+    assert_eq!(listed.split(", ").collect::<Vec<_>>(), names);
+    let files = MemFiles::of(&[("/etc/ts/t.conf", "bogus = 1\n")]);
+    let e = Options::parse(&["--config=t.conf"], Path::new("/etc/ts"), &files).unwrap_err();
+    let listed = e
+        .strip_prefix("unknown option 'bogus = 1' (at /etc/ts/t.conf:1); known options: ")
+        .expect(&e);
+    assert_eq!(listed.split(", ").collect::<Vec<_>>(), names);
+    for name in optspec::names(&tables) {
+        let e = parse(&[&format!("--{name}=")]).err().unwrap_or_default();
+        assert!(!e.starts_with("unknown option"), "--{name}: {e}");
+        let files = MemFiles::of(&[("/etc/ts/t.conf", &format!("{name} =\n"))]);
+        let e = Options::parse(&["--config=t.conf"], Path::new("/etc/ts"), &files)
+            .err()
+            .unwrap_or_default();
+        assert!(!e.starts_with("unknown option"), "{name} in a file: {e}");
+    }
+}
+
+/// The option table of docs/ip_throttle.md lists exactly the table's names,
+/// and every option has a docs line.
+#[test]
+fn the_docs_list_exactly_the_tables_names() {
+    let md = include_str!("../../../../docs/ip_throttle.md");
+    let section = md
+        .split("\n## ")
+        .find(|s| s.starts_with("Options\n"))
+        .expect("an Options section");
+    let mut documented: Vec<&str> = section
+        .lines()
+        .filter_map(|l| l.strip_prefix("| `--")?.split(['=', '`']).next())
+        .collect();
+    let tables = crate::options::tables();
+    let mut known: Vec<&str> = optspec::names(&tables).collect();
+    documented.sort_unstable();
+    known.sort_unstable();
+    assert_eq!(documented, known);
 }

@@ -8,14 +8,15 @@ use super::{MemFiles, MS, S};
 use crate::options::EventKind;
 use crate::state::Phase;
 use crate::throttler::{Action, ListName, Request, Snapshot, Throttler};
-use crate::{Files, Options};
+use crate::Options;
+use optspec::files::Files;
 
 fn ip(s: &str) -> IpAddr {
     s.parse().unwrap()
 }
 
 fn files() -> MemFiles {
-    MemFiles::with(&[
+    MemFiles::of(&[
         ("/etc/ts/allow.txt", "10.9.0.0/16\n2001:db8:aa::/48\n"),
         ("/etc/ts/deny.txt", "10.0.0.0/8\n192.0.2.66\n"),
     ])
@@ -318,7 +319,7 @@ fn reloads_swap_lists_and_options_and_keep_state() {
     t.decide(&r);
     assert_eq!(t.decide(&r).action, Action::Delay(S));
     assert_eq!(t.decide(&get("10.1.1.1")).action, Action::Forbid);
-    f.0.insert("/etc/ts/deny.txt".into(), "127.0.0.11\n".into());
+    f.insert("/etc/ts/deny.txt", "127.0.0.11\n");
     assert_eq!(t.reload_list(ListName::Deny, &f), Ok(1));
     assert_eq!(t.decide(&get("10.1.1.1")).action, Action::Pass);
     assert_eq!(t.decide(&r).action, Action::Forbid);
@@ -326,7 +327,7 @@ fn reloads_swap_lists_and_options_and_keep_state() {
         t.reload_list(ListName::Allow, &f),
         Err("no --allow-file is configured".into())
     );
-    f.0.insert("/etc/ts/deny.txt".into(), "300.0.0.1\n".into());
+    f.insert("/etc/ts/deny.txt", "300.0.0.1\n");
     let e = t.reload_list(ListName::Deny, &f).unwrap_err();
     assert!(
         e.starts_with("--deny-file: /etc/ts/deny.txt:1: '300.0.0.1'"),

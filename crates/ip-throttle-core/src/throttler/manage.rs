@@ -13,7 +13,7 @@ use super::Throttler;
 use crate::lists::{CidrList, Lists};
 use crate::options::{EventKind, Options};
 use crate::state::View;
-use crate::Files;
+use optspec::files::Files;
 
 /// The reloadable configuration of a rule.
 #[derive(Debug)]

@@ -165,3 +165,35 @@ fn weights_load_from_the_config_dir_and_change_the_fingerprint() {
         .starts_with("--flow-weights cannot read '"));
     let _ = std::fs::remove_dir(&dir);
 }
+
+/// The weights file is read bounded: a huge (or endless) one is refused
+/// naming the option, the file and the limit, as an unreadable one is.
+#[test]
+fn an_oversized_weights_file_is_refused() {
+    let dir = std::env::temp_dir().join(format!("fair-weights-big-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let big = std::fs::File::create(dir.join("w.txt")).unwrap();
+    big.set_len(super::MAX_WEIGHTS_BYTES + 1).unwrap();
+    let mut o = parse(&["--limit=4", "--fair=header:X-User", "--flow-weights=w.txt"])
+        .unwrap()
+        .fair
+        .unwrap();
+    let e = load_weights(&mut o, &dir).unwrap_err().0;
+    assert_eq!(
+        e,
+        format!(
+            "--flow-weights cannot read '{}': larger than 16777216 bytes",
+            dir.join("w.txt").display()
+        )
+    );
+    // A directory and text not UTF-8 keep the wording std gave them.
+    std::fs::remove_file(dir.join("w.txt")).unwrap();
+    std::fs::create_dir_all(dir.join("w.txt")).unwrap();
+    let e = load_weights(&mut o, &dir).unwrap_err().0;
+    assert!(e.ends_with(": Is a directory (os error 21)"), "{e}");
+    std::fs::remove_dir(dir.join("w.txt")).unwrap();
+    std::fs::write(dir.join("w.txt"), b"\xe9 slots=1\n").unwrap();
+    let e = load_weights(&mut o, &dir).unwrap_err().0;
+    assert!(e.ends_with(": stream did not contain valid UTF-8"), "{e}");
+    let _ = std::fs::remove_dir_all(&dir);
+}
