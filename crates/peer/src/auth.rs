@@ -9,6 +9,9 @@ type HmacSha256 = Hmac<Sha256>;
 
 /// Shortest secret accepted: 16 bytes (128 bits).
 pub const MIN_SECRET_LEN: usize = 16;
+/// Largest secret file read: a secret is a line, and a path mistyped to a
+/// log or a device must fail the load, not fill memory.
+pub const MAX_SECRET_FILE_BYTES: u64 = 64 << 10;
 
 /// A keyed HMAC, ready to sign or verify (keyed once; cloned per datagram).
 #[derive(Clone)]
@@ -37,8 +40,8 @@ impl Key {
     /// The secret from a file: its contents less trailing whitespace (a
     /// final newline). Errors name the file and say what is wrong.
     pub fn from_file(path: &Path) -> Result<Key, String> {
-        let bytes =
-            std::fs::read(path).map_err(|e| format!("peer secret file {}: {e}", path.display()))?;
+        let bytes = read_bounded(path, MAX_SECRET_FILE_BYTES)
+            .map_err(|e| format!("peer secret file {}: {e}", path.display()))?;
         let end = bytes
             .iter()
             .rposition(|b| !b.is_ascii_whitespace())
@@ -58,4 +61,18 @@ impl Key {
         m.update(body);
         m.verify_slice(mac).is_ok()
     }
+}
+
+/// A file's bytes, refusing more than `limit` of them (binary, unlike
+/// optspec's text reader: a secret may be any bytes).
+fn read_bounded(path: &Path, limit: u64) -> Result<Vec<u8>, String> {
+    use std::io::Read;
+    let mut bytes = Vec::new();
+    std::fs::File::open(path)
+        .and_then(|f| f.take(limit.saturating_add(1)).read_to_end(&mut bytes))
+        .map_err(|e| e.to_string())?;
+    if bytes.len() as u64 > limit {
+        return Err(format!("larger than {limit} bytes"));
+    }
+    Ok(bytes)
 }

@@ -300,6 +300,11 @@ fn secrets_from_files() {
         .map(|_| ())
         .unwrap_err();
     assert!(e.contains("missing"), "{e}");
+    // A path mistyped to something large is refused, not read whole.
+    let big = vec![b'x'; crate::auth::MAX_SECRET_FILE_BYTES as usize + 1];
+    std::fs::write(&f, big).unwrap_or_else(|e| panic!("{e}"));
+    let e = Key::from_file(&f).map(|_| ()).unwrap_err();
+    assert!(e.contains("larger than 65536 bytes"), "{e}");
     let _ = std::fs::remove_dir_all(&dir);
 }
 
