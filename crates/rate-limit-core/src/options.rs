@@ -13,6 +13,7 @@
 use std::fmt;
 
 use limits::quote::quote;
+use optspec::{Names, Opt};
 
 /// Concurrency limit when neither `--limit` nor `--rate` is given (upstream 9.2).
 pub const DEFAULT_LIMIT: u32 = 100;
@@ -160,50 +161,69 @@ pub(crate) fn invalid(name: &str, value: &str, allowed: &str) -> OptionError {
     ))
 }
 
-const OPTIONS: &[(&str, bool)] = &[
-    ("limit", true),
-    ("queue", true),
-    ("error", true),
-    ("retry", true),
-    ("header", true),
-    ("maxage", true),
-    ("prefix", true),
-    ("tag", true),
-    ("conntrack", false),
-    ("rate", true),
-    ("burst", true),
-    ("ratelimit-headers", false),
-    ("key", true),
-    ("key-prefix", true),
-    ("keys", true),
-    ("key-missing", true),
-    ("trusted-proxies", true),
-    ("forwarded-header", true),
-    ("group", true),
-    ("peers", true),
-    ("peer-group", true),
-    ("peer-listen", true),
-    ("peer-period", true),
-    ("peer-secret-file", true),
-    ("peer-max-tags", true),
-    ("peer-allow", true),
-    ("peer-interface", true),
-    ("peer-max-senders", true),
-    ("store", true),
-    ("store-timeout", true),
-    ("store-failure", true),
-    ("lease-ttl", true),
-    ("store-sync", true),
-    ("fair", true),
-    ("flow-slots", true),
-    ("flow-over", true),
-    ("strict", false),
-    ("flow-weights", true),
-    ("dry-run", false),
-    ("exempt", true),
-    ("log", true),
-    ("count-status", true),
-];
+/// Every option of a rule, for the tokenizer and the list of known
+/// options: the rule's own table (`args.rs`), then the peer exchange's, the
+/// store's and fair shares' (each the single source of its names).
+pub fn tables() -> [&'static dyn Names; 4] {
+    [
+        &args::OPTIONS,
+        &crate::peering::OPTIONS,
+        &crate::store::OPTIONS,
+        &crate::fair::OPTIONS,
+    ]
+}
+
+/// Where each module's table is in [`tables`].
+const PEERS: usize = 1;
+const STORE: usize = 2;
+const FAIR: usize = 3;
+
+/// Applies a module's options, given as `(name, value)` (the parser keeps
+/// them until the options they depend on are known), through its `table`:
+/// in the table's order if `table_order`, else in the order given.
+pub(crate) fn apply_given<T, C>(
+    table: &[Opt<T, C, OptionError>],
+    raw: &[(&'static str, String)],
+    table_order: bool,
+    target: &mut T,
+    cx: &C,
+) -> Result<(), OptionError> {
+    let mut apply = |opt: &Opt<T, C, OptionError>, value: &str| opt.apply(target, Some(value), cx);
+    if table_order {
+        for opt in table {
+            if let Some((_, v)) = raw.iter().find(|(n, _)| *n == opt.name) {
+                apply(opt, v)?;
+            }
+        }
+        return Ok(());
+    }
+    for (name, v) in raw {
+        let opt = table
+            .iter()
+            .find(|o| o.name == *name)
+            .ok_or_else(|| OptionError(format!("unknown option --{name}")))?;
+        apply(opt, v)?;
+    }
+    Ok(())
+}
+
+/// A whole number from `min` to `max`, strictly written; `unit` follows
+/// what is allowed (`" (milliseconds)"`, or "").
+pub(crate) fn uint(
+    name: &str,
+    value: &str,
+    min: u64,
+    max: u64,
+    unit: &str,
+) -> Result<u64, OptionError> {
+    optspec::value::uint(value, min, max).map_err(|_| {
+        invalid(
+            name,
+            value,
+            &format!("an integer from {min} to {max}{unit}"),
+        )
+    })
+}
 
 /// Longest `--group` name.
 pub const MAX_GROUP_LEN: usize = 64;
@@ -213,14 +233,6 @@ pub const MAX_GROUP_LEN: usize = 64;
 pub const DRY_STORE_WHY: &str = "Redis's verdict comes after the request went on, so no response \
      of a dry run is charged and the dry run could never show a refusal (dry-run the rule \
      without --store, or with --store-sync)";
-
-fn allowed_names() -> String {
-    OPTIONS
-        .iter()
-        .map(|(n, _)| format!("--{n}"))
-        .collect::<Vec<_>>()
-        .join(", ")
-}
 
 impl Options {
     /// `--count-status` on a rule Redis decides (`--store` without
@@ -259,21 +271,56 @@ mod tests {
         parse(args).expect_err("must be rejected").0
     }
 
+    /// Every option's name and whether it takes a value, from the tables.
+    fn all_options() -> Vec<(&'static str, bool)> {
+        tables()
+            .iter()
+            .flat_map(|t| (0..t.count()).map(|i| (t.name(i), t.takes(i) != optspec::Takes::Flag)))
+            .collect()
+    }
+
+    /// Each module's table is the single source of its names: no name is
+    /// in two tables, and the unknown-option message lists exactly them.
     #[test]
-    fn every_module_option_is_a_known_option() {
-        // The peer, store and fair options are validated in their modules;
-        // the rule's parser must accept each of them first.
-        let modules = [
-            crate::peering::NAMES,
-            crate::store::NAMES,
-            crate::fair::NAMES,
-        ];
-        for name in modules.concat() {
+    fn the_tables_are_the_single_source_of_names() {
+        assert_eq!(optspec::duplicates(&tables()), Vec::<&str>::new());
+        let names: Vec<String> = all_options()
+            .iter()
+            .map(|(n, _)| format!("--{n}"))
+            .collect();
+        let e = err(&["--bogus"]);
+        let listed = e
+            .strip_prefix("unknown option '--bogus'; known options: ")
+            .expect(&e);
+        assert_eq!(listed.split(", ").collect::<Vec<_>>(), names);
+        for (name, _) in all_options() {
             assert!(
-                OPTIONS.iter().any(|(o, _)| *o == name),
-                "--{name} is missing from OPTIONS"
+                !parse(&[&format!("--{name}=")]).is_err_and(|e| e.0.starts_with("unknown option")),
+                "--{name}"
             );
         }
+    }
+
+    /// The option table of docs/rate_limit.md lists exactly the tables'
+    /// names: an option added to one and not the other fails here.
+    #[test]
+    fn the_docs_list_exactly_the_tables_names() {
+        let path = concat!(env!("CARGO_MANIFEST_DIR"), "/../../docs/rate_limit.md");
+        let md = std::fs::read_to_string(path).expect("docs/rate_limit.md");
+        let section = md
+            .split("\n## ")
+            .find(|s| s.starts_with("Options\n"))
+            .expect("an Options section");
+        let mut documented: Vec<&str> = section
+            .lines()
+            .filter_map(|l| l.strip_prefix("| `--")?.split_once('`'))
+            .map(|(name, _)| name)
+            .collect();
+        let mut known: Vec<&str> = all_options().iter().map(|(n, _)| *n).collect();
+        documented.sort_unstable();
+        known.sort_unstable();
+        assert_eq!(documented, known);
+        assert!(args::OPTIONS.iter().all(|o| !o.doc.is_empty()));
     }
 
     #[test]
@@ -394,7 +441,7 @@ mod tests {
             )
         );
         let spaced = format!(" {}", "x".repeat(10240));
-        for (name, takes_value) in OPTIONS {
+        for (name, takes_value) in &all_options() {
             for value in [digits.as_str(), spaced.as_str()] {
                 let arg = format!("--{name}={value}");
                 let args: &[&str] = if *name == "burst" {
@@ -483,10 +530,10 @@ mod tests {
         /// the option it is about.
         #[test]
         fn errors_are_short_printable_and_name_the_option_first(
-            i in 0..OPTIONS.len(),
+            i in 0..all_options().len(),
             value in proptest::collection::vec(proptest::char::any(), 0..400),
         ) {
-            let name = OPTIONS[i].0;
+            let name = all_options()[i].0;
             let value: String = value.into_iter().collect();
             let arg = format!("--{name}={value}");
             if let Err(e) = Options::parse(URL, &[&arg]) {
