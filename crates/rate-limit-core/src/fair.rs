@@ -197,8 +197,7 @@ fn set_fair(f: &mut Values, v: &str, _: &u32) -> Result<(), OptionError> {
         sources,
         v4_prefix: 32,
         v6_prefix: 64,
-        trusted: Vec::new(),
-        forwarded: crate::key::ForwardedHeader::XForwardedFor,
+        proxies: crate::key::TrustedProxies::none(),
     }));
     Ok(())
 }

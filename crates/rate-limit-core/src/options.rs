@@ -85,22 +85,11 @@ pub struct Options {
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Exempt {
     pub nets: Vec<ipnet::IpNet>,
-    pub trusted: Vec<ipnet::IpNet>,
-    pub forwarded: crate::key::ForwardedHeader,
+    /// How the client's address is found: as `--key=ip` finds it.
+    pub proxies: crate::key::TrustedProxies,
 }
 
 impl Exempt {
-    /// The client's address as `--key=ip` finds it (through trusted proxies).
-    pub fn client_ip(&self, req: &impl crate::key::RequestView) -> Option<std::net::IpAddr> {
-        let peer = req.peer_ip()?;
-        Some(forwarded::client_ip(
-            &self.trusted,
-            self.forwarded,
-            peer,
-            |name| req.header(name),
-        ))
-    }
-
     /// Whether the client `ip` is in an exempt network.
     pub fn covers(&self, ip: std::net::IpAddr) -> bool {
         forwarded::trusts(&self.nets, ip)
@@ -640,7 +629,7 @@ mod tests {
         .unwrap();
         let k = o.key.as_ref().unwrap();
         assert_eq!((k.v4_prefix, k.v6_prefix), (24, 48));
-        assert_eq!(k.trusted.len(), 2);
+        assert_eq!(k.proxies.trusted.len(), 2);
         assert_eq!(o.key_missing, crate::key::Missing::Refuse);
         assert!(o.describe().contains("key=ip per key (prefix 24/48"));
         assert_eq!(parse(&["--limit=1"]).unwrap().key, None);
@@ -765,12 +754,15 @@ mod tests {
         ])
         .unwrap();
         let e = o.exempt.unwrap();
-        assert_eq!(e.trusted.len(), 1);
-        assert_eq!(e.forwarded, crate::key::ForwardedHeader::Forwarded);
+        assert_eq!(e.proxies.trusted.len(), 1);
+        assert_eq!(e.proxies.forwarded, crate::key::ForwardedHeader::Forwarded);
         assert!(o.key.is_none() && o.warnings.is_empty());
         // With --key, the key's trusted proxies.
         let o = parse(&["--key=ip", "--exempt=::1", "--trusted-proxies=10.0.0.1"]).unwrap();
-        assert_eq!(o.exempt.unwrap().trusted, o.key.unwrap().trusted);
+        assert_eq!(
+            o.exempt.unwrap().proxies.trusted,
+            o.key.unwrap().proxies.trusted
+        );
         // With a key that is not ip they serve --exempt: no warning.
         let o = parse(&[
             "--key=header:X",
@@ -779,7 +771,7 @@ mod tests {
         ])
         .unwrap();
         assert!(o.warnings.is_empty(), "{:?}", o.warnings);
-        assert_eq!(o.exempt.unwrap().trusted.len(), 1);
+        assert_eq!(o.exempt.unwrap().proxies.trusted.len(), 1);
         // Still refused without either.
         assert_eq!(
             err(&["--trusted-proxies=10.0.0.1"]),
