@@ -236,7 +236,10 @@ impl Options {
     /// Parses the options of the rule mapping `from_url`: each option on its
     /// own (`args.rs`), then how they combine (`checks.rs`).
     pub fn parse(from_url: &str, args: &[&str]) -> Result<Options, OptionError> {
-        checks::combine(from_url, args::read(args)?)
+        // Filled in place: the options are large, and moved once.
+        let mut given = args::Given::new();
+        args::read(args, &mut given)?;
+        checks::combine(from_url, given)
     }
 
     /// Max queue wait in nanoseconds, if bounded.

@@ -32,11 +32,11 @@ pub(super) struct Given {
     pub forwarded: crate::key::ForwardedHeader,
 }
 
-/// Reads `args`: every option known, given once, with a valid value.
-pub(super) fn read(args: &[&str]) -> Result<Given, OptionError> {
+/// Reads `args` into `g` (fresh from [`Given::new`]): every option known,
+/// given once, with a valid value.
+pub(super) fn read(args: &[&str], g: &mut Given) -> Result<(), OptionError> {
     let tables = tables();
     let mut tokens = Tokens::new(args, &tables, Repeats::Refuse);
-    let mut g = Given::new();
     for token in tokens.by_ref() {
         let t = token.map_err(|e| OptionError(e.message(&tables)))?;
         let kept = match t.table {
@@ -44,18 +44,18 @@ pub(super) fn read(args: &[&str]) -> Result<Given, OptionError> {
             STORE => &mut g.store_raw,
             FAIR => &mut g.fair_raw,
             _ => {
-                OPTIONS[t.index].apply(&mut g, t.value, &())?;
+                OPTIONS[t.index].apply(g, t.value, &())?;
                 continue;
             }
         };
         kept.push((t.name, t.value.unwrap_or_default().to_owned()));
     }
     g.seen = tokens.into_seen();
-    Ok(g)
+    Ok(())
 }
 
 impl Given {
-    fn new() -> Given {
+    pub(super) fn new() -> Given {
         Given {
             seen: Vec::new(),
             o: Options {
