@@ -19,7 +19,7 @@ use limits::{FairConfig, FlowWeight};
 use crate::key::KeySpec;
 use optspec::Opt;
 
-use crate::options::{apply_given, invalid, OptionError};
+use crate::options::{apply_given, invalid, OptionError, Order};
 
 /// Most lines of a weights file.
 pub const MAX_WEIGHT_LINES: usize = 100_000;
@@ -219,7 +219,13 @@ pub fn parse(
         strict: false,
         weights_file: None,
     };
-    apply_given(OPTIONS, raw, true, &mut given, &limit.unwrap_or(u32::MAX))?;
+    apply_given(
+        OPTIONS,
+        raw,
+        Order::Table,
+        &mut given,
+        &limit.unwrap_or(u32::MAX),
+    )?;
     let Values {
         source,
         flow_slots,

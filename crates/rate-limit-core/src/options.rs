@@ -170,18 +170,27 @@ const PEERS: usize = 1;
 const STORE: usize = 2;
 const FAIR: usize = 3;
 
+/// In which order a module's options are applied, so the first bad value
+/// reported is the one it always was.
+#[derive(Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Order {
+    /// The table's order, whatever the order given.
+    Table,
+    /// The order given.
+    Given,
+}
+
 /// Applies a module's options, given as `(name, value)` (the parser keeps
-/// them until the options they depend on are known), through its `table`:
-/// in the table's order if `table_order`, else in the order given.
+/// them until the options they depend on are known), through its `table`.
 pub(crate) fn apply_given<T, C>(
     table: &[Opt<T, C, OptionError>],
     raw: &[(&'static str, String)],
-    table_order: bool,
+    order: Order,
     target: &mut T,
     cx: &C,
 ) -> Result<(), OptionError> {
     let mut apply = |opt: &Opt<T, C, OptionError>, value: &str| opt.apply(target, Some(value), cx);
-    if table_order {
+    if order == Order::Table {
         for opt in table {
             if let Some((_, v)) = raw.iter().find(|(n, _)| *n == opt.name) {
                 apply(opt, v)?;

@@ -12,7 +12,7 @@ use limits::quote::quote;
 use optspec::Opt;
 
 use crate::key::{KeySpec, Source};
-use crate::options::{apply_given, invalid, uint, OptionError};
+use crate::options::{apply_given, invalid, uint, OptionError, Order};
 
 pub const DEFAULT_LISTEN: SocketAddr = SocketAddr::new(IpAddr::V4(Ipv4Addr::UNSPECIFIED), 7412);
 pub const DEFAULT_PERIOD_MS: u64 = 1000;
@@ -302,7 +302,7 @@ pub fn parse(
         max_senders: DEFAULT_MAX_SENDERS,
     };
     // Each value first, in the order given, so that a bad value is named as such.
-    apply_given(OPTIONS, raw, false, &mut o, &())?;
+    apply_given(OPTIONS, raw, Order::Given, &mut o, &())?;
     if o.group.is_none() && !o.interface.is_unspecified() {
         return Err(OptionError(
             "--peer-interface needs --peer-group: it is where the multicast group is joined"

@@ -9,7 +9,7 @@ use store_url::UrlError;
 
 use optspec::Opt;
 
-use crate::options::{apply_given, invalid, uint, OptionError};
+use crate::options::{apply_given, invalid, uint, OptionError, Order};
 
 pub const MIN_SYNC_MS: u64 = 10;
 pub const MAX_SYNC_MS: u64 = 60_000;
@@ -188,7 +188,7 @@ pub fn parse(
         lease_ttl_s: DEFAULT_LEASE_TTL_S,
         sync_ms: None,
     };
-    apply_given(OPTIONS, raw, true, &mut given, &())?;
+    apply_given(OPTIONS, raw, Order::Table, &mut given, &())?;
     let Values {
         redis,
         timeout_ms,
