@@ -117,9 +117,10 @@ pub trait Names {
     fn count(&self) -> usize;
     fn name(&self, i: usize) -> &'static str;
     fn takes(&self, i: usize) -> Takes;
-    /// The index of `name` and what it takes (one call per table, not per
-    /// name: the parse is config-time, but runs once per rule).
-    fn position(&self, name: &str) -> Option<(usize, Takes)>;
+    /// The index of `name`, the name as the table holds it, and what it
+    /// takes (one call per table, not per name: the parse is config-time,
+    /// but runs once per rule).
+    fn position(&self, name: &str) -> Option<(usize, &'static str, Takes)>;
 }
 
 impl<T, C, E> Names for &[Opt<T, C, E>] {
@@ -132,20 +133,30 @@ impl<T, C, E> Names for &[Opt<T, C, E>] {
     fn takes(&self, i: usize) -> Takes {
         self[i].takes()
     }
-    fn position(&self, name: &str) -> Option<(usize, Takes)> {
+    fn position(&self, name: &str) -> Option<(usize, &'static str, Takes)> {
         self.iter()
-            .position(|o| o.name == name)
-            .map(|i| (i, self[i].takes()))
+            .enumerate()
+            .find(|(_, o)| o.name == name)
+            .map(|(i, o)| (i, o.name, o.takes()))
     }
 }
 
 /// Where a name is: `(table, index in it, what it takes)`; the first table
 /// that has it wins (a test per front end keeps names unique).
 pub fn find(tables: &[&dyn Names], name: &str) -> Option<(usize, usize, Takes)> {
-    tables
-        .iter()
-        .enumerate()
-        .find_map(|(t, table)| table.position(name).map(|(i, takes)| (t, i, takes)))
+    locate(tables, name).map(|(t, i, _, takes)| (t, i, takes))
+}
+
+/// [`find`], with the name as the table holds it (`'static`).
+pub(crate) fn locate(
+    tables: &[&dyn Names],
+    name: &str,
+) -> Option<(usize, usize, &'static str, Takes)> {
+    tables.iter().enumerate().find_map(|(t, table)| {
+        table
+            .position(name)
+            .map(|(i, name, takes)| (t, i, name, takes))
+    })
 }
 
 /// Every name of `tables`, in table order.

@@ -8,7 +8,7 @@
 
 use quoting::quote;
 
-use crate::{find, known, Names, Takes};
+use crate::{known, locate, Names, Takes};
 
 /// Whether an option may be given more than once.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -109,8 +109,8 @@ impl<'a, 't> Tokens<'a, 't> {
             Some((n, v)) => (n, Some(v)),
             None => (body, None),
         };
-        let (table, index, takes) = find(self.tables, name).ok_or(SyntaxError::Unknown(arg))?;
-        let name = self.tables[table].name(index);
+        let (table, index, name, takes) =
+            locate(self.tables, name).ok_or(SyntaxError::Unknown(arg))?;
         if self.seen.contains(&name) {
             if self.repeats == Repeats::Refuse {
                 return Err(SyntaxError::Repeated(name));

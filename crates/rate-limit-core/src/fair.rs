@@ -18,10 +18,10 @@ use limits::{FairConfig, FlowWeight};
 use optspec::files::{Files, FsFiles};
 
 use crate::key::KeySpec;
-use crate::options::{invalid, OptionError};
+use optspec::Opt;
 
-/// The options of this module, as `OPTIONS` lists them.
-pub const NAMES: &[&str] = &["fair", "flow-slots", "flow-over", "strict", "flow-weights"];
+use crate::options::{apply_given, invalid, OptionError, Order};
+
 /// Most lines of a weights file.
 pub const MAX_WEIGHT_LINES: usize = 100_000;
 /// Largest weight.
@@ -118,6 +118,93 @@ impl FairOptions {
     }
 }
 
+/// The fair-share options: the single source of their names. Their values
+/// are checked in this order, whatever the order given; `u32` is the most
+/// `--flow-slots` allowed (the rule's `--limit`).
+pub static OPTIONS: &[Opt<Values, u32, OptionError>] = &[
+    Opt::value(
+        "fair",
+        "share the limit's slots fairly between flows: what a flow is",
+        set_fair,
+    ),
+    Opt::value(
+        "flow-slots",
+        "slots one flow may hold at once on this host",
+        |f, v, &most| {
+            let allowed = || format!("an integer from 1 to the --limit ({most})");
+            let n = optspec::value::uint(v, 1, u64::from(most))
+                .map_err(|_| invalid("flow-slots", v, &allowed()))?;
+            f.flow_slots = Some(n as u32);
+            Ok(())
+        },
+    ),
+    Opt::value(
+        "flow-over",
+        "a flow at its slots: reject or wait",
+        |f, v, _| {
+            f.over = optspec::value::word(v, &[("wait", Over::Wait), ("reject", Over::Reject)])
+                .ok_or_else(|| invalid("flow-over", v, "reject or wait"))?;
+            Ok(())
+        },
+    ),
+    Opt::flag(
+        "strict",
+        "a flow never holds more than its slots, even when others are idle",
+        |f, _| {
+            f.strict = true;
+            Ok(())
+        },
+    ),
+    Opt::value(
+        "flow-weights",
+        "file of key values with their own slots or weight",
+        |f, v, _| {
+            if v.is_empty() || v.len() > 4096 || v.contains('\0') {
+                return Err(invalid(
+                    "flow-weights",
+                    v,
+                    "a file name of 1 to 4096 bytes (relative to the config dir)",
+                ));
+            }
+            f.weights_file = Some(v.to_owned());
+            Ok(())
+        },
+    ),
+];
+
+/// The fair-share options' values, before they are checked together.
+pub struct Values {
+    source: Option<FlowSource>,
+    flow_slots: Option<u32>,
+    over: Over,
+    strict: bool,
+    weights_file: Option<String>,
+}
+
+fn set_fair(f: &mut Values, v: &str, _: &u32) -> Result<(), OptionError> {
+    if v == "session" {
+        f.source = Some(FlowSource::Session);
+        return Ok(());
+    }
+    let sources = KeySpec::parse_sources(v)
+        .ok()
+        .filter(|s| s.len() == 1)
+        .ok_or_else(|| {
+            invalid(
+                "fair",
+                v,
+                "one of session, ip, header:NAME, cookie:NAME or query:NAME",
+            )
+        })?;
+    f.source = Some(FlowSource::Key(KeySpec {
+        sources,
+        v4_prefix: 32,
+        v6_prefix: 64,
+        proxies: crate::key::TrustedProxies::none(),
+    }));
+    Ok(())
+}
+
 /// Parses the `--fair` options (`raw`: name and value as given). `limit`:
 /// the rule's concurrency limit; `key`, `conntrack`: whether those are set.
 pub fn parse(
@@ -126,61 +213,29 @@ pub fn parse(
     key: bool,
     conntrack: bool,
 ) -> Result<Option<FairOptions>, OptionError> {
-    let get = |n: &str| raw.iter().find(|(k, _)| *k == n).map(|(_, v)| v.as_str());
     // Values first (an error names the option and its value), then how
     // the options combine.
-    let source = match get("fair") {
-        None => None,
-        Some("session") => Some(FlowSource::Session),
-        Some(v) => {
-            let sources = KeySpec::parse_sources(v)
-                .ok()
-                .filter(|s| s.len() == 1)
-                .ok_or_else(|| {
-                    invalid(
-                        "fair",
-                        v,
-                        "one of session, ip, header:NAME, cookie:NAME or query:NAME",
-                    )
-                })?;
-            Some(FlowSource::Key(KeySpec {
-                sources,
-                v4_prefix: 32,
-                v6_prefix: 64,
-                trusted: Vec::new(),
-                forwarded: crate::key::ForwardedHeader::XForwardedFor,
-            }))
-        }
+    let mut given = Values {
+        source: None,
+        flow_slots: None,
+        over: Over::Wait,
+        strict: false,
+        weights_file: None,
     };
-    let most = limit.unwrap_or(u32::MAX);
-    let flow_slots = match get("flow-slots") {
-        None => None,
-        Some(v) => {
-            let allowed = format!("an integer from 1 to the --limit ({most})");
-            match v.parse::<u32>() {
-                Ok(n) if (1..=most).contains(&n) && v.bytes().all(|b| b.is_ascii_digit()) => {
-                    Some(n)
-                }
-                _ => return Err(invalid("flow-slots", v, &allowed)),
-            }
-        }
-    };
-    let over = match get("flow-over") {
-        None | Some("wait") => Over::Wait,
-        Some("reject") => Over::Reject,
-        Some(v) => return Err(invalid("flow-over", v, "reject or wait")),
-    };
-    let weights_file = match get("flow-weights") {
-        None => None,
-        Some(v) if v.is_empty() || v.len() > 4096 || v.contains('\0') => {
-            return Err(invalid(
-                "flow-weights",
-                v,
-                "a file name of 1 to 4096 bytes (relative to the config dir)",
-            ))
-        }
-        Some(v) => Some(v.to_owned()),
-    };
+    apply_given(
+        OPTIONS,
+        raw,
+        Order::Table,
+        &mut given,
+        &limit.unwrap_or(u32::MAX),
+    )?;
+    let Values {
+        source,
+        flow_slots,
+        over,
+        strict,
+        weights_file,
+    } = given;
     let Some(source) = source else {
         if let Some((other, _)) = raw.first() {
             return Err(OptionError(format!(
@@ -218,7 +273,7 @@ pub fn parse(
         source,
         flow_slots,
         over,
-        strict: get("strict").is_some(),
+        strict,
         weights_file,
         weights: Weights::default(),
     }))

@@ -14,7 +14,7 @@ use netaddr::{canonical, mask128, mask32};
 /// One part of a client key.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Source {
-    /// The client address (see [`KeySpec::client_ip`]).
+    /// The client address (see [`TrustedProxies::client_ip`]).
     Ip,
     Header(String),
     Cookie(String),
@@ -93,10 +93,43 @@ pub struct KeySpec {
     /// Prefix lengths that `ip` keys are aggregated to (`--key-prefix`).
     pub v4_prefix: u8,
     pub v6_prefix: u8,
+    /// How the client's address is found (`--trusted-proxies`,
+    /// `--forwarded-header`).
+    pub proxies: TrustedProxies,
+}
+
+/// Proxies trusted to report the client's address, and the header they
+/// write it to: how `--key=ip` and `--exempt` find a request's client.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct TrustedProxies {
     /// Proxies whose forwarding header is believed (`--trusted-proxies`).
     pub trusted: Vec<IpNet>,
     /// Which header they write (`--forwarded-header`).
     pub forwarded: ForwardedHeader,
+}
+
+impl TrustedProxies {
+    /// No proxy trusted: the client is the peer.
+    pub fn none() -> TrustedProxies {
+        TrustedProxies {
+            trusted: Vec::new(),
+            forwarded: ForwardedHeader::XForwardedFor,
+        }
+    }
+
+    /// The client's address: the peer's, unless the peer is a trusted proxy;
+    /// then the right-most address of the forwarding chain that is not a
+    /// trusted proxy (the left-most entries are whatever the client wrote,
+    /// so they are never believed). See [`forwarded::client_ip`].
+    pub fn client_ip(&self, req: &impl RequestView) -> Option<IpAddr> {
+        let peer = req.peer_ip()?;
+        Some(forwarded::client_ip(
+            &self.trusted,
+            self.forwarded,
+            peer,
+            |name| req.header(name),
+        ))
+    }
 }
 
 /// Most bytes of one source that go into a key: longer values are cut (and
@@ -149,20 +182,6 @@ impl KeySpec {
         names.join(",")
     }
 
-    /// The client's address: the peer's, unless the peer is a trusted proxy;
-    /// then the right-most address of the forwarding chain that is not a
-    /// trusted proxy (the left-most entries are whatever the client wrote,
-    /// so they are never believed). See [`forwarded::client_ip`].
-    pub fn client_ip(&self, req: &impl RequestView) -> Option<IpAddr> {
-        let peer = req.peer_ip()?;
-        Some(forwarded::client_ip(
-            &self.trusted,
-            self.forwarded,
-            peer,
-            |name| req.header(name),
-        ))
-    }
-
     /// Writes the key of `req` into `out` (cleared first): each source as a
     /// tag byte, a length and its bytes, so no two combinations of values
     /// produce the same bytes. False if a source is missing.
@@ -171,7 +190,10 @@ impl KeySpec {
         for (i, src) in self.sources.iter().enumerate() {
             let tag = u8::try_from(i).unwrap_or(u8::MAX);
             let found = match src {
-                Source::Ip => match req.resolved_client().unwrap_or_else(|| self.client_ip(req)) {
+                Source::Ip => match req
+                    .resolved_client()
+                    .unwrap_or_else(|| self.proxies.client_ip(req))
+                {
                     Some(ip) => {
                         let (bytes, len) = self.aggregate(ip);
                         push_part(out, tag, &bytes[..len]);

@@ -9,21 +9,10 @@ use ipnet::IpNet;
 
 use limits::quote::quote;
 
-use crate::key::{KeySpec, Source};
-use crate::options::{invalid, OptionError};
+use optspec::Opt;
 
-/// The options named `peer…` (the parser hands them here, validated later).
-pub const NAMES: &[&str] = &[
-    "peers",
-    "peer-group",
-    "peer-listen",
-    "peer-period",
-    "peer-secret-file",
-    "peer-max-tags",
-    "peer-allow",
-    "peer-interface",
-    "peer-max-senders",
-];
+use crate::key::{KeySpec, Source};
+use crate::options::{apply_given, invalid, uint, OptionError, Order};
 
 pub const DEFAULT_LISTEN: SocketAddr = SocketAddr::new(IpAddr::V4(Ipv4Addr::UNSPECIFIED), 7412);
 pub const DEFAULT_PERIOD_MS: u64 = 1000;
@@ -123,6 +112,122 @@ impl PeerOptions {
     }
 }
 
+/// The peer exchange options: the single source of their names.
+pub static OPTIONS: &[Opt<PeerOptions, (), OptionError>] = &[
+    Opt::value(
+        "peers",
+        "unicast peers of the exchange, HOST:PORT, comma-separated",
+        set_peers,
+    ),
+    Opt::value(
+        "peer-group",
+        "or an IPv4 multicast GROUP:PORT",
+        |o, v, _| {
+            let g = addr("peer-group", v)?;
+            if !matches!(g.ip(), IpAddr::V4(ip) if ip.is_multicast()) {
+                return Err(invalid(
+                    "peer-group",
+                    v,
+                    "an IPv4 multicast GROUP:PORT (224.0.0.0/4)",
+                ));
+            }
+            o.group = Some(g);
+            Ok(())
+        },
+    ),
+    Opt::value(
+        "peer-listen",
+        "the UDP address reports arrive at",
+        |o, v, _| {
+            o.listen = addr("peer-listen", v)?;
+            Ok(())
+        },
+    ),
+    Opt::value(
+        "peer-period",
+        "how often this limiter reports its hits, ms",
+        |o, v, _| {
+            o.period_ms = uint("peer-period", v, MIN_PERIOD_MS, MAX_PERIOD_MS, "")?;
+            Ok(())
+        },
+    ),
+    Opt::value(
+        "peer-secret-file",
+        "the file holding the shared secret",
+        |o, v, _| {
+            if v.is_empty() || v.len() > MAX_PATH || v.chars().any(char::is_control) {
+                return Err(invalid(
+                    "peer-secret-file",
+                    v,
+                    "a file name of 1 to 4096 bytes (relative to the config dir) holding the shared secret",
+                ));
+            }
+            o.secret_file = v.to_owned();
+            Ok(())
+        },
+    ),
+    Opt::value("peer-max-tags", "most client keys per report", |o, v, _| {
+        o.max_tags = uint("peer-max-tags", v, 1, MAX_MAX_TAGS, "")? as usize;
+        Ok(())
+    }),
+    Opt::value(
+        "peer-allow",
+        "source networks accepted besides the unicast peers",
+        |o, v, _| {
+            o.allow = nets(v)?;
+            Ok(())
+        },
+    ),
+    Opt::value(
+        "peer-interface",
+        "the local IPv4 address the multicast group is joined and sent on",
+        |o, v, _| {
+            o.interface = v.parse().map_err(|_| {
+                invalid(
+                    "peer-interface",
+                    v,
+                    "a local IPv4 address to join --peer-group on (default 0.0.0.0: by route)",
+                )
+            })?;
+            Ok(())
+        },
+    ),
+    Opt::value(
+        "peer-max-senders",
+        "peer processes whose replay windows the socket keeps",
+        |o, v, _| {
+            o.max_senders = uint("peer-max-senders", v, 1, MAX_MAX_SENDERS, "")? as usize;
+            Ok(())
+        },
+    ),
+];
+
+fn set_peers(o: &mut PeerOptions, v: &str, _: &()) -> Result<(), OptionError> {
+    for part in v.split(',') {
+        let a = addr("peers", part).map_err(|_| {
+            invalid(
+                "peers",
+                v,
+                &format!(
+                    "HOST:PORT, comma-separated ({} is not one)",
+                    quote(part.trim())
+                ),
+            )
+        })?;
+        if !o.peers.contains(&a) {
+            o.peers.push(a);
+        }
+    }
+    if o.peers.len() > MAX_PEERS {
+        return Err(invalid(
+            "peers",
+            v,
+            &format!("at most {MAX_PEERS} HOST:PORT"),
+        ));
+    }
+    Ok(())
+}
+
 fn addr(name: &str, value: &str) -> Result<SocketAddr, OptionError> {
     let bad = || {
         invalid(
@@ -145,20 +250,17 @@ fn addr(name: &str, value: &str) -> Result<SocketAddr, OptionError> {
 /// `--peer-allow`: IP addresses or CIDR networks, comma-separated.
 fn nets(value: &str) -> Result<Vec<IpNet>, OptionError> {
     let mut v = Vec::new();
-    for part in value.split(',').map(str::trim) {
-        let n = part
-            .parse::<IpNet>()
-            .or_else(|_| part.parse::<IpAddr>().map(IpNet::from))
-            .map_err(|_| {
-                invalid(
-                    "peer-allow",
-                    value,
-                    &format!(
-                        "IP addresses or CIDR networks, comma-separated ({} is not one)",
-                        quote(part)
-                    ),
-                )
-            })?;
+    for part in optspec::value::list(value) {
+        let n = optspec::value::cidr(part).ok_or_else(|| {
+            invalid(
+                "peer-allow",
+                value,
+                &format!(
+                    "IP addresses or CIDR networks, comma-separated ({} is not one)",
+                    quote(part)
+                ),
+            )
+        })?;
         // Sources are checked canonical (IPv4-mapped IPv6 as IPv4).
         let n = netaddr::canonical_net(n);
         if !v.contains(&n) {
@@ -173,18 +275,6 @@ fn nets(value: &str) -> Result<Vec<IpNet>, OptionError> {
         ));
     }
     Ok(v)
-}
-
-fn uint(name: &str, value: &str, min: u64, max: u64) -> Result<u64, OptionError> {
-    let allowed = || format!("an integer from {min} to {max}");
-    if value.is_empty() || !value.bytes().all(|b| b.is_ascii_digit()) {
-        return Err(invalid(name, value, &allowed()));
-    }
-    value
-        .parse::<u64>()
-        .ok()
-        .filter(|v| (min..=max).contains(v))
-        .ok_or_else(|| invalid(name, value, &allowed()))
 }
 
 /// Validates the `peer…` options given (`raw`: name and value). `None` when
@@ -211,72 +301,8 @@ pub fn parse(
         allow: Vec::new(),
         max_senders: DEFAULT_MAX_SENDERS,
     };
-    // Each value first, so that a bad value is named as such.
-    for (name, v) in raw {
-        match *name {
-            "peers" => {
-                for part in v.split(',') {
-                    let a = addr("peers", part).map_err(|_| {
-                        invalid(
-                            "peers",
-                            v,
-                            &format!(
-                                "HOST:PORT, comma-separated ({} is not one)",
-                                quote(part.trim())
-                            ),
-                        )
-                    })?;
-                    if !o.peers.contains(&a) {
-                        o.peers.push(a);
-                    }
-                }
-                if o.peers.len() > MAX_PEERS {
-                    return Err(invalid(
-                        "peers",
-                        v,
-                        &format!("at most {MAX_PEERS} HOST:PORT"),
-                    ));
-                }
-            }
-            "peer-group" => {
-                let g = addr("peer-group", v)?;
-                if !matches!(g.ip(), IpAddr::V4(ip) if ip.is_multicast()) {
-                    return Err(invalid(
-                        "peer-group",
-                        v,
-                        "an IPv4 multicast GROUP:PORT (224.0.0.0/4)",
-                    ));
-                }
-                o.group = Some(g);
-            }
-            "peer-listen" => o.listen = addr("peer-listen", v)?,
-            "peer-period" => o.period_ms = uint("peer-period", v, MIN_PERIOD_MS, MAX_PERIOD_MS)?,
-            "peer-max-tags" => o.max_tags = uint("peer-max-tags", v, 1, MAX_MAX_TAGS)? as usize,
-            "peer-allow" => o.allow = nets(v)?,
-            "peer-max-senders" => {
-                o.max_senders = uint("peer-max-senders", v, 1, MAX_MAX_SENDERS)? as usize
-            }
-            "peer-interface" => {
-                o.interface = v.parse().map_err(|_| {
-                    invalid(
-                        "peer-interface",
-                        v,
-                        "a local IPv4 address to join --peer-group on (default 0.0.0.0: by route)",
-                    )
-                })?
-            }
-            _ => {
-                if v.is_empty() || v.len() > MAX_PATH || v.chars().any(char::is_control) {
-                    return Err(invalid(
-                        "peer-secret-file",
-                        v,
-                        "a file name of 1 to 4096 bytes (relative to the config dir) holding the shared secret",
-                    ));
-                }
-                o.secret_file = v.clone();
-            }
-        }
-    }
+    // Each value first, in the order given, so that a bad value is named as such.
+    apply_given(OPTIONS, raw, Order::Given, &mut o, &())?;
     if o.group.is_none() && !o.interface.is_unspecified() {
         return Err(OptionError(
             "--peer-interface needs --peer-group: it is where the multicast group is joined"

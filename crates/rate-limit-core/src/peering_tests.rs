@@ -1,13 +1,15 @@
 use super::*;
-use crate::key::{ForwardedHeader, KeySpec};
+use crate::key::{ForwardedHeader, KeySpec, TrustedProxies};
 
 fn spec(sources: Vec<Source>) -> KeySpec {
     KeySpec {
         sources,
         v4_prefix: 32,
         v6_prefix: 64,
-        trusted: Vec::new(),
-        forwarded: ForwardedHeader::XForwardedFor,
+        proxies: TrustedProxies {
+            trusted: Vec::new(),
+            forwarded: ForwardedHeader::XForwardedFor,
+        },
     }
 }
 

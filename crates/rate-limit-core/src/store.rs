@@ -7,16 +7,10 @@ use limits::quote::quote;
 use store_url::Target;
 use store_url::UrlError;
 
-use crate::options::{invalid, OptionError};
+use optspec::Opt;
 
-/// The options named `store…`/`lease-ttl` (the parser hands them here).
-pub const NAMES: &[&str] = &[
-    "store",
-    "store-timeout",
-    "store-failure",
-    "lease-ttl",
-    "store-sync",
-];
+use crate::options::{apply_given, invalid, uint, OptionError, Order};
+
 pub const MIN_SYNC_MS: u64 = 10;
 pub const MAX_SYNC_MS: u64 = 60_000;
 
@@ -95,15 +89,72 @@ fn parse_url(value: &str) -> Result<Target, OptionError> {
     }
 }
 
-fn parse_uint(name: &str, value: &str, min: u64, max: u64, unit: &str) -> Result<u64, OptionError> {
-    let allowed = || format!("an integer from {min} to {max} ({unit})");
-    if value.is_empty() || value.len() > 20 || !value.bytes().all(|b| b.is_ascii_digit()) {
-        return Err(invalid(name, value, &allowed()));
-    }
-    match value.parse::<u64>() {
-        Ok(v) if (min..=max).contains(&v) => Ok(v),
-        _ => Err(invalid(name, value, &allowed())),
-    }
+/// The store options: the single source of their names. Their values are
+/// checked in this order, whatever the order given.
+pub static OPTIONS: &[Opt<Values, (), OptionError>] = &[
+    Opt::value(
+        "store",
+        "the Redis server or cluster deciding the rule's limits",
+        |s, v, _| {
+            s.redis = Some(parse_url(v)?);
+            Ok(())
+        },
+    ),
+    Opt::value(
+        "store-timeout",
+        "longest wait for a Redis decision, ms",
+        |s, v, _| {
+            s.timeout_ms = uint("store-timeout", v, 1, MAX_TIMEOUT_MS, " (milliseconds)")?;
+            Ok(())
+        },
+    ),
+    Opt::value(
+        "store-failure",
+        "when Redis fails or is late: open, closed or local",
+        |s, v, _| {
+            s.failure = optspec::value::word(
+                v,
+                &[
+                    ("local", Failure::Local),
+                    ("open", Failure::Open),
+                    ("closed", Failure::Closed),
+                ],
+            )
+            .ok_or_else(|| invalid("store-failure", v, "open, closed or local"))?;
+            Ok(())
+        },
+    ),
+    Opt::value(
+        "lease-ttl",
+        "seconds before a dead proxy's concurrency leases expire",
+        |s, v, _| {
+            s.lease_ttl_s = uint("lease-ttl", v, 1, MAX_LEASE_TTL_S, " (seconds)")?;
+            Ok(())
+        },
+    ),
+    Opt::value(
+        "store-sync",
+        "the hybrid mode: exchange counts through Redis every this many ms",
+        |s, v, _| {
+            s.sync_ms = Some(uint(
+                "store-sync",
+                v,
+                MIN_SYNC_MS,
+                MAX_SYNC_MS,
+                " (milliseconds)",
+            )?);
+            Ok(())
+        },
+    ),
+];
+
+/// The store options' values, before they are checked together.
+pub struct Values {
+    redis: Option<Target>,
+    timeout_ms: u64,
+    failure: Failure,
+    lease_ttl_s: u64,
+    sync_ms: Option<u64>,
 }
 
 /// What else the rule has, for the checks that combine options.
@@ -129,38 +180,23 @@ pub fn parse(
         peered,
         ..
     } = cx;
-    let get = |n: &str| {
-        raw.iter()
-            .find(|(name, _)| *name == n)
-            .map(|(_, v)| v.as_str())
-    };
     // Values first (each error names its own option), then what needs what.
-    let addr = get("store").map(parse_url).transpose()?;
-    let timeout_ms = match get("store-timeout") {
-        Some(v) => parse_uint("store-timeout", v, 1, MAX_TIMEOUT_MS, "milliseconds")?,
-        None => DEFAULT_TIMEOUT_MS,
+    let mut given = Values {
+        redis: None,
+        timeout_ms: DEFAULT_TIMEOUT_MS,
+        failure: Failure::Local,
+        lease_ttl_s: DEFAULT_LEASE_TTL_S,
+        sync_ms: None,
     };
-    let failure = match get("store-failure") {
-        None | Some("local") => Failure::Local,
-        Some("open") => Failure::Open,
-        Some("closed") => Failure::Closed,
-        Some(v) => return Err(invalid("store-failure", v, "open, closed or local")),
-    };
-    let lease_ttl_s = match get("lease-ttl") {
-        Some(v) => parse_uint("lease-ttl", v, 1, MAX_LEASE_TTL_S, "seconds")?,
-        None => DEFAULT_LEASE_TTL_S,
-    };
-    let sync_ms = match get("store-sync") {
-        Some(v) => Some(parse_uint(
-            "store-sync",
-            v,
-            MIN_SYNC_MS,
-            MAX_SYNC_MS,
-            "milliseconds",
-        )?),
-        None => None,
-    };
-    let Some(redis) = addr else {
+    apply_given(OPTIONS, raw, Order::Table, &mut given, &())?;
+    let Values {
+        redis,
+        timeout_ms,
+        failure,
+        lease_ttl_s,
+        sync_ms,
+    } = given;
+    let Some(redis) = redis else {
         if let Some((name, _)) = raw.first() {
             return Err(OptionError(format!(
                 "--{name} needs --store (it configures the global mode)"

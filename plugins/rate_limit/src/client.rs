@@ -27,7 +27,7 @@ impl Rule {
             hdr: req.request_header(),
             client: None,
         };
-        let ip = e.client_ip(&view);
+        let ip = e.proxies.client_ip(&view);
         if ip.is_some_and(|ip| e.covers(ip)) {
             return Err(());
         }
@@ -95,8 +95,8 @@ impl Rule {
             client: None,
         };
         match (&self.opts.exempt, &self.opts.key) {
-            (Some(e), _) => e.client_ip(&view),
-            (None, Some(k)) => k.client_ip(&view),
+            (Some(e), _) => e.proxies.client_ip(&view),
+            (None, Some(k)) => k.proxies.client_ip(&view),
             (None, None) => txn.connection_client_ip(),
         }
     }

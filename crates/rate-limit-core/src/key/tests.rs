@@ -83,12 +83,14 @@ fn spec(key: &str, trusted: &str) -> KeySpec {
         sources: KeySpec::parse_sources(key).unwrap(),
         v4_prefix: 32,
         v6_prefix: 64,
-        trusted: if trusted.is_empty() {
-            Vec::new()
-        } else {
-            KeySpec::parse_trusted(trusted).unwrap()
+        proxies: TrustedProxies {
+            trusted: if trusted.is_empty() {
+                Vec::new()
+            } else {
+                KeySpec::parse_trusted(trusted).unwrap()
+            },
+            forwarded: ForwardedHeader::XForwardedFor,
         },
-        forwarded: ForwardedHeader::XForwardedFor,
     }
 }
 
@@ -165,42 +167,42 @@ fn forwarded_addresses_are_believed_only_from_trusted_proxies() {
     let s = spec("ip", "10.0.0.0/8");
     // Untrusted peer: its own address, whatever it claims.
     let r = Req::from("192.0.2.1").with("X-Forwarded-For", "198.51.100.7");
-    assert_eq!(s.client_ip(&r), ip("192.0.2.1"));
+    assert_eq!(s.proxies.client_ip(&r), ip("192.0.2.1"));
     // Trusted load balancer: the right-most address it did not add itself.
     let r = Req::from("10.1.1.1").with("X-Forwarded-For", "198.51.100.7");
-    assert_eq!(s.client_ip(&r), ip("198.51.100.7"));
+    assert_eq!(s.proxies.client_ip(&r), ip("198.51.100.7"));
     // A spoofed left-most entry is never believed.
     let r = Req::from("10.1.1.1").with("X-Forwarded-For", "6.6.6.6, 198.51.100.7");
-    assert_eq!(s.client_ip(&r), ip("198.51.100.7"));
+    assert_eq!(s.proxies.client_ip(&r), ip("198.51.100.7"));
     // Chains of trusted proxies are walked from the right; several fields join.
     let r = Req::from("10.1.1.1")
         .with("X-Forwarded-For", "6.6.6.6, 198.51.100.7")
         .with("X-Forwarded-For", "10.2.2.2");
-    assert_eq!(s.client_ip(&r), ip("198.51.100.7"));
+    assert_eq!(s.proxies.client_ip(&r), ip("198.51.100.7"));
     // Ports and brackets.
     let r = Req::from("10.1.1.1").with("X-Forwarded-For", "[2001:db8::5]:443");
-    assert_eq!(s.client_ip(&r), ip("2001:db8::5"));
+    assert_eq!(s.proxies.client_ip(&r), ip("2001:db8::5"));
     let r = Req::from("10.1.1.1").with("X-Forwarded-For", "198.51.100.7:5555");
-    assert_eq!(s.client_ip(&r), ip("198.51.100.7"));
+    assert_eq!(s.proxies.client_ip(&r), ip("198.51.100.7"));
     // Garbage ends the walk at the last good hop (here the proxy itself).
     let r = Req::from("10.1.1.1").with("X-Forwarded-For", "6.6.6.6, nonsense");
-    assert_eq!(s.client_ip(&r), ip("10.1.1.1"));
+    assert_eq!(s.proxies.client_ip(&r), ip("10.1.1.1"));
     // A proxy that writes X-Forwarded-For passes a client's Forwarded through:
     // it is never read.
     let r = Req::from("10.1.1.1").with("Forwarded", "for=6.6.6.6");
-    assert_eq!(s.client_ip(&r), ip("10.1.1.1"));
+    assert_eq!(s.proxies.client_ip(&r), ip("10.1.1.1"));
     // RFC 7239, for proxies that write it; then a client's X-Forwarded-For is ignored.
     let mut s7239 = s.clone();
-    s7239.forwarded = ForwardedHeader::Forwarded;
+    s7239.proxies.forwarded = ForwardedHeader::Forwarded;
     let r = Req::from("10.1.1.1")
         .with("X-Forwarded-For", "6.6.6.6")
         .with(
             "Forwarded",
             "for=6.6.6.6, for=\"[2001:db8::9]:80\";proto=https;by=10.1.1.1",
         );
-    assert_eq!(s7239.client_ip(&r), ip("2001:db8::9"));
+    assert_eq!(s7239.proxies.client_ip(&r), ip("2001:db8::9"));
     // Trusted peer without a chain: the peer.
-    assert_eq!(s.client_ip(&Req::from("10.1.1.1")), ip("10.1.1.1"));
+    assert_eq!(s.proxies.client_ip(&Req::from("10.1.1.1")), ip("10.1.1.1"));
 }
 
 /// A client pads its X-Forwarded-For so that the proxy's entry would fall
@@ -213,10 +215,10 @@ fn an_over_long_forwarding_chain_cannot_hide_the_proxys_entry() {
     let r = Req::from("10.1.1.1")
         .with("X-Forwarded-For", &padded)
         .with("X-Forwarded-For", "198.51.100.7");
-    assert_eq!(s.client_ip(&r), ip("198.51.100.7"));
+    assert_eq!(s.proxies.client_ip(&r), ip("198.51.100.7"));
     // Even all in one field, and ending exactly at a cut.
     let r = Req::from("10.1.1.1").with("X-Forwarded-For", &format!("{padded}, 198.51.100.8"));
-    assert_eq!(s.client_ip(&r), ip("198.51.100.8"));
+    assert_eq!(s.proxies.client_ip(&r), ip("198.51.100.8"));
 }
 
 #[test]
@@ -288,8 +290,10 @@ fn keys_display_for_operators() {
         sources: vec![Source::Ip, Source::Header("X-User".into())],
         v4_prefix: 24,
         v6_prefix: 64,
-        trusted: vec![],
-        forwarded: ForwardedHeader::XForwardedFor,
+        proxies: TrustedProxies {
+            trusted: vec![],
+            forwarded: ForwardedHeader::XForwardedFor,
+        },
     };
     let mut key = Vec::new();
     push_part(&mut key, 0, &[192, 0, 2, 0]);

@@ -1,12 +1,14 @@
-//! Reading a rule's `@pparam`s one at a time: each option's syntax and
-//! value, in the order given (the first mistake is the one reported). How
-//! the options combine is checked after, in `checks.rs`.
+//! Reading a rule's `@pparam`s one at a time: the rule's own options (the
+//! table [`OPTIONS`]: each one's syntax and value), in the order given (the
+//! first mistake is the one reported). The peer, store and fair options are
+//! kept for their modules; how the options combine is checked after, in
+//! `checks.rs`.
 
-use limits::quote::quote;
+use optspec::{Opt, Repeats, Tokens};
 
 use super::{
-    allowed_names, invalid, log_name_ok, OptionError, Options, DEFAULT_ERROR, DEFAULT_KEYS,
-    DEFAULT_PREFIX, LOG_NAMES_ALLOWED, MAX_GROUP_LEN, MAX_KEYS, MAX_RATE, OPTIONS,
+    invalid, log_name_ok, tables, uint, OptionError, Options, DEFAULT_ERROR, DEFAULT_KEYS,
+    DEFAULT_PREFIX, FAIR, LOG_NAMES_ALLOWED, MAX_GROUP_LEN, MAX_KEYS, MAX_RATE, PEERS, STORE,
 };
 
 /// The options as given, each checked on its own; the rule-wide values are
@@ -30,248 +32,294 @@ pub(super) struct Given {
     pub forwarded: crate::key::ForwardedHeader,
 }
 
-/// Reads `args`: every option known, given once, with a valid value.
-pub(super) fn read(args: &[&str]) -> Result<Given, OptionError> {
-    let mut seen: Vec<&'static str> = Vec::new();
-    let mut limit = None;
-    let mut queue = None;
-    let mut o = Options {
-        limit: None,
-        queue: u32::MAX,
-        error: DEFAULT_ERROR,
-        retry: 0,
-        header: None,
-        maxage_ms: 0,
-        prefix: DEFAULT_PREFIX.to_owned(),
-        tag: String::new(),
-        conntrack: false,
-        rate: None,
-        burst: 0,
-        ratelimit_headers: false,
-        key: None,
-        keys: DEFAULT_KEYS,
-        key_missing: crate::key::Missing::Shared,
-        group: None,
-        peer: None,
-        store: None,
-        fair: None,
-        dry_run: false,
-        exempt: None,
-        log: None,
-        count_status: None,
-        warnings: Vec::new(),
-    };
-    let mut exempt = None;
-    let mut fair_raw: Vec<(&'static str, String)> = Vec::new();
-    let mut peer_raw: Vec<(&'static str, String)> = Vec::new();
-    let mut store_raw: Vec<(&'static str, String)> = Vec::new();
-    let mut burst = None;
-    let mut tag = None;
-    let (mut sources, mut prefix, mut trusted) = (None, None, None);
-    let mut forwarded = crate::key::ForwardedHeader::XForwardedFor;
-    let mut i = 0;
-    while i < args.len() {
-        let arg = args[i];
-        i += 1;
-        let Some(body) = arg.strip_prefix("--") else {
-            return Err(OptionError(format!(
-                "unexpected argument {}: options are --name=value; known options: {}",
-                quote(arg),
-                allowed_names()
-            )));
+/// Reads `args` into `g` (fresh from [`Given::new`]): every option known,
+/// given once, with a valid value.
+pub(super) fn read(args: &[&str], g: &mut Given) -> Result<(), OptionError> {
+    let tables = tables();
+    let mut tokens = Tokens::new(args, &tables, Repeats::Refuse);
+    for token in tokens.by_ref() {
+        let t = token.map_err(|e| OptionError(e.message(&tables)))?;
+        let kept = match t.table {
+            PEERS => &mut g.peer_raw,
+            STORE => &mut g.store_raw,
+            FAIR => &mut g.fair_raw,
+            _ => {
+                OPTIONS[t.index].apply(g, t.value, &())?;
+                continue;
+            }
         };
-        let (name, inline) = match body.split_once('=') {
-            Some((n, v)) => (n, Some(v)),
-            None => (body, None),
-        };
-        let Some(&(name, takes_value)) = OPTIONS.iter().find(|(n, _)| *n == name) else {
-            return Err(OptionError(format!(
-                "unknown option {}; known options: {}",
-                quote(arg),
-                allowed_names()
-            )));
-        };
-        if seen.contains(&name) {
-            return Err(OptionError(format!("--{name} given more than once")));
-        }
-        seen.push(name);
-        let value = match (takes_value, inline) {
-            (false, None) => "",
-            (false, Some(v)) => {
-                return Err(OptionError(format!(
-                    "--{name} takes no value (got {})",
-                    quote(v)
-                )));
-            }
-            (true, Some(v)) => v,
-            (true, None) => match args.get(i) {
-                Some(v) => {
-                    i += 1;
-                    v
-                }
-                None => {
-                    return Err(OptionError(format!(
-                        "--{name} needs a value (--{name}=VALUE)"
-                    )))
-                }
-            },
-        };
-        match name {
-            "limit" => {
-                if value == "0" {
-                    let e = invalid(name, value, "an integer from 1 to 4294967295");
-                    return Err(OptionError(format!(
-                        "{e}; upstream 9.2 treats 0 as 'reject everything' and 10.1 as \
-                             'unlimited': omit --limit for no concurrency limit with --rate, or \
-                             set --queue=0 and a small limit"
-                    )));
-                }
-                limit = Some(parse_uint(name, value, 1, u64::from(u32::MAX))? as u32);
-            }
-            "queue" => queue = Some(parse_uint(name, value, 0, u64::from(u32::MAX))? as u32),
-            "error" => o.error = parse_uint(name, value, 400, 599)? as u16,
-            "retry" => o.retry = parse_uint(name, value, 0, u64::from(u32::MAX))? as u32,
-            "maxage" => o.maxage_ms = parse_uint(name, value, 0, u64::from(u32::MAX))?,
-            "burst" => burst = Some(parse_uint(name, value, 1, u64::from(u32::MAX))? as u32),
-            "header" => {
-                let name_part = value.strip_prefix('@').unwrap_or(value);
-                if name_part.is_empty() || !name_part.bytes().all(is_tchar) {
-                    return Err(invalid(
-                        name,
-                        value,
-                        "an HTTP header name (optionally starting with '@')",
-                    ));
-                }
-                o.header = Some(value.to_owned());
-            }
-            "prefix" | "tag" => {
-                if value.is_empty()
-                    || !value
-                        .bytes()
-                        .all(|b| b.is_ascii_graphic() && b != b'"' && b != b'\'')
-                {
-                    return Err(invalid(
-                        name,
-                        value,
-                        "a non-empty metric name part without spaces or quotes",
-                    ));
-                }
-                if name == "prefix" {
-                    o.prefix = value.to_owned();
-                } else {
-                    tag = Some(value.to_owned());
-                }
-            }
-            "rate" => {
-                let allowed = "a number of requests per second greater than 0 and at most 1000000 (e.g. 50 or 0.5)";
-                let well_formed = !value.is_empty()
-                    && value.bytes().all(|b| b.is_ascii_digit() || b == b'.')
-                    && value.bytes().filter(|&b| b == b'.').count() <= 1
-                    && value.bytes().any(|b| b.is_ascii_digit());
-                match value.parse::<f64>() {
-                    Ok(r) if well_formed && r > 0.0 && r <= MAX_RATE => o.rate = Some(r),
-                    _ => return Err(invalid(name, value, allowed)),
-                }
-            }
-            "conntrack" => o.conntrack = true,
-            "ratelimit-headers" => o.ratelimit_headers = true,
-            "key" => {
-                let parsed = crate::key::KeySpec::parse_sources(value).map_err(|_| {
-                        invalid(
-                            name,
-                            value,
-                            "ip, header:NAME, cookie:NAME or query:NAME, comma-separated, each at most once",
-                        )
-                    })?;
-                sources = Some(parsed);
-            }
-            "key-prefix" => {
-                prefix = Some(crate::key::KeySpec::parse_prefix(value).ok_or_else(|| {
-                    invalid(
-                        name,
-                        value,
-                        "IPv4/IPv6 prefix lengths, 0 to 32 / 0 to 128 (e.g. 32/64 or 24/48)",
-                    )
-                })?);
-            }
-            "keys" => o.keys = parse_uint(name, value, 1, MAX_KEYS)? as usize,
-            "key-missing" => {
-                o.key_missing = crate::key::Missing::parse(value)
-                    .ok_or_else(|| invalid(name, value, "shared, pass or refuse"))?;
-            }
-            "forwarded-header" => {
-                forwarded = crate::key::ForwardedHeader::parse(value)
-                    .ok_or_else(|| invalid(name, value, "X-Forwarded-For or Forwarded"))?;
-            }
-            "trusted-proxies" => {
-                let parsed = crate::key::KeySpec::parse_trusted(value)
-                    .map_err(|_| invalid(name, value, "IP addresses or CIDRs, comma-separated"))?;
-                trusted = Some(parsed);
-            }
-            "group" => {
-                let ok = (1..=MAX_GROUP_LEN).contains(&value.len())
-                    && value
-                        .bytes()
-                        .all(|b| b.is_ascii_alphanumeric() || b"._-".contains(&b));
-                if !ok {
-                    return Err(invalid(
-                        name,
-                        value,
-                        "a name of 1 to 64 letters, digits, '.', '_' or '-'",
-                    ));
-                }
-                o.group = Some(value.to_owned());
-            }
-            "dry-run" => o.dry_run = true,
-            "exempt" => {
-                let nets = forwarded::parse_trusted(value)
-                    .map_err(|_| invalid(name, value, "IP addresses or CIDRs, comma-separated"))?;
-                exempt = Some(nets);
-            }
-            "log" => {
-                let base = value.strip_suffix(".log").unwrap_or(value);
-                if !log_name_ok(base) {
-                    return Err(invalid(name, value, LOG_NAMES_ALLOWED));
-                }
-                o.log = Some(base.to_owned());
-            }
-            "count-status" => {
-                o.count_status = Some(crate::status::StatusList::parse(value)?);
-            }
-            n if crate::peering::NAMES.contains(&n) => peer_raw.push((n, value.to_owned())),
-            n if crate::store::NAMES.contains(&n) => store_raw.push((n, value.to_owned())),
-            n if crate::fair::NAMES.contains(&n) => fair_raw.push((n, value.to_owned())),
-            _ => unreachable!("every name in OPTIONS is handled"),
-        }
+        kept.push((t.name, t.value.unwrap_or_default().to_owned()));
     }
-    Ok(Given {
-        seen,
-        o,
-        limit,
-        queue,
-        burst,
-        tag,
-        exempt,
-        fair_raw,
-        peer_raw,
-        store_raw,
-        sources,
-        prefix,
-        trusted,
-        forwarded,
-    })
+    g.seen = tokens.into_seen();
+    Ok(())
 }
 
-/// Parses an unsigned decimal strictly: digits only (no sign, space or suffix).
-fn parse_uint(name: &str, value: &str, min: u64, max: u64) -> Result<u64, OptionError> {
-    let allowed = || format!("an integer from {min} to {max}");
-    if value.is_empty() || !value.bytes().all(|b| b.is_ascii_digit()) {
-        return Err(invalid(name, value, &allowed()));
+impl Given {
+    pub(super) fn new() -> Given {
+        Given {
+            seen: Vec::new(),
+            o: Options {
+                limit: None,
+                queue: u32::MAX,
+                error: DEFAULT_ERROR,
+                retry: 0,
+                header: None,
+                maxage_ms: 0,
+                prefix: DEFAULT_PREFIX.to_owned(),
+                tag: String::new(),
+                conntrack: false,
+                rate: None,
+                burst: 0,
+                ratelimit_headers: false,
+                key: None,
+                keys: DEFAULT_KEYS,
+                key_missing: crate::key::Missing::Shared,
+                group: None,
+                peer: None,
+                store: None,
+                fair: None,
+                dry_run: false,
+                exempt: None,
+                log: None,
+                count_status: None,
+                warnings: Vec::new(),
+            },
+            limit: None,
+            queue: None,
+            burst: None,
+            tag: None,
+            exempt: None,
+            fair_raw: Vec::new(),
+            peer_raw: Vec::new(),
+            store_raw: Vec::new(),
+            sources: None,
+            prefix: None,
+            trusted: None,
+            forwarded: crate::key::ForwardedHeader::XForwardedFor,
+        }
     }
-    match value.parse::<u64>() {
-        Ok(v) if (min..=max).contains(&v) => Ok(v),
-        _ => Err(invalid(name, value, &allowed())),
+}
+
+type R = Result<(), OptionError>;
+
+/// The rule's own options: the single source of their names.
+pub(super) static OPTIONS: &[Opt<Given, (), OptionError>] = &[
+    Opt::value("limit", "most transactions active at once", set_limit),
+    Opt::value("queue", "most transactions waiting", |g, v, _| {
+        g.queue = Some(uint("queue", v, 0, u64::from(u32::MAX), "")? as u32);
+        Ok(())
+    }),
+    Opt::value("error", "the status of refused transactions", |g, v, _| {
+        g.o.error = uint("error", v, 400, 599, "")? as u16;
+        Ok(())
+    }),
+    Opt::value("retry", "Retry-After on refusals, seconds", |g, v, _| {
+        g.o.retry = uint("retry", v, 0, u64::from(u32::MAX), "")? as u32;
+        Ok(())
+    }),
+    Opt::value("header", "request header given the time waited", set_header),
+    Opt::value("maxage", "longest wait in the queue, ms", |g, v, _| {
+        g.o.maxage_ms = uint("maxage", v, 0, u64::from(u32::MAX), "")?;
+        Ok(())
+    }),
+    Opt::value("prefix", "metric name prefix", |g, v, _| {
+        g.o.prefix = metric_part("prefix", v)?;
+        Ok(())
+    }),
+    Opt::value("tag", "metric name tag", |g, v, _| {
+        g.tag = Some(metric_part("tag", v)?);
+        Ok(())
+    }),
+    Opt::flag(
+        "conntrack",
+        "count connections, not transactions",
+        |g, _| {
+            g.o.conntrack = true;
+            Ok(())
+        },
+    ),
+    Opt::value("rate", "requests per second", set_rate),
+    Opt::value(
+        "burst",
+        "requests at once from a full rate bucket",
+        |g, v, _| {
+            g.burst = Some(uint("burst", v, 1, u64::from(u32::MAX), "")? as u32);
+            Ok(())
+        },
+    ),
+    Opt::flag(
+        "ratelimit-headers",
+        "RateLimit-Policy and RateLimit fields",
+        |g, _| {
+            g.o.ratelimit_headers = true;
+            Ok(())
+        },
+    ),
+    Opt::value(
+        "key",
+        "limit each client separately, identified by this",
+        |g, v, _| {
+            let parsed = crate::key::KeySpec::parse_sources(v).map_err(|_| {
+                invalid(
+                "key",
+                v,
+                "ip, header:NAME, cookie:NAME or query:NAME, comma-separated, each at most once",
+            )
+            })?;
+            g.sources = Some(parsed);
+            Ok(())
+        },
+    ),
+    Opt::value(
+        "key-prefix",
+        "prefix lengths ip keys are aggregated to",
+        |g, v, _| {
+            let parsed = crate::key::KeySpec::parse_prefix(v).ok_or_else(|| {
+                invalid(
+                    "key-prefix",
+                    v,
+                    "IPv4/IPv6 prefix lengths, 0 to 32 / 0 to 128 (e.g. 32/64 or 24/48)",
+                )
+            })?;
+            g.prefix = Some(parsed);
+            Ok(())
+        },
+    ),
+    Opt::value("keys", "most client keys held at once", |g, v, _| {
+        g.o.keys = uint("keys", v, 1, MAX_KEYS, "")? as usize;
+        Ok(())
+    }),
+    Opt::value("key-missing", "requests without their key", |g, v, _| {
+        g.o.key_missing = crate::key::Missing::parse(v)
+            .ok_or_else(|| invalid("key-missing", v, "shared, pass or refuse"))?;
+        Ok(())
+    }),
+    Opt::value(
+        "trusted-proxies",
+        "peers whose forwarding header is believed",
+        |g, v, _| {
+            let parsed = crate::key::KeySpec::parse_trusted(v).map_err(|_| {
+                invalid(
+                    "trusted-proxies",
+                    v,
+                    "IP addresses or CIDRs, comma-separated",
+                )
+            })?;
+            g.trusted = Some(parsed);
+            Ok(())
+        },
+    ),
+    Opt::value(
+        "forwarded-header",
+        "the header the trusted proxies write",
+        |g, v, _| {
+            g.forwarded = crate::key::ForwardedHeader::parse(v)
+                .ok_or_else(|| invalid("forwarded-header", v, "X-Forwarded-For or Forwarded"))?;
+            Ok(())
+        },
+    ),
+    Opt::value("group", "rules of a group share one limiter", set_group),
+    Opt::flag(
+        "dry-run",
+        "decide, count and log, but refuse nobody",
+        |g, _| {
+            g.o.dry_run = true;
+            Ok(())
+        },
+    ),
+    Opt::value("exempt", "clients never limited by the rule", |g, v, _| {
+        let nets = forwarded::parse_trusted(v)
+            .map_err(|_| invalid("exempt", v, "IP addresses or CIDRs, comma-separated"))?;
+        g.exempt = Some(nets);
+        Ok(())
+    }),
+    Opt::value("log", "the refusal log, NAME.log", |g, v, _| {
+        let base = v.strip_suffix(".log").unwrap_or(v);
+        if !log_name_ok(base) {
+            return Err(invalid("log", v, LOG_NAMES_ALLOWED));
+        }
+        g.o.log = Some(base.to_owned());
+        Ok(())
+    }),
+    Opt::value(
+        "count-status",
+        "responses that charge the rate bucket",
+        |g, v, _| {
+            g.o.count_status = Some(crate::status::StatusList::parse(v)?);
+            Ok(())
+        },
+    ),
+];
+
+fn set_limit(g: &mut Given, v: &str, _: &()) -> R {
+    if v == "0" {
+        let e = invalid("limit", v, "an integer from 1 to 4294967295");
+        return Err(OptionError(format!(
+            "{e}; upstream 9.2 treats 0 as 'reject everything' and 10.1 as \
+                 'unlimited': omit --limit for no concurrency limit with --rate, or \
+                 set --queue=0 and a small limit"
+        )));
     }
+    g.limit = Some(uint("limit", v, 1, u64::from(u32::MAX), "")? as u32);
+    Ok(())
+}
+
+fn set_header(g: &mut Given, v: &str, _: &()) -> R {
+    let name_part = v.strip_prefix('@').unwrap_or(v);
+    if name_part.is_empty() || !name_part.bytes().all(is_tchar) {
+        return Err(invalid(
+            "header",
+            v,
+            "an HTTP header name (optionally starting with '@')",
+        ));
+    }
+    g.o.header = Some(v.to_owned());
+    Ok(())
+}
+
+/// `--prefix` and `--tag`: a part of metric names.
+fn metric_part(name: &str, v: &str) -> Result<String, OptionError> {
+    if v.is_empty()
+        || !v
+            .bytes()
+            .all(|b| b.is_ascii_graphic() && b != b'"' && b != b'\'')
+    {
+        return Err(invalid(
+            name,
+            v,
+            "a non-empty metric name part without spaces or quotes",
+        ));
+    }
+    Ok(v.to_owned())
+}
+
+fn set_rate(g: &mut Given, v: &str, _: &()) -> R {
+    let allowed =
+        "a number of requests per second greater than 0 and at most 1000000 (e.g. 50 or 0.5)";
+    let well_formed = !v.is_empty()
+        && v.bytes().all(|b| b.is_ascii_digit() || b == b'.')
+        && v.bytes().filter(|&b| b == b'.').count() <= 1
+        && v.bytes().any(|b| b.is_ascii_digit());
+    match v.parse::<f64>() {
+        Ok(r) if well_formed && r > 0.0 && r <= MAX_RATE => g.o.rate = Some(r),
+        _ => return Err(invalid("rate", v, allowed)),
+    }
+    Ok(())
+}
+
+fn set_group(g: &mut Given, v: &str, _: &()) -> R {
+    let ok = (1..=MAX_GROUP_LEN).contains(&v.len())
+        && v.bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b"._-".contains(&b));
+    if !ok {
+        return Err(invalid(
+            "group",
+            v,
+            "a name of 1 to 64 letters, digits, '.', '_' or '-'",
+        ));
+    }
+    g.o.group = Some(v.to_owned());
+    Ok(())
 }
 
 fn is_tchar(b: u8) -> bool {

@@ -111,8 +111,10 @@ pub(super) fn combine(from_url: &str, given: Given) -> Result<Options, OptionErr
                 sources,
                 v4_prefix,
                 v6_prefix,
-                trusted: trusted.clone().unwrap_or_default(),
-                forwarded,
+                proxies: crate::key::TrustedProxies {
+                    trusted: trusted.clone().unwrap_or_default(),
+                    forwarded,
+                },
             });
         }
         None => {
@@ -139,14 +141,15 @@ pub(super) fn combine(from_url: &str, given: Given) -> Result<Options, OptionErr
         }
     }
     if let Some(nets) = exempt {
-        o.exempt = Some(Exempt {
-            nets,
-            trusted: o.key.as_ref().map_or_else(
-                || trusted.clone().unwrap_or_default(),
-                |k| k.trusted.clone(),
-            ),
-            forwarded,
-        });
+        // With --key, the key's proxies (the same options).
+        let proxies = o.key.as_ref().map_or_else(
+            || crate::key::TrustedProxies {
+                trusted: trusted.clone().unwrap_or_default(),
+                forwarded,
+            },
+            |k| k.proxies.clone(),
+        );
+        o.exempt = Some(Exempt { nets, proxies });
     }
     o.peer = crate::peering::parse(
         &peer_raw,

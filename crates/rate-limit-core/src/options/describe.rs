@@ -34,7 +34,8 @@ impl Options {
             (
                 "trusted-proxies",
                 key.map_or_else(none, |k| {
-                    k.trusted
+                    k.proxies
+                        .trusted
                         .iter()
                         .map(|n| n.to_string())
                         .collect::<Vec<_>>()
@@ -43,7 +44,7 @@ impl Options {
             ),
             (
                 "forwarded-header",
-                key.map_or_else(none, |k| format!("{:?}", k.forwarded)),
+                key.map_or_else(none, |k| format!("{:?}", k.proxies.forwarded)),
             ),
             (
                 "peers",
@@ -112,7 +113,7 @@ impl Options {
                 k.describe_sources(),
                 k.v4_prefix,
                 k.v6_prefix,
-                k.trusted.len(),
+                k.proxies.trusted.len(),
                 self.key_missing.name(),
                 self.keys
             ),
