@@ -155,13 +155,15 @@ pub(crate) fn invalid(name: &str, value: &str, allowed: &str) -> OptionError {
 
 /// Every option of a rule, for the tokenizer and the list of known
 /// options: the rule's own table (`args.rs`), then the peer exchange's, the
-/// store's and fair shares' (each the single source of its names).
-pub fn tables() -> [&'static dyn Names; 4] {
+/// store's and fair shares', then the rollout options (each the single
+/// source of its names).
+pub fn tables() -> [&'static dyn Names; 5] {
     [
         &args::OPTIONS,
         &crate::peering::OPTIONS,
         &crate::store::OPTIONS,
         &crate::fair::OPTIONS,
+        &args::ROLLOUT,
     ]
 }
 
@@ -169,6 +171,7 @@ pub fn tables() -> [&'static dyn Names; 4] {
 const PEERS: usize = 1;
 const STORE: usize = 2;
 const FAIR: usize = 3;
+const ROLLOUT_TABLE: usize = 4;
 
 /// In which order a module's options are applied, so the first bad value
 /// reported is the one it always was.

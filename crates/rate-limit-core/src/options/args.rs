@@ -8,7 +8,8 @@ use optspec::{Opt, Repeats, Tokens};
 
 use super::{
     invalid, log_name_ok, tables, uint, OptionError, Options, DEFAULT_ERROR, DEFAULT_KEYS,
-    DEFAULT_PREFIX, FAIR, LOG_NAMES_ALLOWED, MAX_GROUP_LEN, MAX_KEYS, MAX_RATE, PEERS, STORE,
+    DEFAULT_PREFIX, FAIR, LOG_NAMES_ALLOWED, MAX_GROUP_LEN, MAX_KEYS, MAX_RATE, PEERS,
+    ROLLOUT_TABLE, STORE,
 };
 
 /// The options as given, each checked on its own; the rule-wide values are
@@ -43,6 +44,10 @@ pub(super) fn read(args: &[&str], g: &mut Given) -> Result<(), OptionError> {
             PEERS => &mut g.peer_raw,
             STORE => &mut g.store_raw,
             FAIR => &mut g.fair_raw,
+            ROLLOUT_TABLE => {
+                ROLLOUT[t.index].apply(g, t.value, &())?;
+                continue;
+            }
             _ => {
                 OPTIONS[t.index].apply(g, t.value, &())?;
                 continue;
@@ -219,6 +224,11 @@ pub(super) static OPTIONS: &[Opt<Given, (), OptionError>] = &[
         },
     ),
     Opt::value("group", "rules of a group share one limiter", set_group),
+];
+
+/// The rule's rollout options: a table of their own, listed after the
+/// modules' in the known options, where they have always been.
+pub(super) static ROLLOUT: &[Opt<Given, (), OptionError>] = &[
     Opt::flag(
         "dry-run",
         "decide, count and log, but refuse nobody",

@@ -62,8 +62,63 @@ fn the_docs_list_exactly_the_tables_names() {
     let docs = (args::OPTIONS.iter().map(|o| o.doc))
         .chain(crate::peering::OPTIONS.iter().map(|o| o.doc))
         .chain(crate::store::OPTIONS.iter().map(|o| o.doc))
-        .chain(crate::fair::OPTIONS.iter().map(|o| o.doc));
+        .chain(crate::fair::OPTIONS.iter().map(|o| o.doc))
+        .chain(args::ROLLOUT.iter().map(|o| o.doc));
     assert_eq!(docs.filter(|d| d.is_empty()).count(), 0);
+}
+
+/// The unknown-option message lists the options in the order it always
+/// has (the tables' order), so operators' notes and log searches still match.
+#[test]
+fn the_known_options_keep_their_order() {
+    let names: Vec<&str> = all_options().iter().map(|(n, _)| *n).collect();
+    assert_eq!(
+        names,
+        [
+            "limit",
+            "queue",
+            "error",
+            "retry",
+            "header",
+            "maxage",
+            "prefix",
+            "tag",
+            "conntrack",
+            "rate",
+            "burst",
+            "ratelimit-headers",
+            "key",
+            "key-prefix",
+            "keys",
+            "key-missing",
+            "trusted-proxies",
+            "forwarded-header",
+            "group",
+            "peers",
+            "peer-group",
+            "peer-listen",
+            "peer-period",
+            "peer-secret-file",
+            "peer-max-tags",
+            "peer-allow",
+            "peer-interface",
+            "peer-max-senders",
+            "store",
+            "store-timeout",
+            "store-failure",
+            "lease-ttl",
+            "store-sync",
+            "fair",
+            "flow-slots",
+            "flow-over",
+            "strict",
+            "flow-weights",
+            "dry-run",
+            "exempt",
+            "log",
+            "count-status"
+        ]
+    );
 }
 
 #[test]
