@@ -30,8 +30,8 @@ fn peered(rate: f64, burst: u32, clock: &Arc<ManualClock>) -> L {
 }
 
 fn ask(l: &L, tag: &[u8]) -> bool {
-    let key = l.keys().map(|t| t.hash(tag));
-    matches!(l.admit_tagged(key, tag), Admission::Go(_))
+    let key = l.keys().map_or(0, |t| t.hash(tag));
+    matches!(l.admit_key_tagged(key, tag), Admission::Go(_))
 }
 
 fn exchange(from: &L, to: &[&L]) {
@@ -272,7 +272,13 @@ fn evictions_take_only_their_shards_buffer() {
     let a: L = Limiter::peered(limits, 4096, 4096, clock.clone());
     let shards = a.keys().map_or(0, |t| t.shards());
     assert_eq!(shards, 4);
-    let held = a.evicted_hits.buffer(0).lock();
+    let held = a
+        .peered_scope()
+        .expect("peered")
+        .1
+        .evicted_hits
+        .buffer(0)
+        .lock();
     let (tx, rx) = std::sync::mpsc::channel();
     let flood = a.clone();
     std::thread::spawn(move || {
