@@ -194,7 +194,7 @@ fn options_parse(from: &str, args: &[&str]) {
 #[inline(never)]
 fn admission_limit(l: &Arc<Limiter<Nobody>>) {
     for _ in 0..N {
-        match l.admit(None) {
+        match l.admit_rule() {
             Admission::Go(p) => drop(black_box(p)),
             _ => panic!("the high limit admits"),
         }
@@ -210,7 +210,7 @@ fn keyed_admission(l: &Arc<Limiter<Nobody>>, mut i: u32) {
         i = i.wrapping_add(7919);
         let a = (i % KEYS as u32).wrapping_mul(2_654_435_761).to_be_bytes();
         let k = t.hash(&[0, 0, 4, a[0], a[1], a[2], a[3]]);
-        assert!(matches!(l.admit(Some(k)), Admission::Go(_)));
+        assert!(matches!(l.admit_key(k), Admission::Go(_)));
     }
 }
 
@@ -222,7 +222,7 @@ fn keyed_admission_new_key(l: &Arc<Limiter<Nobody>>, first: u32) {
     for n in 0..N as u32 {
         let a = (first + n).wrapping_mul(2_654_435_761).to_be_bytes();
         let k = t.hash(&[0, 0, 4, a[0], a[1], a[2], a[3]]);
-        assert!(matches!(l.admit(Some(k)), Admission::Go(_)));
+        assert!(matches!(l.admit_key(k), Admission::Go(_)));
     }
 }
 
@@ -317,7 +317,7 @@ fn main() {
     for i in 0..KEYS as u32 {
         let a = i.wrapping_mul(2_654_435_761).to_be_bytes();
         let k = t.hash(&[0, 0, 4, a[0], a[1], a[2], a[3]]);
-        let _ = l.admit(Some(k));
+        let _ = l.admit_key(k);
     }
     op("keyed_admission/100k_keys_1_thread", &keyed_admission);
     keyed_admission(&l, 0);

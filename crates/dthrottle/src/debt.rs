@@ -1,6 +1,6 @@
 //! DThrottle's bucket arithmetic, the one implementation shared by
 //! [`crate::Buckets`] (the daemon) and rate_limit.so's peered limiter
-//! (rate-limit-core's `admission/peer.rs`): how a peer's hits put a GCRA
+//! (rate-limit-core's `admission/peered.rs`): how a peer's hits put a GCRA
 //! bucket into debt, how far, when a tag may be forgotten, and how a report
 //! is merged and cut to its heaviest tags.
 //!

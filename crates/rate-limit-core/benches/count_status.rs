@@ -48,14 +48,14 @@ fn count_status(c: &mut Criterion) {
     l.set_charge_on_response();
     let t = l.keys().expect("keyed");
     for i in 0..KEYS {
-        let _ = l.admit(Some(t.hash(&addr(i))));
+        let _ = l.admit_key(t.hash(&addr(i)));
     }
     let mut i = 0u32;
     g.bench_function("check_1M_keys", |b| {
         b.iter(|| {
             i = i.wrapping_add(7919);
             let key = t.hash(&addr(i % KEYS));
-            black_box(matches!(l.admit(Some(key)), Admission::Go(_)))
+            black_box(matches!(l.admit_key(key), Admission::Go(_)))
         })
     });
     g.bench_function("charge_1M_keys", |b| {

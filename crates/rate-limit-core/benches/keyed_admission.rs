@@ -43,7 +43,7 @@ fn decide(l: &Arc<Limiter<Nobody>>, i: u32) -> bool {
 fn decide_addr(l: &Arc<Limiter<Nobody>>, n: u32) -> bool {
     let Some(t) = l.keys() else { return false };
     let key = t.hash(&addr(n));
-    matches!(l.admit(Some(key)), Admission::Go(_))
+    matches!(l.admit_key(key), Admission::Go(_))
 }
 
 fn keyed_admission(c: &mut Criterion) {

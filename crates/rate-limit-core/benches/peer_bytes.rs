@@ -70,7 +70,7 @@ fn main() {
         let start = Instant::now();
         for p in 0..periods {
             for (k, tag) in &names {
-                assert!(matches!(l.admit_tagged(Some(*k), tag), Admission::Go(_)));
+                assert!(matches!(l.admit_key_tagged(*k, tag), Admission::Go(_)));
             }
             let t = Instant::now();
             let report = l.peer_report(max_tags);

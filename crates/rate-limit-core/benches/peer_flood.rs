@@ -62,7 +62,7 @@ fn admit(l: &L, n: u64) -> bool {
     let mut buf = [0u8; 24];
     let t = tag(n, &mut buf);
     let Some(table) = l.keys() else { return false };
-    matches!(l.admit_tagged(Some(table.hash(t)), t), Admission::Go(_))
+    matches!(l.admit_key_tagged(table.hash(t), t), Admission::Go(_))
 }
 
 fn limiter() -> L {

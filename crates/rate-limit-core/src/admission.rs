@@ -9,18 +9,25 @@
 //! [`BudgetToken`](limits::BudgetToken) its queue place, and a [`RateToken`]
 //! returns its rate token unless the request was served.
 //!
-//! Here: the limiter, its construction, limits and live changes. The rule
-//! scope is `rule_scope.rs`, the keyed scope `key_scope.rs`, the decisions
-//! handed back `decision.rs`, the slot queue `queue.rs`, reports `usage.rs`.
+//! A limiter's shape is its [`Scope`]: the rule scope (`rule_scope.rs`: one
+//! bucket, slots and queue for every request, the slots optionally split
+//! between fair flows) or the keyed scope (`key_scope.rs`: a table of
+//! per-key buckets and slots, optionally peered, `peered.rs`). Each holds
+//! only its own state, and each has its admission call:
+//! [`Limiter::admit_rule`], [`Limiter::admit_flow`], [`Limiter::admit_key`],
+//! [`Limiter::admit_key_tagged`].
+//!
+//! Here: the limiter, its construction, limits and live changes. The
+//! decisions handed back are `decision.rs`, the slot queue `queue.rs`,
+//! reports `usage.rs`.
 
-use std::collections::HashMap;
-use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
-use std::sync::{Arc, Weak};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::Arc;
 
 use parking_lot::Mutex;
 
 use keyed::KeyTable;
-use limits::{Budget, Clock, Gcra, GcraParams, LiveParams, MonotonicClock, Nanos, Slots, Waiter};
+use limits::{Clock, GcraParams, MonotonicClock, Nanos, Slots, Waiter};
 
 /// What a limiter enforces.
 #[derive(Clone, Copy, Debug, PartialEq)]
@@ -51,110 +58,62 @@ impl Limits {
 pub struct Limiter<W: Waiter, C: Clock = MonotonicClock> {
     /// Unique in the process (never reused, unlike an address).
     id: u64,
-    /// The limits as last set, for reports; decisions read the atomics below.
+    /// The limits as last set, for reports; decisions read the atomics of
+    /// the scope.
     limits: Mutex<Limits>,
     /// Bumped by each [`Limiter::reconfigure`], so readers can cache what
     /// they derive from the limits (a rule's RateLimit-Policy header).
     changes: AtomicU64,
-    /// Each key's concurrency limit (keyed; the rule-wide one is in `slots`).
-    key_limit: AtomicU32,
-    /// Each key's queue places (keyed; the rule-wide ones are in `budget`).
-    key_queue: AtomicU32,
     /// `--maxage`; `Nanos::MAX`: unbounded.
     maxage: AtomicU64,
-    /// Has a concurrency limit (part of the limiter's shape).
-    has_limit: bool,
-    slots: Option<Arc<Slots<W>>>,
-    bucket: Option<Gcra>,
-    budget: Arc<Budget>,
-    /// With `--key`: each key's own bucket, slots and queue places.
-    keys: Option<KeyTable<Keyed<W>>>,
-    /// With `--key`: the keys' slot queues that have had waiters since the
-    /// last departure check (by address), so the check visits those, not
-    /// every key.
-    waiting_queues: Mutex<HashMap<usize, Weak<Slots<W>>>>,
-    /// Each key's bucket parameters (keyed).
-    params: Option<LiveParams>,
-    /// Joins the peer exchange (`--peers`): keys carry their peer tag and
-    /// the hits not yet reported (see `peer.rs`).
-    peered: bool,
-    /// Peered: the unreported hits of keys evicted since the last report,
-    /// per shard of `keys` (bounded, see `dthrottle::evicted`).
-    evicted_hits: dthrottle::ShardedEvictedHits,
-    /// With `--fair`: hashes flow keys (secret per limiter, so clients
-    /// cannot aim at one another's flows; see `fair.rs`).
-    flow_seed: std::hash::RandomState,
     /// `--count-status`: the rate is only checked at admission and charged
     /// by responses ([`Limiter::charge`], see `charge.rs`). Part of the
     /// limiter's shape: set once, before it decides anything.
     on_response: AtomicBool,
+    /// Whose limits the requests count against, and their state.
+    scope: Scope<W>,
     clock: C,
 }
 
-/// One key's limits: its bucket's TAT, and (boxed, allocated the first time
-/// the key needs them) its slots and queue places. 16 bytes inline.
-pub struct Keyed<W: Waiter> {
-    tat: Nanos,
-    queues: Option<Box<KeyQueues<W>>>,
-}
-
-struct KeyQueues<W: Waiter> {
-    slots: Option<Arc<Slots<W>>>,
-    budget: Option<Arc<Budget>>,
-    /// Peered limiters only: the key's tag and unreported hits.
-    peer: Option<PeerKey>,
-    /// `--count-status`: until when charges keep the key refused (0: never
-    /// locked out). Forgetting it would hand the client a fresh burst.
-    locked_until: Nanos,
+/// A limiter's shape: which state it holds, and so which admission call
+/// applies (see the module's doc).
+enum Scope<W: Waiter> {
+    /// One bucket, slots and queue for the whole rule (`--fair`: the slots
+    /// shared between flows).
+    Rule(RuleScope<W>),
+    /// `--key`: each key's own bucket, slots and queue places.
+    Keyed(KeyedScope<W>),
 }
 
 impl<W: Waiter, C: Clock> Limiter<W, C> {
     /// A limiter for the whole rule.
     pub fn new(limits: Limits, clock: C) -> Arc<Self> {
-        Arc::new(Limiter {
-            slots: limits.limit.map(Slots::new),
-            bucket: limits.rate.map(|(r, b)| Gcra::per_second(r, b)),
-            budget: Budget::new(limits.queue),
-            keys: None,
-            params: None,
-            ..Limiter::base(limits, clock)
-        })
+        Arc::new(Limiter::with_scope(
+            limits,
+            clock,
+            Scope::Rule(RuleScope::plain(limits)),
+        ))
     }
 
     /// A limiter whose limits apply to each key (at most `keys` held at once).
     pub fn keyed(limits: Limits, keys: usize, clock: C) -> Arc<Self> {
-        Arc::new(Limiter {
-            slots: None,
-            bucket: None,
-            budget: Budget::new(0),
-            keys: Some(KeyTable::new(keys)),
-            params: limits
-                .rate
-                .map(|(r, b)| LiveParams::new(GcraParams::per_second(r, b))),
-            ..Limiter::base(limits, clock)
-        })
+        let table = KeyTable::new(keys);
+        Arc::new(Limiter::with_scope(
+            limits,
+            clock,
+            Scope::Keyed(KeyedScope::new(limits, table, None)),
+        ))
     }
 
-    fn base(limits: Limits, clock: C) -> Self {
+    fn with_scope(limits: Limits, clock: C, scope: Scope<W>) -> Self {
         static NEXT_ID: AtomicU64 = AtomicU64::new(1);
         Limiter {
             id: NEXT_ID.fetch_add(1, Ordering::Relaxed),
             limits: Mutex::new(limits),
             changes: AtomicU64::new(0),
-            key_limit: AtomicU32::new(limits.limit.unwrap_or(u32::MAX)),
-            key_queue: AtomicU32::new(limits.queue),
             maxage: AtomicU64::new(limits.maxage.unwrap_or(Nanos::MAX)),
-            has_limit: limits.limit.is_some(),
-            slots: None,
-            bucket: None,
-            budget: Budget::new(0),
-            keys: None,
-            waiting_queues: Mutex::new(HashMap::new()),
-            params: None,
-            peered: false,
-            evicted_hits: dthrottle::ShardedEvictedHits::new(0, 1),
-            flow_seed: std::hash::RandomState::new(),
             on_response: AtomicBool::new(false),
+            scope,
             clock,
         }
     }
@@ -197,59 +156,24 @@ impl<W: Waiter, C: Clock> Limiter<W, C> {
         self.maxage
             .store(new.maxage.unwrap_or(Nanos::MAX), Ordering::Relaxed);
         let params = new.rate.map(|(r, b)| GcraParams::per_second(r, b));
-        if let (Some(b), Some(p)) = (&self.bucket, params) {
-            b.set_params(p);
-        }
-        if let (Some(live), Some(p)) = (&self.params, params) {
-            live.set(p);
-        }
-        self.budget.set_max(new.queue);
-        self.key_queue.store(new.queue, Ordering::Relaxed);
         let limit = new.limit.unwrap_or(u32::MAX);
-        self.key_limit.store(limit, Ordering::Relaxed);
-        if let Some(s) = &self.slots {
-            s.set_flow_queue(new.queue);
-            s.set_limit(limit);
-        }
-        if let Some(t) = &self.keys {
-            // Clones first: raising a limit admits waiters, which must not
-            // run under the table's locks.
-            let mut held = Vec::new();
-            t.for_each(|_, st| {
-                if let Some(q) = &st.queues {
-                    held.push((q.slots.clone(), q.budget.clone()));
-                }
-            });
-            for (slots, budget) in held {
-                if let Some(b) = budget {
-                    b.set_max(new.queue);
-                }
-                if let Some(s) = slots {
-                    s.set_limit(limit);
-                }
-            }
+        match &self.scope {
+            Scope::Rule(r) => r.reconfigure(params, limit, new.queue),
+            Scope::Keyed(k) => k.reconfigure(params, limit, new.queue),
         }
         Ok(())
-    }
-
-    /// Each key's concurrency limit; `None`: not keyed, or no concurrency limit.
-    fn key_limit(&self) -> Option<u32> {
-        self.keys.as_ref()?;
-        self.has_limit
-            .then(|| self.key_limit.load(Ordering::Relaxed))
     }
 
     fn max_wait(&self) -> Nanos {
         self.maxage.load(Ordering::Relaxed)
     }
 
-    fn key_params(&self) -> Option<GcraParams> {
-        self.params.as_ref().map(LiveParams::get)
-    }
-
     /// The keyed table (with `--key`), for hashing keys and for its counters.
     pub fn keys(&self) -> Option<&KeyTable<Keyed<W>>> {
-        self.keys.as_ref()
+        match &self.scope {
+            Scope::Keyed(k) => Some(&k.table),
+            Scope::Rule(_) => None,
+        }
     }
 
     pub fn now(&self) -> Nanos {
@@ -258,31 +182,75 @@ impl<W: Waiter, C: Clock> Limiter<W, C> {
 
     /// The rule-wide slots (not keyed).
     pub fn slots(&self) -> Option<&Arc<Slots<W>>> {
-        self.slots.as_ref()
+        match &self.scope {
+            Scope::Rule(r) => r.slots(),
+            Scope::Keyed(_) => None,
+        }
     }
 
     /// Requests waiting right now for the rule-wide limits (for the rate or
-    /// a slot); keyed waits are counted per key.
+    /// a slot); keyed waits are counted per key (0 here).
     pub fn queued(&self) -> u32 {
-        self.budget.used()
+        match &self.scope {
+            Scope::Rule(r) => r.budget.used(),
+            Scope::Keyed(_) => 0,
+        }
     }
 
-    /// Decides a new request: the rate bucket first, then a slot. `key`
-    /// (with `--key`) selects the client's own limits; a keyed limiter
-    /// refuses a request without one, and refuses when every key it holds
-    /// is busy (the table is full of keys holding slots or waiters).
-    pub fn admit(self: &Arc<Self>, key: Option<u64>) -> Admission<W, C> {
-        self.admit_tagged(key, &[])
+    /// Decides a new request of a rule-scoped limiter: the rate bucket
+    /// first, then a slot (on a fair limiter, in the flow of the empty
+    /// value). A keyed limiter refuses it ([`Refused::KeyMissing`]): the
+    /// plugin applies `--key-missing` before asking.
+    pub fn admit_rule(self: &Arc<Self>) -> Admission<W, C> {
+        match &self.scope {
+            Scope::Rule(r) => self.admit_in_rule(r, 0),
+            Scope::Keyed(_) => Admission::Reject(Refused::KeyMissing),
+        }
     }
 
-    /// [`admit`](Self::admit) for a peered limiter: `tag` is the key's peer
-    /// tag (whose hash is `key`), kept with the key for its reports. Other
-    /// limiters ignore it.
-    pub fn admit_tagged(self: &Arc<Self>, key: Option<u64>, tag: &[u8]) -> Admission<W, C> {
-        match (&self.keys, key) {
-            (None, flow) => self.admit_rule(flow),
-            (Some(t), Some(k)) => self.admit_key(t, k, tag),
-            (Some(_), None) => Admission::Reject(Refused::KeyMissing),
+    /// [`admit_rule`](Self::admit_rule) for a request of `flow` (a
+    /// [`flow_key`](Self::flow_key)) on a fair limiter (`--fair`), which
+    /// shares its slots between flows. A rule limiter that is not fair
+    /// ignores the flow; a keyed limiter refuses ([`Refused::KeyMissing`]):
+    /// a flow is no client key.
+    pub fn admit_flow(self: &Arc<Self>, flow: u64) -> Admission<W, C> {
+        match &self.scope {
+            Scope::Rule(r) => self.admit_in_rule(r, flow),
+            Scope::Keyed(_) => Admission::Reject(Refused::KeyMissing),
+        }
+    }
+
+    /// Decides a new request of a keyed limiter under `key` (a hash of
+    /// [`keys`](Self::keys)): its bucket first, then its slot. Refused when
+    /// every key held is busy (the table is full of keys holding slots or
+    /// waiters). A rule-scoped limiter ignores the key and applies the
+    /// rule's limits, which bind every request anyway.
+    pub fn admit_key(self: &Arc<Self>, key: u64) -> Admission<W, C> {
+        self.admit_key_tagged(key, &[])
+    }
+
+    /// [`admit_key`](Self::admit_key) for a peered limiter: `tag` is the
+    /// key's peer tag (whose hash is `key`), kept with the key for its
+    /// reports. Other keyed limiters ignore it.
+    pub fn admit_key_tagged(self: &Arc<Self>, key: u64, tag: &[u8]) -> Admission<W, C> {
+        match &self.scope {
+            Scope::Keyed(k) => self.admit_in_key(k, key, tag),
+            Scope::Rule(r) => self.admit_in_rule(r, 0),
+        }
+    }
+
+    /// Tests written against one call for every scope: `key` is the key
+    /// (keyed), the flow (fair) or absent.
+    #[cfg(test)]
+    pub(crate) fn admit_in_scope(
+        self: &Arc<Self>,
+        key: Option<u64>,
+        tag: &[u8],
+    ) -> Admission<W, C> {
+        match (&self.scope, key) {
+            (_, None) => self.admit_rule(),
+            (Scope::Rule(_), Some(f)) => self.admit_flow(f),
+            (Scope::Keyed(_), Some(k)) => self.admit_key_tagged(k, tag),
         }
     }
 }
@@ -292,7 +260,7 @@ mod decision;
 mod dry_run;
 mod fair;
 mod key_scope;
-mod peer;
+mod peered;
 mod queue;
 mod rule_scope;
 #[cfg(test)]
@@ -302,6 +270,8 @@ mod top_tests;
 mod usage;
 
 pub use decision::{Admission, RateToken, Refused, SlotWait, Wait};
-use peer::PeerKey;
-pub use peer::MAX_PEER_DEBT;
+pub use key_scope::Keyed;
+use key_scope::KeyedScope;
+pub use peered::MAX_PEER_DEBT;
+use rule_scope::RuleScope;
 pub use usage::{KeyUsage, Usage};

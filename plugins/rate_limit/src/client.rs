@@ -8,7 +8,9 @@ use std::net::IpAddr;
 
 use ats::{Header, RemapRequest, Txn};
 use rate_limit_core::key::{Missing, RequestView};
+use rate_limit_core::Admission;
 
+use crate::queue::Queued;
 use crate::Rule;
 
 impl Rule {
@@ -72,6 +74,20 @@ impl Rule {
             (None, Missing::Shared) => ClientKey::Key(table.hash(&[])),
             (None, Missing::Pass) => ClientKey::Pass,
             (None, Missing::Refuse) => ClientKey::Refuse,
+        }
+    }
+
+    /// Asks the rule's limiter about a request counted as [`client_key`]
+    /// said: `None`, the rule's limits; with `--fair`, the request's flow
+    /// (which `client_key` returns first); else its key, whose peer tag
+    /// (peered limiters) is `tag`.
+    ///
+    /// [`client_key`]: Rule::client_key
+    pub(crate) fn admit(&self, key: Option<u64>, tag: &[u8]) -> Admission<Queued> {
+        match key {
+            None => self.limiter.admit_rule(),
+            Some(flow) if self.opts.fair.is_some() => self.limiter.admit_flow(flow),
+            Some(k) => self.limiter.admit_key_tagged(k, tag),
         }
     }
 

@@ -270,9 +270,9 @@ impl RemapPlugin for Rule {
         // Only a peered limiter needs the key's bytes (its peer tag): the
         // others skip the thread-local access.
         let admission = if self.limiter.is_peered() {
-            KEY_BYTES.with(|tag| self.limiter.admit_tagged(key, &tag.borrow()))
+            KEY_BYTES.with(|tag| self.admit(key, &tag.borrow()))
         } else {
-            self.limiter.admit_tagged(key, &[])
+            self.admit(key, &[])
         };
         // No hold and wait across entries: a request waits for one entry's
         // slots at most and never while holding another's, so rules that

@@ -430,7 +430,7 @@ fn local(a: Asked) {
     } = a;
     // Decided here: with --count-status the response charges this
     // proxy's bucket (no `Charged` state).
-    match rule.limiter.admit_tagged(key, &[]) {
+    match rule.admit(key, &[]) {
         Admission::Go(permit) => {
             let held = permit.map(|p| Held::new(p, &rule));
             let r = rule.clone();

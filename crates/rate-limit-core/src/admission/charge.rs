@@ -14,7 +14,7 @@
 
 use limits::{Clock, Waiter};
 
-use super::Limiter;
+use super::{Limiter, Scope};
 
 impl<W: Waiter, C: Clock> Limiter<W, C> {
     /// Makes the rate check-then-charge. Called once, when the limiter is
@@ -37,8 +37,11 @@ impl<W: Waiter, C: Clock> Limiter<W, C> {
     /// room for the key (every key of its shard busy).
     pub fn charge(&self, key: Option<u64>) -> bool {
         let now = self.clock.now();
-        match (&self.keys, self.key_params(), key) {
-            (Some(t), Some(p), Some(k)) => {
+        match (&self.scope, key) {
+            (Scope::Keyed(scope), Some(k)) => {
+                let (t, Some(p)) = (&scope.table, scope.params()) else {
+                    return false;
+                };
                 // `now` also goes to `sticky` during this call's evictions.
                 t.with_evicted_at(
                     k,
@@ -49,16 +52,16 @@ impl<W: Waiter, C: Clock> Limiter<W, C> {
                             // Locked out: sticky until the debt is repaid.
                             st.lock_until(now.saturating_add(wait));
                         }
-                        if self.peered {
+                        if scope.peered.is_some() {
                             st.charged(&p);
                         }
                     },
-                    |st| self.carry(t.shard_index(k), st),
+                    |st| scope.carry(t.shard_index(k), st),
                 )
                 .is_ok()
             }
-            (Some(_), _, _) => false,
-            (None, _, _) => match &self.bucket {
+            (Scope::Keyed(_), None) => false,
+            (Scope::Rule(rule), _) => match &rule.bucket {
                 Some(b) => {
                     b.charge(now);
                     true
@@ -127,22 +130,22 @@ mod tests {
         let (l, clock) = build(&["--rate=1", "--burst=3", "--queue=10", "--count-status=401"]);
         // Successes (never charged) pass however many there are.
         for _ in 0..50 {
-            assert!(goes(l.admit(None)));
+            assert!(goes(l.admit_rule()));
         }
         for _ in 0..3 {
-            assert!(goes(l.admit(None)));
+            assert!(goes(l.admit_rule()));
             assert!(l.charge(None));
         }
         // Empty: refused at once (no rate wait, though a queue is allowed),
         // and a refusal takes nothing.
         for _ in 0..5 {
-            assert!(!goes(l.admit(None)));
+            assert!(!goes(l.admit_rule()));
         }
         clock.advance(Duration::from_secs(1));
-        assert!(goes(l.admit(None)), "one token back after 1/rate");
-        assert!(goes(l.admit(None)), "a check takes nothing");
+        assert!(goes(l.admit_rule()), "one token back after 1/rate");
+        assert!(goes(l.admit_rule()), "a check takes nothing");
         assert!(l.charge(None));
-        assert!(!goes(l.admit(None)));
+        assert!(!goes(l.admit_rule()));
     }
 
     #[test]
@@ -151,11 +154,11 @@ mod tests {
         let t = l.keys().unwrap();
         let (a, b) = (t.hash(b"a"), t.hash(b"b"));
         for _ in 0..2 {
-            assert!(goes(l.admit(Some(a))));
+            assert!(goes(l.admit_key(a)));
             assert!(l.charge(Some(a)));
         }
-        assert!(!goes(l.admit(Some(a))));
-        assert!(goes(l.admit(Some(b))), "another key is unaffected");
+        assert!(!goes(l.admit_key(a)));
+        assert!(goes(l.admit_key(b)), "another key is unaffected");
         assert!(!l.charge(None), "a keyed limiter charges keys only");
         // Charges of requests in flight together all count in full: ten
         // more below empty are (10 + 1) s to the next token.
@@ -163,9 +166,9 @@ mod tests {
             assert!(l.charge(Some(a)));
         }
         clock.advance(Duration::from_nanos(11 * S - 1));
-        assert!(!goes(l.admit(Some(a))));
+        assert!(!goes(l.admit_key(a)));
         clock.advance(Duration::from_nanos(1));
-        assert!(goes(l.admit(Some(a))));
+        assert!(goes(l.admit_key(a)));
     }
 
     #[test]
@@ -182,25 +185,25 @@ mod tests {
         let t = l.keys().unwrap();
         let (a, b) = (t.hash(b"a"), t.hash(b"b"));
         for _ in 0..2 {
-            assert!(goes(l.admit(Some(a))));
+            assert!(goes(l.admit_key(a)));
             assert!(l.charge(Some(a)));
         }
-        assert!(!goes(l.admit(Some(a))), "locked out");
+        assert!(!goes(l.admit_key(a)), "locked out");
         // New clients come and go, each with a few requests (checked,
         // never charged): they push out each other, not the locked-out key,
         // whose debt would go with it.
         for i in 0..50u32 {
             for _ in 0..3 {
-                assert!(goes(l.admit(Some(t.hash(&i.to_le_bytes())))));
+                assert!(goes(l.admit_key(t.hash(&i.to_le_bytes()))));
             }
         }
-        assert!(!goes(l.admit(Some(a))), "still locked out");
+        assert!(!goes(l.admit_key(a)), "still locked out");
         // With every key locked out, a new client still finds room.
         for _ in 0..2 {
-            assert!(goes(l.admit(Some(b))));
+            assert!(goes(l.admit_key(b)));
             assert!(l.charge(Some(b)));
         }
-        assert!(goes(l.admit(Some(t.hash(b"new")))), "a locked key yields");
+        assert!(goes(l.admit_key(t.hash(b"new"))), "a locked key yields");
         assert!(l.keys().is_some_and(|t| t.len() <= 2));
     }
 
@@ -213,12 +216,12 @@ mod tests {
             "--queue=0",
             "--count-status=401",
         ]);
-        let Admission::Go(Some(p)) = l.admit(None) else {
+        let Admission::Go(Some(p)) = l.admit_rule() else {
             panic!("the first takes the slot")
         };
-        assert!(!goes(l.admit(None)), "at the limit with a full bucket");
+        assert!(!goes(l.admit_rule()), "at the limit with a full bucket");
         drop(p);
-        assert!(goes(l.admit(None)));
+        assert!(goes(l.admit_rule()));
         // The slot refusal gave nothing back: the bucket is as it was.
         assert_eq!(l.remaining(None).1.map(|q| q.remaining), Some(5));
     }
@@ -235,8 +238,8 @@ mod tests {
             "--count-status=401",
         ]);
         let k = l.keys().unwrap().hash(b"tag-a");
-        assert!(goes(l.admit_tagged(Some(k), b"tag-a")));
-        assert!(goes(l.admit_tagged(Some(k), b"tag-a")));
+        assert!(goes(l.admit_key_tagged(k, b"tag-a")));
+        assert!(goes(l.admit_key_tagged(k, b"tag-a")));
         assert!(l.peer_report(10).entries.is_empty(), "checks are not hits");
         assert!(l.charge(Some(k)));
         let r = l.peer_report(10);
@@ -244,7 +247,7 @@ mod tests {
         assert_eq!((&*r.entries[0].0, r.entries[0].1), (&b"tag-a"[..], 1));
         // A peer's hits empty the bucket for the check too.
         assert!(l.apply_peer(b"tag-a", 10));
-        assert!(!goes(l.admit_tagged(Some(k), b"tag-a")));
+        assert!(!goes(l.admit_key_tagged(k, b"tag-a")));
     }
 
     proptest! {
@@ -272,7 +275,7 @@ mod tests {
             let mut charged = 0u64;
             for gap_ms in gaps {
                 clock.advance(Duration::from_millis(gap_ms));
-                let passed = (0..c).filter(|_| goes(l.admit(key))).count();
+                let passed = (0..c).filter(|_| goes(l.admit_in_scope(key, &[]))).count();
                 for _ in 0..passed {
                     prop_assert!(l.charge(key));
                 }
@@ -306,7 +309,7 @@ mod tests {
             for (gap_ms, failed) in steps {
                 clock.advance(Duration::from_millis(gap_ms));
                 let quota = l.remaining(key).1.map(|q| q.remaining);
-                let went = goes(l.admit(key));
+                let went = goes(l.admit_in_scope(key, &[]));
                 prop_assert_eq!(went, quota.is_some_and(|q| q > 0));
                 if went && failed {
                     prop_assert!(l.charge(key));

@@ -6,7 +6,7 @@ use std::sync::Arc;
 
 use limits::{BudgetToken, Clock, MonotonicClock, Nanos, Permit, Ticket, Waiter};
 
-use super::Limiter;
+use super::{Limiter, Scope};
 
 /// The decision for a new request.
 pub enum Admission<W: Waiter, C: Clock = MonotonicClock> {
@@ -94,16 +94,19 @@ impl<W: Waiter, C: Clock> Limiter<W, C> {
             return;
         }
         let now = self.clock.now();
-        match (&self.keys, self.key_params(), key) {
-            (Some(t), Some(p), Some(k)) => {
-                // A key evicted meanwhile was reset to full: nothing to give back.
-                let _ = t.get(k, |st| {
-                    st.tat = p.refund(st.tat, now);
-                    st.unhit();
-                });
+        match (&self.scope, key) {
+            (Scope::Keyed(scope), Some(k)) => {
+                if let Some(p) = scope.params() {
+                    // A key evicted meanwhile was reset to full: nothing to give back.
+                    let _ = scope.table.get(k, |st| {
+                        st.tat = p.refund(st.tat, now);
+                        st.unhit();
+                    });
+                }
             }
-            _ => {
-                if let Some(b) = &self.bucket {
+            (Scope::Keyed(_), None) => {}
+            (Scope::Rule(rule), _) => {
+                if let Some(b) = &rule.bucket {
                     b.refund(now);
                 }
             }
@@ -111,7 +114,11 @@ impl<W: Waiter, C: Clock> Limiter<W, C> {
     }
 
     pub(super) fn rate_token(self: &Arc<Self>, key: Option<u64>) -> Option<RateToken<W, C>> {
-        let rated = (self.params.is_some() || self.bucket.is_some()) && !self.charges_on_response();
+        let has_rate = match &self.scope {
+            Scope::Rule(rule) => rule.bucket.is_some(),
+            Scope::Keyed(scope) => scope.params().is_some(),
+        };
+        let rated = has_rate && !self.charges_on_response();
         rated.then(|| RateToken {
             limiter: Some(self.clone()),
             key,

@@ -3,7 +3,7 @@
 
 use limits::{Clock, Waiter};
 
-use super::{Limiter, Refused, Wait};
+use super::{Limiter, Refused, Scope, Wait};
 
 impl<W: Waiter, C: Clock> Limiter<W, C> {
     /// Dry run: settles a decided wait without waiting. A rate wait longer
@@ -36,14 +36,11 @@ impl<W: Waiter, C: Clock> Limiter<W, C> {
 
     /// min(maxage, queue places × rate interval), in the request's scope.
     fn dry_wait_bound(&self) -> limits::Nanos {
-        let (places, interval) = match (&self.keys, self.key_params()) {
-            (Some(_), Some(p)) => (
-                self.key_queue.load(std::sync::atomic::Ordering::Relaxed),
-                p.interval(),
-            ),
-            _ => (
-                self.budget.max(),
-                self.bucket.as_ref().map_or(0, |b| b.interval()),
+        let (places, interval) = match &self.scope {
+            Scope::Keyed(k) => (k.queue(), k.params().map_or(0, |p| p.interval())),
+            Scope::Rule(r) => (
+                r.budget.max(),
+                r.bucket.as_ref().map_or(0, |b| b.interval()),
             ),
         };
         interval
@@ -88,7 +85,7 @@ mod tests {
         let (mut go, mut waited, mut refused) = (0, 0, 0);
         let mut kept = Vec::new();
         for _ in 0..n {
-            match l.admit(key) {
+            match l.admit_in_scope(key, &[]) {
                 Admission::Go(_) => go += 1,
                 Admission::Wait(w) if dry => match l.settle_dry_wait(w) {
                     Ok(()) => waited += 1,
@@ -131,8 +128,14 @@ mod tests {
             );
             // Two intervals later, both buckets are full again: no debt.
             clock.advance(std::time::Duration::from_secs(2));
-            assert!(matches!(dry.admit(key), Admission::Go(_)), "key {key:?}");
-            assert!(matches!(live.admit(key), Admission::Go(_)), "key {key:?}");
+            assert!(
+                matches!(dry.admit_in_scope(key, &[]), Admission::Go(_)),
+                "key {key:?}"
+            );
+            assert!(
+                matches!(live.admit_in_scope(key, &[]), Admission::Go(_)),
+                "key {key:?}"
+            );
         }
     }
 }

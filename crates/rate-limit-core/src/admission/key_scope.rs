@@ -2,13 +2,119 @@
 //! places, held in the limiter's [`KeyTable`], and the admission of a
 //! request under its key.
 
-use std::sync::atomic::Ordering;
-use std::sync::Arc;
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::{Arc, Weak};
+
+use parking_lot::Mutex;
 
 use keyed::{KeyState, KeyTable};
-use limits::{Budget, BudgetToken, Clock, Nanos, Reservation, Slots, Waiter};
+use limits::{
+    Budget, BudgetToken, Clock, GcraParams, LiveParams, Nanos, Reservation, Slots, Waiter,
+};
 
-use super::{Admission, KeyQueues, Keyed, Limiter, Refused, Wait};
+use super::peered::{PeerKey, Peered};
+use super::{Admission, Limiter, Limits, Refused, Wait};
+
+/// The state of a keyed limiter.
+pub(super) struct KeyedScope<W: Waiter> {
+    pub(super) table: KeyTable<Keyed<W>>,
+    /// Each key's concurrency limit; `None`: no `--limit` (part of the
+    /// limiter's shape).
+    limit: Option<AtomicU32>,
+    /// Each key's queue places.
+    queue: AtomicU32,
+    /// Each key's bucket parameters; `None`: no `--rate`.
+    params: Option<LiveParams>,
+    /// The keys' slot queues that have had waiters since the last
+    /// departure check (by address), so the check visits those, not every
+    /// key.
+    pub(super) waiting_queues: Mutex<HashMap<usize, Weak<Slots<W>>>>,
+    /// Joins the peer exchange (`--peers`): keys carry their peer tag and
+    /// the hits not yet reported (see `peered.rs`).
+    pub(super) peered: Option<Peered>,
+}
+
+/// One key's limits: its bucket's TAT, and (boxed, allocated the first time
+/// the key needs them) its slots and queue places. 16 bytes inline.
+pub struct Keyed<W: Waiter> {
+    pub(super) tat: Nanos,
+    pub(super) queues: Option<Box<KeyQueues<W>>>,
+}
+
+pub(super) struct KeyQueues<W: Waiter> {
+    pub(super) slots: Option<Arc<Slots<W>>>,
+    pub(super) budget: Option<Arc<Budget>>,
+    /// Peered limiters only: the key's tag and unreported hits.
+    pub(super) peer: Option<PeerKey>,
+    /// `--count-status`: until when charges keep the key refused (0: never
+    /// locked out). Forgetting it would hand the client a fresh burst.
+    pub(super) locked_until: Nanos,
+}
+
+impl<W: Waiter> KeyedScope<W> {
+    pub(super) fn new(limits: Limits, table: KeyTable<Keyed<W>>, peered: Option<Peered>) -> Self {
+        KeyedScope {
+            table,
+            limit: limits.limit.map(AtomicU32::new),
+            queue: AtomicU32::new(limits.queue),
+            params: limits
+                .rate
+                .map(|(r, b)| LiveParams::new(GcraParams::per_second(r, b))),
+            waiting_queues: Mutex::new(HashMap::new()),
+            peered,
+        }
+    }
+
+    /// Each key's concurrency limit; `None`: no concurrency limit.
+    pub(super) fn limit(&self) -> Option<u32> {
+        self.limit.as_ref().map(|l| l.load(Ordering::Relaxed))
+    }
+
+    /// Each key's queue places.
+    pub(super) fn queue(&self) -> u32 {
+        self.queue.load(Ordering::Relaxed)
+    }
+
+    /// Each key's bucket parameters; `None`: no rate.
+    pub(super) fn params(&self) -> Option<GcraParams> {
+        self.params.as_ref().map(LiveParams::get)
+    }
+
+    pub(super) fn reconfigure(&self, params: Option<GcraParams>, limit: u32, queue: u32) {
+        if let (Some(live), Some(p)) = (&self.params, params) {
+            live.set(p);
+        }
+        self.queue.store(queue, Ordering::Relaxed);
+        if let Some(l) = &self.limit {
+            l.store(limit, Ordering::Relaxed);
+        }
+        // Clones first: raising a limit admits waiters, which must not
+        // run under the table's locks.
+        let mut held = Vec::new();
+        self.table.for_each(|_, st| {
+            if let Some(q) = &st.queues {
+                held.push((q.slots.clone(), q.budget.clone()));
+            }
+        });
+        for (slots, budget) in held {
+            if let Some(b) = budget {
+                b.set_max(queue);
+            }
+            if let Some(s) = slots {
+                s.set_limit(limit);
+            }
+        }
+    }
+
+    /// An evicted key's unreported hits go to the next report (peered).
+    /// Runs under the shard's lock (`shard`).
+    pub(super) fn carry(&self, shard: usize, st: &mut Keyed<W>) {
+        if let Some(p) = &self.peered {
+            p.carry(shard, st);
+        }
+    }
+}
 
 impl<W: Waiter> Default for Keyed<W> {
     fn default() -> Self {
@@ -67,7 +173,7 @@ impl<W: Waiter> KeyState for Keyed<W> {
 
     /// Peered, in debt, or locked out by `--count-status` charges: kept
     /// while an idle key can go instead (a peered key's unreported hits do
-    /// not keep it: they are carried, see `peer.rs`).
+    /// not keep it: they are carried, see `peered.rs`).
     fn sticky(&self, now: Nanos) -> bool {
         self.queues
             .as_ref()
@@ -90,21 +196,22 @@ pub(super) enum KeyRate {
 }
 
 impl<W: Waiter, C: Clock> Limiter<W, C> {
-    pub(super) fn admit_key(
+    pub(super) fn admit_in_key(
         self: &Arc<Self>,
-        table: &KeyTable<Keyed<W>>,
+        scope: &KeyedScope<W>,
         key: u64,
         tag: &[u8],
     ) -> Admission<W, C> {
+        let table = &scope.table;
         let now = self.clock.now();
-        let peered = self.peered;
+        let peered = scope.peered.is_some();
         let on_response = self.charges_on_response();
         let max_wait = self.max_wait();
-        let params = self.key_params();
+        let params = scope.params();
         // Read under the key's shard lock, never before it: `reconfigure`
         // stores new values and then visits every shard under its lock, so
         // a key created meanwhile gets the new values or is visited.
-        let queue = || self.key_queue.load(Ordering::Relaxed);
+        let queue = || scope.queue();
         // The key's bucket, and clones of its slots and queue places, under
         // its shard lock; slots are taken after, as for the rule-wide limiter.
         // `now` also goes to `sticky` during this call's evictions.
@@ -161,7 +268,7 @@ impl<W: Waiter, C: Clock> Limiter<W, C> {
                 }
                 let slots = match rate {
                     KeyRate::Reject => None,
-                    _ => self.key_limit().map(|l| st.slots(l)),
+                    _ => scope.limit().map(|l| st.slots(l)),
                 };
                 KeyGrab {
                     rate,
@@ -169,7 +276,7 @@ impl<W: Waiter, C: Clock> Limiter<W, C> {
                     place: taken_place,
                 }
             },
-            |st| self.carry(table.shard_index(key), st),
+            |st| scope.carry(table.shard_index(key), st),
         );
         let Ok(g) = grabbed else {
             return Admission::Reject(Refused::KeyTableFull);
@@ -220,5 +327,45 @@ impl<W: Waiter, C: Clock> Limiter<W, C> {
                 }
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Arc;
+
+    use limits::{ManualClock, Permit, NANOS_PER_SEC};
+
+    use super::super::{Admission, Limiter, Limits, Refused};
+
+    struct W;
+    impl limits::Waiter for W {
+        fn admit(self, p: Permit<Self>) -> Result<(), Permit<Self>> {
+            Err(p)
+        }
+    }
+
+    /// A keyed limiter asked without a key (for the rule, or for a flow,
+    /// which is no client key) refuses, as `key_missing`, and takes nothing.
+    #[test]
+    fn a_keyed_limiter_refuses_a_request_without_a_key() {
+        let clock = Arc::new(ManualClock::new(NANOS_PER_SEC));
+        let limits = Limits {
+            limit: Some(1),
+            rate: Some((1.0, 1)),
+            queue: 1,
+            maxage: None,
+        };
+        let l: Arc<Limiter<W, _>> = Limiter::keyed(limits, 10, clock);
+        assert!(matches!(
+            l.admit_rule(),
+            Admission::Reject(Refused::KeyMissing)
+        ));
+        assert!(matches!(
+            l.admit_flow(5),
+            Admission::Reject(Refused::KeyMissing)
+        ));
+        assert_eq!(l.keys().map(|t| t.len()), Some(0), "nothing taken");
+        assert!(matches!(l.admit_key(5), Admission::Go(Some(_))));
     }
 }

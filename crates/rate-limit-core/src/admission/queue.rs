@@ -5,20 +5,24 @@ use std::sync::Arc;
 
 use limits::{Clock, FlowRefused, Nanos, Slots, Waiter};
 
-use super::{Limiter, SlotWait};
+use super::rule_scope::RuleSlots;
+use super::{Limiter, Scope, SlotWait};
 
 impl<W: Waiter, C: Clock> Limiter<W, C> {
     /// After the rate wait of a request that started waiting at `since`:
     /// expire it, let it go, or queue it for a slot (of its key, if keyed).
     pub fn wait_for_slot(&self, since: Nanos, waiter: W, key: Option<u64>) -> SlotWait<W> {
         let mut now = None;
-        let slots = match (&self.keys, key, self.key_limit()) {
-            (Some(_), _, None) => None,
-            (Some(t), Some(k), Some(l)) => {
+        let slots = match (&self.scope, key) {
+            (Scope::Rule(rule), _) => rule.slots().cloned(),
+            (Scope::Keyed(scope), _) if scope.limit().is_none() => None,
+            (Scope::Keyed(scope), Some(k)) => {
                 let n = self.clock.now();
                 now = Some(n);
-                // The limit is read again under the shard lock (see admit_key).
-                let s = t.with_at(k, n, |st| st.slots(self.key_limit().unwrap_or(l)));
+                // The limit is read again under the shard lock (see admit_in_key).
+                let s = scope
+                    .table
+                    .with_at(k, n, |st| st.slots(scope.limit().unwrap_or(u32::MAX)));
                 match s {
                     Ok(s) => Some(s),
                     // Cannot happen while the waiter's queue place pins the
@@ -26,7 +30,7 @@ impl<W: Waiter, C: Clock> Limiter<W, C> {
                     Err(_) => return SlotWait::Expired(waiter),
                 }
             }
-            _ => self.slots.clone(),
+            (Scope::Keyed(_), None) => None,
         };
         let Some(slots) = slots else {
             return SlotWait::Go(waiter);
@@ -38,10 +42,10 @@ impl<W: Waiter, C: Clock> Limiter<W, C> {
         if deadline.is_some_and(|d| d <= now) {
             return SlotWait::Expired(waiter);
         }
-        let ticket = match key {
+        let ticket = match (&self.scope, key) {
             // A fair limiter's key is the flow; its share (after a rate
             // wait, it was not checked) and queue part are checked as it joins.
-            Some(flow) if self.keys.is_none() && slots.is_fair() => {
+            (Scope::Rule(rule), Some(flow)) if matches!(rule.slots, RuleSlots::Fair { .. }) => {
                 match slots.try_enqueue_flow(flow, waiter) {
                     Ok(t) => t,
                     Err(FlowRefused::Over(w) | FlowRefused::Full(w)) => {
@@ -51,13 +55,16 @@ impl<W: Waiter, C: Clock> Limiter<W, C> {
             }
             _ => slots.enqueue(waiter),
         };
-        if self.keys.is_some() && ticket.is_waiting() {
-            // After the enqueue: a departure check that finds this queue
-            // empty and drops it from the list does so under the list's
-            // lock, before or after this insert, never between.
-            self.waiting_queues
-                .lock()
-                .insert(Arc::as_ptr(&slots) as usize, Arc::downgrade(&slots));
+        if let Scope::Keyed(scope) = &self.scope {
+            if ticket.is_waiting() {
+                // After the enqueue: a departure check that finds this queue
+                // empty and drops it from the list does so under the list's
+                // lock, before or after this insert, never between.
+                scope
+                    .waiting_queues
+                    .lock()
+                    .insert(Arc::as_ptr(&slots) as usize, Arc::downgrade(&slots));
+            }
         }
         SlotWait::Queued {
             ticket,
@@ -69,10 +76,10 @@ impl<W: Waiter, C: Clock> Limiter<W, C> {
     /// queue) for which `gone` is true: clients that left. `gone` may be
     /// slow. Also returns how many waiters remain.
     pub fn remove_departed(&self, max: usize, mut gone: impl FnMut(&W) -> bool) -> (Vec<W>, u32) {
-        let queues: Vec<Arc<Slots<W>>> = match &self.keys {
-            None => self.slots.iter().cloned().collect(),
-            Some(_) => {
-                let mut list = self.waiting_queues.lock();
+        let queues: Vec<Arc<Slots<W>>> = match &self.scope {
+            Scope::Rule(rule) => rule.slots().into_iter().cloned().collect(),
+            Scope::Keyed(scope) => {
+                let mut list = scope.waiting_queues.lock();
                 let mut live = Vec::new();
                 list.retain(|_, weak| match weak.upgrade() {
                     Some(s) if s.waiting() > 0 => {

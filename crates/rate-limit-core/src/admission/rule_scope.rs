@@ -1,19 +1,78 @@
-//! The rule scope: one bucket, one set of slots (plain or fair) and one
-//! queue budget for every request of the rule.
+//! The rule scope: one bucket, one set of slots (plain or shared fairly
+//! between flows) and one queue budget for every request of the rule.
 
+use std::hash::RandomState;
 use std::sync::Arc;
 
-use limits::{Clock, FlowTry, Reservation, Waiter};
+use limits::{Budget, Clock, FlowTry, Gcra, GcraParams, Reservation, Slots, Waiter};
 
-use super::{Admission, Limiter, Refused, Wait};
+use super::{Admission, Limiter, Limits, Refused, Wait};
+
+/// The state of a rule-scoped limiter.
+pub(super) struct RuleScope<W: Waiter> {
+    pub(super) bucket: Option<Gcra>,
+    pub(super) slots: RuleSlots<W>,
+    /// Places for requests waiting (for the rate or a slot).
+    pub(super) budget: Arc<Budget>,
+}
+
+/// The rule's concurrency limit, if any.
+pub(super) enum RuleSlots<W: Waiter> {
+    /// No `--limit`.
+    None,
+    /// One FIFO for every request.
+    Plain(Arc<Slots<W>>),
+    /// `--fair`: the slots are shared between flows, whose keys `seed`
+    /// hashes (secret per limiter, so clients cannot aim at one another's
+    /// flows; see `fair.rs`).
+    Fair {
+        slots: Arc<Slots<W>>,
+        seed: RandomState,
+    },
+}
+
+impl<W: Waiter> RuleScope<W> {
+    /// The rule scope of `limits`, its slots plain.
+    pub(super) fn plain(limits: Limits) -> Self {
+        RuleScope {
+            bucket: limits.rate.map(|(r, b)| Gcra::per_second(r, b)),
+            slots: limits
+                .limit
+                .map_or(RuleSlots::None, |l| RuleSlots::Plain(Slots::new(l))),
+            budget: Budget::new(limits.queue),
+        }
+    }
+
+    pub(super) fn slots(&self) -> Option<&Arc<Slots<W>>> {
+        match &self.slots {
+            RuleSlots::None => None,
+            RuleSlots::Plain(s) | RuleSlots::Fair { slots: s, .. } => Some(s),
+        }
+    }
+
+    pub(super) fn reconfigure(&self, params: Option<GcraParams>, limit: u32, queue: u32) {
+        if let (Some(b), Some(p)) = (&self.bucket, params) {
+            b.set_params(p);
+        }
+        self.budget.set_max(queue);
+        if let Some(s) = self.slots() {
+            s.set_flow_queue(queue);
+            s.set_limit(limit);
+        }
+    }
+}
 
 impl<W: Waiter, C: Clock> Limiter<W, C> {
     /// `flow`: the request's flow on a fair limiter (`--fair`), else ignored.
-    pub(super) fn admit_rule(self: &Arc<Self>, flow: Option<u64>) -> Admission<W, C> {
+    pub(super) fn admit_in_rule(
+        self: &Arc<Self>,
+        rule: &RuleScope<W>,
+        flow: u64,
+    ) -> Admission<W, C> {
         // The clock is read only when needed: a slot-only admission has no use for it.
         let mut now = None;
         let mut place = None;
-        if let Some(bucket) = &self.bucket {
+        if let Some(bucket) = &rule.bucket {
             let now = *now.insert(self.clock.now());
             if self.charges_on_response() {
                 // Checked only; the response charges it (no rate wait).
@@ -26,7 +85,7 @@ impl<W: Waiter, C: Clock> Limiter<W, C> {
                 if wait > max_wait {
                     return Admission::Reject(Refused::Rate);
                 }
-                let Some(p) = self.budget.try_take() else {
+                let Some(p) = rule.budget.try_take() else {
                     return Admission::Reject(Refused::Rate);
                 };
                 match bucket.reserve(now, Some(max_wait)) {
@@ -45,11 +104,9 @@ impl<W: Waiter, C: Clock> Limiter<W, C> {
         }
         // From here a rate token (if any) is taken for this request; it
         // becomes a `RateToken` only if the request waits.
-        let Some(slots) = &self.slots else {
-            return Admission::Go(None);
-        };
-        if slots.is_fair() {
-            match slots.try_acquire_flow(flow.unwrap_or(0)) {
+        match &rule.slots {
+            RuleSlots::None => return Admission::Go(None),
+            RuleSlots::Fair { slots, .. } => match slots.try_acquire_flow(flow) {
                 FlowTry::Go(permit) => return Admission::Go(Some(permit)),
                 FlowTry::Over => {
                     // Refused at once: the token goes back (and the place).
@@ -57,11 +114,14 @@ impl<W: Waiter, C: Clock> Limiter<W, C> {
                     return Admission::Reject(Refused::FlowOver);
                 }
                 FlowTry::Wait => {}
+            },
+            RuleSlots::Plain(slots) => {
+                if let Some(permit) = slots.try_acquire() {
+                    return Admission::Go(Some(permit));
+                }
             }
-        } else if let Some(permit) = slots.try_acquire() {
-            return Admission::Go(Some(permit));
         }
-        match place.or_else(|| self.budget.try_take()) {
+        match place.or_else(|| rule.budget.try_take()) {
             Some(place) => Admission::Wait(Wait {
                 place,
                 since: now.unwrap_or_else(|| self.clock.now()),
@@ -74,5 +134,53 @@ impl<W: Waiter, C: Clock> Limiter<W, C> {
                 Admission::Reject(Refused::QueueFull)
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Arc;
+
+    use limits::{ManualClock, Permit, NANOS_PER_SEC};
+
+    use super::super::{Admission, Limiter, Limits, Refused};
+
+    struct W;
+    impl limits::Waiter for W {
+        fn admit(self, p: Permit<Self>) -> Result<(), Permit<Self>> {
+            Err(p)
+        }
+    }
+
+    /// A key or a flow given to a plain rule limiter never escapes the
+    /// rule's limits: the rule's one bucket and slots count every request.
+    #[test]
+    fn a_rule_limiter_counts_keys_and_flows_against_the_rule() {
+        let clock = Arc::new(ManualClock::new(NANOS_PER_SEC));
+        let limits = Limits {
+            limit: Some(2),
+            rate: Some((1.0, 3)),
+            queue: 0,
+            maxage: None,
+        };
+        let l: Arc<Limiter<W, _>> = Limiter::new(limits, clock);
+        assert_eq!(l.flow_key(b"a"), 0, "not fair: no flows");
+        let Admission::Go(Some(a)) = l.admit_key(1) else {
+            panic!("the first takes a slot")
+        };
+        let Admission::Go(Some(_b)) = l.admit_flow(7) else {
+            panic!("the second takes the other")
+        };
+        assert!(matches!(
+            l.admit_key(2),
+            Admission::Reject(Refused::QueueFull)
+        ));
+        drop(a);
+        assert!(matches!(
+            l.admit_key_tagged(3, b"t"),
+            Admission::Go(Some(_))
+        ));
+        // Three tokens taken (the refusal gave its own back): the bucket is empty.
+        assert!(matches!(l.admit_rule(), Admission::Reject(Refused::Rate)));
     }
 }

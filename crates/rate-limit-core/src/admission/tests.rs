@@ -58,16 +58,16 @@ fn w(id: usize, held: &Held) -> W {
 #[test]
 fn concurrency_goes_waits_then_rejects() {
     let (l, _) = limiter(lim(Some(1), None, 1, 0));
-    let Admission::Go(Some(p)) = l.admit(None) else {
+    let Admission::Go(Some(p)) = l.admit_rule() else {
         panic!("first request must get the slot")
     };
-    let Admission::Wait(wait) = l.admit(None) else {
+    let Admission::Wait(wait) = l.admit_rule() else {
         panic!("second must wait")
     };
     assert_eq!(wait.rate_delay, 0);
     assert!(wait.rate.is_none());
     assert!(
-        matches!(l.admit(None), Admission::Reject(Refused::QueueFull)),
+        matches!(l.admit_rule(), Admission::Reject(Refused::QueueFull)),
         "queue of 1 is full"
     );
     assert_eq!(l.queued(), 1);
@@ -81,10 +81,10 @@ fn concurrency_goes_waits_then_rejects() {
 fn queued_waiter_gets_the_freed_slot() {
     let held = Held::default();
     let (l, _) = limiter(lim(Some(1), None, 5, 0));
-    let Admission::Go(Some(p)) = l.admit(None) else {
+    let Admission::Go(Some(p)) = l.admit_rule() else {
         panic!()
     };
-    let Admission::Wait(wait) = l.admit(None) else {
+    let Admission::Wait(wait) = l.admit_rule() else {
         panic!()
     };
     let SlotWait::Queued { ticket, expires_in } = l.wait_for_slot(wait.since, w(7, &held), None)
@@ -102,10 +102,10 @@ fn queued_waiter_gets_the_freed_slot() {
 fn maxage_expires_and_bounds_the_rate_wait() {
     let held = Held::default();
     let (l, clock) = limiter(lim(Some(1), None, 5, 100));
-    let Admission::Go(Some(_p)) = l.admit(None) else {
+    let Admission::Go(Some(_p)) = l.admit_rule() else {
         panic!()
     };
-    let Admission::Wait(wait) = l.admit(None) else {
+    let Admission::Wait(wait) = l.admit_rule() else {
         panic!()
     };
     clock.advance(Duration::from_millis(40));
@@ -123,28 +123,28 @@ fn maxage_expires_and_bounds_the_rate_wait() {
 
     // A rate wait longer than maxage is refused at once, taking nothing.
     let (l, _) = limiter(lim(None, Some((1.0, 1)), 5, 500));
-    assert!(matches!(l.admit(None), Admission::Go(None)));
-    assert!(matches!(l.admit(None), Admission::Reject(Refused::Rate)));
+    assert!(matches!(l.admit_rule(), Admission::Go(None)));
+    assert!(matches!(l.admit_rule(), Admission::Reject(Refused::Rate)));
     assert_eq!(l.queued(), 0);
 }
 
 #[test]
 fn rate_waits_reserve_a_token_that_unserved_requests_give_back() {
     let (l, clock) = limiter(lim(None, Some((10.0, 2)), 10, 0));
-    assert!(matches!(l.admit(None), Admission::Go(None)));
-    assert!(matches!(l.admit(None), Admission::Go(None)));
-    let Admission::Wait(first) = l.admit(None) else {
+    assert!(matches!(l.admit_rule(), Admission::Go(None)));
+    assert!(matches!(l.admit_rule(), Admission::Go(None)));
+    let Admission::Wait(first) = l.admit_rule() else {
         panic!("over the burst: wait")
     };
     assert_eq!(first.rate_delay, 100 * NANOS_PER_MS);
-    let Admission::Wait(second) = l.admit(None) else {
+    let Admission::Wait(second) = l.admit_rule() else {
         panic!()
     };
     assert_eq!(second.rate_delay, 200 * NANOS_PER_MS);
     // The first is not served (client left): its token comes back, so the
     // next newcomer waits no longer than the second already does.
     drop(first);
-    let Admission::Wait(third) = l.admit(None) else {
+    let Admission::Wait(third) = l.admit_rule() else {
         panic!()
     };
     assert_eq!(third.rate_delay, 200 * NANOS_PER_MS);
@@ -159,14 +159,14 @@ fn rate_waits_reserve_a_token_that_unserved_requests_give_back() {
 #[test]
 fn rejected_for_a_slot_after_taking_a_rate_token_gives_it_back() {
     let (l, _) = limiter(lim(Some(1), Some((1.0, 2)), 0, 0));
-    let Admission::Go(Some(_p)) = l.admit(None) else {
+    let Admission::Go(Some(_p)) = l.admit_rule() else {
         panic!()
     };
     assert_eq!(l.remaining(None).1.map(|q| q.remaining), Some(1));
     // Rate allows it, the slot does not and there is no queue: refused, and
     // the rate token it took comes back.
     assert!(matches!(
-        l.admit(None),
+        l.admit_rule(),
         Admission::Reject(Refused::QueueFull)
     ));
     assert_eq!(l.remaining(None).1.map(|q| q.remaining), Some(1));
@@ -176,12 +176,12 @@ fn rejected_for_a_slot_after_taking_a_rate_token_gives_it_back() {
 fn departed_waiters_leave_the_queue_up_to_the_cap() {
     let held = Held::default();
     let (l, _) = limiter(lim(Some(1), None, 10, 0));
-    let Admission::Go(Some(_p)) = l.admit(None) else {
+    let Admission::Go(Some(_p)) = l.admit_rule() else {
         panic!()
     };
     let mut tickets = Vec::new();
     for id in 0..6 {
-        let Admission::Wait(wait) = l.admit(None) else {
+        let Admission::Wait(wait) = l.admit_rule() else {
             panic!()
         };
         if let SlotWait::Queued { ticket, .. } = l.wait_for_slot(wait.since, w(id, &held), None) {
@@ -246,7 +246,7 @@ proptest! {
         let mut admitted_order = Vec::new();
         for op in ops {
             match op {
-                Op::Arrive => match l.admit(None) {
+                Op::Arrive => match l.admit_rule() {
                     Admission::Go(p) => {
                         served += 1;
                         holders.extend(p);
@@ -340,19 +340,22 @@ fn keyed(limits: Limits, keys: usize) -> (Arc<Limiter<W, Arc<ManualClock>>>, Arc
 fn each_key_has_its_own_bucket() {
     let (l, clock) = keyed(lim(None, Some((1.0, 2)), 0, 0), 100);
     let (a, b) = (Some(1), Some(2));
-    assert!(matches!(l.admit(a), Admission::Go(None)));
-    assert!(matches!(l.admit(a), Admission::Go(None)));
+    assert!(matches!(l.admit_in_scope(a, &[]), Admission::Go(None)));
+    assert!(matches!(l.admit_in_scope(a, &[]), Admission::Go(None)));
     assert!(
-        matches!(l.admit(a), Admission::Reject(Refused::Rate)),
+        matches!(l.admit_in_scope(a, &[]), Admission::Reject(Refused::Rate)),
         "a is over its rate"
     );
-    assert!(matches!(l.admit(b), Admission::Go(None)), "b is not");
     assert!(
-        matches!(l.admit(None), Admission::Reject(Refused::KeyMissing)),
+        matches!(l.admit_in_scope(b, &[]), Admission::Go(None)),
+        "b is not"
+    );
+    assert!(
+        matches!(l.admit_rule(), Admission::Reject(Refused::KeyMissing)),
         "no key: refused as key_missing"
     );
     clock.advance(Duration::from_secs(1));
-    assert!(matches!(l.admit(a), Admission::Go(None)));
+    assert!(matches!(l.admit_in_scope(a, &[]), Admission::Go(None)));
     assert_eq!(l.remaining(a).1.map(|q| q.remaining), Some(0));
     assert_eq!(l.remaining(b).1.map(|q| q.remaining), Some(2));
     assert_eq!(l.remaining(Some(99)).1.map(|q| q.remaining), Some(2));
@@ -362,17 +365,17 @@ fn each_key_has_its_own_bucket() {
 fn each_key_has_its_own_slots_and_queue() {
     let held = Held::default();
     let (l, _) = keyed(lim(Some(1), None, 1, 0), 100);
-    let Admission::Go(Some(pa)) = l.admit(Some(1)) else {
+    let Admission::Go(Some(pa)) = l.admit_key(1) else {
         panic!("a gets its slot")
     };
-    let Admission::Go(Some(_pb)) = l.admit(Some(2)) else {
+    let Admission::Go(Some(_pb)) = l.admit_key(2) else {
         panic!("b too")
     };
-    let Admission::Wait(wait) = l.admit(Some(1)) else {
+    let Admission::Wait(wait) = l.admit_key(1) else {
         panic!("a's second waits")
     };
     assert!(
-        matches!(l.admit(Some(1)), Admission::Reject(Refused::QueueFull)),
+        matches!(l.admit_key(1), Admission::Reject(Refused::QueueFull)),
         "a's queue of 1 is full"
     );
     let SlotWait::Queued { ticket, .. } = l.wait_for_slot(wait.since, w(1, &held), Some(1)) else {
@@ -388,31 +391,31 @@ fn each_key_has_its_own_slots_and_queue() {
 #[test]
 fn busy_keys_are_never_evicted_and_a_full_table_of_them_refuses() {
     let (l, _) = keyed(lim(Some(1), None, 0, 0), 2);
-    let Admission::Go(Some(pa)) = l.admit(Some(1)) else {
+    let Admission::Go(Some(pa)) = l.admit_key(1) else {
         panic!()
     };
-    let Admission::Go(Some(pb)) = l.admit(Some(2)) else {
+    let Admission::Go(Some(pb)) = l.admit_key(2) else {
         panic!()
     };
     // Both keys hold a slot: a third key has no room, and pressure does not
     // push out a busy key (which would reset its limit).
     for k in 3..50 {
         assert!(matches!(
-            l.admit(Some(k)),
+            l.admit_key(k),
             Admission::Reject(Refused::KeyTableFull)
         ));
     }
     assert!(
-        matches!(l.admit(Some(1)), Admission::Reject(Refused::QueueFull)),
+        matches!(l.admit_key(1), Admission::Reject(Refused::QueueFull)),
         "a still holds its slot"
     );
     drop(pb);
     // b is idle now: a new key may take its place.
-    let Admission::Go(Some(_pc)) = l.admit(Some(3)) else {
+    let Admission::Go(Some(_pc)) = l.admit_key(3) else {
         panic!("an idle key gives way")
     };
     assert!(matches!(
-        l.admit(Some(1)),
+        l.admit_key(1),
         Admission::Reject(Refused::QueueFull)
     ));
     drop(pa);
@@ -422,13 +425,13 @@ fn busy_keys_are_never_evicted_and_a_full_table_of_them_refuses() {
 #[test]
 fn an_unserved_keyed_wait_gives_the_token_back_to_its_key() {
     let (l, _) = keyed(lim(None, Some((10.0, 1)), 5, 0), 10);
-    assert!(matches!(l.admit(Some(1)), Admission::Go(None)));
-    let Admission::Wait(w1) = l.admit(Some(1)) else {
+    assert!(matches!(l.admit_key(1), Admission::Go(None)));
+    let Admission::Wait(w1) = l.admit_key(1) else {
         panic!()
     };
     assert_eq!(w1.rate_delay, 100 * NANOS_PER_MS);
     drop(w1);
-    let Admission::Wait(w2) = l.admit(Some(1)) else {
+    let Admission::Wait(w2) = l.admit_key(1) else {
         panic!()
     };
     assert_eq!(
@@ -453,7 +456,7 @@ proptest! {
         let mut served = [0u64; 5];
         for (key, ms) in ops {
             clock.advance(Duration::from_millis(ms));
-            if let Admission::Go(_) = l.admit(Some(key)) {
+            if let Admission::Go(_) = l.admit_key(key) {
                 served[key as usize] += 1;
             }
             let elapsed = clock.now() - start;
@@ -468,8 +471,8 @@ fn a_key_costs_16_bytes_inline_and_nothing_more_without_queues() {
     assert_eq!(std::mem::size_of::<Keyed<W>>(), 16);
     // A rate-only key with no queue allocates nothing besides its entry.
     let (l, _) = keyed(lim(None, Some((1.0, 1)), 0, 0), 10);
-    assert!(matches!(l.admit(Some(1)), Admission::Go(None)));
-    assert!(matches!(l.admit(Some(1)), Admission::Reject(Refused::Rate)));
+    assert!(matches!(l.admit_key(1), Admission::Go(None)));
+    assert!(matches!(l.admit_key(1), Admission::Reject(Refused::Rate)));
     let mut allocated = 0;
     if let Some(t) = l.keys() {
         t.for_each(|_, st| allocated += usize::from(st.queues.is_some()));
@@ -484,12 +487,12 @@ fn departed_keyed_waiters_are_found_in_their_keys_queues() {
     let mut permits = Vec::new();
     let mut tickets = Vec::new();
     for key in 0..3u64 {
-        let Admission::Go(Some(p)) = l.admit(Some(key)) else {
+        let Admission::Go(Some(p)) = l.admit_key(key) else {
             panic!()
         };
         permits.push(p);
         for id in 0..2 {
-            let Admission::Wait(wait) = l.admit(Some(key)) else {
+            let Admission::Wait(wait) = l.admit_key(key) else {
                 panic!()
             };
             let w = w(10 * key as usize + id, &held);
@@ -509,7 +512,10 @@ fn departed_keyed_waiters_are_found_in_their_keys_queues() {
     let (gone, left) = l.remove_departed(100, |_| true);
     assert!(gone.is_empty());
     assert_eq!(left, 0);
-    assert!(l.waiting_queues.lock().is_empty());
+    let Scope::Keyed(scope) = &l.scope else {
+        panic!("keyed")
+    };
+    assert!(scope.waiting_queues.lock().is_empty());
 }
 
 /// Queues `n` waiters (ids from `first`) on the limiter's slots (of `key`).
@@ -522,7 +528,7 @@ fn queue_waiters(
 ) -> Vec<Ticket<W>> {
     (first..first + n)
         .map(|i| {
-            let Admission::Wait(wait) = l.admit(key) else {
+            let Admission::Wait(wait) = l.admit_in_scope(key, &[]) else {
                 panic!("request {i} must wait")
             };
             let SlotWait::Queued { ticket, .. } = l.wait_for_slot(wait.since, w(i, held), key)
@@ -539,7 +545,7 @@ fn queue_waiters(
 fn reconfigure_raises_a_live_limit_and_admits_waiters_at_once() {
     let (l, _) = limiter(lim(Some(1), None, 10, 0));
     let held: Held = Arc::default();
-    let Admission::Go(Some(p)) = l.admit(None) else {
+    let Admission::Go(Some(p)) = l.admit_rule() else {
         panic!("first request must get the slot")
     };
     let _tickets = queue_waiters(&l, None, 1, 3, &held);
@@ -570,19 +576,19 @@ fn reconfigure_changes_every_key_and_the_rate_keeps_each_level() {
         Limiter::keyed(lim(Some(1), Some((1.0, 2)), 10, 0), 100, clock.clone());
     let held: Held = Arc::default();
     let (a, b) = (1u64, 2u64);
-    let Admission::Go(Some(pa)) = l.admit(Some(a)) else {
+    let Admission::Go(Some(pa)) = l.admit_key(a) else {
         panic!("a's first request must go")
     };
     let _ta = queue_waiters(&l, Some(a), 10, 1, &held);
     // b empties its bucket (burst 2).
     for _ in 0..2 {
-        let Admission::Go(Some(p)) = l.admit(Some(b)) else {
+        let Admission::Go(Some(p)) = l.admit_key(b) else {
             panic!("b within its burst")
         };
         drop(p);
     }
     assert!(matches!(
-        l.admit(Some(b)),
+        l.admit_key(b),
         Admission::Wait(_) | Admission::Reject(_)
     ));
     l.reconfigure(lim(Some(2), Some((100.0, 200)), 10, 0))
@@ -604,8 +610,8 @@ fn reconfigure_changes_every_key_and_the_rate_keeps_each_level() {
     assert_eq!(l.remaining(Some(b)).1.map(|q| q.remaining), Some(200));
     // A key first seen after the change gets the new limit.
     let c = 3u64;
-    let p1 = l.admit(Some(c));
-    let p2 = l.admit(Some(c));
+    let p1 = l.admit_key(c);
+    let p2 = l.admit_key(c);
     assert!(matches!(
         (&p1, &p2),
         (Admission::Go(Some(_)), Admission::Go(Some(_)))
@@ -619,13 +625,13 @@ fn usage_and_top_report_what_keys_hold() {
     let l: Arc<Limiter<W, _>> =
         Limiter::keyed(lim(Some(1), Some((1.0, 1)), 10, 0), 100, clock.clone());
     let held: Held = Arc::default();
-    let Admission::Go(Some(p)) = l.admit(Some(7)) else {
+    let Admission::Go(Some(p)) = l.admit_key(7) else {
         panic!("first request of 7 goes")
     };
     clock.advance(Duration::from_secs(2));
     let _t = queue_waiters(&l, Some(7), 1, 1, &held);
     // Key 9 uses its token: over its rate for a second.
-    let Admission::Go(Some(q)) = l.admit(Some(9)) else {
+    let Admission::Go(Some(q)) = l.admit_key(9) else {
         panic!("9 goes")
     };
     drop(q);
@@ -644,7 +650,7 @@ fn usage_and_top_report_what_keys_hold() {
     assert_eq!((top[1].key, top[1].over_rate), (9, NANOS_PER_SEC));
     assert_eq!(l.top(1).len(), 1);
     let rule: Arc<Limiter<W, _>> = Limiter::new(lim(Some(2), None, 10, 0), clock);
-    let r = rule.admit(None);
+    let r = rule.admit_rule();
     assert_eq!(rule.usage().active, 1);
     assert!(rule.top(5).is_empty());
     drop((p, r));

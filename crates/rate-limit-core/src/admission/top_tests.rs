@@ -31,7 +31,7 @@ fn top_returns_the_n_busiest_keys_in_order() {
     for k in 1..=600u64 {
         let m = ((k * 37) % 11) as u32;
         for _ in 0..m {
-            match l.admit(Some(k)) {
+            match l.admit_key(k) {
                 Admission::Go(Some(p)) => held.push(p),
                 _ => panic!("key {k} is under its limit"),
             }

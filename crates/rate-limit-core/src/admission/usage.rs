@@ -7,7 +7,7 @@ use std::sync::Arc;
 
 use limits::{Clock, Nanos, Quota, Slots, Waiter};
 
-use super::Limiter;
+use super::{Limiter, Scope};
 
 /// What a limiter holds right now (for `show`).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -65,14 +65,15 @@ impl<W: Waiter, C: Clock> Limiter<W, C> {
     /// What the limiter holds now. Keyed, this visits every key (under
     /// each shard's lock in turn): run it off request paths.
     pub fn usage(&self) -> Usage {
-        match &self.keys {
-            None => Usage {
-                active: self.slots.as_ref().map_or(0, |s| u64::from(s.active())),
-                waiting: u64::from(self.budget.used()),
+        match &self.scope {
+            Scope::Rule(rule) => Usage {
+                active: rule.slots().map_or(0, |s| u64::from(s.active())),
+                waiting: u64::from(rule.budget.used()),
                 keys: None,
                 evicted: None,
             },
-            Some(t) => {
+            Scope::Keyed(scope) => {
+                let t = &scope.table;
                 let mut u = Usage {
                     keys: Some(t.len() as u64),
                     evicted: Some(t.evicted()),
@@ -98,14 +99,15 @@ impl<W: Waiter, C: Clock> Limiter<W, C> {
     /// shard's lock at a time (off request paths), and keeps only the best
     /// `n` in a heap: memory is O(n) however many keys there are.
     pub fn top(&self, n: usize) -> Vec<KeyUsage> {
-        let Some(t) = &self.keys else {
+        let Scope::Keyed(scope) = &self.scope else {
             return Vec::new();
         };
         if n == 0 {
             return Vec::new();
         }
+        let t = &scope.table;
         let now = self.clock.now();
-        let params = self.key_params();
+        let params = scope.params();
         // A min-heap (by rank) of the best n so far: its root is the weakest.
         let mut best: BinaryHeap<Reverse<Ranked>> = BinaryHeap::with_capacity(n + 1);
         t.for_each(|key, st| {
@@ -144,19 +146,23 @@ impl<W: Waiter, C: Clock> Limiter<W, C> {
     pub fn remaining(&self, key: Option<u64>) -> (Option<u32>, Option<Quota>) {
         let now = self.clock.now();
         let left = |s: &Arc<Slots<W>>| s.limit().saturating_sub(s.active());
-        let (limit, params) = (self.key_limit(), self.key_params());
-        match (&self.keys, key) {
-            (Some(t), Some(k)) => t
-                .get(k, |st| {
-                    let held = st.queues.as_ref().and_then(|q| q.slots.as_ref());
-                    let slots = limit.map(|l| held.map_or(l, left));
-                    let quota = params.map(|p| p.quota(st.tat, now));
-                    (slots, quota)
-                })
-                .unwrap_or((limit, params.map(|p| p.quota(0, now)))),
-            _ => (
-                self.slots.as_ref().map(left),
-                self.bucket.as_ref().map(|b| b.quota(now)),
+        match (&self.scope, key) {
+            (Scope::Keyed(scope), Some(k)) => {
+                let (limit, params) = (scope.limit(), scope.params());
+                scope
+                    .table
+                    .get(k, |st| {
+                        let held = st.queues.as_ref().and_then(|q| q.slots.as_ref());
+                        let slots = limit.map(|l| held.map_or(l, left));
+                        let quota = params.map(|p| p.quota(st.tat, now));
+                        (slots, quota)
+                    })
+                    .unwrap_or((limit, params.map(|p| p.quota(0, now))))
+            }
+            (Scope::Keyed(_), None) => (None, None),
+            (Scope::Rule(rule), _) => (
+                rule.slots().map(left),
+                rule.bucket.as_ref().map(|b| b.quota(now)),
             ),
         }
     }

@@ -121,7 +121,7 @@ pub(super) fn dry_failed(d: DryAsked) {
     match failure {
         Failure::Open => {}
         Failure::Closed => dry_refused(&d, Reason::StoreFailure),
-        Failure::Local => match d.rule.limiter.admit_tagged(d.key, &[]) {
+        Failure::Local => match d.rule.admit(d.key, &[]) {
             // Decided as a dry run decides at remap: nothing held.
             Admission::Go(permit) => drop(permit),
             Admission::Wait(w) => {

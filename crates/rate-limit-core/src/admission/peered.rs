@@ -1,4 +1,5 @@
-//! A keyed limiter in DThrottle's peer exchange (`--peers`, issue 13).
+//! A peered keyed scope: a keyed limiter in DThrottle's peer exchange
+//! (`--peers`, issue 13), whose buckets take debt from peers' hits.
 //!
 //! **How a peer's hits reach a key.** A keyed limiter's bucket is GCRA: one
 //! theoretical arrival time (TAT) per key. `h` hits served by a peer advance
@@ -37,9 +38,16 @@ pub use dthrottle::MAX_PEER_DEBT;
 use dthrottle::{debt, Report};
 use limits::{Clock, GcraParams, Nanos, Waiter};
 
-use super::{Keyed, Limiter, LiveParams};
+use super::{Keyed, KeyedScope, Limiter, Scope};
 use crate::Limits;
 use keyed::KeyTable;
+
+/// What a peered keyed scope adds: the unreported hits of keys evicted
+/// since the last report, per shard of the key table (bounded, see
+/// `dthrottle::evicted`).
+pub(super) struct Peered {
+    pub(super) evicted_hits: dthrottle::ShardedEvictedHits,
+}
 
 /// A peered key's tag and the hits served here since the last report.
 pub(super) struct PeerKey {
@@ -100,12 +108,12 @@ impl<W: Waiter> Keyed<W> {
     }
 }
 
-impl<W: Waiter, C: Clock> Limiter<W, C> {
+impl Peered {
     /// An evicted key's unreported hits go to the next report, in the
     /// buffer of its shard (`shard`). Runs under that shard's lock; a
     /// buffer's lock is only ever taken inside its shard's or alone, never
     /// the other way round.
-    pub(super) fn carry(&self, shard: usize, st: &mut Keyed<W>) {
+    pub(super) fn carry<W: Waiter>(&self, shard: usize, st: &mut Keyed<W>) {
         let Some(p) = st.queues.as_mut().and_then(|q| q.peer.as_mut()) else {
             return;
         };
@@ -114,9 +122,11 @@ impl<W: Waiter, C: Clock> Limiter<W, C> {
             self.evicted_hits.push(shard, tag, p.hits);
         }
     }
+}
 
+impl<W: Waiter, C: Clock> Limiter<W, C> {
     /// A keyed limiter that joins the peer exchange: its table is keyed by
-    /// peer tags ([`Limiter::admit_tagged`]), and it reports and takes hits.
+    /// peer tags ([`Limiter::admit_key_tagged`]), and it reports and takes hits.
     /// `report_tags`: the most tags its reports carry (`--peer-max-tags`),
     /// which also bounds the evicted keys' hits kept for the next report.
     pub fn peered(
@@ -126,20 +136,23 @@ impl<W: Waiter, C: Clock> Limiter<W, C> {
         clock: C,
     ) -> std::sync::Arc<Self> {
         let table = KeyTable::new(keys);
-        let evicted_hits = dthrottle::ShardedEvictedHits::new(report_tags, table.shards());
-        std::sync::Arc::new(Limiter {
-            keys: Some(table),
-            params: limits
-                .rate
-                .map(|(r, b)| LiveParams::new(GcraParams::per_second(r, b))),
-            peered: true,
-            evicted_hits,
-            ..Limiter::base(limits, clock)
-        })
+        let peered = Peered {
+            evicted_hits: dthrottle::ShardedEvictedHits::new(report_tags, table.shards()),
+        };
+        let scope = KeyedScope::new(limits, table, Some(peered));
+        std::sync::Arc::new(Limiter::with_scope(limits, clock, Scope::Keyed(scope)))
+    }
+
+    /// The peered keyed scope, if this limiter is one.
+    fn peered_scope(&self) -> Option<(&KeyedScope<W>, &Peered)> {
+        match &self.scope {
+            Scope::Keyed(k) => Some((k, k.peered.as_ref()?)),
+            Scope::Rule(_) => None,
+        }
     }
 
     pub fn is_peered(&self) -> bool {
-        self.peered
+        self.peered_scope().is_some()
     }
 
     /// Takes `hits` tokens from `tag`'s bucket, served by a peer (the bucket
@@ -147,12 +160,16 @@ impl<W: Waiter, C: Clock> Limiter<W, C> {
     /// added. False if nothing was applied: not a peered rate limiter, no
     /// hits, or no room for the tag (every key of its shard is busy).
     pub fn apply_peer(&self, tag: &[u8], hits: u32) -> bool {
-        let (Some(table), Some(params)) = (&self.keys, self.key_params()) else {
+        let Some((scope, peered)) = self.peered_scope() else {
             return false;
         };
-        if !self.peered || hits == 0 || tag.is_empty() {
+        let Some(params) = scope.params() else {
+            return false;
+        };
+        if hits == 0 || tag.is_empty() {
             return false;
         }
+        let table = &scope.table;
         let now = self.clock.now();
         let key = table.hash(tag);
         table
@@ -163,7 +180,7 @@ impl<W: Waiter, C: Clock> Limiter<W, C> {
                     st.tat = debt::apply_hits(st.tat, now, hits, &params);
                     st.peer(tag, &params);
                 },
-                |st| self.carry(table.shard_index(key), st),
+                |st| peered.carry(table.shard_index(key), st),
             )
             .is_ok()
     }
@@ -173,9 +190,10 @@ impl<W: Waiter, C: Clock> Limiter<W, C> {
     /// (the rest counted as dropped), and resets them. Visits every key
     /// (one shard lock at a time): once per period.
     pub fn peer_report(&self, max_tags: usize) -> Report {
-        let Some(table) = &self.keys else {
+        let Some((scope, peered)) = self.peered_scope() else {
             return Report::default();
         };
+        let table = &scope.table;
         let mut entries: Vec<(Box<[u8]>, u32)> = Vec::new();
         // Taken under the shard's lock: hits served after stay for the next.
         // Hits of requests without a key (`--key-missing=shared`, empty
@@ -191,7 +209,7 @@ impl<W: Waiter, C: Clock> Limiter<W, C> {
         });
         // After the table: a key evicted during the visit carried its hits
         // here, whether or not the visit had seen its shard yet.
-        let carried = self.evicted_hits.take();
+        let carried = peered.evicted_hits.take();
         entries.extend(carried.entries);
         let mut report = debt::report(entries, max_tags);
         report.dropped_tags += carried.dropped_tags;
@@ -201,12 +219,15 @@ impl<W: Waiter, C: Clock> Limiter<W, C> {
 
     /// Tokens in `tag`'s bucket now (negative: debt); `None` if not held.
     pub fn peer_level(&self, tag: &[u8]) -> Option<f64> {
-        let (table, params) = (self.keys.as_ref()?, self.key_params()?);
+        let Scope::Keyed(scope) = &self.scope else {
+            return None;
+        };
+        let (table, params) = (&scope.table, scope.params()?);
         let now = self.clock.now();
         table.get(table.hash(tag), |st| debt::level(st.tat, now, &params))
     }
 }
 
 #[cfg(test)]
-#[path = "peer_tests.rs"]
+#[path = "peered_tests.rs"]
 mod tests;

@@ -30,8 +30,8 @@ fn peered(rate: f64, burst: u32, clock: &Arc<ManualClock>) -> L {
 }
 
 fn ask(l: &L, tag: &[u8]) -> bool {
-    let key = l.keys().map(|t| t.hash(tag));
-    matches!(l.admit_tagged(key, tag), Admission::Go(_))
+    let key = l.keys().map_or(0, |t| t.hash(tag));
+    matches!(l.admit_key_tagged(key, tag), Admission::Go(_))
 }
 
 fn exchange(from: &L, to: &[&L]) {
@@ -272,7 +272,13 @@ fn evictions_take_only_their_shards_buffer() {
     let a: L = Limiter::peered(limits, 4096, 4096, clock.clone());
     let shards = a.keys().map_or(0, |t| t.shards());
     assert_eq!(shards, 4);
-    let held = a.evicted_hits.buffer(0).lock();
+    let held = a
+        .peered_scope()
+        .expect("peered")
+        .1
+        .evicted_hits
+        .buffer(0)
+        .lock();
     let (tx, rx) = std::sync::mpsc::channel();
     let flood = a.clone();
     std::thread::spawn(move || {
@@ -289,4 +295,32 @@ fn evictions_take_only_their_shards_buffer() {
     drop(held);
     let evicted = evicted.expect("an eviction waited for another shard's buffer");
     assert!(evicted > 10_000, "{evicted} evicted");
+}
+
+/// Only a peered scope takes peers' hits and reports its own: a keyed
+/// limiter that is not peered, and a rule limiter, refuse both and keep
+/// no tags.
+#[test]
+fn only_a_peered_scope_exchanges_hits() {
+    let clock = Arc::new(ManualClock::new(NANOS_PER_SEC));
+    let limits = Limits {
+        limit: None,
+        rate: Some((1.0, 5)),
+        queue: 0,
+        maxage: None,
+    };
+    let keyed: L = Limiter::keyed(limits, 100, clock.clone());
+    let rule: L = Limiter::new(limits, clock.clone());
+    let key = keyed.keys().map_or(0, |t| t.hash(b"t"));
+    assert!(matches!(
+        keyed.admit_key_tagged(key, b"t"),
+        Admission::Go(_)
+    ));
+    assert!(matches!(rule.admit_key_tagged(key, b"t"), Admission::Go(_)));
+    for l in [&keyed, &rule] {
+        assert!(!l.is_peered());
+        assert!(!l.apply_peer(b"t", 3), "hits taken by a limiter not peered");
+        assert!(l.peer_report(10).entries.is_empty());
+    }
+    assert!(peered(1.0, 5, &clock).is_peered());
 }
