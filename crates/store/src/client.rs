@@ -120,7 +120,7 @@ struct Request<O, T> {
     submitted: Instant,
 }
 
-struct Shared<O, R, T> {
+struct Inner<O, R, T> {
     requests: ArrayQueue<Request<O, T>>,
     completions: ArrayQueue<Completion<R, T>>,
     /// Submitted and not yet taken back: bounds both queues together, so a
@@ -135,7 +135,7 @@ struct Shared<O, R, T> {
 
 /// A store client: one I/O thread, two bounded queues.
 pub struct Client<B: Backend, T: Send + 'static> {
-    shared: Arc<Shared<B::Op, B::Reply, T>>,
+    shared: Arc<Inner<B::Op, B::Reply, T>>,
     thread: Option<JoinHandle<()>>,
 }
 
@@ -143,7 +143,7 @@ impl<B: Backend, T: Send + 'static> Client<B, T> {
     /// Starts the I/O thread (named `name`); it connects on first use.
     pub fn start(name: &str, backend: B, config: Config) -> std::io::Result<Self> {
         let capacity = config.capacity.max(1);
-        let shared = Arc::new(Shared {
+        let shared = Arc::new(Inner {
             requests: ArrayQueue::new(capacity),
             completions: ArrayQueue::new(capacity),
             outstanding: AtomicUsize::new(0),

@@ -26,6 +26,7 @@
 #![forbid(unsafe_code)]
 
 mod client;
+mod clients;
 pub mod memcached;
 mod net;
 pub mod redis;
@@ -34,11 +35,10 @@ mod redis_cluster;
 mod redis_conn;
 mod resp;
 pub mod rmw;
-mod shared;
 
 pub use client::{
     Backend, BatchError, Client, Completion, Config, Exited, Outcome, Stats, SubmitError,
 };
-pub use shared::Shared;
+pub use clients::Clients;
 /// `--store` values and the addresses they name (the `store-url` leaf).
 pub use store_url as url;

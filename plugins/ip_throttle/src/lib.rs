@@ -26,7 +26,7 @@
 mod ctl;
 mod delay;
 mod report;
-mod store;
+mod shared;
 
 use std::net::IpAddr;
 use std::path::PathBuf;
@@ -45,7 +45,7 @@ use parking_lot::Mutex;
 
 use crate::delay::Wait;
 use crate::report::{Metrics, Reporter};
-use crate::store::Store;
+use crate::shared::Store;
 
 /// Process-wide objects, created once in `init`.
 struct Globals {
@@ -172,7 +172,7 @@ impl Rule {
 
     /// Lifts a ban now (`unban IP`), logging the `unban` event.
     pub(crate) fn unban(self: &Arc<Self>, ip: IpAddr) -> bool {
-        store::unban(self, ip);
+        shared::unban(self, ip);
         match self.throttler.unban(ip) {
             Some(e) => {
                 let log = self.throttler.snapshot();
@@ -336,7 +336,7 @@ impl HookHandler for Hooks {
             HookId::PostRemap => {
                 let st = GLOBALS.get().and_then(|g| g.txn.get(hook.txn()));
                 if let Some((rule, m)) = st.and_then(|st| st.asked.lock().take()) {
-                    return hook.park(move |parked| store::ask(rule, parked, m));
+                    return hook.park(move |parked| shared::ask(rule, parked, m));
                 }
                 let wait = st.and_then(|st| st.wait.lock().take());
                 match wait {

@@ -18,8 +18,8 @@
 
 use ats::Txn;
 
+use crate::central::TxnCentral;
 use crate::state::{bump, Outcome, TxnState};
-use crate::store::TxnStore;
 
 /// Charges what the response's status calls for.
 pub(crate) fn response(txn: Txn<'_>, head: &TxnState) {
@@ -45,8 +45,8 @@ pub(crate) fn response(txn: Txn<'_>, head: &TxnState) {
         }
         let rule = &s.rule;
         // Taken: one response per transaction (its lease stays).
-        let in_store = match s.store.lock().as_deref_mut() {
-            Some(TxnStore::Charged { base, .. }) => Some(std::mem::take(base)),
+        let in_store = match s.central.lock().as_deref_mut() {
+            Some(TxnCentral::Charged { base, .. }) => Some(std::mem::take(base)),
             _ => None,
         };
         let charged = match (in_store, &rule.store) {

@@ -59,7 +59,7 @@ impl Rule {
             wait: Mutex::new(wait.map(Box::new)),
             next: OnceLock::new(),
             decorating: AtomicBool::new(false),
-            store: Mutex::new(None),
+            central: Mutex::new(None),
         };
         // Only a later entry can find an earlier one's state: the first
         // skips the lookup.

@@ -28,11 +28,12 @@
 //!
 //! Beside that path: `load.rs` makes a rule and commits reloads, `client.rs`
 //! finds the client and its key, `entries.rs` chains several entries on one
-//! rule, `queue.rs` parks waiters, `store.rs` asks Redis, `peers.rs` runs the
+//! rule, `queue.rs` parks waiters, `central.rs` asks Redis, `peers.rs` runs the
 //! peer exchange, `refusals.rs` writes the refusal log, `ctl.rs` answers
 //! `traffic_ctl plugin msg`.
 #![forbid(unsafe_code)]
 
+mod central;
 mod charge;
 mod client;
 mod ctl;
@@ -45,7 +46,6 @@ mod policy;
 mod queue;
 mod refusals;
 mod state;
-mod store;
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, LazyLock, OnceLock};
@@ -106,8 +106,8 @@ pub struct Rule {
     policy: Option<policy::Policy>,
     /// A check for departed waiters is armed (only while anyone waits).
     watching: AtomicBool,
-    /// `--store`: decided in Redis (see store.rs).
-    store: Option<crate::store::RuleStore>,
+    /// `--store`: decided in Redis (see central.rs).
+    store: Option<crate::central::RuleStore>,
     /// `--peers`: the exchange runs while a rule holds it.
     _peers: Option<Arc<peers::Exchange>>,
     /// `--log`: the refusal log.
@@ -192,7 +192,7 @@ impl RemapPlugin for Rule {
     }
 
     fn done() {
-        crate::store::done();
+        crate::central::done();
     }
 
     fn post_reload(status: ReloadStatus) {
@@ -257,13 +257,13 @@ impl RemapPlugin for Rule {
         };
         if self.store.as_ref().is_some_and(|s| s.exact()) {
             if self.dry_run() {
-                // Asked of Redis, never waited for (store.rs).
+                // Asked of Redis, never waited for (central.rs).
                 self.note_name(key);
-                crate::store::dry_run(self, g, txn, key);
+                crate::central::dry_run(self, g, txn, key);
                 return RemapStatus::NoRemap;
             }
-            // Decided in Redis at POST_REMAP (store.rs).
-            crate::store::remap(self, g, txn, key);
+            // Decided in Redis at POST_REMAP (central.rs).
+            crate::central::remap(self, g, txn, key);
             return RemapStatus::NoRemap;
         }
         // A peered limiter keeps the key's tag (left in KEY_BYTES by client_key).
@@ -379,11 +379,11 @@ impl HookHandler for Hooks {
             HookId::PostRemap => {
                 // A --store entry's decision (one POST_REMAP per entry).
                 let asked = st.chain().find_map(|s| {
-                    let base = crate::store::TxnStore::take_pending(&mut s.store.lock())?;
+                    let base = crate::central::TxnCentral::take_pending(&mut s.central.lock())?;
                     Some((s.rule.clone(), base, s.key))
                 });
                 if let Some((rule, base, key)) = asked {
-                    return hook.park(move |p| crate::store::ask(rule, p, base, key));
+                    return hook.park(move |p| crate::central::ask(rule, p, base, key));
                 }
                 // One POST_REMAP per waiting entry: each takes the next wait.
                 let pending = st

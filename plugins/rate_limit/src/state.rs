@@ -229,7 +229,7 @@ pub(crate) struct TxnState {
     /// Boxed, like `wait`: a rule without a store keeps the state small
     /// (unboxed, its metrics and strings made every state ~3 copies of
     /// memcpy dearer: +87 instructions a request).
-    pub(crate) store: Mutex<Option<Box<crate::store::TxnStore>>>,
+    pub(crate) central: Mutex<Option<Box<crate::central::TxnCentral>>>,
 }
 
 impl TxnState {

@@ -6,13 +6,13 @@ use std::sync::Arc;
 use std::thread;
 use std::time::{Duration, Instant};
 
-use super::{Backend, BatchError, Completion, Config, Outcome, Request, Shared};
+use super::{Backend, BatchError, Completion, Config, Inner, Outcome, Request};
 
 pub(super) struct IoThread<B: Backend, T> {
     /// First, so it is dropped (its connection closed) before `shared`:
     /// [`Exited`] then means the connection is gone too.
     backend: B,
-    shared: Arc<Shared<B::Op, B::Reply, T>>,
+    shared: Arc<Inner<B::Op, B::Reply, T>>,
     config: Config,
     backoff: Duration,
     /// No connection attempt before this (after a failure).
@@ -25,7 +25,7 @@ pub(super) struct IoThread<B: Backend, T> {
 const IDLE: Duration = Duration::from_millis(100);
 
 impl<B: Backend, T: Send + 'static> IoThread<B, T> {
-    pub(super) fn new(shared: Arc<Shared<B::Op, B::Reply, T>>, backend: B, config: Config) -> Self {
+    pub(super) fn new(shared: Arc<Inner<B::Op, B::Reply, T>>, backend: B, config: Config) -> Self {
         IoThread {
             shared,
             backend,

@@ -20,7 +20,7 @@
 //!
 //! One client (one I/O thread and connection) serves every rule naming the
 //! same store URL and `--store-timeout`. The rules (and transactions in
-//! flight) hold it; the registry only refers to it. When the last holder
+//! flight) hold it; `STORES` only refers to it. When the last holder
 //! is gone, e.g. a reload dropped or changed its `--store`, the client
 //! stops: its thread exits and its connection closes (crates/store), and
 //! the wake channel closes with the poller.
@@ -33,9 +33,8 @@ use ats::stats::Stat;
 use ats::{Done, HomeTxn, Parked, Txn};
 use rate_limit_core::store::{Failure, StoreOptions};
 use rate_limit_core::{metric_name, Admission, Options};
-// `::store`: the store client crate (this module shares its name).
-use ::store::redis::{key_base, Decide, LeaseIds, Op, Redis, Reply};
-use ::store::{Client, Completion, Config, Outcome, Shared};
+use store::redis::{key_base, Decide, LeaseIds, Op, Redis, Reply};
+use store::{Client, Clients, Completion, Config, Outcome};
 
 use crate::queue::{error_page, park, state, Queued};
 use crate::refusals::Reason;
@@ -57,7 +56,7 @@ use dry::DryAsked;
 
 /// The live stores, by URL and timeout. Weak: a store lives as long as a
 /// rule or a transaction uses it.
-static STORES: Shared<Store> = Shared::new();
+static STORES: Clients<Store> = Clients::new();
 
 /// A store's client and its drainer.
 pub(crate) struct Store {
@@ -224,7 +223,7 @@ pub(crate) fn done() {
 }
 
 /// What the global mode keeps on a transaction.
-pub(crate) enum TxnStore {
+pub(crate) enum TxnCentral {
     /// Named in DoRemap, to be asked at POST_REMAP.
     Pending(String),
     /// Admitted with a concurrency lease, given back when dropped.
@@ -234,11 +233,11 @@ pub(crate) enum TxnStore {
     Charged { base: String, _held: Option<Lease> },
 }
 
-impl TxnStore {
+impl TxnCentral {
     /// The keys to ask about, if the decision is still to be asked.
-    pub(crate) fn take_pending(slot: &mut Option<Box<TxnStore>>) -> Option<String> {
+    pub(crate) fn take_pending(slot: &mut Option<Box<TxnCentral>>) -> Option<String> {
         match slot.take().map(|b| *b) {
-            Some(TxnStore::Pending(base)) => Some(base),
+            Some(TxnCentral::Pending(base)) => Some(base),
             other => {
                 *slot = other.map(Box::new);
                 None
@@ -279,7 +278,7 @@ pub(crate) fn remap(rule: &Arc<Rule>, g: &Globals, txn: Txn<'_>, key: Option<u64
         key_base(&rs.opts.namespace, key.map(|_| &b[..]))
     });
     if let Some(st) = rule.attach(g, txn, TxnOutcome::Waiting, None, None, key) {
-        *st.store.lock() = Some(Box::new(TxnStore::Pending(base)));
+        *st.central.lock() = Some(Box::new(TxnCentral::Pending(base)));
         txn.hook(ats::HookId::PostRemap, &g.hooks);
     }
 }
@@ -467,12 +466,12 @@ fn resume(h: HomeTxn<'_>, rule: &Rule, lease: Option<Lease>, base: Option<String
         st.set_outcome(TxnOutcome::Admitted);
         let base = base.filter(|_| rule.opts.count_status.is_some());
         let kept = match (lease, base) {
-            (held, Some(base)) => Some(TxnStore::Charged { base, _held: held }),
-            (Some(l), None) => Some(TxnStore::Lease { _held: l }),
+            (held, Some(base)) => Some(TxnCentral::Charged { base, _held: held }),
+            (Some(l), None) => Some(TxnCentral::Lease { _held: l }),
             (None, None) => None,
         };
         if let Some(k) = kept {
-            *st.store.lock() = Some(Box::new(k));
+            *st.central.lock() = Some(Box::new(k));
         }
     }
     h.resume()

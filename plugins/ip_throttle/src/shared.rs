@@ -34,12 +34,11 @@ use ats::poller::{Drain, Poller};
 use ats::{error_page, Parked};
 use ip_throttle_core::shared::{self, Update, Write};
 use ip_throttle_core::{Action, Decision, Delayed, IpState, Machine, Options, Params, ToStep};
-// `::store`: the store client crate (this module shares its name).
-use ::store::memcached::Memcached;
-use ::store::redis_cas::RedisCas;
-use ::store::rmw::{CasBackend, Modify, Put, Rmw};
-use ::store::url::StoreUrl;
-use ::store::{Client, Completion, Config, Outcome, Shared, SubmitError};
+use store::memcached::Memcached;
+use store::redis_cas::RedisCas;
+use store::rmw::{CasBackend, Modify, Put, Rmw};
+use store::url::StoreUrl;
+use store::{Client, Clients, Completion, Config, Outcome, SubmitError};
 
 use crate::delay::{self, Wait};
 use crate::Rule;
@@ -53,7 +52,7 @@ pub(crate) const LOG_EVERY: Duration = Duration::from_secs(10);
 
 /// The live stores; weak, so a store lives as long as a rule or a
 /// transaction uses it.
-static STORES: Shared<Store> = Shared::new();
+static STORES: Clients<Store> = Clients::new();
 
 /// What the I/O thread does with an IP's record.
 pub(crate) enum Step {

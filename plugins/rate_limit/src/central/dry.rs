@@ -6,14 +6,14 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use ::store::redis::{key_base, Reply};
-use ::store::Outcome;
 use ats::poller::Poller;
 use ats::Txn;
 use rate_limit_core::store::Failure;
 use rate_limit_core::Admission;
+use store::redis::{key_base, Reply};
+use store::Outcome;
 
-use super::{decide, refused_why, Lease, Token, TxnStore};
+use super::{decide, refused_why, Lease, Token, TxnCentral};
 use crate::refusals::Reason;
 use crate::state::{bump, Outcome as TxnOutcome};
 use crate::{Globals, Rule};
@@ -80,7 +80,7 @@ pub(crate) fn dry_run(rule: &Arc<Rule>, g: &Globals, txn: Txn<'_>, key: Option<u
     if lease.is_some() || rule.opts.ratelimit_headers {
         if let Some(st) = rule.attach(g, txn, TxnOutcome::DryRun, None, None, key) {
             if let Some(l) = lease {
-                *st.store.lock() = Some(Box::new(TxnStore::Lease { _held: l }));
+                *st.central.lock() = Some(Box::new(TxnCentral::Lease { _held: l }));
             }
         }
     }

@@ -27,8 +27,8 @@ use ats::stats::Stat;
 use parking_lot::Mutex;
 use rate_limit_core::Limiter;
 // `::store`: the store client crate (the parent module shares its name).
-use ::store::redis::{key_base, Op, Reply};
-use ::store::{Outcome, Shared};
+use store::redis::{key_base, Op, Reply};
+use store::{Clients, Outcome};
 
 use super::{Store, StoreMetrics, Token};
 use crate::queue::Queued;
@@ -73,7 +73,7 @@ struct KeySync {
 
 /// The live syncers, for rules of the same limiter and settings to share
 /// one. Weak: only rules (and exchanges in flight) keep a syncer.
-static SYNCERS: Shared<Syncer> = Shared::new();
+static SYNCERS: Clients<Syncer> = Clients::new();
 
 /// The exchange of `limiter` with these settings: the live one, or a new
 /// one started here.
