@@ -91,7 +91,7 @@ pub struct Exempt {
 impl Exempt {
     /// The client's address as `--key=ip` finds it (through trusted proxies).
     pub fn client_ip(&self, req: &impl crate::key::RequestView) -> Option<std::net::IpAddr> {
-        let peer = req.peer_ip()?;
+        let peer = req.remote_ip()?;
         Some(forwarded::client_ip(
             &self.trusted,
             self.forwarded,

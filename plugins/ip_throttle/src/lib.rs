@@ -278,13 +278,13 @@ impl RemapPlugin for Rule {
         }
         // The connection's client (a PROXY protocol source counts), then,
         // if that is a trusted proxy, the client it forwards for.
-        let Some(peer) = txn.connection_client_ip() else {
+        let Some(remote) = txn.connection_client_ip() else {
             return RemapStatus::NoRemap;
         };
         let hdr = req.request_header();
         let ip = self
             .throttler
-            .client_ip(peer, |name| hdr.as_ref()?.joined(name));
+            .client_ip(remote, |name| hdr.as_ref()?.joined(name));
         // Read only what the scope regexes need (each read copies).
         let (need_method, need_path) = self.throttler.scope_needs();
         let method = match (&hdr, need_method) {

@@ -28,7 +28,7 @@
 //!
 //! Beside that path: `load.rs` makes a rule and commits reloads, `client.rs`
 //! finds the client and its key, `entries.rs` chains several entries on one
-//! rule, `queue.rs` parks waiters, `central.rs` asks Redis, `peers.rs` runs the
+//! rule, `queue.rs` parks waiters, `central.rs` asks Redis, `exchange.rs` runs the
 //! peer exchange, `refusals.rs` writes the refusal log, `ctl.rs` answers
 //! `traffic_ctl plugin msg`.
 #![forbid(unsafe_code)]
@@ -38,10 +38,10 @@ mod charge;
 mod client;
 mod ctl;
 mod entries;
+mod exchange;
 mod fair;
 mod load;
 mod mates;
-mod peers;
 mod policy;
 mod queue;
 mod refusals;
@@ -109,7 +109,7 @@ pub struct Rule {
     /// `--store`: decided in Redis (see central.rs).
     store: Option<crate::central::RuleStore>,
     /// `--peers`: the exchange runs while a rule holds it.
-    _peers: Option<Arc<peers::Exchange>>,
+    _peers: Option<Arc<exchange::Exchange>>,
     /// `--log`: the refusal log.
     refusals: refusals::Refusals,
 }

@@ -15,7 +15,7 @@ use rate_limit_core::{Limiter, Limits, Options};
 
 use crate::queue::Queued;
 use crate::state::{self, Metrics};
-use crate::{central, ctl, fair, peers, policy, refusals, Rule, REGISTRY};
+use crate::{central, ctl, exchange, fair, policy, refusals, Rule, REGISTRY};
 
 impl Rule {
     pub(crate) fn new(args: &RemapArgs<'_>) -> Result<Rule, String> {
@@ -38,7 +38,7 @@ impl Rule {
                 .flatten();
             (limiter, place > 1, followed, policy)
         };
-        let peers = peers::join(&opts, &limiter)?;
+        let peers = exchange::join(&opts, &limiter)?;
         let metrics = Metrics::new(&opts);
         let store = crate::central::RuleStore::new(&opts, &limiter)?;
         let live = Arc::new(state::Live::new(&metrics));
