@@ -4,7 +4,7 @@
 
 use std::ffi::{c_int, c_void};
 
-use super::{arg_get, arg_set, ours, take_raw, Scope, Tagged};
+use super::{arg_get, arg_set, ours, take_raw, Scope, Stamped};
 use crate::txn::Txn;
 
 /// Where a [`TxnSlot`](super::TxnSlot)'s values live: each transaction's user argument
@@ -69,15 +69,15 @@ impl TxnValues {
     /// This copy's value for the transaction.
     ///
     /// # Safety
-    /// The slot stores only `Tagged<T>`.
-    pub(super) unsafe fn get<'t, T>(&self, key: Key<'t>) -> Option<&'t Tagged<T>> {
+    /// The slot stores only `Stamped<T>`.
+    pub(super) unsafe fn get<'t, T>(&self, key: Key<'t>) -> Option<&'t Stamped<T>> {
         #[cfg(ats_10)]
         {
             if let Some(p) = self.table.get(key.id) {
-                // SAFETY: stored by put() from a live Box<Tagged<T>>, owned by
+                // SAFETY: stored by put() from a live Box<Stamped<T>>, owned by
                 // the slot until take(), which runs at TXN_CLOSE after every
                 // callback that can hold the transaction.
-                return Some(unsafe { &*p.cast::<Tagged<T>>() });
+                return Some(unsafe { &*p.cast::<Stamped<T>>() });
             }
             if !spilled_now(&self.spilled) {
                 return None;
@@ -89,7 +89,7 @@ impl TxnValues {
 
     /// Stores `p` for the transaction unless a value is stored already (on
     /// 9.x, by any copy of the plugin), in which case `p` is handed back.
-    pub(super) fn put<T>(&self, key: Key<'_>, p: *mut Tagged<T>) -> Result<(), *mut Tagged<T>> {
+    pub(super) fn put<T>(&self, key: Key<'_>, p: *mut Stamped<T>) -> Result<(), *mut Stamped<T>> {
         #[cfg(ats_10)]
         {
             // A value that spilled earlier (its bucket was full then) is in
@@ -124,13 +124,13 @@ impl TxnValues {
     /// Takes this copy's value for the transaction out.
     ///
     /// # Safety
-    /// The slot stores only `Tagged<T>`.
-    pub(super) unsafe fn take<T>(&self, key: Key<'_>) -> Option<Box<Tagged<T>>> {
+    /// The slot stores only `Stamped<T>`.
+    pub(super) unsafe fn take<T>(&self, key: Key<'_>) -> Option<Box<Stamped<T>>> {
         #[cfg(ats_10)]
         {
             if let Some(p) = self.table.remove(key.id) {
-                // SAFETY: p came from Box::<Tagged<T>>::into_raw via put().
-                return Some(unsafe { Box::from_raw(p.cast::<Tagged<T>>()) });
+                // SAFETY: p came from Box::<Stamped<T>>::into_raw via put().
+                return Some(unsafe { Box::from_raw(p.cast::<Stamped<T>>()) });
             }
             if !spilled_now(&self.spilled) {
                 return None;
