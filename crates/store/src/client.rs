@@ -45,7 +45,7 @@ pub enum BatchError {
 
 /// How a request ended.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Outcome<R> {
+pub enum Answer<R> {
     Reply(R),
     /// The store answered with an error, the connection failed, or the store
     /// is unreachable (reconnecting, or the queue was full).
@@ -57,7 +57,7 @@ pub enum Outcome<R> {
 /// A finished request, with the caller's token.
 pub struct Completion<R, T> {
     pub token: T,
-    pub outcome: Outcome<R>,
+    pub answer: Answer<R>,
     /// When it was submitted (latency = completion time - this).
     pub submitted: Instant,
 }

@@ -43,7 +43,7 @@ use ip_throttle_core::{
 use limits::MonotonicClock;
 use parking_lot::Mutex;
 
-use crate::delay::Wait;
+use crate::delay::Delay;
 use crate::report::{Metrics, Reporter};
 use crate::shared::Store;
 
@@ -75,14 +75,14 @@ pub struct Rule {
 struct TxnState {
     /// Set in remap for a delayed request; taken at POST_REMAP. If never
     /// taken, dropping it stops counting the request as delayed.
-    wait: Mutex<Option<Wait>>,
+    wait: Mutex<Option<Delay>>,
     /// With `--store`: the step to run on the shared record, set in remap
     /// and taken at POST_REMAP.
     asked: Mutex<Option<(Arc<Rule>, ToStep)>>,
 }
 
 impl TxnState {
-    fn waiting(w: Wait) -> TxnState {
+    fn waiting(w: Delay) -> TxnState {
         TxnState {
             wait: Mutex::new(Some(w)),
             asked: Mutex::new(None),
@@ -208,7 +208,7 @@ impl Rule {
                 if let Some(counted) = d.delayed {
                     let _ = g.txn.set(
                         txn,
-                        TxnState::waiting(Wait {
+                        TxnState::waiting(Delay {
                             rule: self.clone(),
                             delay: 0,
                             counted,
@@ -218,7 +218,7 @@ impl Rule {
             }
             Action::Delay(delay) => {
                 let Some(counted) = d.delayed else { return };
-                let state = TxnState::waiting(Wait {
+                let state = TxnState::waiting(Delay {
                     rule: self.clone(),
                     delay,
                     counted,

@@ -38,9 +38,9 @@ use store::memcached::Memcached;
 use store::redis_cas::RedisCas;
 use store::rmw::{CasBackend, Modify, Put, Rmw};
 use store::url::StoreUrl;
-use store::{Client, Clients, Completion, Config, Outcome, SubmitError};
+use store::{Answer, Client, Clients, Completion, Config, SubmitError};
 
-use crate::delay::{self, Wait};
+use crate::delay::{self, Delay};
 use crate::Rule;
 
 /// How often the poller looks for results while any are outstanding.
@@ -338,29 +338,29 @@ impl Store {
                 reserved,
             } => (rule, parked, step, reserved),
             Token::Unban(rule) => {
-                match c.outcome {
-                    Outcome::Reply(_) => {}
-                    Outcome::Error(e) => {
+                match c.answer {
+                    Answer::Reply(_) => {}
+                    Answer::Error(e) => {
                         rule.report.store_error();
                         self.log_error(&format!("unban: {e}"));
                     }
-                    Outcome::Timeout => rule.report.store_timeout(),
+                    Answer::Timeout => rule.report.store_timeout(),
                 }
                 return;
             }
         };
-        let update = match c.outcome {
-            Outcome::Reply(Some(u)) => {
+        let update = match c.answer {
+            Answer::Reply(Some(u)) => {
                 rule.report.store_decision();
                 Some(u)
             }
-            Outcome::Reply(None) => None,
-            Outcome::Error(e) => {
+            Answer::Reply(None) => None,
+            Answer::Error(e) => {
                 rule.report.store_error();
                 self.log_error(&e);
                 None
             }
-            Outcome::Timeout => {
+            Answer::Timeout => {
                 rule.report.store_timeout();
                 self.log_error(&format!("no answer within {} ms", self.timeout.as_millis()));
                 None
@@ -401,7 +401,7 @@ fn act(rule: Arc<Rule>, parked: Parked, ip: IpAddr, d: Decision) {
     match (d.action, d.delayed) {
         (Action::Delay(delay), Some(counted)) => delay::hold(
             parked,
-            Wait {
+            Delay {
                 rule,
                 delay,
                 counted,
@@ -411,7 +411,7 @@ fn act(rule: Arc<Rule>, parked: Parked, ip: IpAddr, d: Decision) {
             // --log-only: a would-be-delayed request counts against
             // --max-concurrent until it completes (dropped at TXN_CLOSE).
             if let (Some(counted), Some(st)) = (counted, crate::state(&h)) {
-                *st.wait.lock() = Some(Wait {
+                *st.wait.lock() = Some(Delay {
                     rule,
                     delay: 0,
                     counted,

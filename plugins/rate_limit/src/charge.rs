@@ -13,13 +13,13 @@
 //! unreachable origin's 502, a timeout's 504, refusals by this or another
 //! plugin) are not, nor is a request whose client left before the response
 //! (ATS sends no response header then). Requests refused by this rule are
-//! never charged (their outcome is `Refused`); requests admitted at once or
+//! never charged (their fate is `Refused`); requests admitted at once or
 //! after waiting for a slot (`Resumed`) are.
 
 use ats::Txn;
 
 use crate::central::TxnCentral;
-use crate::state::{bump, Outcome, TxnState};
+use crate::state::{bump, Fate, TxnState};
 
 /// Charges what the response's status calls for.
 pub(crate) fn response(txn: Txn<'_>, head: &TxnState) {
@@ -36,7 +36,7 @@ pub(crate) fn response(txn: Txn<'_>, head: &TxnState) {
             continue;
         };
         // Admitted at once or after waiting for a slot; never refused ones.
-        let admitted = matches!(s.outcome(), Outcome::Admitted | Outcome::Resumed);
+        let admitted = matches!(s.fate(), Fate::Admitted | Fate::Resumed);
         if !admitted || !list.contains(status) {
             continue;
         }

@@ -66,7 +66,7 @@ use crate::entries::Earlier;
 use crate::queue::{park, Queued};
 use crate::refusals::Reason;
 use crate::state::{
-    bump, Held, Home, Metrics, Outcome, PerTxn, Place, SessionSlots, TxnState, Wait,
+    bump, Fate, Held, Holder, Metrics, Pending, PerTxn, Place, SessionSlots, TxnState,
 };
 
 /// Process-wide objects, created once in `init`.
@@ -147,12 +147,12 @@ impl Rule {
         if dry {
             bump(self.metrics.dry_run_refused, 1);
             if self.opts.ratelimit_headers {
-                self.attach(g, txn, Outcome::DryRun, None, None, key);
+                self.attach(g, txn, Fate::DryRun, None, None, key);
             }
             return;
         }
         bump(self.metrics.rejected, 1);
-        self.attach(g, txn, Outcome::Refused, None, None, key);
+        self.attach(g, txn, Fate::Refused, None, None, key);
         txn.set_status(self.opts.error);
     }
 
@@ -217,7 +217,7 @@ impl RemapPlugin for Rule {
             bump(self.metrics.exempt, 1);
             return RemapStatus::NoRemap;
         };
-        let mut home = Home::Txn;
+        let mut holder = Holder::Txn;
         if self.opts.conntrack {
             if let Some(ssn) = txn.ssn() {
                 // The session's slot list; None if another copy of the plugin
@@ -237,7 +237,7 @@ impl RemapPlugin for Rule {
                     if slots.admitted(id) || (self.dry_run() && slots.dry_admitted(id)) {
                         return RemapStatus::NoRemap;
                     }
-                    home = Home::Session(slots);
+                    holder = Holder::Session(slots);
                 }
             }
         }
@@ -290,22 +290,22 @@ impl RemapPlugin for Rule {
             Admission::Go(permit) => {
                 let held = permit.map(|p| Held::new(p, self));
                 self.live.admit();
-                match home {
-                    Home::Session(s) => {
+                match holder {
+                    Holder::Session(s) => {
                         s.keep(self.limiter_id(), held);
                         // Its streams already waiting in the queue (they
                         // missed the free slot) pass with it.
                         self.resume_session_mates(&s);
                         if self.opts.ratelimit_headers {
-                            self.attach(g, txn, Outcome::Admitted, None, None, key);
+                            self.attach(g, txn, Fate::Admitted, None, None, key);
                         }
                     }
                     // Nothing to hold, decorate or charge: no state, no hooks.
-                    Home::Txn if held.is_none() && !self.needs_response() => {}
+                    Holder::Txn if held.is_none() && !self.needs_response() => {}
                     // Alone on its rule, nothing to decorate: only the slot
                     // to keep until TXN_CLOSE (if the slot is taken, the
                     // value comes back and dropping it frees the slot).
-                    Home::Txn
+                    Holder::Txn
                         if !self.needs_response()
                             && !self.chained
                             && !self.followed.load(Ordering::Relaxed) =>
@@ -314,8 +314,8 @@ impl RemapPlugin for Rule {
                             let _ = g.txn.set(txn, PerTxn::Held { _slot: h });
                         }
                     }
-                    Home::Txn => {
-                        self.attach(g, txn, Outcome::Admitted, held, None, key);
+                    Holder::Txn => {
+                        self.attach(g, txn, Fate::Admitted, held, None, key);
                     }
                 }
             }
@@ -332,27 +332,27 @@ impl RemapPlugin for Rule {
                 // `--conntrack`: the connection would have been admitted
                 // after its wait; its later requests pass as they would
                 // (no slot held) while the dry run lasts, then are checked.
-                if let Home::Session(s) = home {
+                if let Holder::Session(s) = holder {
                     s.keep_dry(self.limiter_id());
                 }
                 // Decorated, and (`--count-status`) charged as the live
                 // rule would charge it after its wait.
                 if self.needs_response() {
-                    self.attach(g, txn, Outcome::Admitted, None, None, key);
+                    self.attach(g, txn, Fate::Admitted, None, None, key);
                 }
             }
             Admission::Wait(w) => {
                 self.note_name(key);
-                let wait = Wait {
+                let wait = Pending {
                     place: self.place(w.place),
                     since: w.since,
                     rate_delay: w.rate_delay,
                     rate: w.rate,
-                    home,
+                    holder,
                     key,
                 };
                 if self
-                    .attach(g, txn, Outcome::Waiting, None, Some(wait), key)
+                    .attach(g, txn, Fate::Waiting, None, Some(wait), key)
                     .is_some()
                 {
                     txn.hook(HookId::PostRemap, &g.hooks);
@@ -410,7 +410,7 @@ fn decorate_response(txn: Txn<'_>, head: &TxnState) {
     let Some(mut resp) = txn.client_response() else {
         return;
     };
-    if let Some(st) = head.chain().find(|s| s.outcome() == Outcome::Refused) {
+    if let Some(st) = head.chain().find(|s| s.fate() == Fate::Refused) {
         if st.rule.opts.retry > 0 {
             resp.append("Retry-After", &st.rule.opts.retry.to_string());
         }
