@@ -35,7 +35,7 @@ use std::sync::{Arc, OnceLock};
 use ats::sched::Periodic;
 use ats::{
     Done, HomeTxn, Hook, HookCont, HookHandler, HookId, ReloadStatus, RemapArgs, RemapPlugin,
-    RemapRequest, RemapStatus, Txn, TxnSlot,
+    RemapRequest, RemapStatus, Txn, TxnData,
 };
 use ip_throttle_core::{
     Action, FsFiles, ListName, Machine, Options, Request, Scope, Snapshot, Throttler, ToStep, View,
@@ -50,7 +50,7 @@ use crate::shared::Store;
 /// Process-wide objects, created once in `init`.
 struct Globals {
     hooks: HookCont,
-    txn: TxnSlot<TxnState>,
+    txn: TxnData<TxnState>,
 }
 
 static GLOBALS: OnceLock<Globals> = OnceLock::new();
@@ -245,7 +245,7 @@ impl RemapPlugin for Rule {
         if GLOBALS.get().is_none() {
             let g = Globals {
                 hooks: HookCont::new(Hooks)?,
-                txn: TxnSlot::new("ip_throttle")?,
+                txn: TxnData::new("ip_throttle")?,
             };
             let _ = GLOBALS.set(g);
             ctl::init();

@@ -54,7 +54,7 @@ use ats::sched::Periodic;
 
 use ats::{
     Done, Hook, HookCont, HookHandler, HookId, ReloadStatus, RemapArgs, RemapPlugin, RemapRequest,
-    RemapStatus, SsnSlot, Txn, TxnSlot,
+    RemapStatus, SsnData, Txn, TxnData,
 };
 use limits::BudgetToken;
 use parking_lot::Mutex;
@@ -72,8 +72,8 @@ use crate::state::{
 /// Process-wide objects, created once in `init`.
 struct Globals {
     hooks: HookCont,
-    txn: TxnSlot<PerTxn>,
-    ssn: SsnSlot<Arc<SessionSlots>>,
+    txn: TxnData<PerTxn>,
+    ssn: SsnData<Arc<SessionSlots>>,
 }
 
 static GLOBALS: OnceLock<Globals> = OnceLock::new();
@@ -169,8 +169,8 @@ impl RemapPlugin for Rule {
         if GLOBALS.get().is_none() {
             let g = Globals {
                 hooks: HookCont::new(Hooks)?,
-                txn: TxnSlot::new("rate_limit")?,
-                ssn: SsnSlot::new("rate_limit")?,
+                txn: TxnData::new("rate_limit")?,
+                ssn: SsnData::new("rate_limit")?,
             };
             let _ = GLOBALS.set(g);
             ctl::init();

@@ -44,10 +44,10 @@ struct Stamped<T> {
     value: T,
 }
 
-/// The value in slot `idx` of `obj` if this copy stored it.
+/// The value in user argument `idx` of `obj` if this copy stored it.
 ///
 /// # Safety
-/// `obj` must be a live txn/ssn whose slot `idx` holds null or a
+/// `obj` must be a live txn/ssn whose user argument `idx` holds null or a
 /// `Box<Stamped<_>>` (of this or another copy of the plugin).
 unsafe fn ours<'a, T>(scope: Scope, obj: *mut c_void, idx: c_int) -> Option<&'a Stamped<T>> {
     // SAFETY: per the contract.
@@ -106,7 +106,7 @@ unsafe fn arg_set(scope: Scope, obj: *mut c_void, idx: c_int, value: *mut c_void
     }
 }
 
-/// Where a slot's values live.
+/// Where a user argument's values live.
 #[derive(Clone, Copy)]
 enum Scope {
     Txn,
@@ -147,10 +147,10 @@ fn reserve(scope: Scope, name: &str) -> Result<c_int, String> {
     }
 }
 
-/// Drops whatever a slot holds when the transaction/session closes.
+/// Drops whatever a user argument holds when the transaction/session closes.
 struct Reaper<T> {
     idx: c_int,
-    /// A transaction slot's values and where their boxes go back (sessions
+    /// A transaction user argument's values and where their boxes go back (sessions
     /// free theirs).
     txn: Option<(Arc<TxnValues>, Arc<Pool<T>>)>,
     _t: PhantomData<fn(T)>,
@@ -159,7 +159,7 @@ struct Reaper<T> {
 impl<T: Send + Sync + 'static> HookHandler for Reaper<T> {
     fn on_txn(&self, hook: Hook<'_>) -> Done {
         if let Some((values, pool)) = &self.txn {
-            // SAFETY: the slot of this reaper stores only Stamped<T> (TxnSlot::<T>::set).
+            // SAFETY: the user argument of this reaper stores only Stamped<T> (TxnData::<T>::set).
             if let Some(b) = unsafe { values.take::<T>(Key::of(hook.txn())) } {
                 pool.recycle(b);
             }
@@ -168,13 +168,13 @@ impl<T: Send + Sync + 'static> HookHandler for Reaper<T> {
     }
 
     fn on_ssn(&self, hook: SsnHook<'_>) -> Done {
-        // SAFETY: as above, for SsnSlot::<T>::set.
+        // SAFETY: as above, for SsnData::<T>::set.
         drop(unsafe { take_raw::<T>(Scope::Ssn, hook.ssn().as_ptr().cast(), self.idx) });
         hook.resume()
     }
 }
 
-/// Takes this copy's value out of the slot (another copy's is left alone).
+/// Takes this copy's value out of the user argument (another copy's is left alone).
 ///
 /// # Safety
 /// As for [`ours`], with `T` the type this copy stores at `idx`.
@@ -247,16 +247,17 @@ impl<T> Pool<T> {
     }
 }
 
-/// A typed per-transaction slot. Create one per state type at plugin init.
-pub struct TxnSlot<T> {
+/// Per-transaction state of type `T` (in a user argument, or a table on 10.x).
+/// Create one per state type at plugin init.
+pub struct TxnData<T> {
     values: Arc<TxnValues>,
     reaper: HookCont,
     pool: Arc<Pool<T>>,
     _t: PhantomData<fn(T)>,
 }
 
-impl<T: Send + Sync + 'static> TxnSlot<T> {
-    /// Reserves the slot; `name` should be unique to the plugin (e.g. "rate_limit").
+impl<T: Send + Sync + 'static> TxnData<T> {
+    /// Reserves the user argument; `name` should be unique to the plugin (e.g. "rate_limit").
     pub fn new(name: &str) -> Result<Self, String> {
         Self::with_table_bits(name, TABLE_BITS)
     }
@@ -273,7 +274,7 @@ impl<T: Send + Sync + 'static> TxnSlot<T> {
             txn: Some((values.clone(), pool.clone())),
             _t: PhantomData,
         })?;
-        Ok(TxnSlot {
+        Ok(TxnData {
             values,
             reaper,
             pool,
@@ -282,9 +283,9 @@ impl<T: Send + Sync + 'static> TxnSlot<T> {
     }
 
     /// Stores `value` for the transaction; it is dropped at TXN_CLOSE. If
-    /// the slot is occupied (the plugin twice in one remap chain, or a
+    /// the user argument is occupied (the plugin twice in one remap chain, or a
     /// second remap of the transaction), the value is handed back.
-    /// Returns the stored value, as [`TxnSlot::get`] would.
+    /// Returns the stored value, as [`TxnData::get`] would.
     pub fn set<'t>(&self, txn: Txn<'t>, value: T) -> Result<&'t T, T> {
         let p = self.pool.stamped(value);
         if let Err(p) = self.values.put(Key::of(txn), p) {
@@ -299,20 +300,20 @@ impl<T: Send + Sync + 'static> TxnSlot<T> {
 
     /// The state stored for the transaction, if any.
     pub fn get<'t>(&self, txn: Txn<'t>) -> Option<&'t T> {
-        // SAFETY: this slot stores only Stamped<T>; the box is owned until
+        // SAFETY: this user argument stores only Stamped<T>; the box is owned until
         // TXN_CLOSE, which cannot happen while a callback holding `txn` runs.
         unsafe { self.values.get::<T>(Key::of(txn)) }.map(|t| &t.value)
     }
 }
 
-/// A typed per-session slot, dropped at SSN_CLOSE.
-pub struct SsnSlot<T> {
+/// Per-session state of type `T` (in a user argument), dropped at SSN_CLOSE.
+pub struct SsnData<T> {
     idx: c_int,
     reaper: HookCont,
     _t: PhantomData<fn(T)>,
 }
 
-impl<T: Send + Sync + 'static> SsnSlot<T> {
+impl<T: Send + Sync + 'static> SsnData<T> {
     pub fn new(name: &str) -> Result<Self, String> {
         let idx = reserve(Scope::Ssn, name)?;
         let reaper = HookCont::new(Reaper::<T> {
@@ -320,7 +321,7 @@ impl<T: Send + Sync + 'static> SsnSlot<T> {
             txn: None,
             _t: PhantomData,
         })?;
-        Ok(SsnSlot {
+        Ok(SsnData {
             idx,
             reaper,
             _t: PhantomData,
@@ -328,14 +329,14 @@ impl<T: Send + Sync + 'static> SsnSlot<T> {
     }
 
     /// Stores `value` for the session; dropped at SSN_CLOSE. Hands the value
-    /// back if the slot is occupied (also by another copy of the plugin).
+    /// back if the user argument is occupied (also by another copy of the plugin).
     pub fn set(&self, ssn: Ssn<'_>, value: T) -> Result<(), T> {
         let obj: *mut c_void = ssn.as_ptr().cast();
         // SAFETY: live session, reserved index.
         if !unsafe { arg_get(Scope::Ssn, obj, self.idx) }.is_null() {
             return Err(value);
         }
-        // SAFETY: as in TxnSlot::set.
+        // SAFETY: as in TxnData::set.
         unsafe { arg_set(Scope::Ssn, obj, self.idx, stamped(value).cast()) };
         ssn.hook(HookId::SsnClose, &self.reaper);
         Ok(())
@@ -343,7 +344,7 @@ impl<T: Send + Sync + 'static> SsnSlot<T> {
 
     /// This copy's value for the session, if any.
     pub fn get<'s>(&self, ssn: Ssn<'s>) -> Option<&'s T> {
-        // SAFETY: live session; the slot holds null or a stamped box owned until SSN_CLOSE.
+        // SAFETY: live session; the user argument holds null or a stamped box owned until SSN_CLOSE.
         unsafe { ours::<T>(Scope::Ssn, ssn.as_ptr().cast(), self.idx) }.map(|t| &t.value)
     }
 }

@@ -1,4 +1,4 @@
-//! Where a [`TxnSlot`](super::TxnSlot)'s values live on each Traffic
+//! Where a [`TxnData`](super::TxnData)'s values live on each Traffic
 //! Server version: the user argument (9.x), or the id table with its spill
 //! to the user argument (10.x).
 
@@ -7,11 +7,11 @@ use std::ffi::{c_int, c_void};
 use super::{arg_get, arg_set, ours, take_raw, Scope, Stamped};
 use crate::txn::Txn;
 
-/// Where a [`TxnSlot`](super::TxnSlot)'s values live: each transaction's user argument
+/// Where a [`TxnData`](super::TxnData)'s values live: each transaction's user argument
 /// (9.x, whose `TSHttpTxnArgGet` costs ~20 instructions), or on 10.x, whose
 /// only argument API costs ~540 per call, a lock-free table keyed by the
 /// transaction id, spilling to the user argument only for a transaction
-/// whose bucket is full (see `slot/table.rs`).
+/// whose bucket is full (see `user_arg/table.rs`).
 pub(super) struct TxnValues {
     idx: c_int,
     #[cfg(ats_10)]
@@ -22,7 +22,7 @@ pub(super) struct TxnValues {
     spilled: std::sync::atomic::AtomicUsize,
 }
 
-/// 2^13 buckets of 4 entries, 64 bytes each: 512 KiB a slot, room for far
+/// 2^13 buckets of 4 entries, 64 bytes each: 512 KiB a `TxnData`, room for far
 /// more transactions than one traffic_server has open at once.
 pub(super) const TABLE_BITS: u32 = 13;
 
@@ -69,13 +69,13 @@ impl TxnValues {
     /// This copy's value for the transaction.
     ///
     /// # Safety
-    /// The slot stores only `Stamped<T>`.
+    /// The user argument stores only `Stamped<T>`.
     pub(super) unsafe fn get<'t, T>(&self, key: Key<'t>) -> Option<&'t Stamped<T>> {
         #[cfg(ats_10)]
         {
             if let Some(p) = self.table.get(key.id) {
                 // SAFETY: stored by put() from a live Box<Stamped<T>>, owned by
-                // the slot until take(), which runs at TXN_CLOSE after every
+                // the user argument until take(), which runs at TXN_CLOSE after every
                 // callback that can hold the transaction.
                 return Some(unsafe { &*p.cast::<Stamped<T>>() });
             }
@@ -115,7 +115,7 @@ impl TxnValues {
         #[cfg(ats_10)]
         self.spilled
             .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-        // SAFETY: live txn, reserved index; ownership moves into the slot
+        // SAFETY: live txn, reserved index; ownership moves into the user argument
         // until take() reclaims it.
         unsafe { arg_set(Scope::Txn, key.obj(), self.idx, p.cast()) };
         Ok(())
@@ -124,7 +124,7 @@ impl TxnValues {
     /// Takes this copy's value for the transaction out.
     ///
     /// # Safety
-    /// The slot stores only `Stamped<T>`.
+    /// The user argument stores only `Stamped<T>`.
     pub(super) unsafe fn take<T>(&self, key: Key<'_>) -> Option<Box<Stamped<T>>> {
         #[cfg(ats_10)]
         {
