@@ -11,7 +11,7 @@
 //! deadline bounds the whole exchange, as with one server, on
 //! `resp`'s connections: one per master.
 //!
-//! - **Hash hash slot map**: `CLUSTER SLOTS` from the first seed that answers, at
+//! - **Hash slot map**: `CLUSTER SLOTS` from the first seed that answers, at
 //!   connect. A hash slot no master serves, or any I/O error or timeout, fails
 //!   the batch: the client disconnects and reconnects with backoff, which
 //!   learns the map afresh.
