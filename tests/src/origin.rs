@@ -51,7 +51,7 @@ impl Received {
 }
 
 #[derive(Default)]
-struct Shared {
+struct Inner {
     log: Mutex<Vec<Received>>,
     defaults: Mutex<HashMap<String, String>>,
     in_flight: AtomicUsize,
@@ -62,14 +62,14 @@ struct Shared {
 /// The origin server; stops accepting when dropped.
 pub struct Origin {
     port: u16,
-    shared: Arc<Shared>,
+    shared: Arc<Inner>,
 }
 
 impl Origin {
     pub fn start() -> Origin {
         let listener = TcpListener::bind("127.0.0.1:0").expect("origin bind");
         let port = listener.local_addr().expect("origin addr").port();
-        let shared = Arc::new(Shared::default());
+        let shared = Arc::new(Inner::default());
         let s = shared.clone();
         thread::spawn(move || {
             for conn in listener.incoming() {
@@ -139,7 +139,7 @@ fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
     m.lock().unwrap_or_else(|e| e.into_inner())
 }
 
-fn serve(conn: TcpStream, s: &Shared) -> io::Result<()> {
+fn serve(conn: TcpStream, s: &Inner) -> io::Result<()> {
     conn.set_nodelay(true)?;
     let mut writer = conn.try_clone()?;
     let mut reader = BufReader::new(conn);

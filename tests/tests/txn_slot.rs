@@ -1,4 +1,4 @@
-//! `TxnSlot`'s spill path inside a real traffic_server. On Traffic Server 10
+//! `TxnData`'s spill path inside a real traffic_server. On Traffic Server 10
 //! a slot keeps its values in a table keyed by the transaction id and a
 //! transaction whose bucket is full spills to its user argument; with
 //! probe.so's `--slot-table-bits=0` the table is one bucket of 4, so with

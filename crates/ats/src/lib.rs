@@ -12,7 +12,7 @@
 //!   stopped any unwind. A parked transaction is read and changed only on
 //!   its own thread ([`Parked::on_home`] → [`HomeTxn`]).
 //! - [`HookCont`]/[`HookHandler`]: hook continuations with one generic trampoline.
-//! - [`TxnSlot`]/[`SsnSlot`]: per-transaction/session state dropped at close.
+//! - [`TxnData`]/[`SsnData`]: per-transaction/session state dropped at close.
 //! - [`sched`]: one-shot (cancellable) and periodic work on ATS threads.
 //! - [`msg`]: `traffic_ctl plugin msg` commands ([`msg::serve`]: parsed on
 //!   the management thread, run on a task thread, JSON answers in a text log;
@@ -37,18 +37,18 @@ mod origin;
 pub mod poller;
 pub mod remap;
 pub mod sched;
-mod slot;
 pub mod stats;
 pub mod textlog;
 mod txn;
+mod user_arg;
 pub mod wake;
 
 pub use cont::{HookCont, HookHandler};
 pub use event_thread::EventThread;
 pub use hdr::Header;
 pub use remap::{ReloadStatus, RemapArgs, RemapPlugin, RemapRequest, RemapStatus};
-pub use slot::{SsnSlot, TxnSlot};
 pub use txn::{error_page, CacheLookup, Done, HomeTxn, Hook, HookId, Parked, Ssn, SsnHook, Txn};
+pub use user_arg::{SsnData, TxnData};
 
 /// The Traffic Server version the bindings were generated from.
 pub const TS_VERSION: &str = match std::ffi::CStr::from_bytes_with_nul(sys::TS_VERSION_STRING) {

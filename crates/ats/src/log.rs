@@ -42,10 +42,10 @@ pub(crate) fn to_cstring(text: &str) -> CString {
 }
 
 /// The plugin's name, used as the `[name]` prefix of every message, and the
-/// debug control of its tag (same name). Set once by the remap entry points.
+/// debug control of its debug tag (same name). Set once by the remap entry points.
 static PLUGIN: OnceLock<(&'static str, DbgCtl)> = OnceLock::new();
 
-/// The shim's debug control for one tag, made once and never freed.
+/// The shim's debug control for one debug tag, made once and never freed.
 struct DbgCtl(*const c_void);
 
 // SAFETY: the control is immutable after creation (9.x: a C string; 10.x: a
@@ -60,10 +60,10 @@ pub(crate) fn set_plugin_name(name: &'static str) {
     }
     // Leaked on purpose: the control must outlive every debug call, and a
     // plugin sets its name once per process.
-    let tag: &'static CStr = Box::leak(to_cstring(name).into_boxed_c_str());
-    // SAFETY: `tag` is NUL-terminated and lives for the process, as the
+    let debug_tag: &'static CStr = Box::leak(to_cstring(name).into_boxed_c_str());
+    // SAFETY: `debug_tag` is NUL-terminated and lives for the process, as the
     // shim requires (it may keep the pointer).
-    let ctl = DbgCtl(unsafe { sys::tsrs_dbg_ctl(tag.as_ptr()) });
+    let ctl = DbgCtl(unsafe { sys::tsrs_dbg_ctl(debug_tag.as_ptr()) });
     let _ = PLUGIN.set((name, ctl));
 }
 
@@ -97,7 +97,7 @@ pub fn note(msg: &str) {
     unsafe { sys::tsrs_note(c.as_ptr()) }
 }
 
-/// True if debug output for the plugin's tag is enabled
+/// True if debug output for the plugin's debug tag is enabled
 /// (`proxy.config.diags.debug.tags`). Cheap: check it before formatting.
 pub fn debug_enabled() -> bool {
     match PLUGIN.get() {
@@ -107,10 +107,10 @@ pub fn debug_enabled() -> bool {
     }
 }
 
-/// Writes a debug line under the plugin's tag if that tag is enabled.
+/// Writes a debug line under the plugin's debug tag if it is enabled.
 pub fn debug(msg: &str) {
     let Some((_, ctl)) = PLUGIN.get() else { return };
-    // 10.x's print does not check the tag itself (its Dbg macro does).
+    // 10.x's print does not check the debug tag itself (its Dbg macro does).
     // SAFETY: a control made by tsrs_dbg_ctl, never freed.
     if unsafe { sys::tsrs_dbg_on(ctl.0) } == 0 {
         return;
@@ -121,7 +121,7 @@ pub fn debug(msg: &str) {
 }
 
 /// `log` backend: error, warn and info → diags.log's ERROR, WARNING and
-/// NOTE; debug/trace → debug output under the plugin's tag.
+/// NOTE; debug/trace → debug output under the plugin's debug tag.
 struct AtsLogger;
 
 impl log::Log for AtsLogger {

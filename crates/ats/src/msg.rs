@@ -1,4 +1,4 @@
-//! `traffic_ctl plugin msg TAG DATA`: ATS's lifecycle message hook.
+//! `traffic_ctl plugin msg TARGET DATA`: ATS's lifecycle message hook.
 //!
 //! In 9.2 traffic_manager forwards the message to traffic_server's
 //! management thread, which calls every `TS_LIFECYCLE_MSG_HOOK` continuation
@@ -46,9 +46,9 @@ const ID_CHARS: usize = 64;
 
 /// Handles plugin messages.
 pub trait MsgHandler: Send + Sync + 'static {
-    /// One message: its tag (`rate_limit`, `rate_limit.show`, …, for every
-    /// plugin's tags alike: ignore others) and its data.
-    fn on_msg(&self, tag: &str, data: &[u8]);
+    /// One message: its target (`rate_limit`, `rate_limit.show`, …, for every
+    /// plugin's targets alike: ignore others) and its data.
+    fn on_msg(&self, target: &str, data: &[u8]);
 }
 
 /// Registers `handler` for plugin messages, once per process under `name`.
@@ -124,9 +124,9 @@ unsafe extern "C" fn trampoline<H: MsgHandler>(
         || {
             // SAFETY: for TS_EVENT_LIFECYCLE_MSG edata is a TSPluginMsg valid for the call.
             let msg = unsafe { &*edata.cast::<sys::TSPluginMsg>() };
-            // SAFETY: tag is a NUL-terminated string owned by ATS for the call.
-            let tag = (!msg.tag.is_null()).then(|| unsafe { CStr::from_ptr(msg.tag) });
-            let Some(tag) = tag.and_then(|t| t.to_str().ok()) else {
+            // SAFETY: target is a NUL-terminated string owned by ATS for the call.
+            let target = (!msg.tag.is_null()).then(|| unsafe { CStr::from_ptr(msg.tag) });
+            let Some(target) = target.and_then(|t| t.to_str().ok()) else {
                 return;
             };
             let data: &[u8] = if msg.data.is_null() || msg.data_size == 0 {
@@ -138,7 +138,7 @@ unsafe extern "C" fn trampoline<H: MsgHandler>(
             let data = data.strip_suffix(&[0]).unwrap_or(data);
             // SAFETY: the data pointer was set in register() to a leaked Box<H>.
             let handler = unsafe { &*sys::TSContDataGet(cont).cast::<H>() };
-            handler.on_msg(tag, data);
+            handler.on_msg(target, data);
         },
     );
     0
@@ -147,9 +147,9 @@ unsafe extern "C" fn trampoline<H: MsgHandler>(
 /// A plugin's commands, for [`serve`].
 pub trait Commands: Send + Sync + 'static {
     type Command: Send + 'static;
-    /// The command in a message; `None` if the tag is not this plugin's.
+    /// The command in a message; `None` if the target is not this plugin's.
     /// Runs on the management thread: parse only.
-    fn parse(&self, tag: &str, data: &[u8]) -> Option<Result<Self::Command, String>>;
+    fn parse(&self, target: &str, data: &[u8]) -> Option<Result<Self::Command, String>>;
     /// The command's verb, for the diags.log summary.
     fn verb(cmd: &Self::Command) -> &'static str;
     /// Runs a command, on a task thread: the answer, or what was wrong (a
@@ -235,9 +235,9 @@ fn next_id() -> String {
 }
 
 impl<C: Commands> MsgHandler for Served<C> {
-    fn on_msg(&self, tag: &str, data: &[u8]) {
-        // Whether the tag is ours is known from the tag alone.
-        if self.0.commands.parse(tag, b"").is_none() {
+    fn on_msg(&self, target: &str, data: &[u8]) {
+        // Whether the target is ours is known from the target alone.
+        if self.0.commands.parse(target, b"").is_none() {
             return;
         }
         let (id, data, bad_id) = match request_id(data) {
@@ -246,14 +246,14 @@ impl<C: Commands> MsgHandler for Served<C> {
             Err(e) => (next_id(), data, Some(e)),
         };
         let text = shorten_to(
-            &format!("{tag} {}", String::from_utf8_lossy(data)),
+            &format!("{target} {}", String::from_utf8_lossy(data)),
             ECHO_CHARS,
         );
         let req = Request { id, text };
         if let Some(e) = bad_id {
             return self.0.error(&req, &e);
         }
-        let Some(parsed) = self.0.commands.parse(tag, data) else {
+        let Some(parsed) = self.0.commands.parse(target, data) else {
             return;
         };
         let cmd = match parsed {
@@ -270,7 +270,7 @@ impl<C: Commands> MsgHandler for Served<C> {
     }
 }
 
-/// A command as received: its request id and its text (tag and data).
+/// A command as received: its request id and its text (target and data).
 struct Request {
     id: String,
     text: String,

@@ -233,8 +233,8 @@ impl<'a> Txn<'a> {
 
     /// The client's IP address as its connection names it: on a port with
     /// PROXY protocol (`:pp`), the source of the header ATS accepted;
-    /// otherwise the socket peer. 9.x's [`Txn::client_ip`] already is that
-    /// (ATS replaces the peer by the header's source); 10.x's is the header's
+    /// otherwise the remote address of the connection. 9.x's [`Txn::client_ip`] already is that
+    /// (ATS replaces the remote address by the header's source); 10.x's is the header's
     /// source only on `pp-clnt` ports, so there the header is asked
     /// directly.
     pub fn connection_client_ip(self) -> Option<IpAddr> {

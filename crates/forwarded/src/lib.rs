@@ -73,29 +73,29 @@ pub fn trusts(trusted: &[IpNet], ip: IpAddr) -> bool {
     trusted.iter().any(|n| n.contains(&ip))
 }
 
-/// The client's address (canonical): `peer`'s, unless `peer` is a trusted
+/// The client's address (canonical): `remote`'s, unless `remote` is a trusted
 /// proxy; then the right-most address of the `header` chain that is not a
 /// trusted proxy. `read` gives every field of a header name joined with
-/// ", " (`None`: no such field); it is called only for a trusted peer.
+/// ", " (`None`: no such field); it is called only for a trusted remote.
 /// Only the last [`MAX_FORWARDED_BYTES`] and [`MAX_FORWARDED_HOPS`] are
 /// read; an unparsable entry (such as the cut-off first one of an
 /// over-long chain) ends the walk at the last good address.
 pub fn client_ip(
     trusted: &[IpNet],
     header: ForwardedHeader,
-    peer: IpAddr,
+    remote: IpAddr,
     read: impl FnOnce(&'static str) -> Option<Vec<u8>>,
 ) -> IpAddr {
-    let peer = canonical(peer);
-    if trusted.is_empty() || !trusts(trusted, peer) {
-        return peer;
+    let remote = canonical(remote);
+    if trusted.is_empty() || !trusts(trusted, remote) {
+        return remote;
     }
     let Some(chain) = read(header.name()) else {
-        return peer;
+        return remote;
     };
     let chain = &chain[chain.len().saturating_sub(MAX_FORWARDED_BYTES)..];
     let rfc7239 = header == ForwardedHeader::Forwarded;
-    let mut client = peer;
+    let mut client = remote;
     for hop in chain.rsplit(|&b| b == b',').take(MAX_FORWARDED_HOPS) {
         let addr = if rfc7239 {
             forwarded_for(hop)

@@ -12,14 +12,14 @@ fn nets(s: &str) -> Vec<IpNet> {
     parse_trusted(s).unwrap_or_else(|e| panic!("{e}"))
 }
 
-/// The client of a request from `peer` carrying `fields` (name, value).
-fn client(trusted: &str, header: ForwardedHeader, peer: &str, fields: &[(&str, &str)]) -> IpAddr {
+/// The client of a request from `remote` carrying `fields` (name, value).
+fn client(trusted: &str, header: ForwardedHeader, remote: &str, fields: &[(&str, &str)]) -> IpAddr {
     let trusted = if trusted.is_empty() {
         Vec::new()
     } else {
         nets(trusted)
     };
-    client_ip(&trusted, header, ip(peer), |name| {
+    client_ip(&trusted, header, ip(remote), |name| {
         let v: Vec<&str> = fields
             .iter()
             .filter(|(n, _)| n.eq_ignore_ascii_case(name))
@@ -57,7 +57,7 @@ fn names_and_networks_parse() {
 }
 
 #[test]
-fn the_header_is_believed_only_from_a_trusted_peer() {
+fn the_header_is_believed_only_from_a_trusted_remote() {
     let xff = [("X-Forwarded-For", "198.51.100.7")];
     assert_eq!(client("", XFF, "10.1.1.1", &xff), ip("10.1.1.1"));
     assert_eq!(
@@ -68,9 +68,9 @@ fn the_header_is_believed_only_from_a_trusted_peer() {
         client("10.0.0.0/8", XFF, "10.1.1.1", &xff),
         ip("198.51.100.7")
     );
-    // Trusted peer without the header: the peer.
+    // Trusted remote without the header: the remote.
     assert_eq!(client("10.0.0.0/8", XFF, "10.1.1.1", &[]), ip("10.1.1.1"));
-    // A mapped peer is its IPv4 address, trusted as such.
+    // A mapped remote is its IPv4 address, trusted as such.
     assert_eq!(
         client("10.0.0.0/8", XFF, "::ffff:10.1.1.1", &xff),
         ip("198.51.100.7")
@@ -159,7 +159,7 @@ fn padding_cannot_hide_the_proxys_entry() {
 
 proptest! {
     /// Whatever the header holds, the walk terminates without panicking,
-    /// and an untrusted peer is always its own client.
+    /// and an untrusted remote is always its own client.
     #[test]
     fn hostile_headers_are_bounded(
         v in proptest::collection::vec(any::<u8>(), 0..20_000),
@@ -175,7 +175,7 @@ proptest! {
         );
     }
 
-    /// The client is the peer or an address of the chain, and never one of
+    /// The client is the remote or an address of the chain, and never one of
     /// the entries left of the right-most untrusted one.
     #[test]
     fn entries_left_of_the_client_never_count(

@@ -9,7 +9,7 @@
 //! Without RULE a command applies to every rule. Sent quoted as one word
 //! (traffic_ctl 9.2 forwards only the first word):
 //! `traffic_ctl plugin msg ip_throttle "unban 192.0.2.7"`; the verb may
-//! also be in the tag (`ip_throttle.show`).
+//! also be in the target (`ip_throttle.show`).
 
 use std::net::IpAddr;
 
@@ -18,8 +18,8 @@ use limits::quote::quote;
 
 use crate::ListName;
 
-/// The plugin's message tag.
-pub const TAG: &str = "ip_throttle";
+/// The plugin's name: a message's target is it, or it and `.VERB`.
+pub const PLUGIN: &str = "ip_throttle";
 
 const USAGE: &str = "reload allow|deny|config [RULE], unban IP [RULE], show IP [RULE]";
 
@@ -57,9 +57,9 @@ impl Command {
     }
 }
 
-/// The command in a message, `None` if the tag is not ours.
-pub fn parse(tag: &str, data: &[u8]) -> Option<Result<Command, String>> {
-    Some(words(TAG, tag, data)?.and_then(|w| {
+/// The command in a message, `None` if the target is not ours.
+pub fn parse(target: &str, data: &[u8]) -> Option<Result<Command, String>> {
+    Some(words(PLUGIN, target, data)?.and_then(|w| {
         let rule = |r: Option<&&str>| r.map(|r| (*r).to_owned());
         match (w.verb, w.args.as_slice()) {
             ("reload", [what, r @ ..]) if r.len() <= 1 => Ok(Command::Reload {
@@ -104,8 +104,8 @@ mod tests {
     use super::*;
     use std::net::Ipv4Addr;
 
-    fn cmd(tag: &str, data: &str) -> Result<Command, String> {
-        parse(tag, data.as_bytes()).expect("our tag")
+    fn cmd(target: &str, data: &str) -> Result<Command, String> {
+        parse(target, data.as_bytes()).expect("our target")
     }
 
     #[test]

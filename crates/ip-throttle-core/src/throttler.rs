@@ -98,15 +98,15 @@ impl<C: Clock> Throttler<C> {
         }
     }
 
-    /// The client of a request from `peer` under the configuration in
+    /// The client of a request from `remote` under the configuration in
     /// force (`--trusted-proxies`, `--forwarded-header`): see
     /// [`Options::client_ip`]. Lists, bans and state all apply to it.
     pub fn client_ip(
         &self,
-        peer: IpAddr,
+        remote: IpAddr,
         read: impl FnOnce(&'static str) -> Option<Vec<u8>>,
     ) -> IpAddr {
-        self.current.load().opts.client_ip(peer, read)
+        self.current.load().opts.client_ip(remote, read)
     }
 
     /// The shared record's key for `ip`: its prefix under `--key-prefix`

@@ -40,11 +40,11 @@
 //!
 //! # Memory
 //! Per shard, an open-addressing table at most 2/3 full with each state
-//! inline (a slot is `8 + size_of::<S>() + 1` bytes, rounded up to `S`'s
+//! inline (a cell is `8 + size_of::<S>() + 1` bytes, rounded up to `S`'s
 //! alignment), a probation queue of a tenth of the keys (8 bytes each) and a
 //! ghost table of one 4-byte fingerprint per key: with a 16-byte state,
 //! 1.5 x 32 + 0.8 + 4 = 53 bytes per key at the bound (measured: see
-//! BENCHMARKS.md). The slot array starts at 16 slots and doubles up to the
+//! BENCHMARKS.md). The cell array starts at 16 cells and doubles up to the
 //! bound as keys arrive; it never shrinks.
 
 //! # Example
@@ -271,7 +271,7 @@ impl<S: KeyState> KeyTable<S> {
         let mut shard = p.shard.lock();
         let r = shard.with(key, now, f, &mut evicted);
         if shard.changed {
-            // Only after an insert: a hit writes nothing outside its slot.
+            // Only after an insert: a hit writes nothing outside its cell.
             shard.changed = false;
             p.len.store(shard.len(), Ordering::Relaxed);
             p.evicted.store(shard.evicted, Ordering::Relaxed);
@@ -343,7 +343,7 @@ impl<S: KeyState> KeyTable<S> {
         ((u64::from(key as u32) * self.shards.len() as u64) >> 32) as usize
     }
 
-    /// The shard of `key`, from its low 32 bits (slots within a shard are
+    /// The shard of `key`, from its low 32 bits (cells within a shard are
     /// placed by its high bits).
     fn shard(&self, key: u64) -> &Padded<S> {
         &self.shards[self.shard_index(key)]

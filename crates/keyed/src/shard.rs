@@ -2,7 +2,7 @@
 //! state inline, and an S3-FIFO eviction order, all under the shard's lock.
 //!
 //! Why inline and not a map of indices into a slab (quick_cache's layout): a
-//! hit then costs one random cache miss (the slot) instead of three
+//! hit then costs one random cache miss (the cell) instead of three
 //! (control byte, index, slab entry); at 1 M keys, 2 threads, measured
 //! ~100 ns here against ~200 ns with quick_cache 0.7 under the same locks.
 //!
@@ -14,9 +14,9 @@
 //!   only ever evicts other one-off keys. Below the bound nothing is evicted
 //!   and probation's oldest key moves on to main as is, so the queue never
 //!   holds more than its 10 %.
-//! - *main* is a CLOCK over the slot array (2-bit access counter per key).
+//! - *main* is a CLOCK over the cell array (2-bit access counter per key).
 //!   Array order is hash order rather than insertion order; CLOCK needs no
-//!   particular order, only a hand that sweeps every slot.
+//!   particular order, only a hand that sweeps every cell.
 //! - a key found in the ghost table skips probation (it was evicted recently
 //!   and came back: a real client, not a scan).
 //! - busy keys are skipped by both queues; a busy key at the probation front
@@ -43,10 +43,10 @@ const FREQ: u8 = 0b0011;
 const SMALL: u8 = 0b0100;
 const OCCUPIED: u8 = 0b1000;
 
-/// Slots are at most 2/3 full: linear probing stays short (2 slots on a
+/// Cells are at most 2/3 full: linear probing stays short (2 cells on a
 /// hit, 5 on a miss on average, adjacent in memory). 3/4 saves 5 bytes a
 /// key but makes inserting at the bound ~15 % slower (longer clusters).
-fn max_slots(cap: usize) -> usize {
+fn max_cells(cap: usize) -> usize {
     if cap == 0 {
         0
     } else {
@@ -56,17 +56,17 @@ fn max_slots(cap: usize) -> usize {
 
 /// First table size: small, so a rule whose `--keys` is never reached does
 /// not pay for the whole bound.
-const INITIAL_SLOTS: usize = 16;
+const INITIAL_CELLS: usize = 16;
 
-struct Slot<S> {
+struct Cell<S> {
     key: u64,
     meta: u8,
     state: S,
 }
 
-impl<S: Default> Default for Slot<S> {
+impl<S: Default> Default for Cell<S> {
     fn default() -> Self {
-        Slot {
+        Cell {
             key: 0,
             meta: 0,
             state: S::default(),
@@ -81,12 +81,12 @@ fn reduce(x: u64, n: usize) -> usize {
     ((u128::from(x) * n as u128) >> 64) as usize
 }
 
-/// `repr(C)`: what a hit reads (the slot array, `cap`, `len`, `changed`)
+/// `repr(C)`: what a hit reads (the cell array, `cap`, `len`, `changed`)
 /// comes first, on the cache line of the shard's lock, so a hit moves one
 /// line of shard header between cores, not three.
 #[repr(C)]
 pub(crate) struct Shard<S> {
-    slots: Vec<Slot<S>>,
+    cells: Vec<Cell<S>>,
     /// Most keys this shard holds.
     cap: usize,
     len: usize,
@@ -95,12 +95,12 @@ pub(crate) struct Shard<S> {
     /// The last decision on this shard inserted a key: likely a churn, so
     /// the next one starts an insert's loads before its own probe.
     churning: bool,
-    /// Table size at the bound; `slots` doubles up to it.
-    max_slots: usize,
-    /// Probation FIFO: exactly the keys whose slot has `SMALL`, oldest first.
+    /// Table size at the bound; `cells` doubles up to it.
+    max_cells: usize,
+    /// Probation FIFO: exactly the keys whose cell has `SMALL`, oldest first.
     small: VecDeque<u64>,
     small_target: usize,
-    /// CLOCK hand over `slots` for the main queue.
+    /// CLOCK hand over `cells` for the main queue.
     hand: usize,
     /// Fingerprints of keys recently evicted from probation, direct-mapped
     /// (a newer fingerprint overwrites an older one: recency, approximately).
@@ -119,10 +119,10 @@ impl<S: KeyState> Shard<S> {
     pub(crate) fn new(cap: usize) -> Self {
         let small_target = (cap / 10).max(1);
         Shard {
-            slots: (0..max_slots(cap).min(INITIAL_SLOTS))
-                .map(|_| Slot::default())
+            cells: (0..max_cells(cap).min(INITIAL_CELLS))
+                .map(|_| Cell::default())
                 .collect(),
-            max_slots: max_slots(cap),
+            max_cells: max_cells(cap),
             cap,
             len: 0,
             changed: false,
@@ -170,11 +170,11 @@ impl<S: KeyState> Shard<S> {
                 self.insert(key, now, empty, preloaded, evicted)?
             }
         };
-        Some(f(&mut self.slots[i].state))
+        Some(f(&mut self.cells[i].state))
     }
 
     /// Starts loading what an insert at the bound reads besides the new
-    /// key's own slot: the likely victim's slot (probation's front key) and
+    /// key's own cell: the likely victim's cell (probation's front key) and
     /// the new key's ghost entry. Issued before the probe, their cache
     /// misses overlap the probe's own instead of following it. Only while
     /// the shard is churning, so that hits do not pay for loads they do not
@@ -183,7 +183,7 @@ impl<S: KeyState> Shard<S> {
         let Some(&front) = self.small.front() else {
             return;
         };
-        std::hint::black_box(self.slots[reduce(front, self.slots.len())].meta);
+        std::hint::black_box(self.cells[reduce(front, self.cells.len())].meta);
         if !self.ghost.is_empty() {
             std::hint::black_box(self.ghost[self.ghost_at(key).0]);
         }
@@ -195,11 +195,11 @@ impl<S: KeyState> Shard<S> {
         }
         let i = self.probe(key).ok()?;
         self.touch(i);
-        Some(f(&mut self.slots[i].state))
+        Some(f(&mut self.cells[i].state))
     }
 
     pub(crate) fn for_each(&self, f: &mut impl FnMut(u64, &S)) {
-        for s in &self.slots {
+        for s in &self.cells {
             if s.meta & OCCUPIED != 0 {
                 f(s.key, &s.state);
             }
@@ -207,20 +207,20 @@ impl<S: KeyState> Shard<S> {
     }
 
     pub(crate) fn for_each_mut(&mut self, f: &mut impl FnMut(u64, &mut S)) {
-        for s in &mut self.slots {
+        for s in &mut self.cells {
             if s.meta & OCCUPIED != 0 {
                 f(s.key, &mut s.state);
             }
         }
     }
 
-    /// `Ok(slot)` holding `key`, or `Err(first empty slot)` on its probe
-    /// path. Terminates: there is always an empty slot (`len < slots.len()`).
+    /// `Ok(cell)` holding `key`, or `Err(first empty cell)` on its probe
+    /// path. Terminates: there is always an empty cell (`len < cells.len()`).
     fn probe(&self, key: u64) -> Result<usize, usize> {
-        let n = self.slots.len();
+        let n = self.cells.len();
         let mut i = reduce(key, n);
         loop {
-            let s = &self.slots[i];
+            let s = &self.cells[i];
             if s.meta & OCCUPIED == 0 {
                 return Err(i);
             }
@@ -235,13 +235,13 @@ impl<S: KeyState> Shard<S> {
     }
 
     fn touch(&mut self, i: usize) {
-        let m = &mut self.slots[i].meta;
+        let m = &mut self.cells[i].meta;
         if *m & FREQ != FREQ {
             *m += 1;
         }
     }
 
-    /// Inserts `key` (absent; `empty` is the empty slot that ended its
+    /// Inserts `key` (absent; `empty` is the empty cell that ended its
     /// probe) with the default state; `None` if the shard is full and no key
     /// could go (`make_room`).
     fn insert(
@@ -252,14 +252,14 @@ impl<S: KeyState> Shard<S> {
         preloaded: bool,
         evicted: &mut impl FnMut(&mut S),
     ) -> Option<usize> {
-        // At the bound, start loading the likely victim's slot (probation's
+        // At the bound, start loading the likely victim's cell (probation's
         // front key) and the ghost entry together: their cache misses then
         // overlap instead of following each other (~15 % of an insert).
         // Already done before the probe if the shard was churning.
         if self.len == self.cap && !preloaded {
             if let Some(&front) = self.small.front() {
-                let n = self.slots.len();
-                std::hint::black_box(self.slots[reduce(front, n)].meta);
+                let n = self.cells.len();
+                std::hint::black_box(self.cells[reduce(front, n)].meta);
             }
         }
         let main = self.ghost_take(key);
@@ -281,21 +281,21 @@ impl<S: KeyState> Shard<S> {
             self.graduate_front();
         }
         let i = match freed {
-            // Growth moved every slot: probe again.
+            // Growth moved every cell: probe again.
             _ if grown => match self.probe(key) {
                 Ok(i) | Err(i) => i,
             },
-            // The eviction's backward shift left exactly one slot empty
+            // The eviction's backward shift left exactly one cell empty
             // (`f`) and moved nothing into `empty`. If `f` lies on the key's
-            // probe path (between its home and `empty`), it is now the first
-            // empty slot there; otherwise that path is unchanged.
+            // probe path (between its ideal cell and `empty`), it is now the first
+            // empty cell there; otherwise that path is unchanged.
             Some(f) if self.on_path(key, f, empty) => f,
             _ => empty,
         };
-        let slot = &mut self.slots[i];
-        slot.key = key;
-        slot.meta = if main { OCCUPIED } else { OCCUPIED | SMALL };
-        slot.state = S::default();
+        let cell = &mut self.cells[i];
+        cell.key = key;
+        cell.meta = if main { OCCUPIED } else { OCCUPIED | SMALL };
+        cell.state = S::default();
         if !main {
             self.small.push_back(key);
         }
@@ -304,30 +304,30 @@ impl<S: KeyState> Shard<S> {
         Some(i)
     }
 
-    /// True if slot `f` lies cyclically in `[home of key, end)`.
+    /// True if cell `f` lies cyclically in `[ideal cell of key, end)`.
     fn on_path(&self, key: u64, f: usize, end: usize) -> bool {
-        let n = self.slots.len();
-        let home = reduce(key, n);
-        let dist = |i: usize| if i >= home { i - home } else { i + n - home };
+        let n = self.cells.len();
+        let ideal = reduce(key, n);
+        let dist = |i: usize| if i >= ideal { i - ideal } else { i + n - ideal };
         dist(f) < dist(end)
     }
 
-    /// Doubles the slot array when it is 2/3 full (up to `max_slots`);
-    /// true if it did (every slot moved).
+    /// Doubles the cell array when it is 2/3 full (up to `max_cells`);
+    /// true if it did (every cell moved).
     fn grow_if_needed(&mut self) -> bool {
-        let n = self.slots.len();
-        if n >= self.max_slots || self.len < n - n / 3 {
+        let n = self.cells.len();
+        if n >= self.max_cells || self.len < n - n / 3 {
             return false;
         }
-        let new_n = n.saturating_mul(2).min(self.max_slots);
+        let new_n = n.saturating_mul(2).min(self.max_cells);
         let old = std::mem::replace(
-            &mut self.slots,
-            (0..new_n).map(|_| Slot::default()).collect(),
+            &mut self.cells,
+            (0..new_n).map(|_| Cell::default()).collect(),
         );
         for s in old {
             if s.meta & OCCUPIED != 0 {
                 if let Err(i) = self.probe(s.key) {
-                    self.slots[i] = s;
+                    self.cells[i] = s;
                 }
             }
         }
@@ -338,14 +338,14 @@ impl<S: KeyState> Shard<S> {
     /// Checks the table's invariants (tests).
     #[cfg(test)]
     pub(crate) fn check(&self) {
-        let n = self.slots.len();
-        let occupied = self.slots.iter().filter(|s| s.meta & OCCUPIED != 0).count();
+        let n = self.cells.len();
+        let occupied = self.cells.iter().filter(|s| s.meta & OCCUPIED != 0).count();
         assert_eq!(occupied, self.len);
         assert!(self.len <= self.cap);
         assert!(self.len < n || n == 0);
         assert!(self.small.len() <= self.small_target);
         let small: Vec<u64> = self
-            .slots
+            .cells
             .iter()
             .filter(|s| s.meta & (OCCUPIED | SMALL) == OCCUPIED | SMALL)
             .map(|s| s.key)
@@ -354,7 +354,7 @@ impl<S: KeyState> Shard<S> {
         for k in small {
             assert!(self.small.contains(&k));
         }
-        for (i, s) in self.slots.iter().enumerate() {
+        for (i, s) in self.cells.iter().enumerate() {
             if s.meta & OCCUPIED != 0 {
                 assert_eq!(self.probe(s.key), Ok(i), "key unreachable");
             }

@@ -252,7 +252,7 @@ proptest! {
         run_model(cap, shards, &ops);
     }
 
-    /// Larger shards: growth of the slot array, probation at 10 % of a shard.
+    /// Larger shards: growth of the cell array, probation at 10 % of a shard.
     #[test]
     fn model_growth(
         (busy, ops) in (1u32..=8).prop_flat_map(|busy| {
@@ -419,7 +419,7 @@ fn touch_twice_flood(t: &KeyTable<T>, keys: u16) -> u64 {
 
 /// Issue 21 review: keys seen twice defeat a search that only stops
 /// sweeping after a sweep found nothing (each graduates, and CLOCK swept
-/// ~n/2 slots to it: 557 `busy()` calls per new key). The search's credit
+/// ~n/2 cells to it: 557 `busy()` calls per new key). The search's credit
 /// bounds it, in a shard mostly busy and in one mostly in debt.
 #[test]
 fn touch_twice_flood_costs_o1_per_insert() {

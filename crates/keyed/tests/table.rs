@@ -236,7 +236,7 @@ fn eviction_checks_see_the_time_given_to_the_call() {
 
     // Two sticky keys, one until 100 and one until 200: at 150 the first
     // is idle and goes. Both orders, so that a table blind to the time (to
-    // which both are sticky, and which picks the same slot both times)
+    // which both are sticky, and which picks the same cell both times)
     // fails one of them.
     for (a, b) in [(100, 200), (200, 100)] {
         let t = KeyTable::<Until>::new(2);

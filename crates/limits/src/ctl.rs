@@ -1,10 +1,10 @@
-//! The words of a `traffic_ctl plugin msg TAG DATA` command, shared by the
+//! The words of a `traffic_ctl plugin msg TARGET DATA` command, shared by the
 //! plugins' command parsers.
 //!
 //! traffic_ctl 9.2 forwards only the first word of its DATA argument, so a
 //! command with arguments is sent quoted, as one word:
 //! `traffic_ctl plugin msg throttle "set api max=20"`. The verb may also be
-//! in the tag (`throttle.show`), as upstream's abuse_shield does.
+//! in the target (`throttle.show`), as upstream's abuse_shield does.
 
 use crate::quote::quote;
 
@@ -18,17 +18,21 @@ pub struct Words<'a> {
     pub args: Vec<&'a str>,
 }
 
-/// The words of a message for `plugin`; `None` if the tag is not
+/// The words of a message for `plugin`; `None` if the target is not
 /// `plugin` or `plugin.VERB`. Data is bytes (hostile): bounded, UTF-8.
-pub fn words<'a>(plugin: &str, tag: &'a str, data: &'a [u8]) -> Option<Result<Words<'a>, String>> {
-    let verb_in_tag = match tag.strip_prefix(plugin)? {
+pub fn words<'a>(
+    plugin: &str,
+    target: &'a str,
+    data: &'a [u8],
+) -> Option<Result<Words<'a>, String>> {
+    let verb_in_target = match target.strip_prefix(plugin)? {
         "" => None,
         rest => Some(rest.strip_prefix('.')?),
     };
-    Some(split(verb_in_tag, data))
+    Some(split(verb_in_target, data))
 }
 
-fn split<'a>(verb_in_tag: Option<&'a str>, data: &'a [u8]) -> Result<Words<'a>, String> {
+fn split<'a>(verb_in_target: Option<&'a str>, data: &'a [u8]) -> Result<Words<'a>, String> {
     if data.len() > MAX_COMMAND {
         return Err(format!(
             "command of {} bytes is too long: at most {MAX_COMMAND}",
@@ -37,7 +41,7 @@ fn split<'a>(verb_in_tag: Option<&'a str>, data: &'a [u8]) -> Result<Words<'a>, 
     }
     let text = std::str::from_utf8(data).map_err(|_| "command is not UTF-8 text".to_owned())?;
     let mut words = text.split_whitespace();
-    let verb = match verb_in_tag {
+    let verb = match verb_in_target {
         Some(v) => v,
         None => words.next().unwrap_or(""),
     };
@@ -65,7 +69,7 @@ mod tests {
     use super::*;
 
     #[test]
-    fn verb_in_data_or_tag() {
+    fn verb_in_data_or_target() {
         let w = words("throttle", "throttle", b" set  a max=3 \0").unwrap();
         assert_eq!(
             w,
@@ -83,9 +87,9 @@ mod tests {
     }
 
     #[test]
-    fn other_tags_are_not_ours() {
-        for tag in ["ip_throttle", "throttled", "throttle_x", "rate_limit", ""] {
-            assert!(words("throttle", tag, b"show").is_none(), "{tag}");
+    fn other_targets_are_not_ours() {
+        for target in ["ip_throttle", "throttled", "throttle_x", "rate_limit", ""] {
+            assert!(words("throttle", target, b"show").is_none(), "{target}");
         }
     }
 

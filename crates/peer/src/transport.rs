@@ -119,7 +119,7 @@ fn bump(c: &AtomicU64, n: u64) {
     c.fetch_add(n, Ordering::Relaxed);
 }
 
-struct Shared {
+struct Inner {
     inbound: ArrayQueue<Datagram>,
     outbound: ArrayQueue<Outgoing>,
     stop: AtomicBool,
@@ -128,7 +128,7 @@ struct Shared {
 
 /// A running transport. Dropping it stops and joins the thread.
 pub struct Transport {
-    shared: Arc<Shared>,
+    shared: Arc<Inner>,
     local: SocketAddr,
     id: u64,
     thread: Option<JoinHandle<()>>,
@@ -149,7 +149,7 @@ impl Transport {
         socket.set_read_timeout(Some(POLL))?;
         let local = socket.local_addr()?;
         let id = RandomState::new().hash_one((std::process::id(), unix_ms(), local));
-        let shared = Arc::new(Shared {
+        let shared = Arc::new(Inner {
             inbound: ArrayQueue::new(config.inbound_capacity.max(1)),
             outbound: ArrayQueue::new(config.outbound_capacity.max(1)),
             stop: AtomicBool::new(false),
@@ -262,7 +262,7 @@ fn bind(config: &Config) -> io::Result<UdpSocket> {
     Ok(s.into())
 }
 
-fn run(socket: UdpSocket, config: Config, id: u64, shared: &Shared) {
+fn run(socket: UdpSocket, config: Config, id: u64, shared: &Inner) {
     let mut receiver = Receiver::new(config.key.clone(), id, config.policy.clone());
     let dests: Vec<SocketAddr> = config.peers.iter().copied().chain(config.group).collect();
     let mut seq = 0u64;

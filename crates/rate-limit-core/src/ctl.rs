@@ -4,14 +4,14 @@
 //! traffic_ctl 9.2 forwards only the first word of its DATA argument, so a
 //! command with arguments is sent quoted, as one word:
 //! `traffic_ctl plugin msg rate_limit "set api limit=20"`. The verb may also
-//! be in the tag (`rate_limit.show`), as upstream's abuse_shield does.
+//! be in the target (`rate_limit.show`), as upstream's abuse_shield does.
 
 use limits::quote::quote;
 
 use crate::options::{Options, MAX_BURST_SECONDS, MAX_RATE};
 
-/// The plugin's message tag.
-pub const TAG: &str = "rate_limit";
+/// The plugin's name: a message's target is it, or it and `.VERB`.
+pub const PLUGIN: &str = "rate_limit";
 /// Longest command accepted.
 pub const MAX_COMMAND: usize = limits::ctl::MAX_COMMAND;
 /// Default and largest `top` count.
@@ -56,9 +56,9 @@ impl Command {
     }
 }
 
-/// The command in a message, `None` if the tag is not ours.
-pub fn parse(tag: &str, data: &[u8]) -> Option<Result<Command, String>> {
-    Some(limits::ctl::words(TAG, tag, data)?.and_then(|w| parse_words(w.verb, &w.args)))
+/// The command in a message, `None` if the target is not ours.
+pub fn parse(target: &str, data: &[u8]) -> Option<Result<Command, String>> {
+    Some(limits::ctl::words(PLUGIN, target, data)?.and_then(|w| parse_words(w.verb, &w.args)))
 }
 
 fn parse_words(verb: &str, args: &[&str]) -> Result<Command, String> {
@@ -183,8 +183,8 @@ pub fn apply(current: &Options, settings: &[Setting]) -> Result<Options, String>
 mod tests {
     use super::*;
 
-    fn cmd(tag: &str, data: &str) -> Result<Command, String> {
-        parse(tag, data.as_bytes()).expect("our tag")
+    fn cmd(target: &str, data: &str) -> Result<Command, String> {
+        parse(target, data.as_bytes()).expect("our target")
     }
 
     #[test]
@@ -219,7 +219,7 @@ mod tests {
 
     #[test]
     fn bad_commands_say_what_was_wrong() {
-        let e = |tag: &str, d: &str| cmd(tag, d).expect_err("must fail");
+        let e = |target: &str, d: &str| cmd(target, d).expect_err("must fail");
         assert!(e("rate_limit", "shw").starts_with("unknown command 'shw': allowed show"));
         assert!(e("rate_limit", "").starts_with("unknown command ''"));
         assert!(e("rate_limit", "set api").starts_with("set: wrong arguments 'api'"));

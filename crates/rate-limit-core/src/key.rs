@@ -70,8 +70,8 @@ pub use forwarded::ForwardedHeader;
 
 /// The parts of a request a key can come from.
 pub trait RequestView {
-    /// The address of the peer that connected to Traffic Server.
-    fn peer_ip(&self) -> Option<IpAddr>;
+    /// The remote address: the one that connected to Traffic Server.
+    fn remote_ip(&self) -> Option<IpAddr>;
     /// Every field of that name, in order, joined with ", " (as RFC 9110
     /// allows for list fields); `None` if there is none.
     fn header(&self, name: &str) -> Option<Vec<u8>>;
@@ -109,7 +109,7 @@ pub struct TrustedProxies {
 }
 
 impl TrustedProxies {
-    /// No proxy trusted: the client is the peer.
+    /// No proxy trusted: the client is the remote address.
     pub fn none() -> TrustedProxies {
         TrustedProxies {
             trusted: Vec::new(),
@@ -117,16 +117,16 @@ impl TrustedProxies {
         }
     }
 
-    /// The client's address: the peer's, unless the peer is a trusted proxy;
-    /// then the right-most address of the forwarding chain that is not a
+    /// The client's address: the remote address, unless that is a trusted
+    /// proxy; then the right-most address of the forwarding chain that is not a
     /// trusted proxy (the left-most entries are whatever the client wrote,
     /// so they are never believed). See [`forwarded::client_ip`].
     pub fn client_ip(&self, req: &impl RequestView) -> Option<IpAddr> {
-        let peer = req.peer_ip()?;
+        let remote = req.remote_ip()?;
         Some(forwarded::client_ip(
             &self.trusted,
             self.forwarded,
-            peer,
+            remote,
             |name| req.header(name),
         ))
     }

@@ -13,7 +13,7 @@ use std::time::{Duration, Instant};
 use ats_tests::redis::Redis as Server;
 use ats_tests::redis_cluster::RedisCluster;
 use store::redis::{key_base, Addr, Decide, LeaseIds, Op, Redis, Reply, Target};
-use store::{Client, Config, Outcome};
+use store::{Answer, Client, Config};
 
 fn main() -> Result<(), String> {
     let secs: u64 = std::env::args()
@@ -67,9 +67,9 @@ fn main() -> Result<(), String> {
         }
         while let Some(d) = c.try_complete() {
             done += 1;
-            match d.outcome {
-                Outcome::Reply(Reply::Admitted { .. }) => admitted += 1,
-                Outcome::Reply(_) => {}
+            match d.answer {
+                Answer::Reply(Reply::Admitted { .. }) => admitted += 1,
+                Answer::Reply(_) => {}
                 _ => failed += 1,
             }
         }

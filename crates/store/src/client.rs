@@ -45,7 +45,7 @@ pub enum BatchError {
 
 /// How a request ended.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Outcome<R> {
+pub enum Answer<R> {
     Reply(R),
     /// The store answered with an error, the connection failed, or the store
     /// is unreachable (reconnecting, or the queue was full).
@@ -57,7 +57,7 @@ pub enum Outcome<R> {
 /// A finished request, with the caller's token.
 pub struct Completion<R, T> {
     pub token: T,
-    pub outcome: Outcome<R>,
+    pub answer: Answer<R>,
     /// When it was submitted (latency = completion time - this).
     pub submitted: Instant,
 }
@@ -120,7 +120,7 @@ struct Request<O, T> {
     submitted: Instant,
 }
 
-struct Shared<O, R, T> {
+struct Inner<O, R, T> {
     requests: ArrayQueue<Request<O, T>>,
     completions: ArrayQueue<Completion<R, T>>,
     /// Submitted and not yet taken back: bounds both queues together, so a
@@ -135,7 +135,7 @@ struct Shared<O, R, T> {
 
 /// A store client: one I/O thread, two bounded queues.
 pub struct Client<B: Backend, T: Send + 'static> {
-    shared: Arc<Shared<B::Op, B::Reply, T>>,
+    shared: Arc<Inner<B::Op, B::Reply, T>>,
     thread: Option<JoinHandle<()>>,
 }
 
@@ -143,7 +143,7 @@ impl<B: Backend, T: Send + 'static> Client<B, T> {
     /// Starts the I/O thread (named `name`); it connects on first use.
     pub fn start(name: &str, backend: B, config: Config) -> std::io::Result<Self> {
         let capacity = config.capacity.max(1);
-        let shared = Arc::new(Shared {
+        let shared = Arc::new(Inner {
             requests: ArrayQueue::new(capacity),
             completions: ArrayQueue::new(capacity),
             outstanding: AtomicUsize::new(0),

@@ -4,11 +4,11 @@
 //!
 //! - [`Client`]: the shared machinery. One background I/O thread per client
 //!   takes requests from a bounded lock-free queue, sends every request
-//!   waiting at once in one round trip (a pipeline), and hands each outcome
+//!   waiting at once in one round trip (a pipeline), and hands each answer
 //!   back through a second bounded queue. Every request has a deadline: it
-//!   completes by then, with the store's answer or [`Outcome::Timeout`]. A
+//!   completes by then, with the store's answer or [`Answer::Timeout`]. A
 //!   broken connection is reopened with exponential backoff; while it is
-//!   down, requests fail at once ([`Outcome::Error`]) rather than wait.
+//!   down, requests fail at once ([`Answer::Error`]) rather than wait.
 //! - [`redis`]: the Redis backend (GCRA and concurrency leases in one Lua
 //!   script using the server's clock) and its key layout.
 //! - [`redis_cas`]: Redis as a compare-and-swap store ([`rmw`]).
@@ -26,6 +26,7 @@
 #![forbid(unsafe_code)]
 
 mod client;
+mod clients;
 pub mod memcached;
 mod net;
 pub mod redis;
@@ -34,11 +35,10 @@ mod redis_cluster;
 mod redis_conn;
 mod resp;
 pub mod rmw;
-mod shared;
 
 pub use client::{
-    Backend, BatchError, Client, Completion, Config, Exited, Outcome, Stats, SubmitError,
+    Answer, Backend, BatchError, Client, Completion, Config, Exited, Stats, SubmitError,
 };
-pub use shared::Shared;
+pub use clients::Clients;
 /// `--store` values and the addresses they name (the `store-url` leaf).
 pub use store_url as url;

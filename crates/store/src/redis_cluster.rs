@@ -1,4 +1,4 @@
-//! Redis Cluster: a batch is split by the slot of each command's key, sent
+//! Redis Cluster: a batch is split by the hash slot of each command's key, sent
 //! as one pipeline per master, and answered in the batch's order.
 //!
 //! Why not the `redis` crate's `ClusterConnection` (0.32, sync): its
@@ -11,11 +11,11 @@
 //! deadline bounds the whole exchange, as with one server, on
 //! `resp`'s connections: one per master.
 //!
-//! - **Slot map**: `CLUSTER SLOTS` from the first seed that answers, at
-//!   connect. A slot no master serves, or any I/O error or timeout, fails
+//! - **Hash slot map**: `CLUSTER SLOTS` from the first seed that answers, at
+//!   connect. A hash slot no master serves, or any I/O error or timeout, fails
 //!   the batch: the client disconnects and reconnects with backoff, which
 //!   learns the map afresh.
-//! - **Redirects**: a `MOVED` answer updates the slot's master and an `ASK`
+//! - **Redirects**: a `MOVED` answer updates the hash slot's master and an `ASK`
 //!   answer is sent again with `ASKING` to the named node, once per batch
 //!   and within its deadline (a resharding or failover); still redirected,
 //!   it is that command's error.
@@ -33,15 +33,15 @@ use crate::net::{left, Endpoint};
 use crate::resp::{load_scripts, RespConn};
 use store_url::Addr;
 
-pub const SLOTS: usize = 16_384;
-/// A slot no master serves.
+pub const HASH_SLOTS: usize = 16_384;
+/// A hash slot no master serves.
 const NONE: u16 = u16::MAX;
 /// Most masters followed (a hostile `CLUSTER SLOTS` or `MOVED` cannot grow the list further).
 const MAX_NODES: usize = 1024;
 
-/// The slot of a key: CRC16 (XMODEM) of its hash tag (the first `{...}`,
+/// The hash slot of a key: CRC16 (XMODEM) of its hash tag (the first `{...}`,
 /// if not empty) or of the whole key, modulo 16384.
-pub fn slot(key: &[u8]) -> u16 {
+pub fn hash_slot(key: &[u8]) -> u16 {
     let tagged = key.iter().position(|&b| b == b'{').and_then(|open| {
         let rest = &key[open + 1..];
         match rest.iter().position(|&b| b == b'}') {
@@ -49,20 +49,20 @@ pub fn slot(key: &[u8]) -> u16 {
             Some(close) => Some(&rest[..close]),
         }
     });
-    crc16(tagged.unwrap_or(key)) % SLOTS as u16
+    crc16(tagged.unwrap_or(key)) % HASH_SLOTS as u16
 }
 
-/// One command of a batch, packed, with the slot of the key it touches
+/// One command of a batch, packed, with the hash slot of the key it touches
 /// (by which a Cluster routes it).
 pub(crate) struct Routed {
-    pub slot: u16,
+    pub hash_slot: u16,
     pub packed: Vec<u8>,
 }
 
 impl Routed {
     pub fn new(key: &[u8], cmd: &redis::Cmd) -> Routed {
         Routed {
-            slot: slot(key),
+            hash_slot: hash_slot(key),
             packed: cmd.get_packed_command(),
         }
     }
@@ -93,7 +93,7 @@ pub(crate) struct Cluster {
     seeds: Vec<Addr>,
     masters: Vec<Master>,
     /// Slot -> index in `masters` ([`NONE`]: not served).
-    slots: Vec<u16>,
+    hash_slots: Vec<u16>,
     /// The seeds' and masters' endpoints, kept across reconnects so a
     /// name's addresses outlive a connection (pruned at each connect).
     endpoints: Vec<Endpoint>,
@@ -108,7 +108,7 @@ impl Cluster {
         Cluster {
             seeds,
             masters: Vec::new(),
-            slots: Vec::new(),
+            hash_slots: Vec::new(),
             endpoints,
         }
     }
@@ -136,25 +136,25 @@ impl Cluster {
 
     pub fn disconnect(&mut self) {
         self.masters.clear();
-        self.slots.clear();
+        self.hash_slots.clear();
     }
 
-    /// Learns the slot map from the first seed that answers and connects
+    /// Learns the hash slot map from the first seed that answers and connects
     /// to every master.
     pub fn connect(&mut self, deadline: Instant) -> Result<(), BatchError> {
         self.disconnect();
         let mut why = String::new();
         for seed in self.seeds.clone() {
             let endpoint = self.endpoint(&seed.host, seed.port);
-            match slot_map(&seed, &endpoint, deadline) {
-                Ok((masters, slots, mut conn)) => {
+            match hash_slot_map(&seed, &endpoint, deadline) {
+                Ok((masters, hash_slots, mut conn)) => {
                     for addr in masters {
                         // The seed is a master: keep its connection.
                         let c = if addr == seed { conn.take() } else { None };
                         let m = self.master(addr, c);
                         self.masters.push(m);
                     }
-                    self.slots = slots;
+                    self.hash_slots = hash_slots;
                     let (seeds, masters) = (&self.seeds, &self.masters);
                     self.endpoints.retain(|e| {
                         seeds.iter().any(|a| e.is(&a.host, a.port))
@@ -243,12 +243,12 @@ impl Cluster {
         // (command, master, with ASKING) still to send.
         let mut todo = Vec::with_capacity(cmds.len());
         for (i, c) in cmds.iter().enumerate() {
-            match self.slots.get(usize::from(c.slot)) {
+            match self.hash_slots.get(usize::from(c.hash_slot)) {
                 Some(&m) if m != NONE => todo.push((i, usize::from(m), false)),
                 _ => {
                     return Err(BatchError::Failed(format!(
                         "slot {} has no master in the cluster's slot map",
-                        c.slot
+                        c.hash_slot
                     )))
                 }
             }
@@ -266,12 +266,12 @@ impl Cluster {
                 let asking = e.code() == "ASK";
                 // "SLOT HOST:PORT"
                 let mut d = e.details().unwrap_or_default().split(' ');
-                let (slot, to) = (d.next().and_then(|s| s.parse::<usize>().ok()), d.next());
+                let (hash_slot, to) = (d.next().and_then(|s| s.parse::<usize>().ok()), d.next());
                 let Some(m) = to.and_then(|to| self.master_at(to)) else {
                     continue;
                 };
                 if !asking {
-                    if let Some(s) = slot.and_then(|s| self.slots.get_mut(s)) {
+                    if let Some(s) = hash_slot.and_then(|s| self.hash_slots.get_mut(s)) {
                         *s = m as u16;
                     }
                 }
@@ -321,12 +321,16 @@ impl Cluster {
     }
 }
 
-/// The masters and each slot's master.
-type SlotMap = (Vec<Addr>, Vec<u16>, Option<RespConn>);
+/// The masters and each hash slot's master.
+type HashSlotMap = (Vec<Addr>, Vec<u16>, Option<RespConn>);
 
-/// `CLUSTER SLOTS` from `seed`: the masters, each slot's master, and the
+/// `CLUSTER SLOTS` from `seed`: the masters, each hash slot's master, and the
 /// connection to the seed.
-fn slot_map(seed: &Addr, endpoint: &Endpoint, deadline: Instant) -> Result<SlotMap, BatchError> {
+fn hash_slot_map(
+    seed: &Addr,
+    endpoint: &Endpoint,
+    deadline: Instant,
+) -> Result<HashSlotMap, BatchError> {
     let mut conn = RespConn::open(endpoint, deadline)?;
     let packed = redis::cmd("CLUSTER").arg("SLOTS").get_packed_command();
     conn.send(&packed, deadline)?;
@@ -336,7 +340,7 @@ fn slot_map(seed: &Addr, endpoint: &Endpoint, deadline: Instant) -> Result<SlotM
         return Err(bad(&format!("answered {v:?}")));
     };
     let mut masters: Vec<Addr> = Vec::new();
-    let mut slots = vec![NONE; SLOTS];
+    let mut hash_slots = vec![NONE; HASH_SLOTS];
     for r in ranges {
         let Value::Array(r) = r else {
             return Err(bad("a range is not an array"));
@@ -371,14 +375,14 @@ fn slot_map(seed: &Addr, endpoint: &Endpoint, deadline: Instant) -> Result<SlotM
             None => return Err(bad("too many masters")),
         };
         let (start, end) = (*start, *end);
-        if start < 0 || end >= SLOTS as i64 || start > end {
+        if start < 0 || end >= HASH_SLOTS as i64 || start > end {
             return Err(bad("a slot range out of bounds"));
         }
-        for s in &mut slots[start as usize..=end as usize] {
+        for s in &mut hash_slots[start as usize..=end as usize] {
             *s = i as u16;
         }
     }
-    Ok((masters, slots, Some(conn)))
+    Ok((masters, hash_slots, Some(conn)))
 }
 
 #[cfg(test)]
@@ -386,15 +390,15 @@ mod tests {
     use super::*;
 
     #[test]
-    fn slots_as_redis_computes_them() {
+    fn hash_slots_as_redis_computes_them() {
         // The CRC of the Redis Cluster spec's example, and `CLUSTER KEYSLOT`s.
         assert_eq!(crc16(b"123456789"), 0x31c3);
-        assert_eq!(slot(b"foo"), 12182);
-        assert_eq!(slot(b"bar"), 5061);
+        assert_eq!(hash_slot(b"foo"), 12182);
+        assert_eq!(hash_slot(b"bar"), 5061);
         // A hash tag: the first non-empty {...} only.
-        assert_eq!(slot(b"rl:{api}:gcra"), slot(b"api"));
-        assert_eq!(slot(b"rl:{api}:gcra"), slot(b"x{api}:leases{zz}"));
-        assert_eq!(slot(b"{}foo"), crc16(b"{}foo") % 16384);
-        assert_eq!(slot(b"a{b"), crc16(b"a{b") % 16384);
+        assert_eq!(hash_slot(b"rl:{api}:gcra"), hash_slot(b"api"));
+        assert_eq!(hash_slot(b"rl:{api}:gcra"), hash_slot(b"x{api}:leases{zz}"));
+        assert_eq!(hash_slot(b"{}foo"), crc16(b"{}foo") % 16384);
+        assert_eq!(hash_slot(b"a{b"), crc16(b"a{b") % 16384);
     }
 }

@@ -12,7 +12,7 @@ use store::rmw::{CasBackend, Rmw, MAX_ROUNDS};
 mod counter;
 use counter::Add;
 use store::url;
-use store::{Client, Config, Outcome};
+use store::{Answer, Client, Config};
 
 const TIMEOUT: Duration = Duration::from_millis(500);
 
@@ -21,7 +21,7 @@ fn target(c: &RedisCluster) -> Target {
 }
 
 /// Submits every op, waits (at most 5 s) for all; outcomes in order.
-fn ask<B: store::Backend>(c: &Client<B, u32>, ops: Vec<B::Op>) -> Vec<Outcome<B::Reply>> {
+fn ask<B: store::Backend>(c: &Client<B, u32>, ops: Vec<B::Op>) -> Vec<Answer<B::Reply>> {
     let n = ops.len();
     for (i, op) in ops.into_iter().enumerate() {
         assert!(c.submit(op, i as u32, TIMEOUT).is_ok(), "room");
@@ -30,7 +30,7 @@ fn ask<B: store::Backend>(c: &Client<B, u32>, ops: Vec<B::Op>) -> Vec<Outcome<B:
     let end = Instant::now() + Duration::from_secs(5);
     while out.len() < n && Instant::now() < end {
         match c.try_complete() {
-            Some(done) => out.push((done.token, done.outcome)),
+            Some(done) => out.push((done.token, done.answer)),
             None => std::thread::sleep(Duration::from_micros(200)),
         }
     }
@@ -51,8 +51,8 @@ fn decide(base: &str, rate: Option<(f64, u32)>, limit: u32, member: String) -> O
     })
 }
 
-fn admitted(o: &Outcome<Reply>) -> bool {
-    matches!(o, Outcome::Reply(Reply::Admitted { .. }))
+fn admitted(o: &Answer<Reply>) -> bool {
+    matches!(o, Answer::Reply(Reply::Admitted { .. }))
 }
 
 fn decisions(c: &RedisCluster) -> Client<Redis, u32> {
@@ -89,7 +89,7 @@ fn gcra_and_leases_are_exact_per_key_across_masters() {
         let n = per_key.iter().filter(|o| admitted(o)).count();
         assert_eq!(n, 3, "key {k}: {per_key:?}");
         assert!(
-            matches!(per_key[4], Outcome::Reply(Reply::TooSoon { .. })),
+            matches!(per_key[4], Answer::Reply(Reply::TooSoon { .. })),
             "{per_key:?}"
         );
     }
@@ -110,7 +110,7 @@ fn gcra_and_leases_are_exact_per_key_across_masters() {
             admitted(&per_key[0]) && admitted(&per_key[1]),
             "{per_key:?}"
         );
-        assert_eq!(per_key[2], Outcome::Reply(Reply::Busy { leases: 2 }));
+        assert_eq!(per_key[2], Answer::Reply(Reply::Busy { leases: 2 }));
     }
     let releases = bases
         .iter()
@@ -122,7 +122,7 @@ fn gcra_and_leases_are_exact_per_key_across_masters() {
         .collect();
     assert!(ask(&c, releases)
         .iter()
-        .all(|o| *o == Outcome::Reply(Reply::Released)));
+        .all(|o| *o == Answer::Reply(Reply::Released)));
     let again = bases
         .iter()
         .map(|b| decide(b, None, 2, ids.next()))
@@ -145,7 +145,7 @@ fn gcra_and_leases_are_exact_per_key_across_masters() {
     let got = ask(&c, sync);
     assert!(
         got.iter()
-            .all(|o| matches!(o, Outcome::Reply(Reply::Synced { .. }))),
+            .all(|o| matches!(o, Answer::Reply(Reply::Synced { .. }))),
         "{got:?}"
     );
     assert!(cl.keys_per_node().iter().all(|&n| n > 0));
@@ -216,7 +216,7 @@ fn lost_scripts_and_moved_or_migrating_slots_are_followed() {
     // on a slot in migration (TRYAGAIN); that decision alone fails.
     let got = ask(&c, vec![decide(&base, None, 10, ids.next())]);
     assert!(
-        matches!(&got[0], Outcome::Error(e) if e.contains("TRYAGAIN")),
+        matches!(&got[0], Answer::Error(e) if e.contains("TRYAGAIN")),
         "{got:?}"
     );
     // One key per command (ip_throttle's records): GET and the CAS script
@@ -225,7 +225,7 @@ fn lost_scripts_and_moved_or_migrating_slots_are_followed() {
     let rec = "ipt:{asked}";
     for n in 1..=2 {
         let got = ask(&cas, adds(&[rec.to_owned()], 1));
-        assert_eq!(got, vec![Outcome::Reply(n)]);
+        assert_eq!(got, vec![Answer::Reply(n)]);
     }
     let on = |i: usize| cl.nodes()[i].int(&["CLUSTER", "COUNTKEYSINSLOT", &slot]);
     assert_eq!((on(from).unwrap(), on(to).unwrap()), (0, 1));
@@ -258,13 +258,13 @@ fn a_masters_outage_ends_each_request_by_its_deadline_then_service_returns() {
         // before the rest arrived, without that master's keys).
         for (o, stopped) in got.iter().zip(&on_stopped) {
             assert!(
-                !stopped || matches!(o, Outcome::Error(_) | Outcome::Timeout),
+                !stopped || matches!(o, Answer::Error(_) | Answer::Timeout),
                 "{got:?}"
             );
         }
         assert!(
             got.iter()
-                .any(|o| matches!(o, Outcome::Error(_) | Outcome::Timeout)),
+                .any(|o| matches!(o, Answer::Error(_) | Answer::Timeout)),
             "{got:?}"
         );
         assert!(
@@ -306,10 +306,10 @@ fn a_hung_master_costs_each_request_at_most_its_deadline() {
     cl.nodes()[2].freeze(false).unwrap();
     assert!(
         got.iter()
-            .all(|o| matches!(o, Outcome::Timeout | Outcome::Error(_))),
+            .all(|o| matches!(o, Answer::Timeout | Answer::Error(_))),
         "{got:?}"
     );
-    assert!(got.contains(&Outcome::Timeout), "{got:?}");
+    assert!(got.contains(&Answer::Timeout), "{got:?}");
     assert!(took < TIMEOUT + Duration::from_millis(100), "{took:?}");
     let back = Instant::now();
     while !ask(&c, ops(&ids)).iter().all(admitted) {
@@ -365,7 +365,7 @@ fn compare_and_swap_on_keys_across_masters() {
     let keys = spread_keys(&cl, 30);
     let got = ask(&c, adds(&keys, 4));
     for (k, per_key) in got.chunks(4).enumerate() {
-        let v: Vec<Outcome<u64>> = (1..=4).map(Outcome::Reply).collect();
+        let v: Vec<Answer<u64>> = (1..=4).map(Answer::Reply).collect();
         assert_eq!(per_key, v.as_slice(), "key {k}");
     }
     for k in &keys {
@@ -384,7 +384,7 @@ fn two_racing_clients_lose_no_update_across_masters() {
             let mut ok = vec![0u64; keys.len()];
             for _ in 0..20 {
                 for (i, o) in ask(&c, adds(&keys, 3)).iter().enumerate() {
-                    if matches!(o, Outcome::Reply(_)) {
+                    if matches!(o, Answer::Reply(_)) {
                         ok[i / 3] += 1;
                     }
                 }

@@ -19,7 +19,7 @@ use store::memcached::Memcached;
 use store::redis::{Addr, Decide, Op, Redis, Target};
 use store::redis_cas::RedisCas;
 use store::rmw::{CasBackend, CasStore, Rmw};
-use store::{Client, Config, Outcome};
+use store::{Answer, Client, Config};
 
 mod counter;
 use counter::Add;
@@ -40,11 +40,11 @@ enum Seen {
     Timeout,
 }
 
-fn seen<R>(o: &Outcome<R>) -> Seen {
+fn seen<R>(o: &Answer<R>) -> Seen {
     match o {
-        Outcome::Reply(_) => Seen::Reply,
-        Outcome::Error(_) => Seen::Error,
-        Outcome::Timeout => Seen::Timeout,
+        Answer::Reply(_) => Seen::Reply,
+        Answer::Error(_) => Seen::Error,
+        Answer::Timeout => Seen::Timeout,
     }
 }
 
@@ -72,7 +72,7 @@ impl Probe for Decisions {
     }
     fn poll(&self) -> Option<(u32, Seen, Duration)> {
         let c = self.0.try_complete()?;
-        Some((c.token, seen(&c.outcome), c.submitted.elapsed()))
+        Some((c.token, seen(&c.answer), c.submitted.elapsed()))
     }
 }
 
@@ -88,7 +88,7 @@ impl<S: CasStore> Probe for Records<S> {
     }
     fn poll(&self) -> Option<(u32, Seen, Duration)> {
         let c = self.0.try_complete()?;
-        Some((c.token, seen(&c.outcome), c.submitted.elapsed()))
+        Some((c.token, seen(&c.answer), c.submitted.elapsed()))
     }
 }
 
@@ -359,9 +359,9 @@ fn an_endless_redis_reply_is_cut_at_the_size_cap() {
     };
     let took = done.submitted.elapsed();
     assert!(
-        matches!(&done.outcome, Outcome::Error(e) if e.contains("larger than")),
+        matches!(&done.answer, Answer::Error(e) if e.contains("larger than")),
         "{:?} after {took:?}",
-        done.outcome
+        done.answer
     );
     assert!(took < timeout / 2, "{took:?}");
     let sent = flood.sent.load(Ordering::Relaxed);

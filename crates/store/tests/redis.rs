@@ -6,7 +6,7 @@ use std::time::{Duration, Instant};
 
 use ats_tests::redis::{DelayProxy, Redis as Server};
 use store::redis::{key_base, Addr, Decide, LeaseIds, Op, Redis, Reply};
-use store::{Client, Config, Outcome, SubmitError};
+use store::{Answer, Client, Config, SubmitError};
 
 type C = Client<Redis, u32>;
 
@@ -23,12 +23,12 @@ fn client(port: u16) -> C {
 const TIMEOUT: Duration = Duration::from_millis(500);
 
 /// Waits for `n` completions (at most 5 s).
-fn collect(c: &C, n: usize) -> Vec<(u32, Outcome<Reply>, Duration)> {
+fn collect(c: &C, n: usize) -> Vec<(u32, Answer<Reply>, Duration)> {
     let mut out = Vec::new();
     let end = Instant::now() + Duration::from_secs(5);
     while out.len() < n && Instant::now() < end {
         match c.try_complete() {
-            Some(done) => out.push((done.token, done.outcome, done.submitted.elapsed())),
+            Some(done) => out.push((done.token, done.answer, done.submitted.elapsed())),
             None => std::thread::sleep(Duration::from_micros(200)),
         }
     }
@@ -49,7 +49,7 @@ fn decide(base: &str, rate: Option<(f64, u32)>, limit: u32, member: String, ttl_
     })
 }
 
-fn ask(c: &C, ops: Vec<Op>) -> Vec<Outcome<Reply>> {
+fn ask(c: &C, ops: Vec<Op>) -> Vec<Answer<Reply>> {
     let n = ops.len();
     for (i, op) in ops.into_iter().enumerate() {
         c.submit(op, i as u32, TIMEOUT).expect("room");
@@ -57,8 +57,8 @@ fn ask(c: &C, ops: Vec<Op>) -> Vec<Outcome<Reply>> {
     collect(c, n).into_iter().map(|(_, o, _)| o).collect()
 }
 
-fn admitted(o: &Outcome<Reply>) -> bool {
-    matches!(o, Outcome::Reply(Reply::Admitted { .. }))
+fn admitted(o: &Answer<Reply>) -> bool {
+    matches!(o, Answer::Reply(Reply::Admitted { .. }))
 }
 
 #[test]
@@ -73,7 +73,7 @@ fn gcra_admits_the_burst_then_the_rate() {
         .collect();
     let got = ask(&c, ops);
     assert_eq!(got.iter().filter(|o| admitted(o)).count(), 5, "{got:?}");
-    let Outcome::Reply(Reply::TooSoon { retry_after }) = &got[7] else {
+    let Answer::Reply(Reply::TooSoon { retry_after }) = &got[7] else {
         panic!("{got:?}");
     };
     assert!(
@@ -120,7 +120,7 @@ fn leases_cap_concurrency_release_and_expire() {
             .collect(),
     );
     assert_eq!(got.iter().filter(|o| admitted(o)).count(), 3, "{got:?}");
-    assert_eq!(got[3], Outcome::Reply(Reply::Busy { leases: 3 }));
+    assert_eq!(got[3], Answer::Reply(Reply::Busy { leases: 3 }));
     assert_eq!(s.int(&["ZCARD", "rl:{lease}:leases"]).unwrap(), 3);
     // A release frees a place at once.
     let got = ask(
@@ -133,7 +133,7 @@ fn leases_cap_concurrency_release_and_expire() {
             decide(&base, None, 3, ids.next(), 300),
         ],
     );
-    assert_eq!(got[0], Outcome::Reply(Reply::Released));
+    assert_eq!(got[0], Answer::Reply(Reply::Released));
     assert!(admitted(&got[1]), "{got:?}");
     // Leases nobody gives back expire after their TTL.
     std::thread::sleep(Duration::from_millis(350));
@@ -167,7 +167,7 @@ fn a_busy_limiter_does_not_charge_the_rate() {
     );
     assert!(
         got.iter()
-            .all(|o| matches!(o, Outcome::Reply(Reply::Busy { .. }))),
+            .all(|o| matches!(o, Answer::Reply(Reply::Busy { .. }))),
         "{got:?}"
     );
     let release = Op::Release {
@@ -247,10 +247,7 @@ fn a_full_queue_gives_the_token_back() {
         Err((9, SubmitError::Full))
     ));
     let got = collect(&c, 4);
-    assert!(
-        got.iter().all(|(_, o, _)| *o == Outcome::Timeout),
-        "{got:?}"
-    );
+    assert!(got.iter().all(|(_, o, _)| *o == Answer::Timeout), "{got:?}");
     // Each waited its deadline, not much more.
     for (_, _, waited) in &got {
         assert!(*waited < Duration::from_millis(400), "{waited:?}");
@@ -278,7 +275,7 @@ fn an_outage_fails_fast_and_service_returns_within_a_second() {
             got.1
         );
         assert!(!admitted(&got.0));
-        errors += matches!(got.0, Outcome::Error(_)) as u32;
+        errors += matches!(got.0, Answer::Error(_)) as u32;
     }
     assert!(errors > 0);
     s.restart().unwrap();
@@ -307,7 +304,7 @@ fn a_slow_store_times_out_by_the_deadline() {
         let op = decide(&base, None, 100, ids.next(), 1000);
         c.submit(op, 0, Duration::from_millis(50)).unwrap();
         let (_, o, waited) = collect(&c, 1).remove(0);
-        assert!(matches!(o, Outcome::Timeout | Outcome::Error(_)), "{o:?}");
+        assert!(matches!(o, Answer::Timeout | Answer::Error(_)), "{o:?}");
         assert!(waited < Duration::from_millis(130), "{waited:?}");
     }
     // With a longer deadline the same slow store answers.
@@ -318,7 +315,7 @@ fn a_slow_store_times_out_by_the_deadline() {
     assert!(admitted(&o), "{o:?}");
 }
 
-fn collect_one(c: &C, op: Op) -> (Outcome<Reply>, Duration) {
+fn collect_one(c: &C, op: Op) -> (Answer<Reply>, Duration) {
     c.submit(op, 0, TIMEOUT).expect("room");
     let (_, o, waited) = collect(c, 1).remove(0);
     (o, waited)
@@ -336,7 +333,7 @@ fn sync_counts_every_proxys_hits_per_period_of_the_servers_clock() {
             hits,
         };
         match ask(c, vec![op]).remove(0) {
-            Outcome::Reply(Reply::Synced { period, previous }) => (period, previous),
+            Answer::Reply(Reply::Synced { period, previous }) => (period, previous),
             o => panic!("{o:?}"),
         }
     };
@@ -391,7 +388,7 @@ fn a_named_host_and_a_database_are_honoured() {
     let base = key_base("db", None);
     let one = |c: &C| ask(c, vec![decide(&base, None, 1, ids.next(), 10_000)]).remove(0);
     assert!(admitted(&one(&db3)));
-    assert_eq!(one(&db3), Outcome::Reply(Reply::Busy { leases: 1 }));
+    assert_eq!(one(&db3), Answer::Reply(Reply::Busy { leases: 1 }));
     // Database 0 holds no lease of database 3.
     assert!(admitted(&one(&db0)));
     assert_eq!(s.int(&["DBSIZE"]).unwrap(), 1);
@@ -424,11 +421,11 @@ fn check_takes_nothing_and_charges_empty_the_bucket() {
     let got = ask(&c, (0..3).map(|_| charge()).collect());
     assert!(
         got.iter()
-            .all(|o| matches!(o, Outcome::Reply(Reply::Charged))),
+            .all(|o| matches!(o, Answer::Reply(Reply::Charged))),
         "{got:?}"
     );
     let got = ask(&c, vec![check(&ids)]);
-    let Outcome::Reply(Reply::TooSoon { retry_after }) = &got[0] else {
+    let Answer::Reply(Reply::TooSoon { retry_after }) = &got[0] else {
         panic!("three charges empty a burst of 3: {got:?}");
     };
     assert!(*retry_after <= Duration::from_secs(1), "{retry_after:?}");
@@ -436,7 +433,7 @@ fn check_takes_nothing_and_charges_empty_the_bucket() {
     // second, so the wait is (10 + 1) s less the time gone.
     ask(&c, (0..10).map(|_| charge()).collect());
     let got = ask(&c, vec![check(&ids)]);
-    let Outcome::Reply(Reply::TooSoon { retry_after }) = &got[0] else {
+    let Answer::Reply(Reply::TooSoon { retry_after }) = &got[0] else {
         panic!("{got:?}");
     };
     assert!(

@@ -13,7 +13,7 @@ use store::rmw::{CasBackend, CasStore, Rmw, MAX_ROUNDS};
 
 mod counter;
 use counter::Add;
-use store::{Client, Config, Outcome};
+use store::{Answer, Client, Config};
 
 /// A store server under test.
 trait Server: Sized {
@@ -106,7 +106,7 @@ fn client<S: Server>(ports: &[u16]) -> C<S> {
 const TIMEOUT: Duration = Duration::from_millis(500);
 
 /// Submits one `Add` per entry of `by` on `key`; their outcomes in order.
-fn add<S: Server>(c: &C<S>, key: &str, by: &[u64]) -> Vec<Outcome<u64>> {
+fn add<S: Server>(c: &C<S>, key: &str, by: &[u64]) -> Vec<Answer<u64>> {
     for (i, &b) in by.iter().enumerate() {
         let op = Rmw {
             key: key.to_owned(),
@@ -120,7 +120,7 @@ fn add<S: Server>(c: &C<S>, key: &str, by: &[u64]) -> Vec<Outcome<u64>> {
     let end = Instant::now() + Duration::from_secs(5);
     while out.len() < by.len() && Instant::now() < end {
         match c.try_complete() {
-            Some(done) => out.push((done.token, done.outcome)),
+            Some(done) => out.push((done.token, done.answer)),
             None => std::thread::sleep(Duration::from_micros(200)),
         }
     }
@@ -132,13 +132,13 @@ fn add<S: Server>(c: &C<S>, key: &str, by: &[u64]) -> Vec<Outcome<u64>> {
 fn adds_then_deletes<S: Server>() {
     let s = S::start();
     let c = client::<S>(&[s.port()]);
-    assert_eq!(add::<S>(&c, "k1", &[5]), vec![Outcome::Reply(5)]);
-    assert_eq!(add::<S>(&c, "k1", &[2]), vec![Outcome::Reply(7)]);
+    assert_eq!(add::<S>(&c, "k1", &[5]), vec![Answer::Reply(5)]);
+    assert_eq!(add::<S>(&c, "k1", &[2]), vec![Answer::Reply(7)]);
     assert_eq!(s.get("k1").as_deref(), Some("7"));
-    assert_eq!(add::<S>(&c, "k1", &[0]), vec![Outcome::Reply(0)]);
+    assert_eq!(add::<S>(&c, "k1", &[0]), vec![Answer::Reply(0)]);
     assert_eq!(s.get("k1"), None);
     // Deleting what is not there is fine.
-    assert_eq!(add::<S>(&c, "k1", &[0]), vec![Outcome::Reply(0)]);
+    assert_eq!(add::<S>(&c, "k1", &[0]), vec![Answer::Reply(0)]);
 }
 
 fn ops_on_one_key_in_one_batch_apply_in_order<S: Server>() {
@@ -149,7 +149,7 @@ fn ops_on_one_key_in_one_batch_apply_in_order<S: Server>() {
     let values: Vec<u64> = got
         .iter()
         .map(|o| match o {
-            Outcome::Reply(v) => *v,
+            Answer::Reply(v) => *v,
             other => panic!("{other:?}"),
         })
         .collect();
@@ -169,7 +169,7 @@ fn two_proxies_racing_on_one_key_lose_nothing<S: Server + Send + 'static>() {
             for _ in 0..20 {
                 ok += add::<S>(&c, "shared", &[1; 10])
                     .iter()
-                    .filter(|o| matches!(o, Outcome::Reply(_)))
+                    .filter(|o| matches!(o, Answer::Reply(_)))
                     .count();
             }
             ok
@@ -185,18 +185,18 @@ fn two_proxies_racing_on_one_key_lose_nothing<S: Server + Send + 'static>() {
 fn an_outage_fails_fast_and_service_returns_within_a_second<S: Server>() {
     let mut s = S::start();
     let c = client::<S>(&[s.port()]);
-    assert_eq!(add::<S>(&c, "k", &[1]), vec![Outcome::Reply(1)]);
+    assert_eq!(add::<S>(&c, "k", &[1]), vec![Answer::Reply(1)]);
     s.stop();
     for _ in 0..5 {
         let t = Instant::now();
         let got = add::<S>(&c, "k", &[1]);
-        assert!(matches!(got[0], Outcome::Error(_)), "{got:?}");
+        assert!(matches!(got[0], Answer::Error(_)), "{got:?}");
         assert!(t.elapsed() < TIMEOUT + Duration::from_millis(100));
     }
     s.restart();
     let back = Instant::now();
     loop {
-        if add::<S>(&c, "k", &[1]) == vec![Outcome::Reply(1)] {
+        if add::<S>(&c, "k", &[1]) == vec![Answer::Reply(1)] {
             break;
         }
         assert!(
@@ -212,7 +212,7 @@ fn a_slow_server_times_out_by_the_deadline<S: Server>() {
     let slow = DelayProxy::start(s.port(), Duration::from_millis(800)).unwrap();
     let c = client::<S>(&[slow.port()]);
     let t = Instant::now();
-    assert_eq!(add::<S>(&c, "k", &[1]), vec![Outcome::Timeout]);
+    assert_eq!(add::<S>(&c, "k", &[1]), vec![Answer::Timeout]);
     assert!(
         t.elapsed() < TIMEOUT + Duration::from_millis(150),
         "{:?}",
@@ -226,12 +226,12 @@ fn a_foreign_oversized_value_breaks_the_batch_not_the_client<S: Server>() {
     let c = client::<S>(&[s.port()]);
     let got = add::<S>(&c, "big", &[1]);
     assert!(
-        matches!(&got[0], Outcome::Error(e) if e.contains("value")),
+        matches!(&got[0], Answer::Error(e) if e.contains("value")),
         "{got:?}"
     );
     // The client reconnects and serves other keys.
     std::thread::sleep(Duration::from_millis(50));
-    assert_eq!(add::<S>(&c, "small", &[1]), vec![Outcome::Reply(1)]);
+    assert_eq!(add::<S>(&c, "small", &[1]), vec![Answer::Reply(1)]);
 }
 
 macro_rules! on_both {
@@ -267,7 +267,7 @@ fn a_dripping_memcached_times_out_by_the_deadline() {
     let c = client::<McServer>(&[drip.port()]);
     let t = Instant::now();
     let got = add::<McServer>(&c, "k", &[1]);
-    assert_eq!(got, vec![Outcome::Timeout]);
+    assert_eq!(got, vec![Answer::Timeout]);
     assert!(
         t.elapsed() < TIMEOUT + Duration::from_millis(150),
         "{:?}",
@@ -281,7 +281,7 @@ fn memcached_keys_spread_over_servers_by_a_fixed_hash() {
     let c = client::<McServer>(&[s1.port(), s2.port()]);
     let keys: Vec<String> = (0..40).map(|i| format!("ipt:x:10.0.0.{i}")).collect();
     for k in &keys {
-        assert_eq!(add::<McServer>(&c, k, &[3]), vec![Outcome::Reply(3)]);
+        assert_eq!(add::<McServer>(&c, k, &[3]), vec![Answer::Reply(3)]);
     }
     let mut on = [0, 0];
     for k in &keys {
@@ -301,7 +301,7 @@ fn invalid_memcached_keys_are_refused_without_a_round_trip() {
     for bad in ["", "has space", &"k".repeat(251)] {
         let got = add::<McServer>(&c, bad, &[1]);
         assert!(
-            matches!(&got[0], Outcome::Error(e) if e.contains("invalid")),
+            matches!(&got[0], Answer::Error(e) if e.contains("invalid")),
             "{got:?}"
         );
     }
@@ -311,8 +311,8 @@ fn invalid_memcached_keys_are_refused_without_a_round_trip() {
 fn redis_reloads_a_flushed_script_and_loses_no_update() {
     let s = <RedisServer as Server>::start();
     let c = client::<RedisServer>(&[s.port()]);
-    assert_eq!(add::<RedisServer>(&c, "k", &[1]), vec![Outcome::Reply(1)]);
+    assert_eq!(add::<RedisServer>(&c, "k", &[1]), vec![Answer::Reply(1)]);
     s.command(&["SCRIPT", "FLUSH"]).expect("flush");
-    assert_eq!(add::<RedisServer>(&c, "k", &[1]), vec![Outcome::Reply(2)]);
+    assert_eq!(add::<RedisServer>(&c, "k", &[1]), vec![Answer::Reply(2)]);
     assert_eq!(Server::get(&s, "k").as_deref(), Some("2"));
 }

@@ -7,13 +7,13 @@
 //!
 //! Sent quoted as one word (traffic_ctl 9.2 forwards only the first word):
 //! `traffic_ctl plugin msg throttle "set cdn max=500"`; the verb may also be
-//! in the tag (`throttle.show`).
+//! in the target (`throttle.show`).
 
 use limits::ctl::{unknown, words, wrong_arguments};
 use limits::quote::quote;
 
-/// The plugin's message tag.
-pub const TAG: &str = "throttle";
+/// The plugin's name: a message's target is it, or it and `.VERB`.
+pub const PLUGIN: &str = "throttle";
 
 const USAGE: &str = "show [ID], set ID max=N stale=S";
 
@@ -58,9 +58,9 @@ impl Command {
     }
 }
 
-/// The command in a message, `None` if the tag is not ours.
-pub fn parse(tag: &str, data: &[u8]) -> Option<Result<Command, String>> {
-    Some(words(TAG, tag, data)?.and_then(|w| {
+/// The command in a message, `None` if the target is not ours.
+pub fn parse(target: &str, data: &[u8]) -> Option<Result<Command, String>> {
+    Some(words(PLUGIN, target, data)?.and_then(|w| {
         match (w.verb, w.args.as_slice()) {
             ("show", []) => Ok(Command::Show { id: None }),
             ("show", [id]) => Ok(Command::Show {
@@ -104,8 +104,8 @@ fn setting(s: &str) -> Result<Setting, String> {
 mod tests {
     use super::*;
 
-    fn cmd(tag: &str, data: &str) -> Result<Command, String> {
-        parse(tag, data.as_bytes()).expect("our tag")
+    fn cmd(target: &str, data: &str) -> Result<Command, String> {
+        parse(target, data.as_bytes()).expect("our target")
     }
 
     #[test]

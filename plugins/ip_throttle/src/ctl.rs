@@ -33,7 +33,7 @@ static RULES: Roster<Rule> = Roster::new();
 
 /// Serves `traffic_ctl plugin msg ip_throttle …` (once per process).
 pub(crate) fn init() {
-    ats::msg::serve(ctl::TAG, Ctl);
+    ats::msg::serve(ctl::PLUGIN, Ctl);
 }
 
 /// Lists a new rule for the commands.
@@ -74,8 +74,8 @@ struct Ctl;
 impl Commands for Ctl {
     type Command = Command;
 
-    fn parse(&self, tag: &str, data: &[u8]) -> Option<Result<Command, String>> {
-        ctl::parse(tag, data)
+    fn parse(&self, target: &str, data: &[u8]) -> Option<Result<Command, String>> {
+        ctl::parse(target, data)
     }
 
     fn verb(cmd: &Command) -> &'static str {

@@ -15,7 +15,7 @@ use parking_lot::Mutex;
 use crate::Rule;
 
 /// A delay decided in remap.
-pub(crate) struct Wait {
+pub(crate) struct Delay {
     pub(crate) rule: Arc<Rule>,
     pub(crate) delay: Nanos,
     /// Counts the request against `--max-concurrent` while held.
@@ -25,7 +25,7 @@ pub(crate) struct Wait {
 /// Holds a parked transaction for its delay, then lets it go on, unless
 /// its client left meanwhile: then it ends there and never reaches the
 /// origin. The IP's delay is not changed either way.
-pub(crate) fn hold(parked: Parked, w: Wait) {
+pub(crate) fn hold(parked: Parked, w: Delay) {
     let home = parked.home();
     let after = Duration::from_nanos(w.delay);
     // The timer owns the transaction; if it cannot be armed it comes back.
@@ -45,8 +45,8 @@ pub(crate) fn hold(parked: Parked, w: Wait) {
 }
 
 /// The delay is over (on the transaction's thread).
-fn release(h: HomeTxn<'_>, w: Wait) -> Done {
-    let Wait { rule, counted, .. } = w;
+fn release(h: HomeTxn<'_>, w: Delay) -> Done {
+    let Delay { rule, counted, .. } = w;
     // From here it is no longer delayed: it goes to the origin, or away.
     drop(counted);
     if h.client_gone() {

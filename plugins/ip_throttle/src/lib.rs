@@ -26,7 +26,7 @@
 mod ctl;
 mod delay;
 mod report;
-mod store;
+mod shared;
 
 use std::net::IpAddr;
 use std::path::PathBuf;
@@ -35,7 +35,7 @@ use std::sync::{Arc, OnceLock};
 use ats::sched::Periodic;
 use ats::{
     Done, HomeTxn, Hook, HookCont, HookHandler, HookId, ReloadStatus, RemapArgs, RemapPlugin,
-    RemapRequest, RemapStatus, Txn, TxnSlot,
+    RemapRequest, RemapStatus, Txn, TxnData,
 };
 use ip_throttle_core::{
     Action, ListName, Machine, Options, Request, Scope, Snapshot, Throttler, ToStep, View,
@@ -44,14 +44,14 @@ use limits::MonotonicClock;
 use optspec::files::FsFiles;
 use parking_lot::Mutex;
 
-use crate::delay::Wait;
+use crate::delay::Delay;
 use crate::report::{Metrics, Reporter};
-use crate::store::Store;
+use crate::shared::Store;
 
 /// Process-wide objects, created once in `init`.
 struct Globals {
     hooks: HookCont,
-    txn: TxnSlot<TxnState>,
+    txn: TxnData<TxnState>,
 }
 
 static GLOBALS: OnceLock<Globals> = OnceLock::new();
@@ -76,14 +76,14 @@ pub struct Rule {
 struct TxnState {
     /// Set in remap for a delayed request; taken at POST_REMAP. If never
     /// taken, dropping it stops counting the request as delayed.
-    wait: Mutex<Option<Wait>>,
+    wait: Mutex<Option<Delay>>,
     /// With `--store`: the step to run on the shared record, set in remap
     /// and taken at POST_REMAP.
     asked: Mutex<Option<(Arc<Rule>, ToStep)>>,
 }
 
 impl TxnState {
-    fn waiting(w: Wait) -> TxnState {
+    fn waiting(w: Delay) -> TxnState {
         TxnState {
             wait: Mutex::new(Some(w)),
             asked: Mutex::new(None),
@@ -173,7 +173,7 @@ impl Rule {
 
     /// Lifts a ban now (`unban IP`), logging the `unban` event.
     pub(crate) fn unban(self: &Arc<Self>, ip: IpAddr) -> bool {
-        store::unban(self, ip);
+        shared::unban(self, ip);
         match self.throttler.unban(ip) {
             Some(e) => {
                 let log = self.throttler.snapshot();
@@ -209,7 +209,7 @@ impl Rule {
                 if let Some(counted) = d.delayed {
                     let _ = g.txn.set(
                         txn,
-                        TxnState::waiting(Wait {
+                        TxnState::waiting(Delay {
                             rule: self.clone(),
                             delay: 0,
                             counted,
@@ -219,7 +219,7 @@ impl Rule {
             }
             Action::Delay(delay) => {
                 let Some(counted) = d.delayed else { return };
-                let state = TxnState::waiting(Wait {
+                let state = TxnState::waiting(Delay {
                     rule: self.clone(),
                     delay,
                     counted,
@@ -246,7 +246,7 @@ impl RemapPlugin for Rule {
         if GLOBALS.get().is_none() {
             let g = Globals {
                 hooks: HookCont::new(Hooks)?,
-                txn: TxnSlot::new("ip_throttle")?,
+                txn: TxnData::new("ip_throttle")?,
             };
             let _ = GLOBALS.set(g);
             ctl::init();
@@ -279,13 +279,13 @@ impl RemapPlugin for Rule {
         }
         // The connection's client (a PROXY protocol source counts), then,
         // if that is a trusted proxy, the client it forwards for.
-        let Some(peer) = txn.connection_client_ip() else {
+        let Some(remote) = txn.connection_client_ip() else {
             return RemapStatus::NoRemap;
         };
         let hdr = req.request_header();
         let ip = self
             .throttler
-            .client_ip(peer, |name| hdr.as_ref()?.joined(name));
+            .client_ip(remote, |name| hdr.as_ref()?.joined(name));
         // Read only what the scope regexes need (each read copies).
         let (need_method, need_path) = self.throttler.scope_needs();
         let method = match (&hdr, need_method) {
@@ -337,7 +337,7 @@ impl HookHandler for Hooks {
             HookId::PostRemap => {
                 let st = GLOBALS.get().and_then(|g| g.txn.get(hook.txn()));
                 if let Some((rule, m)) = st.and_then(|st| st.asked.lock().take()) {
-                    return hook.park(move |parked| store::ask(rule, parked, m));
+                    return hook.park(move |parked| shared::ask(rule, parked, m));
                 }
                 let wait = st.and_then(|st| st.wait.lock().take());
                 match wait {

@@ -13,13 +13,13 @@
 //! unreachable origin's 502, a timeout's 504, refusals by this or another
 //! plugin) are not, nor is a request whose client left before the response
 //! (ATS sends no response header then). Requests refused by this rule are
-//! never charged (their outcome is `Refused`); requests admitted at once or
+//! never charged (their fate is `Refused`); requests admitted at once or
 //! after waiting for a slot (`Resumed`) are.
 
 use ats::Txn;
 
-use crate::state::{bump, Outcome, TxnState};
-use crate::store::TxnStore;
+use crate::central::TxnCentral;
+use crate::state::{bump, Fate, TxnState};
 
 /// Charges what the response's status calls for.
 pub(crate) fn response(txn: Txn<'_>, head: &TxnState) {
@@ -36,7 +36,7 @@ pub(crate) fn response(txn: Txn<'_>, head: &TxnState) {
             continue;
         };
         // Admitted at once or after waiting for a slot; never refused ones.
-        let admitted = matches!(s.outcome(), Outcome::Admitted | Outcome::Resumed);
+        let admitted = matches!(s.fate(), Fate::Admitted | Fate::Resumed);
         if !admitted || !list.contains(status) {
             continue;
         }
@@ -45,8 +45,8 @@ pub(crate) fn response(txn: Txn<'_>, head: &TxnState) {
         }
         let rule = &s.rule;
         // Taken: one response per transaction (its lease stays).
-        let in_store = match s.store.lock().as_deref_mut() {
-            Some(TxnStore::Charged { base, .. }) => Some(std::mem::take(base)),
+        let in_store = match s.central.lock().as_deref_mut() {
+            Some(TxnCentral::Charged { base, .. }) => Some(std::mem::take(base)),
             _ => None,
         };
         let charged = match (in_store, &rule.store) {

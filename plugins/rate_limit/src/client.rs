@@ -147,7 +147,7 @@ pub(crate) struct KeyView<'t> {
 impl RequestView for KeyView<'_> {
     /// The connection's client: on a PROXY-protocol port the header's
     /// source, on 10.x as on 9.2 (as ip_throttle reads it).
-    fn peer_ip(&self) -> Option<IpAddr> {
+    fn remote_ip(&self) -> Option<IpAddr> {
         self.txn.connection_client_ip()
     }
 

@@ -97,7 +97,7 @@ impl Card {
 
 /// Serves `traffic_ctl plugin msg rate_limit …` (once per process).
 pub(crate) fn init() {
-    ats::msg::serve(ctl::TAG, Ctl);
+    ats::msg::serve(ctl::PLUGIN, Ctl);
 }
 
 struct Ctl;
@@ -105,8 +105,8 @@ struct Ctl;
 impl ats::msg::Commands for Ctl {
     type Command = Command;
 
-    fn parse(&self, tag: &str, data: &[u8]) -> Option<Result<Command, String>> {
-        ctl::parse(tag, data)
+    fn parse(&self, target: &str, data: &[u8]) -> Option<Result<Command, String>> {
+        ctl::parse(target, data)
     }
 
     fn verb(cmd: &Command) -> &'static str {

@@ -9,7 +9,7 @@ use std::sync::{Arc, OnceLock};
 use ats::{HookId, Txn};
 use parking_lot::Mutex;
 
-use crate::state::{Held, Outcome, PerTxn, TxnState, Wait};
+use crate::state::{Fate, Held, Pending, PerTxn, TxnState};
 use crate::{Globals, Rule};
 
 impl Rule {
@@ -41,25 +41,25 @@ impl Rule {
     }
 
     /// Stores the transaction's state (after any earlier rate_limit entry's
-    /// on the same rule) and hooks what its outcome needs.
+    /// on the same rule) and hooks what its fate needs.
     pub(crate) fn attach<'t>(
         self: &Arc<Self>,
         g: &Globals,
         txn: Txn<'t>,
-        outcome: Outcome,
+        fate: Fate,
         held: Option<Held>,
-        wait: Option<Wait>,
+        wait: Option<Pending>,
         key: Option<u64>,
     ) -> Option<&'t TxnState> {
         let state = TxnState {
             rule: self.clone(),
             key,
-            outcome: AtomicU8::new(outcome as u8),
+            fate: AtomicU8::new(fate as u8),
             held: Mutex::new(held),
             wait: Mutex::new(wait.map(Box::new)),
             next: OnceLock::new(),
             decorating: AtomicBool::new(false),
-            store: Mutex::new(None),
+            central: Mutex::new(None),
         };
         // Only a later entry can find an earlier one's state: the first
         // skips the lookup.
@@ -80,7 +80,7 @@ impl Rule {
         };
         // `--count-status`: the response's status may charge the rate.
         // A dry run's let-through (`DryRun`) has nothing of its own to add.
-        let decorate = !matches!(outcome, Outcome::Admitted | Outcome::DryRun)
+        let decorate = !matches!(fate, Fate::Admitted | Fate::DryRun)
             || self.opts.ratelimit_headers
             || self.opts.count_status.is_some();
         if decorate && !head.decorating.swap(true, Ordering::Relaxed) {

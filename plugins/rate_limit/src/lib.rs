@@ -28,24 +28,24 @@
 //!
 //! Beside that path: `load.rs` makes a rule and commits reloads, `client.rs`
 //! finds the client and its key, `entries.rs` chains several entries on one
-//! rule, `queue.rs` parks waiters, `store.rs` asks Redis, `peers.rs` runs the
+//! rule, `queue.rs` parks waiters, `central.rs` asks Redis, `exchange.rs` runs the
 //! peer exchange, `refusals.rs` writes the refusal log, `ctl.rs` answers
 //! `traffic_ctl plugin msg`.
 #![forbid(unsafe_code)]
 
+mod central;
 mod charge;
 mod client;
 mod ctl;
 mod entries;
+mod exchange;
 mod fair;
 mod load;
 mod mates;
-mod peers;
 mod policy;
 mod queue;
 mod refusals;
 mod state;
-mod store;
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, LazyLock, OnceLock};
@@ -54,7 +54,7 @@ use ats::sched::Periodic;
 
 use ats::{
     Done, Hook, HookCont, HookHandler, HookId, ReloadStatus, RemapArgs, RemapPlugin, RemapRequest,
-    RemapStatus, SsnSlot, Txn, TxnSlot,
+    RemapStatus, SsnData, Txn, TxnData,
 };
 use limits::BudgetToken;
 use parking_lot::Mutex;
@@ -66,14 +66,14 @@ use crate::entries::Earlier;
 use crate::queue::{park, Queued};
 use crate::refusals::Reason;
 use crate::state::{
-    bump, Held, Home, Metrics, Outcome, PerTxn, Place, SessionSlots, TxnState, Wait,
+    bump, Fate, Held, Holder, Metrics, Pending, PerTxn, Place, SessionSlots, TxnState,
 };
 
 /// Process-wide objects, created once in `init`.
 struct Globals {
     hooks: HookCont,
-    txn: TxnSlot<PerTxn>,
-    ssn: SsnSlot<Arc<SessionSlots>>,
+    txn: TxnData<PerTxn>,
+    ssn: SsnData<Arc<SessionSlots>>,
 }
 
 static GLOBALS: OnceLock<Globals> = OnceLock::new();
@@ -106,10 +106,10 @@ pub struct Rule {
     policy: Option<policy::Policy>,
     /// A check for departed waiters is armed (only while anyone waits).
     watching: AtomicBool,
-    /// `--store`: decided in Redis (see store.rs).
-    store: Option<crate::store::RuleStore>,
+    /// `--store`: decided in Redis (see central.rs).
+    store: Option<crate::central::RuleStore>,
     /// `--peers`: the exchange runs while a rule holds it.
-    _peers: Option<Arc<peers::Exchange>>,
+    _peers: Option<Arc<exchange::Exchange>>,
     /// `--log`: the refusal log.
     refusals: refusals::Refusals,
 }
@@ -147,12 +147,12 @@ impl Rule {
         if dry {
             bump(self.metrics.dry_run_refused, 1);
             if self.opts.ratelimit_headers {
-                self.attach(g, txn, Outcome::DryRun, None, None, key);
+                self.attach(g, txn, Fate::DryRun, None, None, key);
             }
             return;
         }
         bump(self.metrics.rejected, 1);
-        self.attach(g, txn, Outcome::Refused, None, None, key);
+        self.attach(g, txn, Fate::Refused, None, None, key);
         txn.set_status(self.opts.error);
     }
 
@@ -169,8 +169,8 @@ impl RemapPlugin for Rule {
         if GLOBALS.get().is_none() {
             let g = Globals {
                 hooks: HookCont::new(Hooks)?,
-                txn: TxnSlot::new("rate_limit")?,
-                ssn: SsnSlot::new("rate_limit")?,
+                txn: TxnData::new("rate_limit")?,
+                ssn: SsnData::new("rate_limit")?,
             };
             let _ = GLOBALS.set(g);
             ctl::init();
@@ -192,7 +192,7 @@ impl RemapPlugin for Rule {
     }
 
     fn done() {
-        crate::store::done();
+        crate::central::done();
     }
 
     fn post_reload(status: ReloadStatus) {
@@ -217,7 +217,7 @@ impl RemapPlugin for Rule {
             bump(self.metrics.exempt, 1);
             return RemapStatus::NoRemap;
         };
-        let mut home = Home::Txn;
+        let mut holder = Holder::Txn;
         if self.opts.conntrack {
             if let Some(ssn) = txn.ssn() {
                 // The session's slot list; None if another copy of the plugin
@@ -237,7 +237,7 @@ impl RemapPlugin for Rule {
                     if slots.admitted(id) || (self.dry_run() && slots.dry_admitted(id)) {
                         return RemapStatus::NoRemap;
                     }
-                    home = Home::Session(slots);
+                    holder = Holder::Session(slots);
                 }
             }
         }
@@ -257,13 +257,13 @@ impl RemapPlugin for Rule {
         };
         if self.store.as_ref().is_some_and(|s| s.exact()) {
             if self.dry_run() {
-                // Asked of Redis, never waited for (store.rs).
+                // Asked of Redis, never waited for (central.rs).
                 self.note_name(key);
-                crate::store::dry_run(self, g, txn, key);
+                crate::central::dry_run(self, g, txn, key);
                 return RemapStatus::NoRemap;
             }
-            // Decided in Redis at POST_REMAP (store.rs).
-            crate::store::remap(self, g, txn, key);
+            // Decided in Redis at POST_REMAP (central.rs).
+            crate::central::remap(self, g, txn, key);
             return RemapStatus::NoRemap;
         }
         // A peered limiter keeps the key's tag (left in KEY_BYTES by client_key).
@@ -290,22 +290,22 @@ impl RemapPlugin for Rule {
             Admission::Go(permit) => {
                 let held = permit.map(|p| Held::new(p, self));
                 self.live.admit();
-                match home {
-                    Home::Session(s) => {
+                match holder {
+                    Holder::Session(s) => {
                         s.keep(self.limiter_id(), held);
                         // Its streams already waiting in the queue (they
                         // missed the free slot) pass with it.
                         self.resume_session_mates(&s);
                         if self.opts.ratelimit_headers {
-                            self.attach(g, txn, Outcome::Admitted, None, None, key);
+                            self.attach(g, txn, Fate::Admitted, None, None, key);
                         }
                     }
                     // Nothing to hold, decorate or charge: no state, no hooks.
-                    Home::Txn if held.is_none() && !self.needs_response() => {}
+                    Holder::Txn if held.is_none() && !self.needs_response() => {}
                     // Alone on its rule, nothing to decorate: only the slot
                     // to keep until TXN_CLOSE (if the slot is taken, the
                     // value comes back and dropping it frees the slot).
-                    Home::Txn
+                    Holder::Txn
                         if !self.needs_response()
                             && !self.chained
                             && !self.followed.load(Ordering::Relaxed) =>
@@ -314,8 +314,8 @@ impl RemapPlugin for Rule {
                             let _ = g.txn.set(txn, PerTxn::Held { _slot: h });
                         }
                     }
-                    Home::Txn => {
-                        self.attach(g, txn, Outcome::Admitted, held, None, key);
+                    Holder::Txn => {
+                        self.attach(g, txn, Fate::Admitted, held, None, key);
                     }
                 }
             }
@@ -332,27 +332,27 @@ impl RemapPlugin for Rule {
                 // `--conntrack`: the connection would have been admitted
                 // after its wait; its later requests pass as they would
                 // (no slot held) while the dry run lasts, then are checked.
-                if let Home::Session(s) = home {
+                if let Holder::Session(s) = holder {
                     s.keep_dry(self.limiter_id());
                 }
                 // Decorated, and (`--count-status`) charged as the live
                 // rule would charge it after its wait.
                 if self.needs_response() {
-                    self.attach(g, txn, Outcome::Admitted, None, None, key);
+                    self.attach(g, txn, Fate::Admitted, None, None, key);
                 }
             }
             Admission::Wait(w) => {
                 self.note_name(key);
-                let wait = Wait {
+                let wait = Pending {
                     place: self.place(w.place),
                     since: w.since,
                     rate_delay: w.rate_delay,
                     rate: w.rate,
-                    home,
+                    holder,
                     key,
                 };
                 if self
-                    .attach(g, txn, Outcome::Waiting, None, Some(wait), key)
+                    .attach(g, txn, Fate::Waiting, None, Some(wait), key)
                     .is_some()
                 {
                     txn.hook(HookId::PostRemap, &g.hooks);
@@ -379,11 +379,11 @@ impl HookHandler for Hooks {
             HookId::PostRemap => {
                 // A --store entry's decision (one POST_REMAP per entry).
                 let asked = st.chain().find_map(|s| {
-                    let base = crate::store::TxnStore::take_pending(&mut s.store.lock())?;
+                    let base = crate::central::TxnCentral::take_pending(&mut s.central.lock())?;
                     Some((s.rule.clone(), base, s.key))
                 });
                 if let Some((rule, base, key)) = asked {
-                    return hook.park(move |p| crate::store::ask(rule, p, base, key));
+                    return hook.park(move |p| crate::central::ask(rule, p, base, key));
                 }
                 // One POST_REMAP per waiting entry: each takes the next wait.
                 let pending = st
@@ -410,7 +410,7 @@ fn decorate_response(txn: Txn<'_>, head: &TxnState) {
     let Some(mut resp) = txn.client_response() else {
         return;
     };
-    if let Some(st) = head.chain().find(|s| s.outcome() == Outcome::Refused) {
+    if let Some(st) = head.chain().find(|s| s.fate() == Fate::Refused) {
         if st.rule.opts.retry > 0 {
             resp.append("Retry-After", &st.rule.opts.retry.to_string());
         }

@@ -15,7 +15,7 @@ use rate_limit_core::{Limiter, Limits, Options};
 
 use crate::queue::Queued;
 use crate::state::{self, Metrics};
-use crate::{ctl, fair, peers, policy, refusals, store, Rule, REGISTRY};
+use crate::{central, ctl, exchange, fair, policy, refusals, Rule, REGISTRY};
 
 impl Rule {
     pub(crate) fn new(args: &RemapArgs<'_>) -> Result<Rule, String> {
@@ -38,9 +38,9 @@ impl Rule {
                 .flatten();
             (limiter, place > 1, followed, policy)
         };
-        let peers = peers::join(&opts, &limiter)?;
+        let peers = exchange::join(&opts, &limiter)?;
         let metrics = Metrics::new(&opts);
-        let store = crate::store::RuleStore::new(&opts, &limiter)?;
+        let store = crate::central::RuleStore::new(&opts, &limiter)?;
         let live = Arc::new(state::Live::new(&metrics));
         let refusals = refusals::Refusals::new(&opts)?;
         Ok(Rule {
@@ -149,12 +149,12 @@ fn build_limiter(o: &Options) -> Arc<Limiter<Queued>> {
         return Limiter::fair(limits, f, MonotonicClock);
     }
     match o.key {
-        // --store-sync exchanges counts as peers do (store/sync.rs).
+        // --store-sync exchanges counts as peers do (central/sync.rs).
         Some(_) if o.peer.is_some() || o.store.as_ref().is_some_and(|s| s.sync_ms.is_some()) => {
             let report_tags = o
                 .peer
                 .as_ref()
-                .map_or(store::sync::MAX_KEYS_PER_SYNC, |p| p.max_tags);
+                .map_or(central::sync::MAX_KEYS_PER_SYNC, |p| p.max_tags);
             Limiter::peered(limits, o.keys, report_tags, MonotonicClock)
         }
         Some(_) => Limiter::keyed(limits, o.keys, MonotonicClock),

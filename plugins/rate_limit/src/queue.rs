@@ -16,7 +16,7 @@ use parking_lot::Mutex;
 use rate_limit_core::SlotWait;
 
 use crate::refusals::Reason;
-use crate::state::{bump, Held, Home, Outcome, Place, SessionSlots, TxnState, Wait};
+use crate::state::{bump, Fate, Held, Holder, Pending, Place, SessionSlots, TxnState};
 use crate::{Rule, GLOBALS};
 
 pub(crate) type RateToken = rate_limit_core::RateToken<Queued>;
@@ -28,13 +28,13 @@ const WATCH_MAX: usize = 10_000;
 
 /// A parked transaction starts waiting: for the rate bucket first (a timer),
 /// then for a slot.
-pub(crate) fn park(rule: Arc<Rule>, parked: Parked, wait: Wait) {
+pub(crate) fn park(rule: Arc<Rule>, parked: Parked, wait: Pending) {
     bump(rule.metrics.queued, 1);
     let q = Queued {
         rule: rule.clone(),
         parked,
         since: wait.since,
-        home: wait.home,
+        holder: wait.holder,
         rate: wait.rate,
         expiry: Arc::new(OnceLock::new()),
         place: wait.place,
@@ -78,9 +78,9 @@ impl Rule {
         let key = q.key;
         // --conntrack: a stream of a session that got its slot while this
         // one was in DoRemap or its rate wait passes with the session.
-        let session = match &q.home {
-            Home::Session(s) => Some(s.clone()),
-            Home::Txn => None,
+        let session = match &q.holder {
+            Holder::Session(s) => Some(s.clone()),
+            Holder::Txn => None,
         };
         if session
             .as_ref()
@@ -182,7 +182,7 @@ pub(crate) struct Queued {
     pub(crate) rule: Arc<Rule>,
     pub(crate) parked: Parked,
     pub(crate) since: Nanos,
-    pub(crate) home: Home,
+    pub(crate) holder: Holder,
     pub(crate) rate: Option<RateToken>,
     pub(crate) expiry: Arc<OnceLock<Timer>>,
     pub(crate) place: Place,
@@ -228,7 +228,7 @@ impl Queued {
             rule,
             parked,
             since,
-            home,
+            holder,
             rate,
             place,
             ..
@@ -247,17 +247,17 @@ impl Queued {
             }
             let st = state(&h, &rule);
             if let Some(st) = st {
-                st.set_outcome(Outcome::Resumed);
+                st.set_fate(Fate::Resumed);
             }
             let mut mates = None;
-            match home {
-                Home::Session(s) => {
+            match holder {
+                Holder::Session(s) => {
                     if held.is_some() {
                         mates = Some(s.clone());
                     }
                     s.keep(rule.limiter_id(), held);
                 }
-                Home::Txn => {
+                Holder::Txn => {
                     if let Some(st) = st {
                         *st.held.lock() = held;
                     }
@@ -347,7 +347,7 @@ pub(crate) fn refuse(
     note_delay(&h, rule, since);
     drop((rate, place));
     if let Some(st) = state(&h, rule) {
-        st.set_outcome(Outcome::Refused);
+        st.set_fate(Fate::Refused);
     }
     let status = rule.opts.error;
     // From a hook ATS sends a bare status; give it the same kind of page.

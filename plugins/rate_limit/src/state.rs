@@ -175,7 +175,7 @@ impl Drop for Place {
 /// What happened to a transaction, for its response headers.
 #[derive(Clone, Copy, PartialEq, Eq)]
 #[repr(u8)]
-pub(crate) enum Outcome {
+pub(crate) enum Fate {
     Admitted = 0,
     Waiting = 1,
     Resumed = 2,
@@ -214,13 +214,13 @@ pub(crate) struct TxnState {
     pub(crate) rule: Arc<Rule>,
     /// The client's key (`--key`), hashed.
     pub(crate) key: Option<u64>,
-    pub(crate) outcome: AtomicU8,
+    pub(crate) fate: AtomicU8,
     /// Slot held by this transaction (not with `--conntrack`): set at
     /// admission, or when a waiter is resumed (on its thread).
     pub(crate) held: Mutex<Option<Held>>,
     /// Set in DoRemap when the transaction must wait; taken at POST_REMAP.
     /// Boxed: waits are the rare path, and a small state moves cheaply.
-    pub(crate) wait: Mutex<Option<Box<Wait>>>,
+    pub(crate) wait: Mutex<Option<Box<Pending>>>,
     /// The state of the next rate_limit entry on the same remap rule.
     pub(crate) next: OnceLock<Box<TxnState>>,
     /// SEND_RESPONSE_HDR is hooked (read on the chain's first state).
@@ -229,7 +229,7 @@ pub(crate) struct TxnState {
     /// Boxed, like `wait`: a rule without a store keeps the state small
     /// (unboxed, its metrics and strings made every state ~3 copies of
     /// memcpy dearer: +87 instructions a request).
-    pub(crate) store: Mutex<Option<Box<crate::store::TxnStore>>>,
+    pub(crate) central: Mutex<Option<Box<crate::central::TxnCentral>>>,
 }
 
 impl TxnState {
@@ -257,39 +257,39 @@ impl TxnState {
 
     /// An entry refused the request.
     pub(crate) fn refused(&self) -> bool {
-        self.chain().any(|s| s.outcome() == Outcome::Refused)
+        self.chain().any(|s| s.fate() == Fate::Refused)
     }
 
-    pub(crate) fn outcome(&self) -> Outcome {
-        match self.outcome.load(Ordering::Acquire) {
-            1 => Outcome::Waiting,
-            2 => Outcome::Resumed,
-            3 => Outcome::Refused,
-            4 => Outcome::DryRun,
-            _ => Outcome::Admitted,
+    pub(crate) fn fate(&self) -> Fate {
+        match self.fate.load(Ordering::Acquire) {
+            1 => Fate::Waiting,
+            2 => Fate::Resumed,
+            3 => Fate::Refused,
+            4 => Fate::DryRun,
+            _ => Fate::Admitted,
         }
     }
 
-    pub(crate) fn set_outcome(&self, o: Outcome) {
-        self.outcome.store(o as u8, Ordering::Release);
+    pub(crate) fn set_fate(&self, o: Fate) {
+        self.fate.store(o as u8, Ordering::Release);
     }
 }
 
 /// A wait decided in DoRemap. If the transaction never reaches POST_REMAP
 /// (another plugin ends it), dropping this with its state gives the queue
 /// place and the rate token back.
-pub(crate) struct Wait {
+pub(crate) struct Pending {
     pub(crate) place: Place,
     pub(crate) since: Nanos,
     /// Time to wait for the rate bucket (the token is already reserved).
     pub(crate) rate_delay: Nanos,
     pub(crate) rate: Option<RateToken>,
-    pub(crate) home: Home,
+    pub(crate) holder: Holder,
     pub(crate) key: Option<u64>,
 }
 
 /// Where a slot goes once admitted.
-pub(crate) enum Home {
+pub(crate) enum Holder {
     Txn,
     Session(Arc<SessionSlots>),
 }

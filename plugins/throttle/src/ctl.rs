@@ -26,7 +26,7 @@ static RULES: Roster<Rule> = Roster::filtered(|r| r.live.load(Ordering::Acquire)
 
 /// Serves `traffic_ctl plugin msg throttle …` (once per process).
 pub(crate) fn init() {
-    ats::msg::serve(ctl::TAG, Ctl);
+    ats::msg::serve(ctl::PLUGIN, Ctl);
 }
 
 /// Lists a new rule for the commands.
@@ -47,8 +47,8 @@ struct Ctl;
 impl Commands for Ctl {
     type Command = Command;
 
-    fn parse(&self, tag: &str, data: &[u8]) -> Option<Result<Command, String>> {
-        ctl::parse(tag, data)
+    fn parse(&self, target: &str, data: &[u8]) -> Option<Result<Command, String>> {
+        ctl::parse(target, data)
     }
 
     fn verb(cmd: &Command) -> &'static str {

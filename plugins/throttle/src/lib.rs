@@ -28,7 +28,7 @@ use ats::stats::Stat;
 use ats::textlog::TextLog;
 use ats::{
     CacheLookup, Done, Hook, HookCont, HookHandler, HookId, RemapArgs, RemapPlugin, RemapRequest,
-    RemapStatus, Txn, TxnSlot,
+    RemapStatus, Txn, TxnData,
 };
 use optspec::files::FsFiles;
 use throttle_core::params;
@@ -123,7 +123,7 @@ impl Drop for TxnState {
 
 struct Globals {
     hooks: HookCont,
-    state: TxnSlot<TxnState>,
+    state: TxnData<TxnState>,
 }
 
 static GLOBALS: OnceLock<Globals> = OnceLock::new();
@@ -144,7 +144,7 @@ impl RemapPlugin for Throttle {
         if GLOBALS.get().is_none() {
             let g = Globals {
                 hooks: HookCont::new(Hooks)?,
-                state: TxnSlot::new("throttle")?,
+                state: TxnData::new("throttle")?,
             };
             let _ = GLOBALS.set(g);
             ctl::init();

@@ -41,7 +41,7 @@
 //!
 //! Options: `--tag=<text>` (echoed in a response header), `--log` (write a
 //! line per request to probe.log), `--slot-table-bits=<0..=20>` (the
-//! probe's `TxnSlot` is made with `TxnSlot::with_table_bits("probe", N)`:
+//! probe's `TxnData` is made with `TxnData::with_table_bits("probe", N)`:
 //! on Traffic Server 10 a table of 2^N buckets of 4, so with 0 a fifth open
 //! transaction spills to the user argument; ignored by the slot on 9.2).
 //! The slot and the probe's other globals are created once, by the first
@@ -61,7 +61,7 @@ use ats::stats::Stat;
 use ats::textlog::TextLog;
 use ats::{
     Done, EventThread, HomeTxn, Hook, HookCont, HookHandler, HookId, Parked, RemapArgs,
-    RemapPlugin, RemapRequest, RemapStatus, Txn, TxnSlot,
+    RemapPlugin, RemapRequest, RemapStatus, Txn, TxnData,
 };
 
 struct Probe {
@@ -113,8 +113,8 @@ struct Waiting {
 
 struct Globals {
     cont: HookCont,
-    state: TxnSlot<State>,
-    /// The `--slot-table-bits` the slot was made with (`None`: `TxnSlot::new`).
+    state: TxnData<State>,
+    /// The `--slot-table-bits` the `TxnData` was made with (`None`: `TxnData::new`).
     table_bits: Option<u32>,
     requests: Stat,
     states_live: Stat,
@@ -134,7 +134,7 @@ static SEQ: AtomicU64 = AtomicU64::new(0);
 /// as this process sees it now, not as of the last metric sync).
 static LIVE: AtomicU64 = AtomicU64::new(0);
 
-/// The largest `--slot-table-bits` (`TxnSlot::with_table_bits` caps there).
+/// The largest `--slot-table-bits` (`TxnData::with_table_bits` caps there).
 const MAX_TABLE_BITS: u32 = 20;
 
 fn globals() -> &'static Globals {
@@ -161,8 +161,8 @@ fn init_globals(table_bits: Option<u32>) -> Result<(), String> {
         };
     }
     let state = match table_bits {
-        Some(bits) => TxnSlot::with_table_bits("probe", bits)?,
-        None => TxnSlot::new("probe")?,
+        Some(bits) => TxnData::with_table_bits("probe", bits)?,
+        None => TxnData::new("probe")?,
     };
     let g = Globals {
         cont: HookCont::new(Hooks)?,

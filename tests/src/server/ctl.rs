@@ -24,7 +24,7 @@ impl TrafficServer {
             .expect("cannot run traffic_ctl")
     }
 
-    /// Sends `traffic_ctl plugin msg TAG "@ID COMMAND"` with a fresh request
+    /// Sends `traffic_ctl plugin msg TARGET "@ID COMMAND"` with a fresh request
     /// id and returns the answer: its lines in `<plugin>_ctl.log` (`plugin`
     /// is the tag up to its first dot) joined into one JSON object (see
     /// [`join_answer`]). Panics if the answer is not whole within 30 s.

@@ -561,15 +561,15 @@ mod shared_store {
     }
 }
 
-/// A request from `peer` with an `X-Forwarded-For` of `xff` (if any), as
+/// A request from `remote` with an `X-Forwarded-For` of `xff` (if any), as
 /// the plugin builds it: the client is resolved under the rule's options.
-fn forwarded(t: &Throttler<Arc<ManualClock>>, peer: &str, xff: Option<&str>) -> Request<'static> {
+fn forwarded(t: &Throttler<Arc<ManualClock>>, remote: &str, xff: Option<&str>) -> Request<'static> {
     let read = |name: &str| {
         assert_eq!(name, "X-Forwarded-For");
         xff.map(|v| v.as_bytes().to_vec())
     };
     Request {
-        ip: t.client_ip(ip(peer), read),
+        ip: t.client_ip(ip(remote), read),
         method: b"GET",
         path: b"/",
     }
@@ -607,7 +607,7 @@ fn behind_a_trusted_proxy_the_client_is_throttled_not_the_proxy() {
     let spoof = forwarded(&t, lb, Some("198.51.100.2, 198.51.100.1"));
     assert_eq!(spoof.ip, ip("198.51.100.1"));
     assert_eq!(t.decide(&spoof).action, Action::Forbid);
-    // The balancer's own requests, and an untrusted peer's header.
+    // The balancer's own requests, and an untrusted remote's header.
     assert_eq!(forwarded(&t, lb, None).ip, ip(lb));
     assert_eq!(t.show(ip(lb)), None, "the balancer has no state");
     let direct = forwarded(&t, "127.0.0.8", Some("198.51.100.1"));

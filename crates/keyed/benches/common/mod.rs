@@ -61,7 +61,7 @@ pub fn live_keys(t: &KeyTable<S>) -> Arc<Vec<u64>> {
     shuffled(v)
 }
 
-/// `v` in a random order (`for_each` lists keys in slot order, which would
+/// `v` in a random order (`for_each` lists keys in cell order, which would
 /// walk the table sequentially).
 pub fn shuffled(mut v: Vec<u64>) -> Arc<Vec<u64>> {
     let mut x = 0x2545_f491_4f6c_dd1d_u64;

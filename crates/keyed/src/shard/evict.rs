@@ -50,7 +50,7 @@ struct Scan {
 }
 
 impl<S: KeyState> Shard<S> {
-    /// Evicts one key and returns the slot left empty (after the backward
+    /// Evicts one key and returns the cell left empty (after the backward
     /// shift); `None` if no key could go. `evicted` sees the victim's state.
     ///
     /// The order: probation's untouched idle key at its front (while
@@ -96,7 +96,7 @@ impl<S: KeyState> Shard<S> {
                 break;
             };
             let Ok(i) = self.probe(key) else { continue };
-            let s = &mut self.slots[i];
+            let s = &mut self.cells[i];
             if s.meta & FREQ == 0 && kind(&s.state, now) == Kind::Idle {
                 return Some(self.evict(i, true, evicted));
             }
@@ -150,12 +150,12 @@ impl<S: KeyState> Shard<S> {
     fn idle_in_probation(&mut self, now: u64, sticky: &mut Option<usize>) -> Option<usize> {
         while let Some(key) = self.small.pop_front() {
             let Ok(i) = self.probe(key) else { continue };
-            match kind(&self.slots[i].state, now) {
+            match kind(&self.cells[i].state, now) {
                 Kind::Idle => return Some(i),
                 Kind::Sticky if sticky.is_none() => *sticky = Some(i),
                 _ => {}
             }
-            self.slots[i].meta = OCCUPIED;
+            self.cells[i].meta = OCCUPIED;
         }
         None
     }
@@ -163,14 +163,14 @@ impl<S: KeyState> Shard<S> {
     /// CLOCK over main, within the shard's scan credit: the first idle key
     /// with a zero counter, decrementing the counters of the idle keys it
     /// passes (the hand stays on it: the backward shift may refill the
-    /// slot). When the credit runs out, the idle key with the lowest counter
+    /// cell). When the credit runs out, the idle key with the lowest counter
     /// seen, and the sticky key with the lowest counter seen; the hand is
     /// then past the window.
     fn clock(&mut self, now: u64) -> Scan {
-        let n = self.slots.len();
+        let n = self.cells.len();
         let mut idle: Option<(u8, usize)> = None;
         let mut sticky: Option<(u8, usize)> = None;
-        // Slots passed since the last key of main: a full turn means main
+        // Cells passed since the last key of main: a full turn means main
         // is empty (tiny shards, all keys in probation).
         let mut others = 0;
         while self.credit > 0 && others < n {
@@ -178,7 +178,7 @@ impl<S: KeyState> Shard<S> {
                 self.hand = 0;
             }
             let i = self.hand;
-            let s = &mut self.slots[i];
+            let s = &mut self.cells[i];
             if s.meta & (OCCUPIED | SMALL) != OCCUPIED {
                 others += 1;
                 self.hand += 1;
@@ -218,16 +218,16 @@ impl<S: KeyState> Shard<S> {
     pub(super) fn graduate_front(&mut self) {
         while let Some(key) = self.small.pop_front() {
             if let Ok(i) = self.probe(key) {
-                self.slots[i].meta = OCCUPIED;
+                self.cells[i].meta = OCCUPIED;
                 return;
             }
         }
     }
 
-    /// Evicts the key in slot `i`; returns the slot left empty.
+    /// Evicts the key in cell `i`; returns the cell left empty.
     fn evict(&mut self, i: usize, remember: bool, evicted: &mut impl FnMut(&mut S)) -> usize {
-        evicted(&mut self.slots[i].state);
-        let key = self.slots[i].key;
+        evicted(&mut self.cells[i].state);
+        let key = self.cells[i].key;
         let empty = self.remove_at(i);
         if remember {
             self.ghost_put(key);
@@ -237,32 +237,32 @@ impl<S: KeyState> Shard<S> {
         empty
     }
 
-    /// Empties slot `hole` and closes the gap (backward-shift deletion), so
-    /// the table never accumulates tombstones under churn. Returns the slot
+    /// Empties cell `hole` and closes the gap (backward-shift deletion), so
+    /// the table never accumulates tombstones under churn. Returns the cell
     /// left empty at the end (`hole` itself if nothing moved).
     fn remove_at(&mut self, mut hole: usize) -> usize {
-        let n = self.slots.len();
-        self.slots[hole].state = S::default();
-        self.slots[hole].meta = 0;
+        let n = self.cells.len();
+        self.cells[hole].state = S::default();
+        self.cells[hole].meta = 0;
         let mut j = hole;
         loop {
             j += 1;
             if j == n {
                 j = 0;
             }
-            if self.slots[j].meta & OCCUPIED == 0 {
+            if self.cells[j].meta & OCCUPIED == 0 {
                 return hole;
             }
-            let home = reduce(self.slots[j].key, n);
-            // The entry at j stays if its home lies cyclically in (hole, j]:
-            // moving it before its home would make it unreachable.
+            let ideal = reduce(self.cells[j].key, n);
+            // The entry at j stays if its ideal cell lies cyclically in (hole, j]:
+            // moving it before its ideal cell would make it unreachable.
             let stays = if hole <= j {
-                hole < home && home <= j
+                hole < ideal && ideal <= j
             } else {
-                hole < home || home <= j
+                hole < ideal || ideal <= j
             };
             if !stays {
-                self.slots.swap(hole, j);
+                self.cells.swap(hole, j);
                 hole = j;
             }
         }

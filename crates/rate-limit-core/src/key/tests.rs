@@ -4,10 +4,10 @@ use proptest::prelude::*;
 
 use super::*;
 
-/// A request with a peer address and raw header fields.
+/// A request with a remote address and raw header fields.
 #[derive(Default)]
 struct Req {
-    peer: Option<IpAddr>,
+    remote: Option<IpAddr>,
     headers: Vec<(&'static str, Vec<u8>)>,
     query: Option<Vec<u8>>,
     /// `resolved_client`'s answer.
@@ -17,9 +17,9 @@ struct Req {
 }
 
 impl Req {
-    fn from(peer: &str) -> Req {
+    fn from(remote: &str) -> Req {
         Req {
-            peer: peer.parse().ok(),
+            remote: remote.parse().ok(),
             ..Req::default()
         }
     }
@@ -31,8 +31,8 @@ impl Req {
 }
 
 impl RequestView for Req {
-    fn peer_ip(&self) -> Option<IpAddr> {
-        self.peer
+    fn remote_ip(&self) -> Option<IpAddr> {
+        self.remote
     }
 
     fn header(&self, name: &str) -> Option<Vec<u8>> {
@@ -165,7 +165,7 @@ fn addresses_aggregate_by_prefix() {
 #[test]
 fn forwarded_addresses_are_believed_only_from_trusted_proxies() {
     let s = spec("ip", "10.0.0.0/8");
-    // Untrusted peer: its own address, whatever it claims.
+    // Untrusted remote: its own address, whatever it claims.
     let r = Req::from("192.0.2.1").with("X-Forwarded-For", "198.51.100.7");
     assert_eq!(s.proxies.client_ip(&r), ip("192.0.2.1"));
     // Trusted load balancer: the right-most address it did not add itself.
@@ -201,7 +201,7 @@ fn forwarded_addresses_are_believed_only_from_trusted_proxies() {
             "for=6.6.6.6, for=\"[2001:db8::9]:80\";proto=https;by=10.1.1.1",
         );
     assert_eq!(s7239.proxies.client_ip(&r), ip("2001:db8::9"));
-    // Trusted peer without a chain: the peer.
+    // Trusted remote without a chain: the remote.
     assert_eq!(s.proxies.client_ip(&Req::from("10.1.1.1")), ip("10.1.1.1"));
 }
 

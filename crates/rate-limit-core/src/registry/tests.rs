@@ -271,7 +271,7 @@ fn a_first_entry_learns_it_is_followed_and_a_new_generation_starts_over() {
 }
 
 /// rate_limit's `--store-sync` exchange is one per limiter and store
-/// settings (plugins/rate_limit/src/store/sync.rs): it relies on any change
+/// settings (plugins/rate_limit/src/central/sync.rs): it relies on any change
 /// of them (the URL, the timeout, the period, the namespace: `--group`, or
 /// `--tag` without one) giving the rules a new limiter, never the live one.
 #[test]

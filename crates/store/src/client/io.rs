@@ -6,13 +6,13 @@ use std::sync::Arc;
 use std::thread;
 use std::time::{Duration, Instant};
 
-use super::{Backend, BatchError, Completion, Config, Outcome, Request, Shared};
+use super::{Answer, Backend, BatchError, Completion, Config, Inner, Request};
 
 pub(super) struct IoThread<B: Backend, T> {
     /// First, so it is dropped (its connection closed) before `shared`:
     /// [`Exited`] then means the connection is gone too.
     backend: B,
-    shared: Arc<Shared<B::Op, B::Reply, T>>,
+    shared: Arc<Inner<B::Op, B::Reply, T>>,
     config: Config,
     backoff: Duration,
     /// No connection attempt before this (after a failure).
@@ -25,7 +25,7 @@ pub(super) struct IoThread<B: Backend, T> {
 const IDLE: Duration = Duration::from_millis(100);
 
 impl<B: Backend, T: Send + 'static> IoThread<B, T> {
-    pub(super) fn new(shared: Arc<Shared<B::Op, B::Reply, T>>, backend: B, config: Config) -> Self {
+    pub(super) fn new(shared: Arc<Inner<B::Op, B::Reply, T>>, backend: B, config: Config) -> Self {
         IoThread {
             shared,
             backend,
@@ -93,7 +93,7 @@ impl<B: Backend, T: Send + 'static> IoThread<B, T> {
             let all = std::mem::replace(batch, Vec::with_capacity(batch.len()));
             for r in all {
                 if r.deadline <= now {
-                    self.complete(r, Outcome::Timeout);
+                    self.complete(r, Answer::Timeout);
                 } else {
                     batch.push(r);
                 }
@@ -121,7 +121,7 @@ impl<B: Backend, T: Send + 'static> IoThread<B, T> {
                         .fetch_add(1, Ordering::Relaxed);
                     self.failed("timed out connecting".into());
                     for r in batch.drain(..) {
-                        self.complete(r, Outcome::Timeout);
+                        self.complete(r, Answer::Timeout);
                     }
                     return;
                 }
@@ -152,11 +152,11 @@ impl<B: Backend, T: Send + 'static> IoThread<B, T> {
             Ok(()) if replies.len() == batch.len() => {
                 self.backoff = self.config.min_backoff;
                 for (r, reply) in batch.drain(..).zip(replies.drain(..)) {
-                    let outcome = match reply {
-                        Ok(v) => Outcome::Reply(v),
-                        Err(e) => Outcome::Error(e),
+                    let answer = match reply {
+                        Ok(v) => Answer::Reply(v),
+                        Err(e) => Answer::Error(e),
                     };
-                    self.complete(r, outcome);
+                    self.complete(r, answer);
                 }
             }
             Ok(()) => {
@@ -172,7 +172,7 @@ impl<B: Backend, T: Send + 'static> IoThread<B, T> {
                 self.backend.disconnect();
                 self.failed("timed out".into());
                 for r in batch.drain(..) {
-                    self.complete(r, Outcome::Timeout);
+                    self.complete(r, Answer::Timeout);
                 }
             }
             Err(BatchError::Failed(e)) => {
@@ -192,14 +192,14 @@ impl<B: Backend, T: Send + 'static> IoThread<B, T> {
 
     fn fail_all(&self, batch: &mut Vec<Request<B::Op, T>>, why: &str) {
         for r in batch.drain(..) {
-            self.complete(r, Outcome::Error(why.to_owned()));
+            self.complete(r, Answer::Error(why.to_owned()));
         }
     }
 
-    fn complete(&self, r: Request<B::Op, T>, outcome: Outcome<B::Reply>) {
+    fn complete(&self, r: Request<B::Op, T>, answer: Answer<B::Reply>) {
         let c = Completion {
             token: r.token,
-            outcome,
+            answer,
             submitted: r.submitted,
         };
         // `outstanding` bounds the completions too: there is always room.

@@ -1,7 +1,7 @@
 //! Per-transaction and per-session state, dropped when ATS closes the
 //! transaction (TXN_CLOSE) or session (SSN_CLOSE).
 //!
-//! The state is boxed (with a tag, see [`copy_tag`]) into a TS user argument. Putting a resource
+//! The state is boxed (stamped, see [`copy_id`]) into a TS user argument. Putting a resource
 //! guard in it (a concurrency permit, an in-flight counter) makes "release
 //! exactly once, whatever the outcome" a property of `Drop`: TXN_CLOSE fires
 //! for aborted, failed and errored transactions alike. There is no `take`:
@@ -33,32 +33,32 @@ use values::{Key, TxnValues, TABLE_BITS};
 /// is only ever read or dropped by the copy that stored it.
 static COPY_MARK: u8 = 0;
 
-fn copy_tag() -> usize {
+fn copy_id() -> usize {
     &COPY_MARK as *const u8 as usize
 }
 
-/// A stored value: the tag first (same offset in every copy), then the value.
+/// A stored value: the copy id first (same offset in every copy), then the value.
 #[repr(C)]
-struct Tagged<T> {
-    tag: usize,
+struct Stamped<T> {
+    copy: usize,
     value: T,
 }
 
-/// The value in slot `idx` of `obj` if this copy stored it.
+/// The value in user argument `idx` of `obj` if this copy stored it.
 ///
 /// # Safety
-/// `obj` must be a live txn/ssn whose slot `idx` holds null or a
-/// `Box<Tagged<_>>` (of this or another copy of the plugin).
-unsafe fn ours<'a, T>(scope: Scope, obj: *mut c_void, idx: c_int) -> Option<&'a Tagged<T>> {
+/// `obj` must be a live txn/ssn whose user argument `idx` holds null or a
+/// `Box<Stamped<_>>` (of this or another copy of the plugin).
+unsafe fn ours<'a, T>(scope: Scope, obj: *mut c_void, idx: c_int) -> Option<&'a Stamped<T>> {
     // SAFETY: per the contract.
     let p = unsafe { arg_get(scope, obj, idx) };
     if p.is_null() {
         return None;
     }
-    // SAFETY: every copy stores a repr(C) Tagged whose first field is the tag.
-    let tag = unsafe { *p.cast::<usize>() };
-    // SAFETY: the tag says this copy stored a Tagged<T> there.
-    (tag == copy_tag()).then(|| unsafe { &*p.cast::<Tagged<T>>() })
+    // SAFETY: every copy stores a repr(C) Stamped whose first field is the copy id.
+    let copy = unsafe { *p.cast::<usize>() };
+    // SAFETY: the copy id says this copy stored a Stamped<T> there.
+    (copy == copy_id()).then(|| unsafe { &*p.cast::<Stamped<T>>() })
 }
 
 /// Reads user argument `idx` of a live txn or ssn. 9.2's
@@ -106,7 +106,7 @@ unsafe fn arg_set(scope: Scope, obj: *mut c_void, idx: c_int, value: *mut c_void
     }
 }
 
-/// Where a slot's values live.
+/// Where a user argument's values live.
 #[derive(Clone, Copy)]
 enum Scope {
     Txn,
@@ -147,10 +147,10 @@ fn reserve(scope: Scope, name: &str) -> Result<c_int, String> {
     }
 }
 
-/// Drops whatever a slot holds when the transaction/session closes.
+/// Drops whatever a user argument holds when the transaction/session closes.
 struct Reaper<T> {
     idx: c_int,
-    /// A transaction slot's values and where their boxes go back (sessions
+    /// A transaction user argument's values and where their boxes go back (sessions
     /// free theirs).
     txn: Option<(Arc<TxnValues>, Arc<Pool<T>>)>,
     _t: PhantomData<fn(T)>,
@@ -159,7 +159,7 @@ struct Reaper<T> {
 impl<T: Send + Sync + 'static> HookHandler for Reaper<T> {
     fn on_txn(&self, hook: Hook<'_>) -> Done {
         if let Some((values, pool)) = &self.txn {
-            // SAFETY: the slot of this reaper stores only Tagged<T> (TxnSlot::<T>::set).
+            // SAFETY: the user argument of this reaper stores only Stamped<T> (TxnData::<T>::set).
             if let Some(b) = unsafe { values.take::<T>(Key::of(hook.txn())) } {
                 pool.recycle(b);
             }
@@ -168,28 +168,28 @@ impl<T: Send + Sync + 'static> HookHandler for Reaper<T> {
     }
 
     fn on_ssn(&self, hook: SsnHook<'_>) -> Done {
-        // SAFETY: as above, for SsnSlot::<T>::set.
+        // SAFETY: as above, for SsnData::<T>::set.
         drop(unsafe { take_raw::<T>(Scope::Ssn, hook.ssn().as_ptr().cast(), self.idx) });
         hook.resume()
     }
 }
 
-/// Takes this copy's value out of the slot (another copy's is left alone).
+/// Takes this copy's value out of the user argument (another copy's is left alone).
 ///
 /// # Safety
 /// As for [`ours`], with `T` the type this copy stores at `idx`.
-unsafe fn take_raw<T>(scope: Scope, obj: *mut c_void, idx: c_int) -> Option<Box<Tagged<T>>> {
+unsafe fn take_raw<T>(scope: Scope, obj: *mut c_void, idx: c_int) -> Option<Box<Stamped<T>>> {
     // SAFETY: per the contract.
-    let p: *const Tagged<T> = unsafe { ours::<T>(scope, obj, idx) }?;
+    let p: *const Stamped<T> = unsafe { ours::<T>(scope, obj, idx) }?;
     // SAFETY: clearing first makes the take happen once.
     unsafe { arg_set(scope, obj, idx, std::ptr::null_mut()) };
-    // SAFETY: p came from Box::<Tagged<T>>::into_raw in set().
+    // SAFETY: p came from Box::<Stamped<T>>::into_raw in set().
     Some(unsafe { Box::from_raw(p.cast_mut()) })
 }
 
-fn tagged<T>(value: T) -> *mut Tagged<T> {
-    Box::into_raw(Box::new(Tagged {
-        tag: copy_tag(),
+fn stamped<T>(value: T) -> *mut Stamped<T> {
+    Box::into_raw(Box::new(Stamped {
+        copy: copy_id(),
         value,
     }))
 }
@@ -199,64 +199,65 @@ fn tagged<T>(value: T) -> *mut Tagged<T> {
 /// lock-free pop and push instead of malloc and free, ~90 instructions less
 /// per transaction under callgrind). At most `POOL` boxes are kept; beyond
 /// that they are freed.
-struct Pool<T>(ArrayQueue<Box<MaybeUninit<Tagged<T>>>>);
+struct Pool<T>(ArrayQueue<Box<MaybeUninit<Stamped<T>>>>);
 
 /// Boxes a pool keeps: a few hundred kB for a state of about 100 bytes.
 const POOL: usize = 4096;
 
 impl<T> Pool<T> {
-    fn tagged(&self, value: T) -> *mut Tagged<T> {
-        let t = Tagged {
-            tag: copy_tag(),
+    fn stamped(&self, value: T) -> *mut Stamped<T> {
+        let t = Stamped {
+            copy: copy_id(),
             value,
         };
         match self.0.pop() {
             Some(mut b) => {
                 b.write(t);
-                // MaybeUninit<X> has X's layout: the box is a Box<Tagged<T>> now.
-                Box::into_raw(b).cast::<Tagged<T>>()
+                // MaybeUninit<X> has X's layout: the box is a Box<Stamped<T>> now.
+                Box::into_raw(b).cast::<Stamped<T>>()
             }
             None => Box::into_raw(Box::new(t)),
         }
     }
 
-    /// Moves the value out of a box from [`tagged`](Self::tagged) that was
+    /// Moves the value out of a box from [`stamped`](Self::stamped) that was
     /// never stored, and keeps the box.
     ///
     /// # Safety
-    /// `p` came from `self.tagged` and is owned by the caller.
-    unsafe fn untag(&self, p: *mut Tagged<T>) -> T {
-        // SAFETY: per the contract, a valid, owned Tagged<T>.
-        let b: Box<MaybeUninit<Tagged<T>>> = unsafe { Box::from_raw(p.cast()) };
-        // SAFETY: initialised by `tagged`; read once, then only the memory is kept.
+    /// `p` came from `self.stamped` and is owned by the caller.
+    unsafe fn unstamp(&self, p: *mut Stamped<T>) -> T {
+        // SAFETY: per the contract, a valid, owned Stamped<T>.
+        let b: Box<MaybeUninit<Stamped<T>>> = unsafe { Box::from_raw(p.cast()) };
+        // SAFETY: initialised by `stamped`; read once, then only the memory is kept.
         let t = unsafe { b.assume_init_read() };
         let _ = self.0.push(b);
         t.value
     }
 
     /// Drops the value and keeps its box (or frees it if the pool is full).
-    fn recycle(&self, b: Box<Tagged<T>>) {
+    fn recycle(&self, b: Box<Stamped<T>>) {
         let raw = Box::into_raw(b);
-        // SAFETY: `raw` is a valid, owned Tagged<T>, dropped exactly once
+        // SAFETY: `raw` is a valid, owned Stamped<T>, dropped exactly once
         // here; if its Drop panics the memory leaks (never freed twice).
         unsafe { std::ptr::drop_in_place(raw) };
         // SAFETY: the same allocation, now holding no value; MaybeUninit
-        // has Tagged<T>'s layout, so freeing or reusing it is sound.
-        let empty: Box<MaybeUninit<Tagged<T>>> = unsafe { Box::from_raw(raw.cast()) };
+        // has Stamped<T>'s layout, so freeing or reusing it is sound.
+        let empty: Box<MaybeUninit<Stamped<T>>> = unsafe { Box::from_raw(raw.cast()) };
         let _ = self.0.push(empty);
     }
 }
 
-/// A typed per-transaction slot. Create one per state type at plugin init.
-pub struct TxnSlot<T> {
+/// Per-transaction state of type `T` (in a user argument, or a table on 10.x).
+/// Create one per state type at plugin init.
+pub struct TxnData<T> {
     values: Arc<TxnValues>,
     reaper: HookCont,
     pool: Arc<Pool<T>>,
     _t: PhantomData<fn(T)>,
 }
 
-impl<T: Send + Sync + 'static> TxnSlot<T> {
-    /// Reserves the slot; `name` should be unique to the plugin (e.g. "rate_limit").
+impl<T: Send + Sync + 'static> TxnData<T> {
+    /// Reserves the user argument; `name` should be unique to the plugin (e.g. "rate_limit").
     pub fn new(name: &str) -> Result<Self, String> {
         Self::with_table_bits(name, TABLE_BITS)
     }
@@ -273,7 +274,7 @@ impl<T: Send + Sync + 'static> TxnSlot<T> {
             txn: Some((values.clone(), pool.clone())),
             _t: PhantomData,
         })?;
-        Ok(TxnSlot {
+        Ok(TxnData {
             values,
             reaper,
             pool,
@@ -282,14 +283,14 @@ impl<T: Send + Sync + 'static> TxnSlot<T> {
     }
 
     /// Stores `value` for the transaction; it is dropped at TXN_CLOSE. If
-    /// the slot is occupied (the plugin twice in one remap chain, or a
+    /// the user argument is occupied (the plugin twice in one remap chain, or a
     /// second remap of the transaction), the value is handed back.
-    /// Returns the stored value, as [`TxnSlot::get`] would.
+    /// Returns the stored value, as [`TxnData::get`] would.
     pub fn set<'t>(&self, txn: Txn<'t>, value: T) -> Result<&'t T, T> {
-        let p = self.pool.tagged(value);
+        let p = self.pool.stamped(value);
         if let Err(p) = self.values.put(Key::of(txn), p) {
             // SAFETY: `p` came from the pool just now and was not stored.
-            return Err(unsafe { self.pool.untag(p) });
+            return Err(unsafe { self.pool.unstamp(p) });
         }
         txn.hook(HookId::TxnClose, &self.reaper);
         // SAFETY: as in `get`: the box lives until TXN_CLOSE, after every
@@ -299,20 +300,20 @@ impl<T: Send + Sync + 'static> TxnSlot<T> {
 
     /// The state stored for the transaction, if any.
     pub fn get<'t>(&self, txn: Txn<'t>) -> Option<&'t T> {
-        // SAFETY: this slot stores only Tagged<T>; the box is owned until
+        // SAFETY: this user argument stores only Stamped<T>; the box is owned until
         // TXN_CLOSE, which cannot happen while a callback holding `txn` runs.
         unsafe { self.values.get::<T>(Key::of(txn)) }.map(|t| &t.value)
     }
 }
 
-/// A typed per-session slot, dropped at SSN_CLOSE.
-pub struct SsnSlot<T> {
+/// Per-session state of type `T` (in a user argument), dropped at SSN_CLOSE.
+pub struct SsnData<T> {
     idx: c_int,
     reaper: HookCont,
     _t: PhantomData<fn(T)>,
 }
 
-impl<T: Send + Sync + 'static> SsnSlot<T> {
+impl<T: Send + Sync + 'static> SsnData<T> {
     pub fn new(name: &str) -> Result<Self, String> {
         let idx = reserve(Scope::Ssn, name)?;
         let reaper = HookCont::new(Reaper::<T> {
@@ -320,7 +321,7 @@ impl<T: Send + Sync + 'static> SsnSlot<T> {
             txn: None,
             _t: PhantomData,
         })?;
-        Ok(SsnSlot {
+        Ok(SsnData {
             idx,
             reaper,
             _t: PhantomData,
@@ -328,22 +329,22 @@ impl<T: Send + Sync + 'static> SsnSlot<T> {
     }
 
     /// Stores `value` for the session; dropped at SSN_CLOSE. Hands the value
-    /// back if the slot is occupied (also by another copy of the plugin).
+    /// back if the user argument is occupied (also by another copy of the plugin).
     pub fn set(&self, ssn: Ssn<'_>, value: T) -> Result<(), T> {
         let obj: *mut c_void = ssn.as_ptr().cast();
         // SAFETY: live session, reserved index.
         if !unsafe { arg_get(Scope::Ssn, obj, self.idx) }.is_null() {
             return Err(value);
         }
-        // SAFETY: as in TxnSlot::set.
-        unsafe { arg_set(Scope::Ssn, obj, self.idx, tagged(value).cast()) };
+        // SAFETY: as in TxnData::set.
+        unsafe { arg_set(Scope::Ssn, obj, self.idx, stamped(value).cast()) };
         ssn.hook(HookId::SsnClose, &self.reaper);
         Ok(())
     }
 
     /// This copy's value for the session, if any.
     pub fn get<'s>(&self, ssn: Ssn<'s>) -> Option<&'s T> {
-        // SAFETY: live session; the slot holds null or a tagged box owned until SSN_CLOSE.
+        // SAFETY: live session; the user argument holds null or a stamped box owned until SSN_CLOSE.
         unsafe { ours::<T>(Scope::Ssn, ssn.as_ptr().cast(), self.idx) }.map(|t| &t.value)
     }
 }

@@ -1,9 +1,9 @@
-//! Where a [`TxnSlot`](super::TxnSlot) keeps its values on Traffic Server
+//! Where a [`TxnData`](super::TxnData) keeps its values on Traffic Server
 //! 10: a fixed-size, lock-free table from transaction ids to pointers.
 //!
 //! 10.x's only per-transaction argument API, `TSUserArgGet`/`TSUserArgSet`,
 //! does a `__dynamic_cast` in every call (about 540 instructions under
-//! callgrind), and a slot needs four calls per transaction: check, store,
+//! callgrind), and a user argument needs four calls per transaction: check, store,
 //! take, clear. Here each is a look at one cache line: no lock, no
 //! allocation. No crate fits: the concurrent maps (dashmap, scc, papaya) lock
 //! shards or allocate per entry.
@@ -13,7 +13,7 @@
 //! buckets means no tombstones: a removed entry is free again at once, so
 //! the table never degrades however many transactions pass through it. When
 //! every entry of a bucket is taken the insert fails and the caller keeps
-//! the value elsewhere (`TxnSlot` falls back to the user argument), so a
+//! the value elsewhere (`TxnData` falls back to the user argument), so a
 //! flood of open transactions costs speed, never correctness. With 2^13
 //! buckets and uniform hashing, a bucket is full for ~2 % of inserts with
 //! 8 000 transactions open at once, and for ~10^-5 with 1 000.
@@ -217,7 +217,7 @@ mod tests {
                         let v = ptr(id as usize);
                         assert_eq!(t.get(id), None);
                         if t.insert(id, v).is_err() {
-                            continue; // a full bucket: TxnSlot spills
+                            continue; // a full bucket: TxnData spills
                         }
                         assert_eq!(t.get(id), Some(v));
                         if round % 10 == 0 {

@@ -1,17 +1,17 @@
-//! Where a [`TxnSlot`](super::TxnSlot)'s values live on each Traffic
+//! Where a [`TxnData`](super::TxnData)'s values live on each Traffic
 //! Server version: the user argument (9.x), or the id table with its spill
 //! to the user argument (10.x).
 
 use std::ffi::{c_int, c_void};
 
-use super::{arg_get, arg_set, ours, take_raw, Scope, Tagged};
+use super::{arg_get, arg_set, ours, take_raw, Scope, Stamped};
 use crate::txn::Txn;
 
-/// Where a [`TxnSlot`](super::TxnSlot)'s values live: each transaction's user argument
+/// Where a [`TxnData`](super::TxnData)'s values live: each transaction's user argument
 /// (9.x, whose `TSHttpTxnArgGet` costs ~20 instructions), or on 10.x, whose
 /// only argument API costs ~540 per call, a lock-free table keyed by the
 /// transaction id, spilling to the user argument only for a transaction
-/// whose bucket is full (see `slot/table.rs`).
+/// whose bucket is full (see `user_arg/table.rs`).
 pub(super) struct TxnValues {
     idx: c_int,
     #[cfg(ats_10)]
@@ -22,7 +22,7 @@ pub(super) struct TxnValues {
     spilled: std::sync::atomic::AtomicUsize,
 }
 
-/// 2^13 buckets of 4 entries, 64 bytes each: 512 KiB a slot, room for far
+/// 2^13 buckets of 4 entries, 64 bytes each: 512 KiB a `TxnData`, room for far
 /// more transactions than one traffic_server has open at once.
 pub(super) const TABLE_BITS: u32 = 13;
 
@@ -69,15 +69,15 @@ impl TxnValues {
     /// This copy's value for the transaction.
     ///
     /// # Safety
-    /// The slot stores only `Tagged<T>`.
-    pub(super) unsafe fn get<'t, T>(&self, key: Key<'t>) -> Option<&'t Tagged<T>> {
+    /// The user argument stores only `Stamped<T>`.
+    pub(super) unsafe fn get<'t, T>(&self, key: Key<'t>) -> Option<&'t Stamped<T>> {
         #[cfg(ats_10)]
         {
             if let Some(p) = self.table.get(key.id) {
-                // SAFETY: stored by put() from a live Box<Tagged<T>>, owned by
-                // the slot until take(), which runs at TXN_CLOSE after every
+                // SAFETY: stored by put() from a live Box<Stamped<T>>, owned by
+                // the user argument until take(), which runs at TXN_CLOSE after every
                 // callback that can hold the transaction.
-                return Some(unsafe { &*p.cast::<Tagged<T>>() });
+                return Some(unsafe { &*p.cast::<Stamped<T>>() });
             }
             if !spilled_now(&self.spilled) {
                 return None;
@@ -89,7 +89,7 @@ impl TxnValues {
 
     /// Stores `p` for the transaction unless a value is stored already (on
     /// 9.x, by any copy of the plugin), in which case `p` is handed back.
-    pub(super) fn put<T>(&self, key: Key<'_>, p: *mut Tagged<T>) -> Result<(), *mut Tagged<T>> {
+    pub(super) fn put<T>(&self, key: Key<'_>, p: *mut Stamped<T>) -> Result<(), *mut Stamped<T>> {
         #[cfg(ats_10)]
         {
             // A value that spilled earlier (its bucket was full then) is in
@@ -115,7 +115,7 @@ impl TxnValues {
         #[cfg(ats_10)]
         self.spilled
             .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-        // SAFETY: live txn, reserved index; ownership moves into the slot
+        // SAFETY: live txn, reserved index; ownership moves into the user argument
         // until take() reclaims it.
         unsafe { arg_set(Scope::Txn, key.obj(), self.idx, p.cast()) };
         Ok(())
@@ -124,13 +124,13 @@ impl TxnValues {
     /// Takes this copy's value for the transaction out.
     ///
     /// # Safety
-    /// The slot stores only `Tagged<T>`.
-    pub(super) unsafe fn take<T>(&self, key: Key<'_>) -> Option<Box<Tagged<T>>> {
+    /// The user argument stores only `Stamped<T>`.
+    pub(super) unsafe fn take<T>(&self, key: Key<'_>) -> Option<Box<Stamped<T>>> {
         #[cfg(ats_10)]
         {
             if let Some(p) = self.table.remove(key.id) {
-                // SAFETY: p came from Box::<Tagged<T>>::into_raw via put().
-                return Some(unsafe { Box::from_raw(p.cast::<Tagged<T>>()) });
+                // SAFETY: p came from Box::<Stamped<T>>::into_raw via put().
+                return Some(unsafe { Box::from_raw(p.cast::<Stamped<T>>()) });
             }
             if !spilled_now(&self.spilled) {
                 return None;

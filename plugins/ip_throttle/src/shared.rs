@@ -34,14 +34,13 @@ use ats::poller::{Drain, Poller};
 use ats::{error_page, Parked};
 use ip_throttle_core::shared::{self, Update, Write};
 use ip_throttle_core::{Action, Decision, Delayed, IpState, Machine, Options, Params, ToStep};
-// `::store`: the store client crate (this module shares its name).
-use ::store::memcached::Memcached;
-use ::store::redis_cas::RedisCas;
-use ::store::rmw::{CasBackend, Modify, Put, Rmw};
-use ::store::url::StoreUrl;
-use ::store::{Client, Completion, Config, Outcome, Shared, SubmitError};
+use store::memcached::Memcached;
+use store::redis_cas::RedisCas;
+use store::rmw::{CasBackend, Modify, Put, Rmw};
+use store::url::StoreUrl;
+use store::{Answer, Client, Clients, Completion, Config, SubmitError};
 
-use crate::delay::{self, Wait};
+use crate::delay::{self, Delay};
 use crate::Rule;
 
 /// How often the poller looks for results while any are outstanding.
@@ -53,7 +52,7 @@ pub(crate) const LOG_EVERY: Duration = Duration::from_secs(10);
 
 /// The live stores; weak, so a store lives as long as a rule or a
 /// transaction uses it.
-static STORES: Shared<Store> = Shared::new();
+static STORES: Clients<Store> = Clients::new();
 
 /// What the I/O thread does with an IP's record.
 pub(crate) enum Step {
@@ -339,29 +338,29 @@ impl Store {
                 reserved,
             } => (rule, parked, step, reserved),
             Token::Unban(rule) => {
-                match c.outcome {
-                    Outcome::Reply(_) => {}
-                    Outcome::Error(e) => {
+                match c.answer {
+                    Answer::Reply(_) => {}
+                    Answer::Error(e) => {
                         rule.report.store_error();
                         self.log_error(&format!("unban: {e}"));
                     }
-                    Outcome::Timeout => rule.report.store_timeout(),
+                    Answer::Timeout => rule.report.store_timeout(),
                 }
                 return;
             }
         };
-        let update = match c.outcome {
-            Outcome::Reply(Some(u)) => {
+        let update = match c.answer {
+            Answer::Reply(Some(u)) => {
                 rule.report.store_decision();
                 Some(u)
             }
-            Outcome::Reply(None) => None,
-            Outcome::Error(e) => {
+            Answer::Reply(None) => None,
+            Answer::Error(e) => {
                 rule.report.store_error();
                 self.log_error(&e);
                 None
             }
-            Outcome::Timeout => {
+            Answer::Timeout => {
                 rule.report.store_timeout();
                 self.log_error(&format!("no answer within {} ms", self.timeout.as_millis()));
                 None
@@ -402,7 +401,7 @@ fn act(rule: Arc<Rule>, parked: Parked, ip: IpAddr, d: Decision) {
     match (d.action, d.delayed) {
         (Action::Delay(delay), Some(counted)) => delay::hold(
             parked,
-            Wait {
+            Delay {
                 rule,
                 delay,
                 counted,
@@ -412,7 +411,7 @@ fn act(rule: Arc<Rule>, parked: Parked, ip: IpAddr, d: Decision) {
             // --log-only: a would-be-delayed request counts against
             // --max-concurrent until it completes (dropped at TXN_CLOSE).
             if let (Some(counted), Some(st)) = (counted, crate::state(&h)) {
-                *st.wait.lock() = Some(Wait {
+                *st.wait.lock() = Some(Delay {
                     rule,
                     delay: 0,
                     counted,

@@ -6,16 +6,16 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use ::store::redis::{key_base, Reply};
-use ::store::Outcome;
 use ats::poller::Poller;
 use ats::Txn;
 use rate_limit_core::store::Failure;
 use rate_limit_core::Admission;
+use store::redis::{key_base, Reply};
+use store::Answer;
 
-use super::{decide, refused_why, Lease, Token, TxnStore};
+use super::{decide, refused_why, Lease, Token, TxnCentral};
 use crate::refusals::Reason;
-use crate::state::{bump, Outcome as TxnOutcome};
+use crate::state::{bump, Fate};
 use crate::{Globals, Rule};
 
 /// A dry-run request's decision in flight: what its log line needs.
@@ -78,32 +78,32 @@ pub(crate) fn dry_run(rule: &Arc<Rule>, g: &Globals, txn: Txn<'_>, key: Option<u
     // charged (`--count-status`): the verdict comes later. Without a state
     // the lease is released here, still after its decision.
     if lease.is_some() || rule.opts.ratelimit_headers {
-        if let Some(st) = rule.attach(g, txn, TxnOutcome::DryRun, None, None, key) {
+        if let Some(st) = rule.attach(g, txn, Fate::DryRun, None, None, key) {
             if let Some(l) = lease {
-                *st.store.lock() = Some(Box::new(TxnStore::Lease { _held: l }));
+                *st.central.lock() = Some(Box::new(TxnCentral::Lease { _held: l }));
             }
         }
     }
 }
 
 /// A dry run's decision came back (on an ATS thread).
-pub(super) fn dry_completed(d: DryAsked, waited: Duration, outcome: Outcome<Reply>) {
+pub(super) fn dry_completed(d: DryAsked, waited: Duration, answer: Answer<Reply>) {
     let Some(rs) = &d.rule.store else { return };
     let m = rs.metrics;
     m.latency(waited);
-    match outcome {
+    match answer {
         // Its lease (`--limit`) is the transaction's, released at TXN_CLOSE.
-        Outcome::Reply(Reply::Admitted { .. }) => bump(m.decisions, 1),
-        Outcome::Reply(r) => {
+        Answer::Reply(Reply::Admitted { .. }) => bump(m.decisions, 1),
+        Answer::Reply(r) => {
             bump(m.decisions, 1);
             dry_refused(&d, refused_why(&r));
         }
-        Outcome::Error(e) => {
+        Answer::Error(e) => {
             bump(m.errors, 1);
             log::debug!("store {}: {e}", rs.store.url);
             dry_failed(d);
         }
-        Outcome::Timeout => {
+        Answer::Timeout => {
             bump(m.timeouts, 1);
             dry_failed(d);
         }

@@ -27,8 +27,8 @@ use ats::stats::Stat;
 use parking_lot::Mutex;
 use rate_limit_core::Limiter;
 // `::store`: the store client crate (the parent module shares its name).
-use ::store::redis::{key_base, Op, Reply};
-use ::store::{Outcome, Shared};
+use store::redis::{key_base, Op, Reply};
+use store::{Answer, Clients};
 
 use super::{Store, StoreMetrics, Token};
 use crate::queue::Queued;
@@ -73,7 +73,7 @@ struct KeySync {
 
 /// The live syncers, for rules of the same limiter and settings to share
 /// one. Weak: only rules (and exchanges in flight) keep a syncer.
-static SYNCERS: Shared<Syncer> = Shared::new();
+static SYNCERS: Clients<Syncer> = Clients::new();
 
 /// The exchange of `limiter` with these settings: the live one, or a new
 /// one started here.
@@ -159,11 +159,11 @@ impl Syncer {
     }
 
     /// A key's exchange came back (on the drainer's thread).
-    pub(super) fn completed(&self, tag: Box<[u8]>, hits: u32, outcome: Outcome<Reply>) {
-        let (period, previous) = match outcome {
-            Outcome::Reply(Reply::Synced { period, previous }) => (period, previous),
-            Outcome::Reply(_) | Outcome::Error(_) => return super::bump(self.metrics.errors, 1),
-            Outcome::Timeout => return super::bump(self.metrics.timeouts, 1),
+    pub(super) fn completed(&self, tag: Box<[u8]>, hits: u32, answer: Answer<Reply>) {
+        let (period, previous) = match answer {
+            Answer::Reply(Reply::Synced { period, previous }) => (period, previous),
+            Answer::Reply(_) | Answer::Error(_) => return super::bump(self.metrics.errors, 1),
+            Answer::Timeout => return super::bump(self.metrics.timeouts, 1),
         };
         super::bump(self.metrics.decisions, 1);
         let others = {

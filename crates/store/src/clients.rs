@@ -1,18 +1,18 @@
-//! Clients (and the exchanges built on them) shared by the rules that use
-//! them. The registry only refers to each weakly: one lives while a rule or
+//! Clients (and the `--store-sync` syncers built on them) shared by the rules
+//! that use them. `Clients` only refers to each weakly: one lives while a rule or
 //! a request in flight holds it, so a reload that drops or changes a rule's
 //! `--store` stops its client (its thread exits, its connection closes).
 
 use std::sync::{Arc, Mutex, PoisonError, Weak};
 
 /// The live values of one kind, found by a match on their settings.
-pub struct Shared<T> {
+pub struct Clients<T> {
     live: Mutex<Vec<Weak<T>>>,
 }
 
-impl<T> Shared<T> {
+impl<T> Clients<T> {
     pub const fn new() -> Self {
-        Shared {
+        Clients {
             live: Mutex::new(Vec::new()),
         }
     }
@@ -42,7 +42,7 @@ impl<T> Shared<T> {
     }
 }
 
-impl<T> Default for Shared<T> {
+impl<T> Default for Clients<T> {
     fn default() -> Self {
         Self::new()
     }
@@ -54,7 +54,7 @@ mod tests {
 
     #[test]
     fn a_match_is_shared_and_a_dropped_one_is_forgotten() {
-        let reg = Shared::<u32>::new();
+        let reg = Clients::<u32>::new();
         let start = |v| move || Ok::<_, ()>(Arc::new(v));
         let a = reg.get_or_start(|&v| v == 1, start(1)).unwrap();
         let b = reg.get_or_start(|&v| v == 1, start(99)).unwrap();

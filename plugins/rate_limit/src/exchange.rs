@@ -84,12 +84,12 @@ pub(crate) struct Exchange {
     /// Before `_task` (fields drop in order): the task's own reference is
     /// then the last, released on its ET_TASK thread, so the transport's
     /// thread is joined there, never on a request's thread.
-    shared: Arc<Shared>,
+    shared: Arc<Inner>,
     /// Stopped when the last peered rule is gone.
     _task: Periodic,
 }
 
-struct Shared {
+struct Inner {
     transport: OnceLock<peer::Transport>,
     /// The port was in use: the settings to bind with, and when to try again.
     rebind: Mutex<Option<Rebind>>,
@@ -240,7 +240,7 @@ fn start(p: &PeerOptions, socket: Vec<(&'static str, String)>) -> Result<Exchang
             .map_err(|e| log::error!("{e}"))
             .ok()
     });
-    let shared = Arc::new(Shared {
+    let shared = Arc::new(Inner {
         transport,
         rebind: Mutex::new(rebind),
         bound,
@@ -265,7 +265,7 @@ fn started(t: &peer::Transport) {
     );
 }
 
-impl Drop for Shared {
+impl Drop for Inner {
     /// The socket closes with the transport, just after (on the task's
     /// thread: metrics move only on ATS threads).
     fn drop(&mut self) {
@@ -275,7 +275,7 @@ impl Drop for Shared {
     }
 }
 
-impl Shared {
+impl Inner {
     /// The port was in use: try again if due (on the task thread).
     fn rebind(&self) {
         let mut r = self.rebind.lock();

@@ -20,7 +20,7 @@
 //!
 //! One client (one I/O thread and connection) serves every rule naming the
 //! same store URL and `--store-timeout`. The rules (and transactions in
-//! flight) hold it; the registry only refers to it. When the last holder
+//! flight) hold it; `STORES` only refers to it. When the last holder
 //! is gone, e.g. a reload dropped or changed its `--store`, the client
 //! stops: its thread exits and its connection closes (crates/store), and
 //! the wake channel closes with the poller.
@@ -33,13 +33,12 @@ use ats::stats::Stat;
 use ats::{Done, HomeTxn, Parked, Txn};
 use rate_limit_core::store::{Failure, StoreOptions};
 use rate_limit_core::{metric_name, Admission, Options};
-// `::store`: the store client crate (this module shares its name).
-use ::store::redis::{key_base, Decide, LeaseIds, Op, Redis, Reply};
-use ::store::{Client, Completion, Config, Outcome, Shared};
+use store::redis::{key_base, Decide, LeaseIds, Op, Redis, Reply};
+use store::{Answer, Client, Clients, Completion, Config};
 
 use crate::queue::{error_page, park, state, Queued};
 use crate::refusals::Reason;
-use crate::state::{bump, Held, Home, Outcome as TxnOutcome, Wait};
+use crate::state::{bump, Fate, Held, Holder, Pending};
 use crate::{Globals, Rule};
 
 /// How often the drainer looks for completions while any are outstanding.
@@ -57,7 +56,7 @@ use dry::DryAsked;
 
 /// The live stores, by URL and timeout. Weak: a store lives as long as a
 /// rule or a transaction uses it.
-static STORES: Shared<Store> = Shared::new();
+static STORES: Clients<Store> = Clients::new();
 
 /// A store's client and its drainer.
 pub(crate) struct Store {
@@ -224,7 +223,7 @@ pub(crate) fn done() {
 }
 
 /// What the global mode keeps on a transaction.
-pub(crate) enum TxnStore {
+pub(crate) enum TxnCentral {
     /// Named in DoRemap, to be asked at POST_REMAP.
     Pending(String),
     /// Admitted with a concurrency lease, given back when dropped.
@@ -234,11 +233,11 @@ pub(crate) enum TxnStore {
     Charged { base: String, _held: Option<Lease> },
 }
 
-impl TxnStore {
+impl TxnCentral {
     /// The keys to ask about, if the decision is still to be asked.
-    pub(crate) fn take_pending(slot: &mut Option<Box<TxnStore>>) -> Option<String> {
+    pub(crate) fn take_pending(slot: &mut Option<Box<TxnCentral>>) -> Option<String> {
         match slot.take().map(|b| *b) {
-            Some(TxnStore::Pending(base)) => Some(base),
+            Some(TxnCentral::Pending(base)) => Some(base),
             other => {
                 *slot = other.map(Box::new);
                 None
@@ -278,8 +277,8 @@ pub(crate) fn remap(rule: &Arc<Rule>, g: &Globals, txn: Txn<'_>, key: Option<u64
         let b = b.borrow();
         key_base(&rs.opts.namespace, key.map(|_| &b[..]))
     });
-    if let Some(st) = rule.attach(g, txn, TxnOutcome::Waiting, None, None, key) {
-        *st.store.lock() = Some(Box::new(TxnStore::Pending(base)));
+    if let Some(st) = rule.attach(g, txn, Fate::Waiting, None, None, key) {
+        *st.central.lock() = Some(Box::new(TxnCentral::Pending(base)));
         txn.hook(ats::HookId::PostRemap, &g.hooks);
     }
 }
@@ -361,24 +360,24 @@ fn completed(c: Completion<Reply, Token>) {
     let waited = c.submitted.elapsed();
     let a = match c.token {
         Token::Release(m) | Token::Charge(m) => {
-            match c.outcome {
-                Outcome::Reply(_) => {}
-                Outcome::Error(_) => bump(m.errors, 1),
-                Outcome::Timeout => bump(m.timeouts, 1),
+            match c.answer {
+                Answer::Reply(_) => {}
+                Answer::Error(_) => bump(m.errors, 1),
+                Answer::Timeout => bump(m.timeouts, 1),
             }
             return;
         }
         Token::Decide(a) => *a,
-        Token::DryRun(d) => return dry::dry_completed(*d, waited, c.outcome),
-        Token::Sync(s, tag, hits) => return s.completed(tag, hits, c.outcome),
+        Token::DryRun(d) => return dry::dry_completed(*d, waited, c.answer),
+        Token::Sync(s, tag, hits) => return s.completed(tag, hits, c.answer),
     };
     let Some(rs) = &a.rule.store else {
         return admit(a.rule, a.parked, None, None);
     };
     let m = rs.metrics;
     m.latency(waited);
-    match c.outcome {
-        Outcome::Reply(Reply::Admitted { .. }) => {
+    match c.answer {
+        Answer::Reply(Reply::Admitted { .. }) => {
             bump(m.decisions, 1);
             let charge = a.rule.opts.count_status.map(|_| a.base.clone());
             let lease = (a.rule.opts.limit.is_some()).then(|| Lease {
@@ -389,16 +388,16 @@ fn completed(c: Completion<Reply, Token>) {
             });
             admit(a.rule, a.parked, lease, charge);
         }
-        Outcome::Reply(r) => {
+        Answer::Reply(r) => {
             bump(m.decisions, 1);
             refuse(a.rule, a.parked, a.key, refused_why(&r));
         }
-        Outcome::Error(e) => {
+        Answer::Error(e) => {
             bump(m.errors, 1);
             log::debug!("store {}: {e}", rs.store.url);
             failed(a);
         }
-        Outcome::Timeout => {
+        Answer::Timeout => {
             bump(m.timeouts, 1);
             failed(a);
         }
@@ -442,12 +441,12 @@ fn local(a: Asked) {
             });
         }
         Admission::Wait(w) => {
-            let wait = Wait {
+            let wait = Pending {
                 place: rule.place(w.place),
                 since: w.since,
                 rate_delay: w.rate_delay,
                 rate: w.rate,
-                home: Home::Txn,
+                holder: Holder::Txn,
                 key,
             };
             park(rule, parked, wait);
@@ -464,15 +463,15 @@ fn admit(rule: Arc<Rule>, parked: Parked, lease: Option<Lease>, base: Option<Str
 fn resume(h: HomeTxn<'_>, rule: &Rule, lease: Option<Lease>, base: Option<String>) -> Done {
     rule.live.admit();
     if let Some(st) = state(&h, rule) {
-        st.set_outcome(TxnOutcome::Admitted);
+        st.set_fate(Fate::Admitted);
         let base = base.filter(|_| rule.opts.count_status.is_some());
         let kept = match (lease, base) {
-            (held, Some(base)) => Some(TxnStore::Charged { base, _held: held }),
-            (Some(l), None) => Some(TxnStore::Lease { _held: l }),
+            (held, Some(base)) => Some(TxnCentral::Charged { base, _held: held }),
+            (Some(l), None) => Some(TxnCentral::Lease { _held: l }),
             (None, None) => None,
         };
         if let Some(k) = kept {
-            *st.store.lock() = Some(Box::new(k));
+            *st.central.lock() = Some(Box::new(k));
         }
     }
     h.resume()
@@ -483,7 +482,7 @@ fn refuse(rule: Arc<Rule>, parked: Parked, key: Option<u64>, why: Reason) {
         bump(rule.metrics.rejected, 1);
         rule.record_refusal(h.txn(), key, why, 0, false);
         if let Some(st) = state(&h, &rule) {
-            st.set_outcome(TxnOutcome::Refused);
+            st.set_fate(Fate::Refused);
         }
         let status = rule.opts.error;
         // From a hook ATS sends a bare status; give it the same kind of page.
