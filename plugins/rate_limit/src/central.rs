@@ -1,7 +1,7 @@
 //! Global mode (`--store=redis://…`): each admission is decided in Redis,
 //! exactly across every proxy that shares the store and namespace. (About
-//! 500 lines: one decision's path, submitted, drained and resumed, reads
-//! best whole.)
+//! 470 lines: one decision's path, submitted, drained and resumed, reads
+//! best whole; what an answer means is `verdict.rs`.)
 //!
 //! One transaction:
 //! 1. DoRemap names the limiter's Redis keys, leaves them in the
@@ -50,9 +50,11 @@ const LATENCY_MS: [u64; 7] = [1, 2, 5, 10, 20, 50, 100];
 
 mod dry;
 pub(crate) mod sync;
+mod verdict;
 
 pub(crate) use dry::dry_run;
 use dry::DryAsked;
+use verdict::{failure, Verdict};
 
 /// The live stores, by URL and timeout. Weak: a store lives as long as a
 /// rule or a transaction uses it.
@@ -374,46 +376,26 @@ fn completed(c: Completion<Reply, Token>) {
     let Some(rs) = &a.rule.store else {
         return admit(a.rule, a.parked, None, None);
     };
-    let m = rs.metrics;
-    m.latency(waited);
-    match c.answer {
-        Answer::Reply(Reply::Admitted { .. }) => {
-            bump(m.decisions, 1);
+    match rs.verdict(waited, c.answer) {
+        Verdict::Admitted => {
             let charge = a.rule.opts.count_status.map(|_| a.base.clone());
             let lease = (a.rule.opts.limit.is_some()).then(|| Lease {
                 store: rs.store.clone(),
                 base: a.base,
                 member: a.member,
-                metrics: m,
+                metrics: rs.metrics,
             });
             admit(a.rule, a.parked, lease, charge);
         }
-        Answer::Reply(r) => {
-            bump(m.decisions, 1);
-            refuse(a.rule, a.parked, a.key, refused_why(&r));
-        }
-        Answer::Error(e) => {
-            bump(m.errors, 1);
-            log::debug!("store {}: {e}", rs.store.url);
-            failed(a);
-        }
-        Answer::Timeout => {
-            bump(m.timeouts, 1);
-            failed(a);
-        }
+        Verdict::Refused(why) => refuse(a.rule, a.parked, a.key, why),
+        Verdict::Failed => failed(a),
     }
 }
 
 /// The store failed or did not answer in time: `--store-failure`.
 /// (On the drainer's thread, or on the transaction's if the queue was full.)
 fn failed(a: Asked) {
-    let failure = a
-        .rule
-        .opts
-        .store
-        .as_ref()
-        .map_or(Failure::Open, |s| s.failure);
-    match failure {
+    match failure(&a.rule) {
         // Open: the response's charge (--count-status) still goes to Redis.
         Failure::Open => admit(a.rule, a.parked, None, Some(a.base)),
         Failure::Closed => refuse(a.rule, a.parked, a.key, Reason::StoreFailure),
@@ -489,12 +471,4 @@ fn refuse(rule: Arc<Rule>, parked: Parked, key: Option<u64>, why: Reason) {
         h.txn().set_error_body(&error_page(status), "text/html");
         h.fail(status)
     });
-}
-
-/// Why Redis refused, for the refusal log: over the rate, or at `--limit`.
-fn refused_why(r: &Reply) -> Reason {
-    match r {
-        Reply::TooSoon { .. } => Reason::Rate,
-        _ => Reason::QueueFull,
-    }
 }

@@ -13,7 +13,8 @@ use rate_limit_core::Admission;
 use store::redis::{key_base, Reply};
 use store::Answer;
 
-use super::{decide, refused_why, Lease, Token, TxnCentral};
+use super::verdict::{failure, Verdict};
+use super::{decide, Lease, Token, TxnCentral};
 use crate::refusals::Reason;
 use crate::state::{bump, Fate};
 use crate::{Globals, Rule};
@@ -89,36 +90,17 @@ pub(crate) fn dry_run(rule: &Arc<Rule>, g: &Globals, txn: Txn<'_>, key: Option<u
 /// A dry run's decision came back (on an ATS thread).
 pub(super) fn dry_completed(d: DryAsked, waited: Duration, answer: Answer<Reply>) {
     let Some(rs) = &d.rule.store else { return };
-    let m = rs.metrics;
-    m.latency(waited);
-    match answer {
+    match rs.verdict(waited, answer) {
         // Its lease (`--limit`) is the transaction's, released at TXN_CLOSE.
-        Answer::Reply(Reply::Admitted { .. }) => bump(m.decisions, 1),
-        Answer::Reply(r) => {
-            bump(m.decisions, 1);
-            dry_refused(&d, refused_why(&r));
-        }
-        Answer::Error(e) => {
-            bump(m.errors, 1);
-            log::debug!("store {}: {e}", rs.store.url);
-            dry_failed(d);
-        }
-        Answer::Timeout => {
-            bump(m.timeouts, 1);
-            dry_failed(d);
-        }
+        Verdict::Admitted => {}
+        Verdict::Refused(why) => dry_refused(&d, why),
+        Verdict::Failed => dry_failed(d),
     }
 }
 
 /// A dry run's store failed: what `--store-failure` would have done.
 pub(super) fn dry_failed(d: DryAsked) {
-    let failure = d
-        .rule
-        .opts
-        .store
-        .as_ref()
-        .map_or(Failure::Open, |s| s.failure);
-    match failure {
+    match failure(&d.rule) {
         Failure::Open => {}
         Failure::Closed => dry_refused(&d, Reason::StoreFailure),
         Failure::Local => match d.rule.admit(d.key, &[]) {
