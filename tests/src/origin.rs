@@ -62,15 +62,15 @@ struct Inner {
 /// The origin server; stops accepting when dropped.
 pub struct Origin {
     port: u16,
-    shared: Arc<Inner>,
+    inner: Arc<Inner>,
 }
 
 impl Origin {
     pub fn start() -> Origin {
         let listener = TcpListener::bind("127.0.0.1:0").expect("origin bind");
         let port = listener.local_addr().expect("origin addr").port();
-        let shared = Arc::new(Inner::default());
-        let s = shared.clone();
+        let inner = Arc::new(Inner::default());
+        let s = inner.clone();
         thread::spawn(move || {
             for conn in listener.incoming() {
                 if s.stop.load(Ordering::Relaxed) {
@@ -84,7 +84,7 @@ impl Origin {
                 }
             }
         });
-        Origin { port, shared }
+        Origin { port, inner }
     }
 
     pub fn port(&self) -> u16 {
@@ -98,30 +98,30 @@ impl Origin {
 
     /// Sets a default for one of the control headers (e.g. `X-Origin-CC`).
     pub fn set_default(&self, header: &str, value: &str) {
-        lock(&self.shared.defaults).insert(header.to_ascii_lowercase(), value.to_owned());
+        lock(&self.inner.defaults).insert(header.to_ascii_lowercase(), value.to_owned());
     }
 
     /// Number of requests received so far.
     pub fn count(&self) -> usize {
-        lock(&self.shared.log).len()
+        lock(&self.inner.log).len()
     }
 
     /// Every request received so far, in arrival order.
     pub fn requests(&self) -> Vec<Received> {
-        lock(&self.shared.log).clone()
+        lock(&self.inner.log).clone()
     }
 
     pub fn in_flight(&self) -> usize {
-        self.shared.in_flight.load(Ordering::SeqCst)
+        self.inner.in_flight.load(Ordering::SeqCst)
     }
 
     /// Most requests served at once since start (or the last reset).
     pub fn max_in_flight(&self) -> usize {
-        self.shared.max_in_flight.load(Ordering::SeqCst)
+        self.inner.max_in_flight.load(Ordering::SeqCst)
     }
 
     pub fn reset_max_in_flight(&self) {
-        self.shared
+        self.inner
             .max_in_flight
             .store(self.in_flight(), Ordering::SeqCst);
     }
@@ -129,7 +129,7 @@ impl Origin {
 
 impl Drop for Origin {
     fn drop(&mut self) {
-        self.shared.stop.store(true, Ordering::Relaxed);
+        self.inner.stop.store(true, Ordering::Relaxed);
         // Wake the accept loop so it sees the flag.
         let _ = TcpStream::connect(("127.0.0.1", self.port));
     }

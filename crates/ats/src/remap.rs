@@ -71,7 +71,7 @@ pub trait RemapPlugin: Sized + Send + Sync + 'static {
     /// Name used as debug tag and log prefix (e.g. `"rate_limit"`).
     const NAME: &'static str;
 
-    /// Called once when ATS loads the .so (create continuations, slots here).
+    /// Called once when ATS loads the .so (continuations, user arguments).
     fn init() -> Result<(), String> {
         Ok(())
     }

@@ -89,19 +89,29 @@ pub struct FsFiles;
 
 impl Files for FsFiles {
     fn read(&self, path: &Path, limit: u64) -> Result<FileText, ReadError> {
-        let file = std::fs::File::open(path).map_err(ReadError::Io)?;
-        if file.metadata().map_err(ReadError::Io)?.is_dir() {
-            return Err(ReadError::Directory);
-        }
-        let mut bytes = Vec::new();
-        file.take(limit.saturating_add(1))
-            .read_to_end(&mut bytes)
-            .map_err(ReadError::Io)?;
-        let text = checked(bytes, limit)?;
+        let text = checked(read_bytes(path, limit)?, limit)?;
         // A name that cannot be canonicalised (removed meanwhile) is its own identity.
         let identity = std::fs::canonicalize(path).unwrap_or_else(|_| path.to_path_buf());
         Ok(FileText { identity, text })
     }
+}
+
+/// The bytes of the file at `path`, refusing a directory or more than
+/// `limit` bytes (reading at most `limit + 1`): for a file that need not
+/// be text, such as the peer secret. [`FsFiles`] reads through it.
+pub fn read_bytes(path: &Path, limit: u64) -> Result<Vec<u8>, ReadError> {
+    let file = std::fs::File::open(path).map_err(ReadError::Io)?;
+    if file.metadata().map_err(ReadError::Io)?.is_dir() {
+        return Err(ReadError::Directory);
+    }
+    let mut bytes = Vec::new();
+    file.take(limit.saturating_add(1))
+        .read_to_end(&mut bytes)
+        .map_err(ReadError::Io)?;
+    if bytes.len() as u64 > limit {
+        return Err(ReadError::TooLarge { limit });
+    }
+    Ok(bytes)
 }
 
 /// The bounds every reader applies to a file's bytes.

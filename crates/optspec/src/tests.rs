@@ -196,12 +196,17 @@ fn lists_cidrs_and_words() {
         value::list(" a, b ,,c").collect::<Vec<_>>(),
         ["a", "b", "", "c"]
     );
-    let nets = value::cidrs("10.0.0.0/8, ::1").unwrap();
-    assert_eq!(nets[0].to_string(), "10.0.0.0/8");
-    assert_eq!(nets[1].to_string(), "::1/128");
-    assert_eq!(value::cidrs("10.0.0.0/8,lb"), Err("lb"));
-    assert_eq!(value::cidrs(""), Err(""));
-    assert_eq!(value::cidrs("10.0.0.0/33"), Err("10.0.0.0/33"));
+    assert_eq!(
+        value::cidr("10.0.0.0/8").map(|n| n.to_string()).as_deref(),
+        Some("10.0.0.0/8")
+    );
+    assert_eq!(
+        value::cidr("::1").map(|n| n.to_string()).as_deref(),
+        Some("::1/128")
+    );
+    assert_eq!(value::cidr("lb"), None);
+    assert_eq!(value::cidr(""), None);
+    assert_eq!(value::cidr("10.0.0.0/33"), None);
     assert_eq!(value::bool_word("on"), Some(true));
     assert_eq!(value::bool_word("0"), Some(false));
     assert_eq!(value::bool_word("On"), None);

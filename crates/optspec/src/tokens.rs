@@ -91,11 +91,6 @@ impl<'a, 't> Tokens<'a, 't> {
         }
     }
 
-    /// The names given so far, each once, in the order first given.
-    pub fn seen(&self) -> &[&'static str] {
-        &self.seen
-    }
-
     /// Consumes the tokenizer, keeping what it saw.
     pub fn into_seen(self) -> Vec<&'static str> {
         self.seen

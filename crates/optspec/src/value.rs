@@ -93,12 +93,6 @@ pub fn cidr(part: &str) -> Option<IpNet> {
         .or_else(|| part.parse::<IpAddr>().ok().map(IpNet::from))
 }
 
-/// A comma-separated list of [`cidr`]s; `Err`: the first part that is not
-/// one (trimmed).
-pub fn cidrs(v: &str) -> Result<Vec<IpNet>, &str> {
-    list(v).map(|p| cidr(p).ok_or(p)).collect()
-}
-
 /// `true`/`1`/`yes`/`on` or `false`/`0`/`no`/`off` (lowercase, as written).
 pub fn bool_word(v: &str) -> Option<bool> {
     match v {

@@ -40,8 +40,10 @@ impl Key {
     /// The secret from a file: its contents less trailing whitespace (a
     /// final newline). Errors name the file and say what is wrong.
     pub fn from_file(path: &Path) -> Result<Key, String> {
-        let bytes = read_bounded(path, MAX_SECRET_FILE_BYTES)
-            .map_err(|e| format!("peer secret file {}: {e}", path.display()))?;
+        // Bytes, not text: a secret may be any bytes. std's wording, as
+        // when it was read with std::fs::read.
+        let bytes = optspec::files::read_bytes(path, MAX_SECRET_FILE_BYTES)
+            .map_err(|e| format!("peer secret file {}: {}", path.display(), e.std_wording()))?;
         let end = bytes
             .iter()
             .rposition(|b| !b.is_ascii_whitespace())
@@ -61,18 +63,4 @@ impl Key {
         m.update(body);
         m.verify_slice(mac).is_ok()
     }
-}
-
-/// A file's bytes, refusing more than `limit` of them (binary, unlike
-/// optspec's text reader: a secret may be any bytes).
-fn read_bounded(path: &Path, limit: u64) -> Result<Vec<u8>, String> {
-    use std::io::Read;
-    let mut bytes = Vec::new();
-    std::fs::File::open(path)
-        .and_then(|f| f.take(limit.saturating_add(1)).read_to_end(&mut bytes))
-        .map_err(|e| e.to_string())?;
-    if bytes.len() as u64 > limit {
-        return Err(format!("larger than {limit} bytes"));
-    }
-    Ok(bytes)
 }

@@ -128,7 +128,7 @@ struct Inner {
 
 /// A running transport. Dropping it stops and joins the thread.
 pub struct Transport {
-    shared: Arc<Inner>,
+    inner: Arc<Inner>,
     local: SocketAddr,
     id: u64,
     thread: Option<JoinHandle<()>>,
@@ -149,18 +149,18 @@ impl Transport {
         socket.set_read_timeout(Some(POLL))?;
         let local = socket.local_addr()?;
         let id = RandomState::new().hash_one((std::process::id(), unix_ms(), local));
-        let shared = Arc::new(Inner {
+        let inner = Arc::new(Inner {
             inbound: ArrayQueue::new(config.inbound_capacity.max(1)),
             outbound: ArrayQueue::new(config.outbound_capacity.max(1)),
             stop: AtomicBool::new(false),
             counters: Counters::default(),
         });
-        let s = shared.clone();
+        let s = inner.clone();
         let thread = std::thread::Builder::new()
             .name("dthrottle-peer".into())
             .spawn(move || run(socket, config, id, &s))?;
         Ok(Transport {
-            shared,
+            inner,
             local,
             id,
             thread: Some(thread),
@@ -169,16 +169,16 @@ impl Transport {
 
     /// Queues a report for sending; false (and counted) if the queue is full.
     pub fn send(&self, report: Outgoing) -> bool {
-        let ok = self.shared.outbound.push(report).is_ok();
+        let ok = self.inner.outbound.push(report).is_ok();
         if !ok {
-            bump(&self.shared.counters.outbound_dropped, 1);
+            bump(&self.inner.counters.outbound_dropped, 1);
         }
         ok
     }
 
     /// The next authenticated datagram from a peer, if any.
     pub fn recv(&self) -> Option<Datagram> {
-        self.shared.inbound.pop()
+        self.inner.inbound.pop()
     }
 
     /// The bound address (the port, when `listen` asked for port 0).
@@ -192,7 +192,7 @@ impl Transport {
     }
 
     pub fn stats(&self) -> Stats {
-        let c = &self.shared.counters;
+        let c = &self.inner.counters;
         let l = |a: &AtomicU64| a.load(Ordering::Relaxed);
         Stats {
             reports_sent: l(&c.reports_sent),
@@ -218,7 +218,7 @@ impl Transport {
 
 impl Drop for Transport {
     fn drop(&mut self) {
-        self.shared.stop.store(true, Ordering::Relaxed);
+        self.inner.stop.store(true, Ordering::Relaxed);
         if let Some(t) = self.thread.take() {
             let _ = t.join();
         }
@@ -262,15 +262,15 @@ fn bind(config: &Config) -> io::Result<UdpSocket> {
     Ok(s.into())
 }
 
-fn run(socket: UdpSocket, config: Config, id: u64, shared: &Inner) {
+fn run(socket: UdpSocket, config: Config, id: u64, inner: &Inner) {
     let mut receiver = Receiver::new(config.key.clone(), id, config.policy.clone());
     let dests: Vec<SocketAddr> = config.peers.iter().copied().chain(config.group).collect();
     let mut seq = 0u64;
     // Larger than MAX_DATAGRAM, so an oversized datagram is seen as such.
     let mut buf = vec![0u8; 2048];
-    let c = &shared.counters;
-    while !shared.stop.load(Ordering::Relaxed) {
-        while let Some(report) = shared.outbound.pop() {
+    let c = &inner.counters;
+    while !inner.stop.load(Ordering::Relaxed) {
+        while let Some(report) = inner.outbound.pop() {
             let dgs = wire::encode(
                 &config.key,
                 id,
@@ -301,7 +301,7 @@ fn run(socket: UdpSocket, config: Config, id: u64, shared: &Inner) {
         bump(&c.datagrams_received, 1);
         match receiver.accept(src, &buf[..n], unix_ms()) {
             Ok(dg) => {
-                if shared.inbound.push(dg).is_err() {
+                if inner.inbound.push(dg).is_err() {
                     bump(&c.inbound_dropped, 1);
                 }
             }

@@ -224,7 +224,9 @@ impl<W: Waiter, C: Clock> Limiter<W, C> {
     /// [`keys`](Self::keys)): its bucket first, then its slot. Refused when
     /// every key held is busy (the table is full of keys holding slots or
     /// waiters). A rule-scoped limiter ignores the key and applies the
-    /// rule's limits, which bind every request anyway.
+    /// rule's limits, which bind every request anyway; a fair one puts it in
+    /// flow 0 (the plugin never asks so: `--fair` excludes `--key`, and its
+    /// requests come through [`admit_flow`](Self::admit_flow)).
     pub fn admit_key(self: &Arc<Self>, key: u64) -> Admission<W, C> {
         self.admit_key_tagged(key, &[])
     }

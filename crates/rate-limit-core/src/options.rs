@@ -167,7 +167,8 @@ pub fn tables() -> [&'static dyn Names; 5] {
     ]
 }
 
-/// Where each module's table is in [`tables`].
+/// Where each table is in [`tables`].
+const RULE: usize = 0;
 const PEERS: usize = 1;
 const STORE: usize = 2;
 const FAIR: usize = 3;

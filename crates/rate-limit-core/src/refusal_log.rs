@@ -187,20 +187,27 @@ pub struct Decision {
 /// A rule's line budget, shared by the threads that refuse its requests.
 ///
 /// Lock-free, because a flood is exactly when every ATS thread refuses at
-/// once: past the budget, an event costs one load and one counter add. The
+/// once: past the budget, an event costs two loads and one counter add. The
 /// second and the lines written in it are one `AtomicU64` (a line is written
 /// only by the thread that moves `written` up, so no second has more than
 /// `per_second`); the suppressed counts are taken by the thread that moves
-/// the second on. An event of an older second that is counted after that
-/// goes into the next summary: counted late, never lost.
+/// the second on. An event counted while the second moves on may land in
+/// the summary of the second before or after its own: counted early or
+/// late, never lost.
 #[derive(Debug)]
 pub struct LogBound {
     per_second: u64,
     /// The current second (monotonic nanoseconds / 1e9) above
     /// [`WRITTEN_BITS`], the lines written in it below.
-    state: AtomicU64,
+    state: OwnLine,
     suppressed: [AtomicU64; Reason::ALL.len()],
 }
+
+/// An atomic on a cache line of its own: every event reads the state,
+/// while a flood's events add to the counters beside it.
+#[derive(Debug)]
+#[repr(align(128))]
+struct OwnLine(AtomicU64);
 
 /// Bits of [`LogBound`]'s state that count the lines written in a second;
 /// the 40 above count seconds (35 000 years of a monotonic clock).
@@ -213,7 +220,7 @@ impl LogBound {
     pub fn new(per_second: u32) -> LogBound {
         LogBound {
             per_second: u64::from(per_second).min(WRITTEN_MASK),
-            state: AtomicU64::new(0),
+            state: OwnLine(AtomicU64::new(0)),
             suppressed: std::array::from_fn(|_| AtomicU64::new(0)),
         }
     }
@@ -224,12 +231,12 @@ impl LogBound {
     /// the one that moves it on takes the summary.
     fn roll(&self, now: u64) -> Option<Summary> {
         let second = (now / NANOS_PER_SECOND).min(MAX_SECOND);
-        let mut cur = self.state.load(Ordering::Acquire);
+        let mut cur = self.state.0.load(Ordering::Acquire);
         loop {
             if second <= cur >> WRITTEN_BITS {
                 return None;
             }
-            match self.state.compare_exchange_weak(
+            match self.state.0.compare_exchange_weak(
                 cur,
                 second << WRITTEN_BITS,
                 Ordering::AcqRel,
@@ -244,12 +251,12 @@ impl LogBound {
     /// An event at `now`: whether its line is written, and a summary due first.
     pub fn event(&self, now: u64, reason: Reason) -> Decision {
         let summary = self.roll(now);
-        let mut cur = self.state.load(Ordering::Acquire);
+        let mut cur = self.state.0.load(Ordering::Acquire);
         let write = loop {
             if cur & WRITTEN_MASK >= self.per_second {
                 break false;
             }
-            match self.state.compare_exchange_weak(
+            match self.state.0.compare_exchange_weak(
                 cur,
                 cur + 1,
                 Ordering::AcqRel,
@@ -416,8 +423,8 @@ mod tests {
     }
 
     /// Threads racing through ten seconds (each at its own pace, so one may
-    /// still be in a second another has left): at most the budget of lines
-    /// per second, and every event written or counted exactly once.
+    /// still be in a second another has left): no more lines than ten
+    /// seconds' budgets, and every event written or counted exactly once.
     #[test]
     fn racing_threads_keep_the_bound_and_lose_nothing() {
         const THREADS: u64 = 4;

@@ -4,8 +4,9 @@
 //! The line budget is rate_limit_core::refusal_log's (pure): a rule writes
 //! at most `LINES_PER_SECOND` event lines a second, then one summary. Lines
 //! are built only when the budget lets them through, so past the budget a
-//! refusal costs an atomic load and a counter add (no lock). Called on ATS threads only (remap, a
-//! parked transaction's own thread); the flusher is an ATS task.
+//! refusal costs two atomic loads and a counter add (no lock). Called on
+//! ATS threads only (remap, a parked transaction's own thread); the
+//! flusher is an ATS task.
 
 use std::net::IpAddr;
 use std::sync::{Arc, Weak};

@@ -9,7 +9,7 @@ use optspec::{Opt, Repeats, Tokens};
 use super::{
     invalid, log_name_ok, tables, uint, OptionError, Options, DEFAULT_ERROR, DEFAULT_KEYS,
     DEFAULT_PREFIX, FAIR, LOG_NAMES_ALLOWED, MAX_GROUP_LEN, MAX_KEYS, MAX_RATE, PEERS,
-    ROLLOUT_TABLE, STORE,
+    ROLLOUT_TABLE, RULE, STORE,
 };
 
 /// The options as given, each checked on its own; the rule-wide values are
@@ -48,10 +48,12 @@ pub(super) fn read(args: &[&str], g: &mut Given) -> Result<(), OptionError> {
                 ROLLOUT[t.index].apply(g, t.value, &())?;
                 continue;
             }
-            _ => {
+            RULE => {
                 OPTIONS[t.index].apply(g, t.value, &())?;
                 continue;
             }
+            // No other table is in `tables()` (a test ties the numbers to it).
+            _ => return Err(OptionError(format!("unknown option --{}", t.name))),
         };
         kept.push((t.name, t.value.unwrap_or_default().to_owned()));
     }

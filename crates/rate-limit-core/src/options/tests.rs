@@ -67,6 +67,19 @@ fn the_docs_list_exactly_the_tables_names() {
     assert_eq!(docs.filter(|d| d.is_empty()).count(), 0);
 }
 
+/// The table numbers the parser dispatches on name the tables they say.
+#[test]
+fn the_table_numbers_match_the_tables() {
+    let t = tables();
+    let first = |i: usize| t[i].name(0);
+    assert_eq!(first(RULE), args::OPTIONS[0].name);
+    assert_eq!(first(PEERS), crate::peering::OPTIONS[0].name);
+    assert_eq!(first(STORE), crate::store::OPTIONS[0].name);
+    assert_eq!(first(FAIR), crate::fair::OPTIONS[0].name);
+    assert_eq!(first(ROLLOUT_TABLE), args::ROLLOUT[0].name);
+    assert_eq!(t.len(), 5);
+}
+
 /// The unknown-option message lists the options in the order it always
 /// has (the tables' order), so operators' notes and log searches still match.
 #[test]
