@@ -655,3 +655,57 @@ fn usage_and_top_report_what_keys_hold() {
     assert!(rule.top(5).is_empty());
     drop((p, r));
 }
+
+/// A key or a flow given to a plain rule limiter never escapes the
+/// rule's limits: the rule's one bucket and slots count every request.
+#[test]
+fn a_rule_limiter_counts_keys_and_flows_against_the_rule() {
+    let limits = Limits {
+        limit: Some(2),
+        rate: Some((1.0, 3)),
+        queue: 0,
+        maxage: None,
+    };
+    let (l, _clock) = limiter(limits);
+    assert_eq!(l.flow_key(b"a"), 0, "not fair: no flows");
+    let Admission::Go(Some(a)) = l.admit_key(1) else {
+        panic!("the first takes a slot")
+    };
+    let Admission::Go(Some(_b)) = l.admit_flow(7) else {
+        panic!("the second takes the other")
+    };
+    assert!(matches!(
+        l.admit_key(2),
+        Admission::Reject(Refused::QueueFull)
+    ));
+    drop(a);
+    assert!(matches!(
+        l.admit_key_tagged(3, b"t"),
+        Admission::Go(Some(_))
+    ));
+    // Three tokens taken (the refusal gave its own back): the bucket is empty.
+    assert!(matches!(l.admit_rule(), Admission::Reject(Refused::Rate)));
+}
+
+/// A keyed limiter asked without a key (for the rule, or for a flow,
+/// which is no client key) refuses, as `key_missing`, and takes nothing.
+#[test]
+fn a_keyed_limiter_refuses_a_request_without_a_key() {
+    let limits = Limits {
+        limit: Some(1),
+        rate: Some((1.0, 1)),
+        queue: 1,
+        maxage: None,
+    };
+    let (l, _clock) = keyed(limits, 10);
+    assert!(matches!(
+        l.admit_rule(),
+        Admission::Reject(Refused::KeyMissing)
+    ));
+    assert!(matches!(
+        l.admit_flow(5),
+        Admission::Reject(Refused::KeyMissing)
+    ));
+    assert_eq!(l.keys().map(|t| t.len()), Some(0), "nothing taken");
+    assert!(matches!(l.admit_key(5), Admission::Go(Some(_))));
+}
