@@ -193,3 +193,22 @@ pub fn duplicates(tables: &[&dyn Names]) -> Vec<&'static str> {
 
 #[cfg(test)]
 mod tests;
+
+/// What the docs' table of a front end's options documents, sorted: in the
+/// section `## SECTION` of `markdown`, the code text of each row's first
+/// cell that starts `` | `PREFIX ``, less the prefix. Each front end's test
+/// compares it with its tables, so an option documented and not known, or
+/// known and not documented, fails there. `None`: no such section.
+pub fn documented<'m>(markdown: &'m str, section: &str, prefix: &str) -> Option<Vec<&'m str>> {
+    let body = markdown
+        .split("\n## ")
+        .find(|s| s.strip_prefix(section).is_some_and(|r| r.starts_with('\n')))?;
+    let row = format!("| `{prefix}");
+    let mut cells: Vec<&str> = body
+        .lines()
+        .filter_map(|l| l.strip_prefix(row.as_str())?.split_once('`'))
+        .map(|(cell, _)| cell)
+        .collect();
+    cells.sort_unstable();
+    Some(cells)
+}

@@ -248,3 +248,13 @@ proptest::proptest! {
         proptest::prop_assert_eq!(value::seconds(&text), Ok(s * 1_000_000_000 + ns));
     }
 }
+
+#[test]
+fn documented_reads_the_first_cells_of_one_section() {
+    let md = "# T\n\n## Options\n\n| name | does |\n|---|---|\n| `--b=N` | b |\n\
+              | `--a` | a |\n| not `--c` | no |\n\n## Other\n\n| `--d` | d |\n";
+    assert_eq!(documented(md, "Options", "--"), Some(vec!["a", "b=N"]));
+    assert_eq!(documented(md, "Other", "--"), Some(vec!["d"]));
+    assert_eq!(documented(md, "Option", "--"), None, "a whole heading");
+    assert_eq!(documented(md, "Missing", "--"), None);
+}

@@ -510,16 +510,8 @@ mod tests {
         );
         known.sort_unstable();
         let md = include_str!("../../../docs/dthrottled.md");
-        let section = md
-            .split("\n## ")
-            .find(|s| s.starts_with("Configuration\n"))
-            .expect("a Configuration section");
-        let mut documented: Vec<&str> = section
-            .lines()
-            .filter_map(|l| l.strip_prefix("| `")?.split_once('`'))
-            .map(|(name, _)| name)
-            .collect();
-        documented.sort_unstable();
+        let documented =
+            optspec::documented(md, "Configuration", "").expect("a Configuration section");
         assert_eq!(documented, known, "docs/dthrottled.md");
         let mut example: Vec<&str> = include_str!("../dthrottled.conf.example")
             .lines()

@@ -480,13 +480,11 @@ fn the_table_is_the_single_source_of_names() {
 #[test]
 fn the_docs_list_exactly_the_tables_names() {
     let md = include_str!("../../../../docs/ip_throttle.md");
-    let section = md
-        .split("\n## ")
-        .find(|s| s.starts_with("Options\n"))
-        .expect("an Options section");
-    let mut documented: Vec<&str> = section
-        .lines()
-        .filter_map(|l| l.strip_prefix("| `--")?.split(['=', '`']).next())
+    // A cell is `--name` or `--name=VALUE`.
+    let mut documented: Vec<&str> = optspec::documented(md, "Options", "--")
+        .expect("an Options section")
+        .into_iter()
+        .filter_map(|cell| cell.split('=').next())
         .collect();
     let tables = crate::options::tables();
     let mut known: Vec<&str> = optspec::names(&tables).collect();

@@ -46,17 +46,8 @@ fn the_tables_are_the_single_source_of_names() {
 fn the_docs_list_exactly_the_tables_names() {
     let path = concat!(env!("CARGO_MANIFEST_DIR"), "/../../docs/rate_limit.md");
     let md = std::fs::read_to_string(path).expect("docs/rate_limit.md");
-    let section = md
-        .split("\n## ")
-        .find(|s| s.starts_with("Options\n"))
-        .expect("an Options section");
-    let mut documented: Vec<&str> = section
-        .lines()
-        .filter_map(|l| l.strip_prefix("| `--")?.split_once('`'))
-        .map(|(name, _)| name)
-        .collect();
+    let documented = optspec::documented(&md, "Options", "--").expect("an Options section");
     let mut known: Vec<&str> = all_options().iter().map(|(n, _)| *n).collect();
-    documented.sort_unstable();
     known.sort_unstable();
     assert_eq!(documented, known);
     let docs = (args::OPTIONS.iter().map(|o| o.doc))
