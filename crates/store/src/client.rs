@@ -135,7 +135,7 @@ struct Inner<O, R, T> {
 
 /// A store client: one I/O thread, two bounded queues.
 pub struct Client<B: Backend, T: Send + 'static> {
-    shared: Arc<Inner<B::Op, B::Reply, T>>,
+    inner: Arc<Inner<B::Op, B::Reply, T>>,
     thread: Option<JoinHandle<()>>,
 }
 
@@ -143,7 +143,7 @@ impl<B: Backend, T: Send + 'static> Client<B, T> {
     /// Starts the I/O thread (named `name`); it connects on first use.
     pub fn start(name: &str, backend: B, config: Config) -> std::io::Result<Self> {
         let capacity = config.capacity.max(1);
-        let shared = Arc::new(Inner {
+        let inner = Arc::new(Inner {
             requests: ArrayQueue::new(capacity),
             completions: ArrayQueue::new(capacity),
             outstanding: AtomicUsize::new(0),
@@ -152,12 +152,12 @@ impl<B: Backend, T: Send + 'static> Client<B, T> {
             stats: Stats::default(),
             notify: OnceLock::new(),
         });
-        let s = shared.clone();
+        let s = inner.clone();
         let thread = thread::Builder::new()
             .name(name.chars().take(15).collect())
             .spawn(move || IoThread::new(s, backend, config).run())?;
         Ok(Client {
-            shared,
+            inner,
             thread: Some(thread),
         })
     }
@@ -165,7 +165,7 @@ impl<B: Backend, T: Send + 'static> Client<B, T> {
     /// Queues `op`; its completion (with `token`) comes back by `timeout`
     /// from now. Lock-free; wakes the I/O thread only if it sleeps.
     pub fn submit(&self, op: B::Op, token: T, timeout: Duration) -> Result<(), (T, SubmitError)> {
-        let s = &*self.shared;
+        let s = &*self.inner;
         if s.stop.load(Ordering::Acquire) {
             return Err((token, SubmitError::Stopped));
         }
@@ -194,27 +194,37 @@ impl<B: Backend, T: Send + 'static> Client<B, T> {
         Ok(())
     }
 
+    /// Hands the finished requests to `f`, at most `max` of them, so one
+    /// pass of a drainer on an ATS thread stays short (the rest wait for
+    /// its next pass).
+    pub fn drain(&self, max: usize, mut f: impl FnMut(Completion<B::Reply, T>)) {
+        for _ in 0..max {
+            let Some(c) = self.try_complete() else { break };
+            f(c);
+        }
+    }
+
     /// Takes one finished request back, if any.
     pub fn try_complete(&self) -> Option<Completion<B::Reply, T>> {
-        let c = self.shared.completions.pop()?;
-        self.shared.outstanding.fetch_sub(1, Ordering::AcqRel);
+        let c = self.inner.completions.pop()?;
+        self.inner.outstanding.fetch_sub(1, Ordering::AcqRel);
         Some(c)
     }
 
     /// Submitted and not yet taken back.
     pub fn outstanding(&self) -> usize {
-        self.shared.outstanding.load(Ordering::Acquire)
+        self.inner.outstanding.load(Ordering::Acquire)
     }
 
     pub fn stats(&self) -> &Stats {
-        &self.shared.stats
+        &self.inner.stats
     }
 
     /// Sets what the I/O thread calls (on its own thread) after handing
     /// back completions, e.g. a wake-up of whoever takes them. Once only:
     /// false if one was set already.
     pub fn set_notify(&self, f: impl Fn() + Send + Sync + 'static) -> bool {
-        self.shared.notify.set(Box::new(f)).is_ok()
+        self.inner.notify.set(Box::new(f)).is_ok()
     }
 }
 
@@ -223,7 +233,7 @@ impl<B: Backend, T: Send + 'static> Client<B, T> {
     /// connection (the thread holds the other reference to the queues).
     pub fn exit_watch(&self) -> Exited {
         let weak: std::sync::Weak<dyn Send + Sync> = {
-            let a: Arc<dyn Send + Sync> = self.shared.clone();
+            let a: Arc<dyn Send + Sync> = self.inner.clone();
             Arc::downgrade(&a)
         };
         Exited(weak)
@@ -256,7 +266,7 @@ impl<B: Backend, T: Send + 'static> Drop for Client<B, T> {
     /// be dropped while such a token is queued; the tokens left at exit
     /// carry no transaction.
     fn drop(&mut self) {
-        self.shared.stop.store(true, Ordering::Release);
+        self.inner.stop.store(true, Ordering::Release);
         if let Some(t) = self.thread.take() {
             t.thread().unpark();
         }

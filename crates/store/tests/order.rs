@@ -88,3 +88,55 @@ fn requests_expired_in_the_queue_leave_the_others_in_order() {
     }
     assert_eq!(sent, [1, 3, 5, 7, 9], "even ops expired; the rest in order");
 }
+
+/// `drain` hands back at most `max` completions a pass, in order, and the
+/// rest stay for the next pass (a drainer on an ATS thread stays short).
+#[test]
+fn drain_hands_back_at_most_max_a_pass() {
+    let (batches_tx, batches) = mpsc::channel();
+    let (entered_tx, entered) = mpsc::channel();
+    let (release, release_rx) = mpsc::channel();
+    let backend = Recorder {
+        connected: false,
+        batches: batches_tx,
+        entered: entered_tx,
+        release: release_rx,
+    };
+    let c: Client<Recorder, u32> =
+        Client::start("drain-test", backend, Config::default()).expect("thread");
+    let (served_tx, served) = mpsc::channel();
+    assert!(c.set_notify(move || {
+        let _ = served_tx.send(());
+    }));
+    let long = Duration::from_secs(20);
+    c.submit(HOLD, 0, long).expect("submit");
+    entered
+        .recv_timeout(Duration::from_secs(10))
+        .expect("the held round trip started");
+    for op in 1..=4 {
+        c.submit(op, op, long).expect("submit");
+    }
+    release.send(()).expect("the round trip is waiting");
+    // Every round trip is followed by a notify, after its completions are queued.
+    let (mut ops, mut trips) = (0, 0);
+    let start = Instant::now();
+    while ops < 5 && start.elapsed() < Duration::from_secs(10) {
+        if let Ok(b) = batches.recv_timeout(Duration::from_secs(1)) {
+            ops += b.len();
+            trips += 1;
+        }
+    }
+    for _ in 0..trips {
+        served
+            .recv_timeout(Duration::from_secs(10))
+            .expect("completions handed back");
+    }
+    let mut tokens = Vec::new();
+    c.drain(2, |done| tokens.push(done.token));
+    assert_eq!(tokens, [0, 1], "two, the first submitted first");
+    assert_eq!(c.outstanding(), 3, "the rest wait");
+    c.drain(10, |done| tokens.push(done.token));
+    assert_eq!(tokens, [0, 1, 2, 3, 4]);
+    c.drain(10, |_| panic!("nothing left"));
+    assert_eq!(c.outstanding(), 0);
+}

@@ -130,10 +130,10 @@ impl Backing {
         }
     }
 
-    fn try_complete(&self) -> Option<Completion<Option<Update>, Token>> {
+    fn drain(&self, max: usize, f: impl FnMut(Completion<Option<Update>, Token>)) {
         match self {
-            Backing::Memcached(c) => c.try_complete(),
-            Backing::Redis(c) => c.try_complete(),
+            Backing::Memcached(c) => c.drain(max, f),
+            Backing::Redis(c) => c.drain(max, f),
         }
     }
 
@@ -242,12 +242,7 @@ impl Drain for Store {
     }
 
     fn drain(&self) {
-        for _ in 0..DRAIN_MAX {
-            let Some(c) = self.client.try_complete() else {
-                break;
-            };
-            self.completed(c);
-        }
+        self.client.drain(DRAIN_MAX, |c| self.completed(c));
     }
 
     fn outstanding(&self) -> bool {

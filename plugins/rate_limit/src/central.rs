@@ -345,12 +345,7 @@ impl Drain for Store {
 
     /// On a net thread: handles what completed (at most [`DRAIN_MAX`]).
     fn drain(&self) {
-        for _ in 0..DRAIN_MAX {
-            let Some(c) = self.client.try_complete() else {
-                break;
-            };
-            completed(c);
-        }
+        self.client.drain(DRAIN_MAX, completed);
     }
 
     fn outstanding(&self) -> bool {

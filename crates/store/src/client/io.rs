@@ -9,10 +9,10 @@ use std::time::{Duration, Instant};
 use super::{Answer, Backend, BatchError, Completion, Config, Inner, Request};
 
 pub(super) struct IoThread<B: Backend, T> {
-    /// First, so it is dropped (its connection closed) before `shared`:
+    /// First, so it is dropped (its connection closed) before `inner`:
     /// [`Exited`] then means the connection is gone too.
     backend: B,
-    shared: Arc<Inner<B::Op, B::Reply, T>>,
+    inner: Arc<Inner<B::Op, B::Reply, T>>,
     config: Config,
     backoff: Duration,
     /// No connection attempt before this (after a failure).
@@ -25,9 +25,9 @@ pub(super) struct IoThread<B: Backend, T> {
 const IDLE: Duration = Duration::from_millis(100);
 
 impl<B: Backend, T: Send + 'static> IoThread<B, T> {
-    pub(super) fn new(shared: Arc<Inner<B::Op, B::Reply, T>>, backend: B, config: Config) -> Self {
+    pub(super) fn new(inner: Arc<Inner<B::Op, B::Reply, T>>, backend: B, config: Config) -> Self {
         IoThread {
-            shared,
+            inner,
             backend,
             backoff: config.min_backoff,
             config,
@@ -41,25 +41,25 @@ impl<B: Backend, T: Send + 'static> IoThread<B, T> {
         let mut replies = Vec::with_capacity(self.config.max_batch);
         loop {
             while batch.len() < self.config.max_batch {
-                match self.shared.requests.pop() {
+                match self.inner.requests.pop() {
                     Some(r) => batch.push(r),
                     None => break,
                 }
             }
             if batch.is_empty() {
-                if self.shared.stop.load(Ordering::Acquire) {
+                if self.inner.stop.load(Ordering::Acquire) {
                     return;
                 }
                 // SeqCst here and in `submit`'s swap: the store of `sleeping`
                 // must not pass the queue check below (nor the submitter's
                 // push its swap), or both sides miss and a request waits
                 // IDLE for nothing.
-                self.shared.sleeping.store(true, Ordering::SeqCst);
+                self.inner.sleeping.store(true, Ordering::SeqCst);
                 // Re-check after announcing sleep: a submit in between unparks.
-                if self.shared.requests.is_empty() {
+                if self.inner.requests.is_empty() {
                     thread::park_timeout(IDLE);
                 }
-                self.shared.sleeping.store(false, Ordering::SeqCst);
+                self.inner.sleeping.store(false, Ordering::SeqCst);
                 continue;
             }
             // A panic in a backend must not leave parked transactions
@@ -68,11 +68,11 @@ impl<B: Backend, T: Send + 'static> IoThread<B, T> {
             let served =
                 panic::catch_unwind(AssertUnwindSafe(|| self.serve(&mut batch, &mut replies)));
             if served.is_err() {
-                self.shared.stats.panics.fetch_add(1, Ordering::Relaxed);
+                self.inner.stats.panics.fetch_add(1, Ordering::Relaxed);
                 self.backend.disconnect();
                 self.fail_all(&mut batch, "the store client failed (a panic)");
             }
-            if let Some(f) = self.shared.notify.get() {
+            if let Some(f) = self.inner.notify.get() {
                 f();
             }
         }
@@ -102,7 +102,7 @@ impl<B: Backend, T: Send + 'static> IoThread<B, T> {
         let Some(deadline) = batch.iter().map(|r| r.deadline).min() else {
             return;
         };
-        if self.shared.stop.load(Ordering::Acquire) {
+        if self.inner.stop.load(Ordering::Acquire) {
             return self.fail_all(batch, "the store client is stopping");
         }
         if !self.backend.is_connected() {
@@ -111,11 +111,11 @@ impl<B: Backend, T: Send + 'static> IoThread<B, T> {
                 return self.fail_all(batch, &why);
             }
             let until = deadline.min(now + self.config.connect_timeout);
-            self.shared.stats.connects.fetch_add(1, Ordering::Relaxed);
+            self.inner.stats.connects.fetch_add(1, Ordering::Relaxed);
             match self.backend.connect(until) {
                 Ok(()) => {}
                 Err(BatchError::Timeout) => {
-                    self.shared
+                    self.inner
                         .stats
                         .connect_failures
                         .fetch_add(1, Ordering::Relaxed);
@@ -126,7 +126,7 @@ impl<B: Backend, T: Send + 'static> IoThread<B, T> {
                     return;
                 }
                 Err(BatchError::Failed(e)) => {
-                    self.shared
+                    self.inner
                         .stats
                         .connect_failures
                         .fetch_add(1, Ordering::Relaxed);
@@ -140,11 +140,8 @@ impl<B: Backend, T: Send + 'static> IoThread<B, T> {
         let ops: Vec<&B::Op> = batch.iter().map(|r| &r.op).collect();
         let result = self.backend.run(&ops, deadline, replies);
         drop(ops);
-        self.shared
-            .stats
-            .round_trips
-            .fetch_add(1, Ordering::Relaxed);
-        self.shared
+        self.inner.stats.round_trips.fetch_add(1, Ordering::Relaxed);
+        self.inner
             .stats
             .sent
             .fetch_add(batch.len() as u64, Ordering::Relaxed);
@@ -203,8 +200,8 @@ impl<B: Backend, T: Send + 'static> IoThread<B, T> {
             submitted: r.submitted,
         };
         // `outstanding` bounds the completions too: there is always room.
-        if self.shared.completions.push(c).is_err() {
-            self.shared.stats.lost.fetch_add(1, Ordering::Relaxed);
+        if self.inner.completions.push(c).is_err() {
+            self.inner.stats.lost.fetch_add(1, Ordering::Relaxed);
         }
     }
 }
