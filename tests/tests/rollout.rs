@@ -308,12 +308,18 @@ fn dry_run_flood_leaves_no_debt_for_the_live_rule() {
         a.contains(r#"{"new":"off","old":"on","option":"dry-run"}"#),
         "{a}"
     );
-    // At most one interval (1 s) of waiting left, not FLOOD intervals.
+    // What the flood left is what the live rule itself would have: the
+    // bucket's theoretical arrival time at most (queue + 1) intervals ahead
+    // (the admitted request's and the one would-be waiter's), so under 2 s
+    // of waiting. The old debt, one interval per flooding request, is ~38 s:
+    // past maxage, so a 429. The bound adds 500 ms for the request itself;
+    // the wait alone can come within microseconds of 2 s when the metrics
+    // and traffic_ctl answer at once (10.x), so 2 s flat was a flake.
     let t = Instant::now();
     let after = from(&ts, ip(1), "fl.test", 1, &[]);
     assert_eq!(statuses(&after), [200], "live after the dry-run flood");
     assert!(
-        t.elapsed() <= Duration::from_secs(2),
+        t.elapsed() < Duration::from_millis(2500),
         "waited {:?}",
         t.elapsed()
     );
