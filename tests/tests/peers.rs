@@ -171,9 +171,12 @@ fn three_peered_servers_hold_one_client_near_its_rate_and_three_alone_do_not() {
     );
     assert_eq!(worst_window(&with, limit), None, "with exchange: {with:?}");
     assert!(with.len() as f64 >= BURST + RATE * t * 0.8, "{with:?}");
-    // Alone, each server gives the client its own bucket: about 3·(b + rT).
+    // Alone, each server gives the client its own bucket: about 3·(b + rT),
+    // which at 25 ms spacing is 45, one above 0.9 of it; 0.8, as `with`
+    // above, lets one sprayer stall pass. Over limit(t) is what tells the two
+    // sets apart.
     assert!(
-        without.len() as f64 > limit(t) && without.len() as f64 >= 0.9 * 3.0 * (BURST + RATE * t),
+        without.len() as f64 > limit(t) && without.len() as f64 >= 0.8 * 3.0 * (BURST + RATE * t),
         "without exchange: {}",
         without.len()
     );
