@@ -53,8 +53,18 @@ impl Backend for Recorder {
     }
 }
 
-#[test]
-fn requests_expired_in_the_queue_leave_the_others_in_order() {
+/// A client whose first round trip (token 0, op [`HOLD`]) has started and
+/// is held: what is submitted next queues behind it (no sleeps: the
+/// backend says it started) until `release` is sent.
+struct Held {
+    client: Client<Recorder, u32>,
+    batches: Receiver<Vec<u32>>,
+    release: Sender<()>,
+}
+
+const LONG: Duration = Duration::from_secs(20);
+
+fn held(name: &str) -> Held {
     let (batches_tx, batches) = mpsc::channel();
     let (entered_tx, entered) = mpsc::channel();
     let (release, release_rx) = mpsc::channel();
@@ -64,18 +74,29 @@ fn requests_expired_in_the_queue_leave_the_others_in_order() {
         entered: entered_tx,
         release: release_rx,
     };
-    let c: Client<Recorder, u32> =
-        Client::start("order-test", backend, Config::default()).expect("thread");
-    let long = Duration::from_secs(20);
-    c.submit(HOLD, 0, long).expect("submit");
-    // Queued behind the held round trip (no sleeps: it says it started).
+    let client = Client::start(name, backend, Config::default()).expect("thread");
+    client.submit(HOLD, 0, LONG).expect("submit");
     entered
         .recv_timeout(Duration::from_secs(10))
         .expect("the held round trip started");
+    Held {
+        client,
+        batches,
+        release,
+    }
+}
+
+#[test]
+fn requests_expired_in_the_queue_leave_the_others_in_order() {
+    let Held {
+        client: c,
+        batches,
+        release,
+    } = held("order-test");
     // Even ops expire at once (a zero timeout: due as submitted); the odd
     // ones stay, between them.
     for op in 0..=10 {
-        let timeout = if op % 2 == 0 { Duration::ZERO } else { long };
+        let timeout = if op % 2 == 0 { Duration::ZERO } else { LONG };
         c.submit(op, op, timeout).expect("submit");
     }
     release.send(()).expect("the round trip is waiting");
@@ -93,28 +114,17 @@ fn requests_expired_in_the_queue_leave_the_others_in_order() {
 /// rest stay for the next pass (a drainer on an ATS thread stays short).
 #[test]
 fn drain_hands_back_at_most_max_a_pass() {
-    let (batches_tx, batches) = mpsc::channel();
-    let (entered_tx, entered) = mpsc::channel();
-    let (release, release_rx) = mpsc::channel();
-    let backend = Recorder {
-        connected: false,
-        batches: batches_tx,
-        entered: entered_tx,
-        release: release_rx,
-    };
-    let c: Client<Recorder, u32> =
-        Client::start("drain-test", backend, Config::default()).expect("thread");
+    let Held {
+        client: c,
+        batches,
+        release,
+    } = held("drain-test");
     let (served_tx, served) = mpsc::channel();
     assert!(c.set_notify(move || {
         let _ = served_tx.send(());
     }));
-    let long = Duration::from_secs(20);
-    c.submit(HOLD, 0, long).expect("submit");
-    entered
-        .recv_timeout(Duration::from_secs(10))
-        .expect("the held round trip started");
     for op in 1..=4 {
-        c.submit(op, op, long).expect("submit");
+        c.submit(op, op, LONG).expect("submit");
     }
     release.send(()).expect("the round trip is waiting");
     // Every round trip is followed by a notify, after its completions are queued.
