@@ -146,6 +146,12 @@ tsrs_error(const char *msg) noexcept
   TSError("%s", msg);
 }
 
+extern "C" void
+tsrs_fatal(const char *msg) noexcept
+{
+  TSFatal("%s", msg);
+}
+
 extern "C" TSReturnCode
 tsrs_text_log_write(TSTextLogObject obj, const char *line) noexcept
 {

@@ -24,6 +24,8 @@ extern "C" {
 void tsrs_note(const char *msg) TSRS_NOEXCEPT;
 void tsrs_warning(const char *msg) TSRS_NOEXCEPT;
 void tsrs_error(const char *msg) TSRS_NOEXCEPT;
+/* TSFatal("%s"): logs and stops traffic_server (a plugin.config plugin that cannot start). */
+void tsrs_fatal(const char *msg) TSRS_NOEXCEPT;
 
 /*
  * A debug control for `tag`, made once and kept for the life of the process

@@ -13,6 +13,8 @@
 //!   connections, concurrent bursts, aborts) with timings.
 //! - [`h2`]: a scripted HTTP/2 client over TLS (python3-h2): many streams
 //!   per connection, RST_STREAM, connection close, with timings.
+//! - [`tls`]: scripted TLS handshakes (python's `ssl`): SNI, source
+//!   address, held connections, with timings (the global mode).
 //! - [`nginx`]: an nginx with the test's `server` blocks, for side-by-side
 //!   comparisons.
 //! - [`redis`]: a redis-server per test (and a delaying relay in front of
@@ -32,6 +34,7 @@ mod plugins;
 pub mod redis;
 pub mod redis_cluster;
 mod server;
+pub mod tls;
 
 pub use origin::{Origin, Received};
 pub use plugins::plugin;

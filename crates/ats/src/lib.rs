@@ -12,7 +12,11 @@
 //!   stopped any unwind. A parked transaction is read and changed only on
 //!   its own thread ([`Parked::on_home`] → [`HomeTxn`]).
 //! - [`HookCont`]/[`HookHandler`]: hook continuations with one generic trampoline.
-//! - [`TxnData`]/[`SsnData`]: per-transaction/session state dropped at close.
+//! - [`TxnData`]/[`SsnData`]/[`VConnData`]: per-transaction/session/connection
+//!   state dropped at close.
+//! - [`vconn`]: TLS connections at the client hello (global hooks): resolve,
+//!   refuse or park a handshake ([`ClientHello`], [`ParkedHello`], [`HomeHello`]).
+//! - [`mgmt`]: records, and a plugin file reread on `traffic_ctl config reload`.
 //! - [`sched`]: one-shot (cancellable) and periodic work on ATS threads.
 //! - [`msg`]: `traffic_ctl plugin msg` commands ([`msg::serve`]: parsed on
 //!   the management thread, run on a task thread, JSON answers in a text log;
@@ -31,6 +35,7 @@ mod event_thread;
 pub mod guard;
 mod hdr;
 pub mod log;
+pub mod mgmt;
 pub mod msg;
 mod net;
 mod origin;
@@ -41,6 +46,7 @@ pub mod stats;
 pub mod textlog;
 mod txn;
 mod user_arg;
+pub mod vconn;
 pub mod wake;
 
 pub use cont::{HookCont, HookHandler};
@@ -48,7 +54,10 @@ pub use event_thread::EventThread;
 pub use hdr::Header;
 pub use remap::{ReloadStatus, RemapArgs, RemapPlugin, RemapRequest, RemapStatus};
 pub use txn::{error_page, CacheLookup, Done, HomeTxn, Hook, HookId, Parked, Ssn, SsnHook, Txn};
-pub use user_arg::{SsnData, TxnData};
+pub use user_arg::{SsnData, TxnData, VConnData};
+pub use vconn::{
+    hook_client_hello, ClientHello, ClientHelloHandler, HomeHello, ParkedHello, VConn,
+};
 
 /// The Traffic Server version the bindings were generated from.
 pub const TS_VERSION: &str = match std::ffi::CStr::from_bytes_with_nul(sys::TS_VERSION_STRING) {

@@ -83,6 +83,14 @@ pub fn error(msg: &str) {
     unsafe { sys::tsrs_error(c.as_ptr()) }
 }
 
+/// Logs at FATAL level and stops traffic_server: for a plugin.config
+/// plugin whose configuration cannot start (as a bad remap.config stops it).
+pub fn fatal(msg: &str) {
+    let c = prefixed(msg);
+    // SAFETY: a NUL-terminated string, written with a fixed "%s" format.
+    unsafe { sys::tsrs_fatal(c.as_ptr()) }
+}
+
 /// Logs to diags.log at WARNING level.
 pub fn warning(msg: &str) {
     let c = prefixed(msg);

@@ -54,6 +54,33 @@ pub(crate) unsafe fn ip_from_sockaddr_len(
     unsafe { ip_from_sockaddr(sa) }
 }
 
+/// True if the peer of socket `fd` has closed it (end-of-file) or it
+/// failed: a non-blocking peek, which neither consumes data nor waits.
+/// If ATS closed the socket and the number was reused, the answer is about
+/// another connection; callers only ask about connections that are ending
+/// or parked (which ATS does not close), so the cost is a wrong answer
+/// about one that is ending anyway.
+pub(crate) fn peer_gone(fd: std::ffi::c_int) -> bool {
+    let mut byte = 0u8;
+    // SAFETY: recv on a plain int with a valid 1-byte buffer.
+    let n = unsafe {
+        libc::recv(
+            fd,
+            (&mut byte as *mut u8).cast(),
+            1,
+            libc::MSG_PEEK | libc::MSG_DONTWAIT,
+        )
+    };
+    match n {
+        0 => true,
+        n if n > 0 => false,
+        _ => !matches!(
+            std::io::Error::last_os_error().raw_os_error(),
+            Some(libc::EAGAIN) | Some(libc::EINTR)
+        ),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -96,6 +96,15 @@ pub trait RemapPlugin: Sized + Send + Sync + 'static {
     /// refused and the old ones keep serving.
     fn post_reload(_status: ReloadStatus) {}
 
+    /// The .so is also listed in plugin.config, with `args` after its name
+    /// (called once, after it is pinned: see `entry::plugin_init`). An
+    /// `Err` stops traffic_server with the message, as a bad remap.config
+    /// does: a global plugin that cannot start must not leave the proxy
+    /// running unprotected.
+    fn global_init(_args: &[&str]) -> Result<(), String> {
+        Ok(())
+    }
+
     /// The last rule naming this copy of the .so was deleted
     /// (`TSRemapDone`; ATS may unload the copy next): stop what the rules
     /// left running process-wide. Transactions still in flight may hold
@@ -220,12 +229,16 @@ macro_rules! remap_plugin {
 
         /// ATS entry point for a plugin.config line; see
         /// [`$crate::remap::entry::plugin_init`].
+        ///
+        /// # Safety
+        /// Only ATS calls this.
         #[no_mangle]
-        pub extern "C" fn TSPluginInit(
-            _argc: ::std::ffi::c_int,
-            _argv: *mut *const ::std::ffi::c_char,
+        pub unsafe extern "C" fn TSPluginInit(
+            argc: ::std::ffi::c_int,
+            argv: *mut *const ::std::ffi::c_char,
         ) {
-            $crate::remap::entry::plugin_init::<$plugin>()
+            // SAFETY: forwarded unchanged from ATS.
+            unsafe { $crate::remap::entry::plugin_init::<$plugin>(argc, argv) }
         }
     };
 }

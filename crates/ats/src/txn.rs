@@ -40,6 +40,13 @@ pub use park::{error_page, HomeTxn, Parked};
 #[must_use = "a hook handler must return the Done of the hook it resolved"]
 pub struct Done(());
 
+impl Done {
+    /// For the crate's other resolvable handles (connections at a TLS hook).
+    pub(crate) fn new() -> Done {
+        Done(())
+    }
+}
+
 /// A transaction handle, valid for the callback that received it (`'a`).
 #[derive(Clone, Copy)]
 pub struct Txn<'a> {

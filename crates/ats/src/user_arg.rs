@@ -1,5 +1,6 @@
-//! Per-transaction and per-session state, dropped when ATS closes the
-//! transaction (TXN_CLOSE) or session (SSN_CLOSE).
+//! Per-transaction, per-session and per-connection state, dropped when ATS
+//! closes the transaction (TXN_CLOSE), session (SSN_CLOSE) or connection
+//! (VCONN_CLOSE, [`VConnData`]).
 //!
 //! The state is boxed (stamped, see [`copy_id`]) into a TS user argument. Putting a resource
 //! guard in it (a concurrency permit, an in-flight counter) makes "release
@@ -24,6 +25,10 @@ use crate::{log::to_cstring, sys};
 #[cfg(any(ats_10, test))]
 mod table;
 mod values;
+mod vconn;
+
+pub(crate) use vconn::StartStamp;
+pub use vconn::VConnData;
 
 use values::{Key, TxnValues, TABLE_BITS};
 
@@ -75,6 +80,7 @@ unsafe fn arg_get(scope: Scope, obj: *mut c_void, idx: c_int) -> *mut c_void {
         match scope {
             Scope::Txn => sys::TSHttpTxnArgGet(obj.cast(), idx),
             Scope::Ssn => sys::TSHttpSsnArgGet(obj.cast(), idx),
+            Scope::VConn => sys::TSVConnArgGet(obj.cast(), idx),
         }
     }
     #[cfg(ats_10)]
@@ -96,6 +102,7 @@ unsafe fn arg_set(scope: Scope, obj: *mut c_void, idx: c_int, value: *mut c_void
         match scope {
             Scope::Txn => sys::TSHttpTxnArgSet(obj.cast(), idx, value),
             Scope::Ssn => sys::TSHttpSsnArgSet(obj.cast(), idx, value),
+            Scope::VConn => sys::TSVConnArgSet(obj.cast(), idx, value),
         }
     }
     #[cfg(ats_10)]
@@ -111,6 +118,8 @@ unsafe fn arg_set(scope: Scope, obj: *mut c_void, idx: c_int, value: *mut c_void
 enum Scope {
     Txn,
     Ssn,
+    /// A client connection (TLS hooks; see [`VConnData`]).
+    VConn,
 }
 
 impl Scope {
@@ -118,6 +127,7 @@ impl Scope {
         match self {
             Scope::Txn => sys::TSUserArgType::TS_USER_ARGS_TXN,
             Scope::Ssn => sys::TSUserArgType::TS_USER_ARGS_SSN,
+            Scope::VConn => sys::TSUserArgType::TS_USER_ARGS_VCONN,
         }
     }
 }

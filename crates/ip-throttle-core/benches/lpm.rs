@@ -68,7 +68,7 @@ fn v6_text(r: &mut Rng) -> String {
 fn build(text: &str, what: &str) -> CidrList {
     let before = heap();
     let t = Instant::now();
-    let l = CidrList::parse(text, what).unwrap();
+    let l = ip_throttle_core::lists::parse(text, what).unwrap();
     let took = t.elapsed();
     let bytes = heap() - before;
     println!(

@@ -4,13 +4,18 @@
 //! A dual-stack socket reports an IPv4 client as `::ffff:a.b.c.d`; keys,
 //! allow lists and peer networks all take it as the IPv4 address it is, so
 //! one client has one address whatever socket it came in on. Keys and
-//! prefix lists aggregate an address by its prefix masks. No I/O.
+//! prefix lists aggregate an address by its prefix masks; [`CidrList`]
+//! matches one against many prefixes. No I/O.
 
 #![forbid(unsafe_code)]
 
 use std::net::{IpAddr, SocketAddr};
 
 use ipnet::{IpNet, Ipv4Net};
+
+mod cidr;
+
+pub use cidr::CidrList;
 
 /// IPv4-mapped IPv6 addresses (`::ffff:a.b.c.d`, what a dual-stack socket
 /// reports) count as the IPv4 address, so one client has one address.

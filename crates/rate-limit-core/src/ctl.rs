@@ -19,11 +19,11 @@ pub const TOP_DEFAULT: usize = 10;
 pub const TOP_MAX: usize = 1000;
 
 const USAGE: &str =
-    "show [GROUP|TAG], top GROUP|TAG [N], set GROUP|TAG limit=N rate=R burst=B queue=Q maxage=MS dry_run=on|off";
+    "show [GROUP|TAG|SNI], top GROUP|TAG [N], set GROUP|TAG limit=N rate=R burst=B queue=Q maxage=MS dry_run=on|off, reload";
 
 #[derive(Clone, Debug, PartialEq)]
 pub enum Command {
-    /// Every limiter, or those `target` names.
+    /// Every limiter and global-mode selector, or those `target` names.
     Show { target: Option<String> },
     /// The keys of a keyed limiter holding the most slots or waiters, or
     /// furthest over their rate.
@@ -33,6 +33,8 @@ pub enum Command {
         target: String,
         settings: Vec<Setting>,
     },
+    /// Rereads the global-mode file (plugin.config's `rate_limit.so FILE`).
+    Reload,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq)]
@@ -52,6 +54,7 @@ impl Command {
             Command::Show { .. } => "show",
             Command::Top { .. } => "top",
             Command::Set { .. } => "set",
+            Command::Reload => "reload",
         }
     }
 }
@@ -94,7 +97,10 @@ fn parse_words(verb: &str, args: &[&str]) -> Result<Command, String> {
                 .map(|s| parse_setting(s))
                 .collect::<Result<_, _>>()?,
         }),
-        ("show" | "top" | "set", _) => Err(limits::ctl::wrong_arguments(verb, args, USAGE)),
+        ("reload", []) => Ok(Command::Reload),
+        ("show" | "top" | "set" | "reload", _) => {
+            Err(limits::ctl::wrong_arguments(verb, args, USAGE))
+        }
         _ => Err(limits::ctl::unknown(verb, USAGE)),
     }
 }
@@ -185,6 +191,14 @@ mod tests {
 
     fn cmd(target: &str, data: &str) -> Result<Command, String> {
         parse(target, data.as_bytes()).expect("our target")
+    }
+
+    #[test]
+    fn reload_takes_no_arguments() {
+        assert_eq!(cmd("rate_limit", "reload"), Ok(Command::Reload));
+        assert_eq!(cmd("rate_limit.reload", ""), Ok(Command::Reload));
+        let e = cmd("rate_limit", "reload now").unwrap_err();
+        assert!(e.starts_with("reload: wrong arguments"), "{e}");
     }
 
     #[test]

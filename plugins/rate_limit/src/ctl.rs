@@ -118,6 +118,12 @@ impl ats::msg::Commands for Ctl {
             Command::Show { target } => show(target.as_deref()),
             Command::Top { target, n } => top(&target, n),
             Command::Set { target, settings } => set(&target, &settings),
+            Command::Reload => {
+                crate::global::reload("traffic_ctl plugin msg").map(|msg| ats::msg::Answer {
+                    summary: msg.clone(),
+                    body: json!({ "reloaded": true, "message": msg }),
+                })
+            }
         }
     }
 }
@@ -204,15 +210,25 @@ fn answer(summary: String, body: Value) -> Answer {
 
 fn show(name: Option<&str>) -> Answer {
     let live = REGISTRY.lock().live();
-    let list: Vec<Target> = match name {
-        Some(n) => vec![pick(live, n)?],
-        None => targets(live),
+    // A name picks remap limiters, or failing that global-mode selectors.
+    let (list, global) = match name {
+        None => (targets(live), crate::global::show::selectors(None)),
+        Some(n) => match pick(live, n) {
+            Ok(t) => (vec![t], None),
+            Err(e) => match crate::global::show::selectors(Some(n)) {
+                Some((file, sels)) if !sels.is_empty() => (Vec::new(), Some((file, sels))),
+                _ => return Err(e),
+            },
+        },
     };
     let shown: Vec<Value> = list.iter().map(describe).collect();
-    answer(
-        format!("{} limiter(s)", shown.len()),
-        json!({ "limiters": shown }),
-    )
+    let mut summary = format!("{} limiter(s)", shown.len());
+    let mut body = json!({ "limiters": shown });
+    if let Some((file, sels)) = global {
+        summary.push_str(&format!(", {} selector(s)", sels.len()));
+        body["global"] = json!({ "file": file, "selectors": sels });
+    }
+    answer(summary, body)
 }
 
 fn describe(t: &Target) -> Value {

@@ -26,7 +26,9 @@
 //! 4. TXN_CLOSE / SSN_CLOSE: dropping the state drops the permit, which frees
 //!    the slot and admits the next waiter.
 //!
-//! Beside that path: `load.rs` makes a rule and commits reloads, `client.rs`
+//! The global mode (plugin.config's `rate_limit.so FILE.yaml`: TLS
+//! connections per SNI at the client hello) is `global.rs`, a path of its
+//! own. Beside the remap path: `load.rs` makes a rule and commits reloads, `client.rs`
 //! finds the client and its key, `entries.rs` chains several entries on one
 //! rule, `queue.rs` parks waiters, `central.rs` asks Redis, `exchange.rs` runs the
 //! peer exchange, `refusals.rs` writes the refusal log, `ctl.rs` answers
@@ -40,6 +42,7 @@ mod ctl;
 mod entries;
 mod exchange;
 mod fair;
+mod global;
 mod load;
 mod mates;
 mod policy;
@@ -176,6 +179,10 @@ impl RemapPlugin for Rule {
             ctl::init();
         }
         Ok(())
+    }
+
+    fn global_init(args: &[&str]) -> Result<(), String> {
+        global::init(args)
     }
 
     fn new_instance(args: &RemapArgs<'_>) -> Result<Self, String> {

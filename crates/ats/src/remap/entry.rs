@@ -151,18 +151,22 @@ pub fn post_reload<P: RemapPlugin>(status: sys::TSRemapReloadStatus) {
 }
 
 /// Called by ATS as `TSPluginInit` when the .so is also listed in
-/// plugin.config. That load exists to pin one copy: it opts the .so out
-/// of ATS's dynamic remap reload (`TSPluginDSOReloadEnable(0)`), so
-/// remap rules use this same image, with its statics, across every
-/// reload, even after the file is replaced (an upgrade then needs a
-/// restart).
-pub fn plugin_init<P: RemapPlugin>() {
+/// plugin.config. That load pins one copy: it opts the .so out of ATS's
+/// dynamic remap reload (`TSPluginDSOReloadEnable(0)`), so remap rules use
+/// this same image, with its statics, across every reload, even after the
+/// file is replaced (an upgrade then needs a restart). Then the plugin's
+/// own global part starts with the line's arguments
+/// ([`RemapPlugin::global_init`]); if it cannot, traffic_server stops.
+///
+/// # Safety
+/// `argv` holds `argc` NUL-terminated strings (ATS's contract).
+pub unsafe fn plugin_init<P: RemapPlugin>(argc: c_int, argv: *mut *const c_char) {
     log::set_plugin_name(P::NAME);
     guard::install_panic_hook();
     log::install_logger();
-    guard::catch(
+    let result = guard::catch(
         "TSPluginInit",
-        || (),
+        || Err("internal error (panic) during TSPluginInit; see diags.log".to_owned()),
         || {
             let name = std::ffi::CString::new(P::NAME).unwrap_or_default();
             let info = sys::TSPluginRegistrationInfo {
@@ -172,8 +176,7 @@ pub fn plugin_init<P: RemapPlugin>() {
             };
             // SAFETY: `info` and its strings live across the call; ATS copies them.
             if unsafe { sys::TSPluginRegister(&info) } != sys::TSReturnCode::TS_SUCCESS {
-                log::error(&format!("{}: plugin registration failed", P::NAME));
-                return;
+                return Err("plugin registration failed".to_owned());
             }
             // SAFETY: called from TSPluginInit, the only place ATS accepts it.
             match unsafe { sys::TSPluginDSOReloadEnable(0) } {
@@ -188,8 +191,26 @@ pub fn plugin_init<P: RemapPlugin>() {
                     P::NAME
                 )),
             }
+            let argc = match argv.is_null() {
+                true => 0,
+                false => usize::try_from(argc).unwrap_or(0),
+            };
+            let mut args = Vec::with_capacity(argc);
+            // argv[0] is the plugin's own path.
+            for i in 1..argc {
+                // SAFETY: ATS passes argc valid C strings in argv.
+                let arg = unsafe { log::argv_str(*argv.add(i)) }.ok_or("null argument")?;
+                let arg = arg.to_str().map_err(|_| {
+                    format!("argument {i} is not valid UTF-8: {}", arg.to_string_lossy())
+                })?;
+                args.push(arg);
+            }
+            P::global_init(&args)
         },
     );
+    if let Err(msg) = result {
+        log::fatal(&format!("plugin.config: {msg}"));
+    }
 }
 
 /// # Safety

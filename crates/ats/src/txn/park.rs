@@ -49,30 +49,7 @@ impl Parked {
     /// that half-closes on purpose after sending its request is
     /// indistinguishable from one that left, and counts as gone.
     pub fn client_gone(&self) -> bool {
-        let Some(fd) = self.client_fd else {
-            return false;
-        };
-        let mut byte = 0u8;
-        // SAFETY: recv on a plain int with a valid 1-byte buffer. If ATS has
-        // closed the socket and the number was reused, the transaction is
-        // already dead; MSG_PEEK neither consumes data nor blocks, so the only
-        // cost is a wrong answer about a transaction that is ending anyway.
-        let n = unsafe {
-            libc::recv(
-                fd,
-                (&mut byte as *mut u8).cast(),
-                1,
-                libc::MSG_PEEK | libc::MSG_DONTWAIT,
-            )
-        };
-        match n {
-            0 => true,
-            n if n > 0 => false,
-            _ => !matches!(
-                std::io::Error::last_os_error().raw_os_error(),
-                Some(libc::EAGAIN) | Some(libc::EINTR)
-            ),
-        }
+        self.client_fd.is_some_and(crate::net::peer_gone)
     }
 
     /// The transaction's own thread.

@@ -9,7 +9,7 @@ fn ip(s: &str) -> IpAddr {
 
 #[test]
 fn parses_addresses_cidrs_and_comments() {
-    let l = CidrList::parse(
+    let l = crate::lists::parse(
         "# office\n10.0.0.0/8\n192.0.2.7 # one host\n\n  2001:db8::/32  \n::ffff:198.51.100.0/120\n10.1.2.3/8\n",
         "allow.txt",
     )
@@ -27,13 +27,13 @@ fn parses_addresses_cidrs_and_comments() {
 
 #[test]
 fn a_bad_line_names_file_and_line() {
-    let e = CidrList::parse("10.0.0.0/8\n# ok\n10.0.0.0/33\n", "/etc/ts/deny.txt").unwrap_err();
+    let e = crate::lists::parse("10.0.0.0/8\n# ok\n10.0.0.0/33\n", "/etc/ts/deny.txt").unwrap_err();
     assert_eq!(
         e,
         "/etc/ts/deny.txt:3: '10.0.0.0/33' is not an IP address or CIDR (one per line, e.g. \
          192.0.2.0/24, 2001:db8::/32 or 198.51.100.7; # starts a comment)"
     );
-    assert!(CidrList::parse("example.com\n", "f")
+    assert!(crate::lists::parse("example.com\n", "f")
         .unwrap_err()
         .starts_with("f:1: 'example.com'"));
 }
@@ -42,10 +42,10 @@ fn a_bad_line_names_file_and_line() {
 fn any_allow_match_wins_over_any_deny_match() {
     let lists = Lists {
         allow: Arc::new(
-            CidrList::parse("10.0.0.0/8\n172.16.0.0/12\n2001:db8::/32\n", "a").unwrap(),
+            crate::lists::parse("10.0.0.0/8\n172.16.0.0/12\n2001:db8::/32\n", "a").unwrap(),
         ),
         deny: Arc::new(
-            CidrList::parse(
+            crate::lists::parse(
                 "10.1.2.3\n172.16.0.0/12\n172.16.5.0/24\n192.0.2.0/24\n2001:db8::1\n",
                 "d",
             )

@@ -271,7 +271,7 @@ fn unreadable_files_are_named_with_why() {
         e("--config=d"),
         "--config cannot read /etc/ts/d: Is a directory (os error 21)"
     );
-    let list = |p: &str| crate::CidrList::load(Path::new(p), &files).unwrap_err();
+    let list = |p: &str| crate::lists::load(Path::new(p), &files).unwrap_err();
     assert_eq!(
         list("/etc/ts/latin1.conf"),
         "cannot read /etc/ts/latin1.conf: not UTF-8 text (byte 7)"

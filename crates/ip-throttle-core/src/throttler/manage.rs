@@ -27,7 +27,7 @@ impl Snapshot {
     pub fn load(opts: Options, files: &dyn Files) -> Result<Snapshot, String> {
         let read = |f: &Option<PathBuf>, opt: &str| -> Result<Arc<CidrList>, String> {
             match f {
-                Some(p) => CidrList::load(p, files)
+                Some(p) => crate::lists::load(p, files)
                     .map(Arc::new)
                     .map_err(|e| format!("--{opt}: {e}")),
                 None => Ok(Arc::new(CidrList::new())),
@@ -122,7 +122,7 @@ impl<C: Clock> Throttler<C> {
         let Some(file) = file else {
             return Err(format!("no --{opt} is configured"));
         };
-        let list = Arc::new(CidrList::load(file, files).map_err(|e| format!("--{opt}: {e}"))?);
+        let list = Arc::new(crate::lists::load(file, files).map_err(|e| format!("--{opt}: {e}"))?);
         let n = list.len();
         let mut lists = cur.lists.clone();
         match which {
