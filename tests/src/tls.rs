@@ -160,3 +160,19 @@ pub fn holders(n: usize, sni: Option<&str>, source: &str, release: &str) -> Vec<
         })
         .collect()
 }
+
+/// `n` clients from `source` that connect one after the other, each
+/// closing before the next connects (`tag` keeps their signals apart from
+/// other groups').
+pub fn one_by_one(n: usize, sni: Option<&str>, source: &str, tag: &str) -> Vec<Client> {
+    (0..n)
+        .map(|i| {
+            let c = Client::new(sni).from(source);
+            let c = match i {
+                0 => c,
+                _ => c.wait_for(&format!("{tag}-{}", i - 1)),
+            };
+            c.hello().close().signal(&format!("{tag}-{i}"))
+        })
+        .collect()
+}

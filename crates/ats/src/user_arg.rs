@@ -27,7 +27,7 @@ mod table;
 mod values;
 mod vconn;
 
-pub(crate) use vconn::StartStamp;
+pub(crate) use vconn::ConnMarks;
 pub use vconn::VConnData;
 
 use values::{Key, TxnValues, TABLE_BITS};

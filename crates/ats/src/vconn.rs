@@ -21,6 +21,13 @@
 //! timer that resolves the handshake (as the caller says) a second before
 //! that timeout, whatever the caller's own deadline; the start is stamped
 //! at VCONN_START, which [`hook_client_hello`] also hooks.
+//!
+//! **A parked handshake is refused at the next hook.** Re-enabled with an
+//! error from outside its hook, a handshake is marked failed but not
+//! driven: ATS waits for client bytes that never come (9.2 and 10.1). So
+//! [`HomeHello::refuse`] marks the connection and lets the handshake go on
+//! to SERVERNAME, the next TLS hook, where the error takes effect at once:
+//! the client gets an alert before any certificate is sent.
 
 use std::cell::Cell;
 use std::ffi::{c_int, c_void, CStr};
@@ -34,7 +41,7 @@ use std::time::Duration;
 use crate::event_thread::EventThread;
 use crate::sched::Timer;
 use crate::txn::Done;
-use crate::user_arg::StartStamp;
+use crate::user_arg::ConnMarks;
 use crate::{guard, sys};
 
 /// A client connection, valid for the callback that received it (`'a`).
@@ -124,10 +131,11 @@ fn reenable(vc: NonNull<sys::tsapi_cont>, error: bool) {
     }
 }
 
-/// A global connection hook whose connection always goes on afterwards
-/// (VCONN_START, VCONN_CLOSE).
+/// A global connection hook that decides at once (VCONN_START,
+/// SERVERNAME, VCONN_CLOSE): `true` lets the connection go on, `false`
+/// fails its handshake. A panic lets it go on.
 pub(crate) trait ConnHook: Send + Sync + 'static {
-    fn on(&self, vc: VConn<'_>);
+    fn on(&self, vc: VConn<'_>) -> bool;
 }
 
 /// Adds `hook` as a global hook `id` for the life of the process.
@@ -167,8 +175,8 @@ unsafe extern "C" fn conn_trampoline<H: ConnHook>(
     };
     // SAFETY: the data is the leaked Box<H> of add_global, never freed.
     let hook = unsafe { &*sys::TSContDataGet(cont).cast::<H>() };
-    guard::catch("connection hook", || (), || hook.on(vc));
-    reenable(vc.ptr, false);
+    let go = guard::catch("connection hook", || true, || hook.on(vc));
+    reenable(vc.ptr, !go);
     0
 }
 
@@ -178,18 +186,19 @@ pub trait ClientHelloHandler: Send + Sync + 'static {
     fn on_client_hello(&self, hello: ClientHello<'_>) -> Done;
 }
 
-static STAMP: OnceLock<&'static StartStamp> = OnceLock::new();
+static MARKS: OnceLock<&'static ConnMarks> = OnceLock::new();
 
-/// Hooks `handler` on every TLS client hello of the process (and VCONN_START,
-/// to stamp each connection's start: see the module's docs). Call once, from
-/// `TSPluginInit`: a global hook cannot be removed. `name` names the user
-/// argument of the stamp (`<name>.start`).
+/// Hooks `handler` on every TLS client hello of the process, with
+/// VCONN_START (to stamp each connection's start) and SERVERNAME (to fail
+/// a parked handshake refused later): see the module's docs. Call once,
+/// from `TSPluginInit`: a global hook cannot be removed. `name` names the
+/// user argument of the marks (`<name>.conn_marks`).
 pub fn hook_client_hello<H: ClientHelloHandler>(name: &str, handler: H) -> Result<(), String> {
-    if STAMP.get().is_some() {
+    if MARKS.get().is_some() {
         return Err("the client hello is hooked already".into());
     }
-    let stamp = StartStamp::new(&format!("{name}.start"))?;
-    let _ = STAMP.set(stamp);
+    let marks = ConnMarks::new(&format!("{name}.conn_marks"))?;
+    let _ = MARKS.set(marks);
     add_global(
         sys::TSHttpHookID::TS_SSL_CLIENT_HELLO_HOOK,
         hello_trampoline::<H>,
@@ -322,7 +331,7 @@ fn ats_timeout_left(vc: VConn<'_>) -> Option<Duration> {
     .into_iter()
     .filter_map(crate::mgmt::record_int)
     .find(|&s| s > 0)?;
-    let age = STAMP
+    let age = MARKS
         .get()
         .and_then(|s| s.age(vc))
         .unwrap_or(Duration::ZERO);
@@ -475,10 +484,18 @@ impl HomeHello<'_> {
         Done::new()
     }
 
-    /// The handshake fails.
+    /// The handshake fails, at its next TLS hook (SERVERNAME): re-enabled
+    /// with an error from outside its hook, ATS would leave it waiting for
+    /// client bytes that never come.
     pub fn refuse(mut self) -> Done {
         self.resolved = true;
-        reenable(self.shared.vc, true);
+        match MARKS.get() {
+            Some(m) => {
+                m.mark_refused(self.vconn());
+                reenable(self.shared.vc, false);
+            }
+            None => reenable(self.shared.vc, true),
+        }
         Done::new()
     }
 }

@@ -1,5 +1,5 @@
-//! Per-connection values: [`VConnData`] (dropped at VCONN_CLOSE) and the
-//! connection's start time ([`StartStamp`], set at VCONN_START).
+//! Per-connection values: [`VConnData`] (dropped at VCONN_CLOSE) and each
+//! connection's marks ([`ConnMarks`]: its start, a refusal to carry out).
 //!
 //! Connections have no per-object hooks: both are global hooks, run for
 //! every TLS connection of the process once registered.
@@ -67,61 +67,85 @@ struct Reaper<T> {
 }
 
 impl<T: Send + Sync + 'static> ConnHook for Reaper<T> {
-    fn on(&self, vc: VConn<'_>) {
+    fn on(&self, vc: VConn<'_>) -> bool {
         // SAFETY: this argument stores only Stamped<T> (VConnData::<T>::set).
         drop(unsafe { take_raw::<T>(Scope::VConn, vc.as_ptr().cast(), self.idx) });
+        true
     }
 }
 
-/// When each TLS connection started (VCONN_START), kept in a user argument
-/// as a number, never a pointer: milliseconds since [`StartStamp`] was made,
-/// shifted left with the low bit set, so null still means "not stamped".
-pub(crate) struct StartStamp {
+/// Marks on each TLS connection, kept in a user argument as a number,
+/// never a pointer: when it started (VCONN_START), and whether a parked
+/// handshake is to be refused at its next TLS hook. The value is
+/// milliseconds since [`ConnMarks`] was made, shifted left by two, with
+/// bit 0 set (so null still means "not stamped") and bit 1 the refusal.
+pub(crate) struct ConnMarks {
     idx: c_int,
     epoch: Instant,
 }
 
-impl StartStamp {
-    /// Reserves `name` and hooks VCONN_START (once per process).
-    pub(crate) fn new(name: &str) -> Result<&'static StartStamp, String> {
+const STAMPED: usize = 1;
+const REFUSE: usize = 2;
+
+impl ConnMarks {
+    /// Reserves `name` and hooks VCONN_START (to stamp) and SERVERNAME (to
+    /// carry out a refusal), once per process.
+    pub(crate) fn new(name: &str) -> Result<&'static ConnMarks, String> {
         let idx = reserve(Scope::VConn, name)?;
-        // Leaked: the hook holds it for the life of the process.
-        let stamp: &'static StartStamp = Box::leak(Box::new(StartStamp {
+        // Leaked: the hooks hold it for the life of the process.
+        let marks: &'static ConnMarks = Box::leak(Box::new(ConnMarks {
             idx,
             epoch: Instant::now(),
         }));
-        add_conn_hook(sys::TSHttpHookID::TS_VCONN_START_HOOK, Stamper(stamp))?;
-        Ok(stamp)
+        add_conn_hook(sys::TSHttpHookID::TS_VCONN_START_HOOK, Stamper(marks))?;
+        add_conn_hook(sys::TSHttpHookID::TS_SSL_SERVERNAME_HOOK, Refuser(marks))?;
+        Ok(marks)
+    }
+
+    fn get(&self, vc: VConn<'_>) -> usize {
+        // SAFETY: live connection, reserved index; the value is a number.
+        unsafe { arg_get(Scope::VConn, vc.as_ptr().cast(), self.idx) as usize }
+    }
+
+    fn set(&self, vc: VConn<'_>, v: usize) {
+        // SAFETY: live connection on its own thread, reserved index; the
+        // value is never dereferenced or freed.
+        unsafe { arg_set(Scope::VConn, vc.as_ptr().cast(), self.idx, v as *mut c_void) };
     }
 
     /// How long ago `vc` started; `None` if it was not stamped (it started
     /// before the hook was added).
     pub(crate) fn age(&self, vc: VConn<'_>) -> Option<Duration> {
-        // SAFETY: live connection, reserved index; the value is a number.
-        let v = unsafe { arg_get(Scope::VConn, vc.as_ptr().cast(), self.idx) } as usize;
-        if v & 1 == 0 {
+        let v = self.get(vc);
+        if v & STAMPED == 0 {
             return None;
         }
-        let started = Duration::from_millis((v >> 1) as u64);
+        let started = Duration::from_millis((v >> 2) as u64);
         Some(self.epoch.elapsed().saturating_sub(started))
+    }
+
+    /// The handshake is to fail at its next TLS hook (SERVERNAME), where an
+    /// error takes effect; see `crate::vconn` on why not at once.
+    pub(crate) fn mark_refused(&self, vc: VConn<'_>) {
+        self.set(vc, self.get(vc) | REFUSE);
     }
 }
 
-struct Stamper(&'static StartStamp);
+struct Stamper(&'static ConnMarks);
 
 impl ConnHook for Stamper {
-    fn on(&self, vc: VConn<'_>) {
+    fn on(&self, vc: VConn<'_>) -> bool {
         let ms = self.0.epoch.elapsed().as_millis() as usize;
-        let v = (ms << 1) | 1;
-        // SAFETY: live connection at VCONN_START, reserved index; the value is
-        // never dereferenced or freed (see StartStamp).
-        unsafe {
-            arg_set(
-                Scope::VConn,
-                vc.as_ptr().cast(),
-                self.0.idx,
-                v as *mut c_void,
-            )
-        };
+        self.0.set(vc, (ms << 2) | STAMPED);
+        true
+    }
+}
+
+/// Fails the handshakes marked refused (see [`ConnMarks::mark_refused`]).
+struct Refuser(&'static ConnMarks);
+
+impl ConnHook for Refuser {
+    fn on(&self, vc: VConn<'_>) -> bool {
+        self.0.get(vc) & REFUSE == 0
     }
 }
