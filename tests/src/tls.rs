@@ -41,6 +41,11 @@ impl Client {
         self.step(json!({ "hello": true }))
     }
 
+    /// [`hello`](Self::hello), giving up (and closing) after `ms`.
+    pub fn hello_within(self, ms: u64) -> Client {
+        self.step(json!({ "hello": true, "timeout_ms": ms }))
+    }
+
     /// One HTTP/1.1 request on the connection (Host: the SNI).
     pub fn get(self, path: &str) -> Client {
         self.step(json!({ "get": path }))

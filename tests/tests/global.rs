@@ -151,6 +151,39 @@ fn a_queued_handshake_resumes_at_close_and_expires_at_max_age() {
     assert_drained(&ts, "b.test");
 }
 
+/// A client that gives up while parked gives its turn away: the freed slot
+/// skips it for the next parked handshake.
+#[test]
+fn a_client_that_leaves_the_queue_gives_its_turn_away() {
+    let ts = start(
+        "selector:\n  - sni: a.test\n    limit: 1\n    queue:\n      size: 5\n      max-age: 10\n",
+    );
+    let clients = vec![
+        Client::new(Some("a.test"))
+            .hello()
+            .signal("held")
+            .sleep_ms(1500)
+            .close(),
+        Client::new(Some("a.test"))
+            .wait_for("held")
+            .hello_within(500)
+            .signal("gone"),
+        Client::new(Some("a.test")).wait_for("gone").hello(),
+    ];
+    let out = run(&ts, &clients);
+    assert!(
+        out[0].passed() && out[1].refused() && out[2].passed(),
+        "{out:?}"
+    );
+    let s = selector(&ts, "a.test");
+    assert_eq!(
+        (&s["abandoned"], &s["resumed"]),
+        (&1.into(), &1.into()),
+        "{s}"
+    );
+    assert_drained(&ts, "a.test");
+}
+
 /// A queue without `max-age` still never outlives Traffic Server's own
 /// handshake timeout: the parked handshake is refused a second before it,
 /// and the server goes on (a later re-enable would touch a freed connection).
@@ -251,6 +284,17 @@ fn the_catch_all_and_connections_without_sni() {
     );
     assert!(out[1].refused(), "no SNI: the \"\" selector: {out:?}");
     assert!(out[3].refused(), "any other name: \"*\": {out:?}");
+    // A parked handshake without an SNI is refused at its deadline too (the
+    // refusal happens at SERVERNAME, which runs without an SNI as well).
+    let ts2 = start("selector:\n  - sni: ''\n    limit: 1\n    queue:\n      max-age: 1\n");
+    let clients = vec![
+        Client::new(None).hello().signal("held").sleep_ms(2500),
+        Client::new(None).wait_for("held").hello(),
+    ];
+    let out = run(&ts2, &clients);
+    assert!(out[0].passed() && out[1].refused(), "{out:?}");
+    let waited = out[1].handshake_ms().unwrap_or(0);
+    assert!((900..2000).contains(&waited), "refused after {waited} ms");
     // Without a "" selector, the catch-all takes connections without an SNI.
     let ts = start("selector:\n  - sni: default\n    limit: 1\n");
     let clients = vec![

@@ -7,7 +7,9 @@ thread and prints what each handshake did (JSON) on stdout.
 Plan: {"port": N, "timeout_s": 20, "conns": [{"sni": "a.test" | null,
        "source": "127.0.0.2" | null, "steps": [STEP, ...]}, ...]}
 Steps:
-  {"hello": true}      connects and completes the TLS handshake (or fails)
+  {"hello": true, "timeout_ms": MS}
+                       connects and completes the TLS handshake (or fails;
+                       timeout_ms, if given, gives up sooner than timeout_s)
   {"get": "/path"}     one HTTP/1.1 request on the connection, Host: the SNI
   {"sleep_ms": MS}
   {"signal": NAME} / {"await": NAME}  orders steps across connections
@@ -70,13 +72,19 @@ def run_conn(plan, conn, signals, out):
                 ctx.check_hostname = False
                 ctx.verify_mode = ssl.CERT_NONE
                 raw = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-                raw.settimeout(timeout)
+                raw.settimeout(step.get("timeout_ms", timeout * 1000) / 1000)
                 if conn.get("source"):
                     raw.bind((conn["source"], 0))
                 res["start_ms"] = now_ms()
                 raw.connect(("127.0.0.1", plan["port"]))
                 tls = ctx.wrap_socket(raw, server_hostname=sni, do_handshake_on_connect=False)
-                tls.do_handshake()
+                try:
+                    tls.do_handshake()
+                except (OSError, ssl.SSLError):
+                    tls.close()
+                    tls = None
+                    raise
+                tls.settimeout(timeout)
                 res["done_ms"] = now_ms()
                 res["ok"] = True
             elif "get" in step:

@@ -348,3 +348,36 @@ fn files_are_read_bounded() {
     let e = load(Path::new("/etc/missing.yaml"), &files).unwrap_err();
     assert!(e.starts_with("cannot read /etc/missing.yaml: "), "{e}");
 }
+
+/// docs/rate_limit.md's table of keys lists exactly the keys the reader
+/// takes (`max_age` is documented as `max-age`'s other spelling).
+#[test]
+fn the_docs_list_every_key() {
+    use super::yaml::*;
+    let md = include_str!("../../../../docs/rate_limit.md");
+    let flat = |node: &[&str], children: &[(&str, &[&str])]| -> Vec<String> {
+        let mut all: Vec<String> = node.iter().map(|k| (*k).to_owned()).collect();
+        for (parent, keys) in children {
+            all.extend(keys.iter().map(|k| format!("{parent}.{k}")));
+        }
+        all.retain(|k| !k.ends_with("max_age"));
+        all.sort();
+        all
+    };
+    let cases: [(&str, Vec<String>); 3] = [
+        (
+            "selector.",
+            flat(
+                SELECTOR,
+                &[("queue", QUEUE), ("metrics", METRICS), ("per-ip", PER_IP)],
+            ),
+        ),
+        ("ip-rep.", flat(IP_REP, &[("perma-block", PERMA)])),
+        ("lists.", flat(LIST, &[])),
+    ];
+    for (prefix, keys) in cases {
+        let documented = optspec::documented(md, "Global mode", prefix).expect("the section");
+        assert_eq!(documented, keys, "{prefix}");
+    }
+    assert_eq!(TOP, ["selector", "ip-rep", "lists"]);
+}

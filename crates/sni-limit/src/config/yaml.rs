@@ -24,6 +24,26 @@ use super::{
 /// Nodes a file may expand to through aliases (saphyr's default is 100 000).
 const ALIAS_NODES: usize = 10_000;
 
+// The keys of each node: the one list of them (messages, the docs test).
+pub(crate) const TOP: &[&str] = &["selector", "ip-rep", "lists"];
+pub(crate) const SELECTOR: &[&str] = &[
+    "sni", "aliases", "limit", "rate", "burst", "queue", "metrics", "ip-rep", "exclude", "per-ip",
+];
+pub(crate) const QUEUE: &[&str] = &["size", "max-age", "max_age"];
+pub(crate) const METRICS: &[&str] = &["tag", "prefix"];
+pub(crate) const PER_IP: &[&str] = &["limit", "rate", "burst", "keys"];
+pub(crate) const IP_REP: &[&str] = &[
+    "name",
+    "buckets",
+    "size",
+    "percentage",
+    "max-age",
+    "max_age",
+    "perma-block",
+];
+pub(crate) const PERMA: &[&str] = &["limit", "threshold", "max-age", "max_age"];
+pub(crate) const LIST: &[&str] = &["name", "cidr"];
+
 /// Reads `text` (named `file` in messages).
 pub(super) fn read(text: &str, file: &str) -> Result<Draft, String> {
     let mut loader: YamlLoader<'_, MarkedYaml<'_>> = YamlLoader::default();
@@ -84,7 +104,7 @@ impl Reader<'_> {
                 ))
             }
         };
-        let top = self.keys(map, "the file", &["selector", "ip-rep", "lists"])?;
+        let top = self.keys(map, "the file", TOP)?;
         // Lists and ip-reps first: selectors name them (resolved in config.rs).
         if let Some(n) = top.get("lists") {
             for (i, item) in self.seq(n, "lists")?.iter().enumerate() {
@@ -107,7 +127,7 @@ impl Reader<'_> {
 
     fn list(&self, node: &Node<'_>, nth: usize) -> Result<ListConf, String> {
         let where_ = format!("lists entry {nth}");
-        let m = self.map(node, &where_, &["name", "cidr"])?;
+        let m = self.map(node, &where_, LIST)?;
         let name = self.name(m.need(self, node, &where_, "name")?, &where_)?;
         let where_ = format!("list {}", quote(&name));
         let cidr = m.need(self, node, &where_, "cidr")?;
@@ -138,19 +158,7 @@ impl Reader<'_> {
 
     fn ip_rep(&self, node: &Node<'_>, nth: usize) -> Result<IpRepConf, String> {
         let where_ = format!("ip-rep entry {nth}");
-        let m = self.map(
-            node,
-            &where_,
-            &[
-                "name",
-                "buckets",
-                "size",
-                "percentage",
-                "max-age",
-                "max_age",
-                "perma-block",
-            ],
-        )?;
+        let m = self.map(node, &where_, IP_REP)?;
         let name = self.name(m.need(self, node, &where_, "name")?, &where_)?;
         let where_ = format!("ip-rep {}", quote(&name));
         let buckets = match m.get("buckets") {
@@ -181,7 +189,7 @@ impl Reader<'_> {
         let perma = match m.get("perma-block") {
             Some(n) => {
                 let w = format!("{where_}: perma-block");
-                let p = self.map(n, &w, &["limit", "threshold", "max-age", "max_age"])?;
+                let p = self.map(n, &w, PERMA)?;
                 let threshold = match p.get("threshold") {
                     Some(t) => self.whole(t, &format!("{w}: threshold"), 0, buckets.into())? as u8,
                     None => 0,
@@ -217,14 +225,7 @@ impl Reader<'_> {
         warnings: &mut Vec<String>,
     ) -> Result<(SelectorConf, Names), String> {
         let where_ = format!("selector {nth}");
-        let m = self.map(
-            node,
-            &where_,
-            &[
-                "sni", "aliases", "limit", "rate", "burst", "queue", "metrics", "ip-rep",
-                "exclude", "per-ip",
-            ],
-        )?;
+        let m = self.map(node, &where_, SELECTOR)?;
         let sni_node = m.need(self, node, &where_, "sni")?;
         let sni = self.sni(sni_node, &where_)?;
         let label = quote(sni.label());
@@ -264,7 +265,7 @@ impl Reader<'_> {
             }),
             Some(n) => {
                 let w = format!("{where_}: queue");
-                let q = self.map(n, &w, &["size", "max-age", "max_age"])?;
+                let q = self.map(n, &w, QUEUE)?;
                 let size = match q.get("size") {
                     Some(s) => self.whole(s, &format!("{w}: size"), 0, u32::MAX.into())? as u32,
                     None => u32::MAX,
@@ -283,7 +284,7 @@ impl Reader<'_> {
                 let mm = if is_null(n) {
                     Map::default()
                 } else {
-                    self.map(n, &w, &["tag", "prefix"])?
+                    self.map(n, &w, METRICS)?
                 };
                 let part = |key: &str, default: String| -> Result<String, String> {
                     let Some(v) = mm.get(key) else {
@@ -319,7 +320,7 @@ impl Reader<'_> {
         let per_ip = match m.get("per-ip") {
             Some(n) => {
                 let w = format!("{where_}: per-ip");
-                let p = self.map(n, &w, &["limit", "rate", "burst", "keys"])?;
+                let p = self.map(n, &w, PER_IP)?;
                 let limit = match p.get("limit") {
                     Some(l) => {
                         Some(self.whole(l, &format!("{w}: limit"), 1, u32::MAX.into())? as u32)
