@@ -295,7 +295,7 @@ fn shards_keep_two_entries_per_bucket() {
         let sieve = Sieve::new(params(b, s));
         assert_eq!(sieve.shards.len(), shards, "N={b} S={s}");
         for shard in sieve.shards.iter() {
-            assert!(shard.lock().lists.iter().all(|l| l.cap >= 2));
+            assert!(shard.lock().bucket_caps().iter().all(|&c| c >= 2));
         }
     }
     // Out of range parameters are kept sane rather than trusted.
@@ -525,7 +525,7 @@ proptest! {
         };
         let sieve = Sieve::new(params);
         let full_bytes = sieve.memory_bytes()
-            + sieve.shard_sizes().iter().map(|s| s.2 * size_of::<Entry>()).sum::<usize>();
+            + sieve.shard_sizes().iter().map(|s| s.2 * size_of::<shard::Entry>()).sum::<usize>();
         // A skewed stream: a few heavy keys among many light ones.
         let mut x = seed | 1;
         for t in 0..20_000u64 {
@@ -599,7 +599,7 @@ fn memory_per_entry() {
     let full = empty
         + s.shard_sizes()
             .iter()
-            .map(|s| s.2 * size_of::<Entry>())
+            .map(|s| s.2 * size_of::<shard::Entry>())
             .sum::<usize>();
     let per_entry = full / s.capacity();
     assert!(

@@ -1,0 +1,264 @@
+//! A handshake parked at the client hello: [`ParkedHello`], the token
+//! that may travel between threads, and [`HomeHello`], what resolves it on
+//! its own thread; the deadline every park has (see the parent module).
+
+use std::ffi::c_int;
+use std::marker::PhantomData;
+use std::ptr::NonNull;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, OnceLock};
+use std::time::Duration;
+
+use super::{reenable, ClientHello, VConn, MARKS};
+use crate::event_thread::EventThread;
+use crate::sched::Timer;
+use crate::txn::Done;
+use crate::{guard, sys};
+
+impl ClientHello<'_> {
+    /// Leaves the handshake suspended; `keep` receives the token that
+    /// resolves it later. If it is still parked after `deadline` (or,
+    /// sooner, a second before Traffic Server's own handshake timeout),
+    /// `on_deadline` resolves it on its thread instead, and a later
+    /// [`ParkedHello::on_home`] does nothing.
+    pub fn park(
+        self,
+        deadline: Option<Duration>,
+        on_deadline: impl FnOnce(HomeHello<'_>) -> Done + Send + 'static,
+        keep: impl FnOnce(ParkedHello),
+    ) -> Done {
+        let Some(home) = EventThread::current() else {
+            crate::log::error("cannot park a handshake off an event thread: it goes on");
+            return self.resume();
+        };
+        let limit = match (deadline, ats_timeout_left(self.vc)) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
+        };
+        let shared = Arc::new(Shared {
+            vc: self.vc.ptr,
+            home,
+            fd: self.vc.fd(),
+            claimed: AtomicBool::new(false),
+            timer: OnceLock::new(),
+        });
+        if let Some(after) = limit {
+            let s = shared.clone();
+            let armed = Timer::after(after, home, move || {
+                if s.claim() {
+                    let _done = on_deadline(HomeHello::new(s));
+                }
+            });
+            match armed {
+                Ok(t) => {
+                    let _ = shared.timer.set(t);
+                }
+                Err(e) => {
+                    // No way to bound the park: better refused than a
+                    // re-enable of a connection ATS may have freed.
+                    crate::log::error(&format!("cannot arm a parked handshake's deadline: {e}"));
+                    return self.refuse();
+                }
+            }
+        }
+        self.resolved.set(true);
+        keep(ParkedHello {
+            shared: Some(shared),
+        });
+        Done::new()
+    }
+}
+
+/// What a handshake may still spend before Traffic Server's own timeout
+/// closes it, less a second: `None` if it has none.
+fn ats_timeout_left(vc: VConn<'_>) -> Option<Duration> {
+    let secs = [
+        "proxy.config.ssl.handshake_timeout_in",
+        "proxy.config.net.default_inactivity_timeout",
+    ]
+    .into_iter()
+    .filter_map(crate::mgmt::record_int)
+    .find(|&s| s > 0)?;
+    let age = MARKS
+        .get()
+        .and_then(|s| s.age(vc))
+        .unwrap_or(Duration::ZERO);
+    let total = Duration::from_secs(u64::try_from(secs).ok()?);
+    Some(
+        total
+            .saturating_sub(Duration::from_secs(1))
+            .saturating_sub(age),
+    )
+}
+
+/// A parked handshake, shared by its token and its deadline timer: the
+/// first to claim it resolves it.
+struct Shared {
+    vc: NonNull<sys::tsapi_cont>,
+    home: EventThread,
+    fd: Option<c_int>,
+    claimed: AtomicBool,
+    timer: OnceLock<Timer>,
+}
+
+// SAFETY: the connection pointer is only used on its home thread (by the
+// claimer), while the connection waits for that re-enable: the deadline
+// guarantees ATS has not closed it (see the module's docs).
+unsafe impl Send for Shared {}
+// SAFETY: as above; the other fields are Sync.
+unsafe impl Sync for Shared {}
+
+impl Shared {
+    /// True for the one caller that resolves the handshake.
+    fn claim(&self) -> bool {
+        !self.claimed.swap(true, Ordering::AcqRel)
+    }
+
+    fn cancel_timer(&self) {
+        if let Some(t) = self.timer.get() {
+            t.cancel();
+        }
+    }
+}
+
+/// A handshake left suspended at the client hello. `Send`: it may travel
+/// to any thread (a queue, a timer); the connection is touched only on its
+/// home thread, through [`ParkedHello::on_home`]. Dropped unresolved, the
+/// handshake goes on (on its thread).
+pub struct ParkedHello {
+    shared: Option<Arc<Shared>>,
+}
+
+impl ParkedHello {
+    /// True if the client's socket reached end-of-file or failed: a client
+    /// that gave up while parked (ATS does not read a parked handshake).
+    /// Callable from any thread: it peeks at the socket.
+    pub fn client_gone(&self) -> bool {
+        match self.shared.as_ref().and_then(|s| s.fd) {
+            Some(fd) => crate::net::peer_gone(fd),
+            None => false,
+        }
+    }
+
+    /// True once the handshake was resolved (by its deadline): nothing
+    /// more can be done with it.
+    pub fn resolved(&self) -> bool {
+        self.shared
+            .as_ref()
+            .is_none_or(|s| s.claimed.load(Ordering::Acquire))
+    }
+
+    /// The connection's own thread.
+    pub fn home(&self) -> Option<EventThread> {
+        self.shared.as_ref().map(|s| s.home)
+    }
+
+    /// Runs `f` on the connection's thread, as an event of its own (never
+    /// inline: a slot freed inside another connection's hook must not run
+    /// this handshake from there), unless the deadline resolved it first:
+    /// then `f` is dropped unrun.
+    pub fn on_home(mut self, f: impl FnOnce(HomeHello<'_>) -> Done + Send + 'static) {
+        let Some(shared) = self.shared.take() else {
+            return;
+        };
+        let home = shared.home;
+        let sent = crate::sched::run_on(home, move || {
+            if shared.claim() {
+                shared.cancel_timer();
+                let _done = f(HomeHello::new(shared));
+            }
+        });
+        if let Err(e) = sent {
+            // Off ATS threads: the deadline (if any) resolves it.
+            crate::log::error(&format!("cannot schedule onto a handshake's thread: {e}"));
+        }
+    }
+}
+
+impl Drop for ParkedHello {
+    fn drop(&mut self) {
+        let Some(shared) = self.shared.take() else {
+            return;
+        };
+        // Never while a panic unwinds (see guard::defer), never off its thread.
+        guard::defer(move || {
+            let home = shared.home;
+            let _ = crate::sched::run_on(home, move || {
+                if shared.claim() {
+                    shared.cancel_timer();
+                    crate::log::error("parked handshake dropped unresolved: it goes on");
+                    reenable(shared.vc, false);
+                }
+            });
+        });
+    }
+}
+
+/// A parked handshake on its own thread, claimed: the only way to resolve
+/// it. Not `Send`, and borrowed for the call that received it. Dropped
+/// unresolved, the handshake goes on.
+pub struct HomeHello<'a> {
+    shared: Arc<Shared>,
+    resolved: bool,
+    _here: PhantomData<(&'a (), *const ())>,
+}
+
+impl HomeHello<'_> {
+    fn new(shared: Arc<Shared>) -> Self {
+        HomeHello {
+            shared,
+            resolved: false,
+            _here: PhantomData,
+        }
+    }
+
+    /// The connection, until it is resolved.
+    pub fn vconn(&self) -> VConn<'_> {
+        VConn {
+            ptr: self.shared.vc,
+            _life: PhantomData,
+        }
+    }
+
+    /// True if the client gave up while parked (see [`ParkedHello::client_gone`]).
+    pub fn client_gone(&self) -> bool {
+        self.shared.fd.is_some_and(crate::net::peer_gone)
+    }
+
+    /// The handshake goes on.
+    pub fn resume(mut self) -> Done {
+        self.resolved = true;
+        reenable(self.shared.vc, false);
+        Done::new()
+    }
+
+    /// The handshake fails, at its next TLS hook (SERVERNAME): re-enabled
+    /// with an error from outside its hook, ATS would leave it waiting for
+    /// client bytes that never come.
+    pub fn refuse(mut self) -> Done {
+        self.resolved = true;
+        match MARKS.get() {
+            Some(m) => {
+                m.mark_refused(self.vconn());
+                reenable(self.shared.vc, false);
+            }
+            None => reenable(self.shared.vc, true),
+        }
+        Done::new()
+    }
+}
+
+impl Drop for HomeHello<'_> {
+    fn drop(&mut self) {
+        if self.resolved {
+            return;
+        }
+        self.resolved = true;
+        // On this thread: guard::defer runs it before the callback returns.
+        let vc = self.shared.vc;
+        guard::defer(move || {
+            crate::log::error("handshake dropped unresolved: it goes on");
+            reenable(vc, false);
+        });
+    }
+}
