@@ -546,3 +546,54 @@ fn a_bad_file_at_startup_stops_traffic_server_with_its_line() {
         "{text}"
     );
 }
+
+/// Many clients at once on a small selector, some giving up while parked:
+/// every handshake is accounted for exactly once, nothing leaks, and the
+/// server goes on.
+#[test]
+fn a_crowd_of_handshakes_is_accounted_for_and_drains() {
+    let ts = start(
+        "selector:\n  - sni: a.test\n    limit: 3\n    queue:\n      size: 20\n      max-age: 2\n",
+    );
+    let clients: Vec<Client> = (0..60)
+        .map(|i| {
+            let c = Client::new(Some("a.test")).sleep_ms(i % 7 * 30);
+            match i % 5 {
+                // Gives up while parked (or goes through at once).
+                0 => c.hello_within(300).sleep_ms(100),
+                _ => c.hello().sleep_ms(150 + (i % 3) as u64 * 100),
+            }
+        })
+        .collect();
+    let out = run(&ts, &clients);
+    let passed = out.iter().filter(|o| o.passed()).count() as u64;
+    let failed = out.iter().filter(|o| o.refused()).count() as u64;
+    assert_eq!(passed + failed, 60, "{out:?}");
+    assert_drained(&ts, "a.test");
+    let s = selector(&ts, "a.test");
+    let n = |v: &Value| v.as_u64().unwrap_or(u64::MAX);
+    let refused = &s["refused"];
+    // A client that gives up just as its slot comes is resumed after all.
+    let went_on = n(&s["admitted"]) + n(&s["resumed"]);
+    assert!(
+        (passed..=passed + 12).contains(&went_on),
+        "{passed} passed: {s}"
+    );
+    assert_eq!(
+        n(&s["admitted"])
+            + n(&s["resumed"])
+            + n(&refused["full"])
+            + n(&refused["expired"])
+            + n(&s["abandoned"]),
+        60,
+        "{s}"
+    );
+    assert_eq!(
+        n(&s["queued"]),
+        n(&s["resumed"]) + n(&refused["expired"]) + n(&s["abandoned"]),
+        "{s}"
+    );
+    // Still serving.
+    let out = run(&ts, &[Client::new(Some("a.test")).hello()]);
+    assert!(out[0].passed(), "{out:?}");
+}
