@@ -37,6 +37,9 @@ pub enum ReadError {
     Directory,
     /// It has more than `limit` bytes.
     TooLarge { limit: u64 },
+    /// It is not a regular file (a FIFO, a device, a socket): reading one
+    /// could block traffic_server's start or reload for ever.
+    NotRegular { kind: &'static str },
     /// It is not UTF-8; the first `valid_up_to` bytes are.
     NotUtf8 { valid_up_to: usize },
 }
@@ -52,6 +55,7 @@ impl ReadError {
             ReadError::Io(e) => e.to_string(),
             ReadError::Directory => io::Error::from_raw_os_error(EISDIR).to_string(),
             ReadError::TooLarge { limit } => format!("larger than {limit} bytes"),
+            ReadError::NotRegular { kind } => format!("not a regular file ({kind})"),
             ReadError::NotUtf8 { .. } => "stream did not contain valid UTF-8".to_owned(),
         }
     }
@@ -65,6 +69,7 @@ impl fmt::Display for ReadError {
             ReadError::Io(e) => write!(f, "{e}"),
             ReadError::Directory => f.write_str("a directory"),
             ReadError::TooLarge { limit } => write!(f, "larger than {limit} bytes"),
+            ReadError::NotRegular { kind } => write!(f, "not a regular file ({kind})"),
             ReadError::NotUtf8 { valid_up_to } => {
                 write!(f, "not UTF-8 text (byte {valid_up_to})")
             }
@@ -96,13 +101,39 @@ impl Files for FsFiles {
     }
 }
 
-/// The bytes of the file at `path`, refusing a directory or more than
-/// `limit` bytes (reading at most `limit + 1`): for a file that need not
-/// be text, such as the peer secret. [`FsFiles`] reads through it.
+/// The bytes of the file at `path`, refusing a directory, anything but a
+/// regular file, or more than `limit` bytes (reading at most `limit + 1`):
+/// for a file that need not be text, such as the peer secret. [`FsFiles`]
+/// reads through it.
+///
+/// Opened non-blocking, then checked: opening a FIFO for reading would
+/// otherwise wait for a writer (and a device's read may never end), and
+/// these reads run on traffic_server's start and reload paths. A regular
+/// file reads the same either way.
 pub fn read_bytes(path: &Path, limit: u64) -> Result<Vec<u8>, ReadError> {
-    let file = std::fs::File::open(path).map_err(ReadError::Io)?;
-    if file.metadata().map_err(ReadError::Io)?.is_dir() {
+    use std::os::unix::fs::{FileTypeExt, OpenOptionsExt};
+    let file = std::fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(libc::O_NONBLOCK)
+        .open(path)
+        .map_err(ReadError::Io)?;
+    let kind = file.metadata().map_err(ReadError::Io)?.file_type();
+    if kind.is_dir() {
         return Err(ReadError::Directory);
+    }
+    if !kind.is_file() {
+        let kind = if kind.is_fifo() {
+            "a FIFO"
+        } else if kind.is_char_device() {
+            "a character device"
+        } else if kind.is_block_device() {
+            "a block device"
+        } else if kind.is_socket() {
+            "a socket"
+        } else {
+            "not a file"
+        };
+        return Err(ReadError::NotRegular { kind });
     }
     let mut bytes = Vec::new();
     file.take(limit.saturating_add(1))
@@ -235,6 +266,33 @@ mod tests {
     }
 
     /// `std_wording` is what `read_to_string` said: checked against it.
+    /// A FIFO (or a device) named as a configuration file is refused at
+    /// once: opening one for reading would block until a writer came, and
+    /// with it traffic_server's start or reload.
+    #[test]
+    fn fs_refuses_a_fifo_at_once() {
+        let dir = tmp("fifo");
+        let fifo = dir.join("weights");
+        let made = std::process::Command::new("mkfifo")
+            .arg(&fifo)
+            .status()
+            .expect("mkfifo");
+        assert!(made.success());
+        let (tx, rx) = std::sync::mpsc::channel();
+        let path = fifo.clone();
+        std::thread::spawn(move || {
+            let _ = tx.send(FsFiles.read(&path, 100).map(|f| f.text));
+        });
+        let got = rx
+            .recv_timeout(std::time::Duration::from_secs(5))
+            .expect("the read blocked on the FIFO");
+        let e = got.expect_err("a FIFO is refused");
+        assert_eq!(e.to_string(), "not a regular file (a FIFO)");
+        assert_eq!(e.std_wording(), "not a regular file (a FIFO)");
+        let dev = read_bytes(Path::new("/dev/zero"), 100).expect_err("a device is refused");
+        assert_eq!(dev.to_string(), "not a regular file (a character device)");
+    }
+
     #[test]
     fn std_wording_matches_read_to_string() {
         let dir = tmp("std");

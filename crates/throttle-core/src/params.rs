@@ -56,6 +56,7 @@ fn unreadable(e: ReadError) -> String {
         ReadError::Io(e) => e.to_string(),
         ReadError::Directory => "it is a directory".to_owned(),
         ReadError::TooLarge { limit } => format!("it is larger than {limit} bytes"),
+        ReadError::NotRegular { kind } => format!("it is not a regular file but {kind}"),
         ReadError::NotUtf8 { .. } => "it is not UTF-8 text".to_owned(),
     }
 }
