@@ -121,7 +121,10 @@ fn main() {
         builder = builder
             .allowlist_function("TS.*")
             // TSmalloc/TSstrdup are macros over these; memory handed to ATS must come from them.
-            .allowlist_function("_TS(malloc|strdup|free)");
+            .allowlist_function("_TS(malloc|strdup|free)")
+            // 9.x's C names are C++ underneath as well: an exception may
+            // leave any of them (see the 10.x branch).
+            .override_abi(bindgen::Abi::CUnwind, "(TS.*|_TS.*|tsrs_.*)");
     } else {
         // C++ mode: exactly the forwarded functions, each linked to its
         // forwarder; no std:: types reach the bindings.
@@ -132,7 +135,10 @@ fn main() {
             // which is a tail call. "C-unwind" makes that defined behaviour
             // in Rust (the guard aborts, or fails safe as on a panic: std
             // leaves which unspecified) instead of UB, at no cost.
-            .override_abi(bindgen::Abi::CUnwind, format!("({})", forwarded.join("|")))
+            .override_abi(
+                bindgen::Abi::CUnwind,
+                format!("({}|tsrs_.*)", forwarded.join("|")),
+            )
             .opaque_type("std::.*")
             .parse_callbacks(Box::new(Forwarders(forwarded.clone())));
     }
