@@ -123,8 +123,14 @@ fn main() {
             // TSmalloc/TSstrdup are macros over these; memory handed to ATS must come from them.
             .allowlist_function("_TS(malloc|strdup|free)")
             // 9.x's C names are C++ underneath as well: an exception may
-            // leave any of them (see the 10.x branch).
-            .override_abi(bindgen::Abi::CUnwind, "(TS.*|_TS.*|tsrs_.*)");
+            // leave any of them (see the 10.x branch). Not the callback
+            // types (`TSEventFunc`, `TSThreadFunc`, `TSRecordDumpCb`): ATS
+            // calls our trampolines through them, which never unwind. The
+            // regex crate has no lookahead, hence the spelled-out endings.
+            .override_abi(
+                bindgen::Abi::CUnwind,
+                "(TS.*([^bc]|[^C]b|[^n]c|[^u]nc|[^F]unc)|_TS.*|tsrs_.*)",
+            );
     } else {
         // C++ mode: exactly the forwarded functions, each linked to its
         // forwarder; no std:: types reach the bindings.
