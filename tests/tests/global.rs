@@ -561,7 +561,7 @@ fn a_crowd_of_handshakes_is_accounted_for_and_drains() {
             match i % 5 {
                 // Gives up while parked (or goes through at once).
                 0 => c.hello_within(300).sleep_ms(100),
-                _ => c.hello().sleep_ms(150 + (i % 3) as u64 * 100),
+                _ => c.hello().sleep_ms(150 + (i % 3) * 100),
             }
         })
         .collect();
