@@ -84,10 +84,15 @@ fn both_syntaxes_flags_and_flag_or_value() {
     // A flag-or-value option never takes the next argument.
     let (r, _, _) = run(&["--log", "--limit=2"], Repeats::Refuse).unwrap();
     assert_eq!((r.log, r.limit), (Some(true), Some(2)));
-    // The next argument is the value, whatever it looks like.
+    // The next argument is the value, unless it is an option: then the
+    // value is missing (`--log --dry-run` must not swallow the dry run).
     assert_eq!(
         run(&["--limit", "--fast"], Repeats::Refuse).unwrap_err(),
-        "--limit --fast Negative here"
+        "--limit needs a value, and the next argument '--fast' is an option: write --limit=VALUE"
+    );
+    assert_eq!(
+        run(&["--limit", "-1"], Repeats::Refuse).unwrap_err(),
+        "--limit -1 Negative here"
     );
     // Only the first '=' splits.
     assert_eq!(

@@ -1,5 +1,6 @@
 //! `@pparam` arguments, one option at a time: `--name=value`, `--name value`
-//! (the next argument is the value), `--name` for a flag. Upstream's syntax
+//! (the next argument is the value, unless it starts with `--`: then it is
+//! an option, and the value is missing), `--name` for a flag. Upstream's syntax
 //! (getopt_long), shared by rate_limit.so and ip_throttle.so.
 //!
 //! An iterator, so a front end applies each option as it comes and the
@@ -44,6 +45,9 @@ pub enum SyntaxError<'a> {
     NeedsValue(&'static str),
     /// A flag given `=value`.
     TakesNoValue(&'static str, &'a str),
+    /// A value option whose next argument, taken as its value, is an
+    /// option (`--log --dry-run`): refused, or that option would be lost.
+    ValueIsOption(&'static str, &'a str),
 }
 
 impl SyntaxError<'_> {
@@ -66,6 +70,11 @@ impl SyntaxError<'_> {
             SyntaxError::TakesNoValue(name, v) => {
                 format!("--{name} takes no value (got {})", quote(v))
             }
+            SyntaxError::ValueIsOption(name, v) => format!(
+                "--{name} needs a value, and the next argument {} is an option: \
+                 write --{name}=VALUE",
+                quote(v)
+            ),
         }
     }
 }
@@ -122,6 +131,9 @@ impl<'a, 't> Tokens<'a, 't> {
                     .args
                     .get(self.next)
                     .ok_or(SyntaxError::NeedsValue(name))?;
+                if v.starts_with("--") {
+                    return Err(SyntaxError::ValueIsOption(name, v));
+                }
                 self.next += 1;
                 Some(*v)
             }

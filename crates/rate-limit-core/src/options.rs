@@ -122,6 +122,7 @@ fn log_name_ok(base: &str) -> bool {
     let lower = base.to_ascii_lowercase();
     (1..=MAX_LOG_NAME_LEN).contains(&base.len())
         && !base.starts_with('.')
+        && !base.starts_with('-')
         && !lower.ends_with("_ctl")
         && !RESERVED_LOG_NAMES.contains(&lower.as_str())
         && base
@@ -129,8 +130,8 @@ fn log_name_ok(base: &str) -> bool {
             .all(|b| b.is_ascii_alphanumeric() || b"._-".contains(&b))
 }
 
-const LOG_NAMES_ALLOWED: &str = "a name of 1-64 letters, digits, '.', '_', '-', not starting \
-     with '.', not *_ctl, not diags, error, traffic, manager, squid, throttle, ip_throttle \
+const LOG_NAMES_ALLOWED: &str = "1-64 letters, digits, '.', '_', '-', not starting \
+     with '.' or '-', not *_ctl, not diags, error, traffic, manager, squid, throttle, ip_throttle \
      (NAME.log in ATS's log dir)";
 
 /// A rejected option: names it, then the value, then what is allowed.

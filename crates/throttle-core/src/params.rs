@@ -333,6 +333,9 @@ pub fn validate_id(id: &str) -> Result<(), String> {
     if id.chars().any(char::is_control) {
         return Err("it may not contain control characters".into());
     }
+    if id.starts_with('-') {
+        return Err("it may not start with '-'".into());
+    }
     if id.len() > MAX_ID_LEN {
         return Err(format!("it is longer than {MAX_ID_LEN} bytes"));
     }
@@ -538,6 +541,9 @@ mod tests {
         );
         let long = format!("id:{}", "x".repeat(MAX_ID_LEN + 1));
         assert!(err(&["max:1", &long], &Mem::default()).contains("longer than"));
+        // A name never starts with '-' (issue 30: names that look like options).
+        let e = err(&["max:1", "id:--dry"], &Mem::default());
+        assert!(e.ends_with("it may not start with '-'"), "{e}");
     }
 
     #[test]
@@ -826,7 +832,7 @@ mod tests {
                 max in any::<u32>(),
                 stale in any::<u32>(),
                 freq in prop_oneof![Just(0u32), MIN_STATFREQ_MS..=u32::MAX],
-                id in "[A-Za-z0-9._/-]{1,30}",
+                id in "[A-Za-z0-9._/][A-Za-z0-9._/-]{0,29}",
                 eq in any::<bool>(),
             ) {
                 let sep = if eq { "=" } else { ":" };

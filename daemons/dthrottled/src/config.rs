@@ -223,8 +223,15 @@ static SETTINGS: &[Opt<Config, usize, String>] = &[
         Ok(())
     }),
     Opt::value("peer_name", "the exchange name", |c, v, &l| {
-        if v.is_empty() || v.len() > peer::wire::MAX_GROUP_LEN {
-            return Err(err(l, "peer_name", v, "1 to 64 bytes"));
+        // Not '-' first: it names the same exchange as rate_limit's
+        // --group, which refuses that (no name looks like an option).
+        if v.is_empty() || v.len() > peer::wire::MAX_GROUP_LEN || v.starts_with('-') {
+            return Err(err(
+                l,
+                "peer_name",
+                v,
+                "1 to 64 bytes, not starting with '-'",
+            ));
         }
         c.peer_name = v.into();
         Ok(())
@@ -472,6 +479,7 @@ mod tests {
             ),
             ("peer_group = 10.0.0.1:5", "IPv4 multicast"),
             ("on_full = maybe", "refuse or serve"),
+            ("peer_name = --dry", "not starting with '-'"),
             ("bogus = 1", "unknown setting \"bogus\""),
             ("burst", "is not `name = value`"),
             ("peers = 127.0.0.1:5", "peer_secret_file is not"),

@@ -272,12 +272,16 @@ fn set_log_only(d: &mut Draft, v: Option<&str>, at: &At) -> R {
 }
 
 fn set_instance(d: &mut Draft, v: &str, at: &At) -> R {
-    if v.is_empty() || v.len() > 256 || !v.bytes().all(|b| b.is_ascii_graphic()) {
+    if v.is_empty()
+        || v.len() > 256
+        || v.starts_with('-')
+        || !v.bytes().all(|b| b.is_ascii_graphic())
+    {
         return Err(invalid(
             "instance",
             v,
             at,
-            "a name of 1 to 256 printable characters without spaces",
+            "a name of 1 to 256 printable characters without spaces, not starting with '-'",
         ));
     }
     d.o.instance = v.to_owned();

@@ -492,3 +492,18 @@ fn the_docs_list_exactly_the_tables_names() {
     known.sort_unstable();
     assert_eq!(documented, known);
 }
+
+/// A value option never swallows the next option, and the instance name
+/// never starts with '-' (issue 30: `--instance --log-only` made the rule
+/// enforce).
+#[test]
+fn a_name_option_never_swallows_the_next_option() {
+    assert_eq!(
+        parse(&["--instance", "--log-only"]).unwrap_err(),
+        "--instance needs a value, and the next argument '--log-only' is an option: write \
+         --instance=VALUE"
+    );
+    let e = parse(&["--instance=-web"]).unwrap_err();
+    assert!(e.contains("not starting with '-'"), "{e}");
+    assert_eq!(parse(&["--instance=web-eu"]).unwrap().instance, "web-eu");
+}

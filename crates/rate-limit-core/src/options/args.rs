@@ -278,11 +278,11 @@ fn set_limit(g: &mut Given, v: &str, _: &()) -> R {
 
 fn set_header(g: &mut Given, v: &str, _: &()) -> R {
     let name_part = v.strip_prefix('@').unwrap_or(v);
-    if name_part.is_empty() || !name_part.bytes().all(is_tchar) {
+    if name_part.is_empty() || name_part.starts_with('-') || !name_part.bytes().all(is_tchar) {
         return Err(invalid(
             "header",
             v,
-            "an HTTP header name (optionally starting with '@')",
+            "an HTTP header name (optionally starting with '@'), not starting with '-'",
         ));
     }
     g.o.header = Some(v.to_owned());
@@ -292,6 +292,7 @@ fn set_header(g: &mut Given, v: &str, _: &()) -> R {
 /// `--prefix` and `--tag`: a part of metric names.
 fn metric_part(name: &str, v: &str) -> Result<String, OptionError> {
     if v.is_empty()
+        || v.starts_with('-')
         || !v
             .bytes()
             .all(|b| b.is_ascii_graphic() && b != b'"' && b != b'\'')
@@ -299,7 +300,7 @@ fn metric_part(name: &str, v: &str) -> Result<String, OptionError> {
         return Err(invalid(
             name,
             v,
-            "a non-empty metric name part without spaces or quotes",
+            "a non-empty metric name part without spaces or quotes, not starting with '-'",
         ));
     }
     Ok(v.to_owned())
@@ -321,13 +322,14 @@ fn set_rate(g: &mut Given, v: &str, _: &()) -> R {
 
 fn set_group(g: &mut Given, v: &str, _: &()) -> R {
     let ok = (1..=MAX_GROUP_LEN).contains(&v.len())
+        && !v.starts_with('-')
         && v.bytes()
             .all(|b| b.is_ascii_alphanumeric() || b"._-".contains(&b));
     if !ok {
         return Err(invalid(
             "group",
             v,
-            "a name of 1 to 64 letters, digits, '.', '_' or '-'",
+            "a name of 1 to 64 letters, digits, '.', '_' or '-', not starting with '-'",
         ));
     }
     g.o.group = Some(v.to_owned());

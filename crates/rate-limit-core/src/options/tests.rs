@@ -652,3 +652,44 @@ fn dry_run_combinations() {
             .is_ok_and(|o| o.store_counts_status())
     );
 }
+
+/// A name-taking option given no value must not swallow the next option
+/// (`--log --dry-run` once made the rule live and wrote `--dry-run.log`),
+/// and no name may start with '-' (issue 30, defect 2).
+#[test]
+fn a_name_option_never_swallows_the_next_option() {
+    assert_eq!(
+        err(&["--limit=5", "--log", "--dry-run"]),
+        "--log needs a value, and the next argument '--dry-run' is an option: write --log=VALUE"
+    );
+    for name in ["group", "header", "tag", "prefix"] {
+        let e = err(&[&format!("--{name}"), "--conntrack"]);
+        assert!(e.starts_with(&format!("--{name} needs a value")), "{e}");
+    }
+    for (opt, v) in [
+        ("log", "-x"),
+        ("group", "-g"),
+        ("header", "-X-Wait"),
+        ("header", "@-X"),
+        ("tag", "-t"),
+        ("prefix", "--p"),
+    ] {
+        let e = err(&[&format!("--{opt}={v}")]);
+        assert!(
+            e.contains("not starting with") && e.contains(&format!("'{v}'")),
+            "{e}"
+        );
+    }
+    // Names that only contain '-' further on are fine.
+    let o = parse(&[
+        "--log=my-log",
+        "--group=api-v2",
+        "--tag=a-b",
+        "--header=X-Wait",
+    ])
+    .unwrap();
+    assert_eq!(
+        (o.log.as_deref(), o.group.as_deref()),
+        (Some("my-log"), Some("api-v2"))
+    );
+}
