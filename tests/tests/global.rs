@@ -211,6 +211,58 @@ fn a_parked_handshake_never_outlives_the_handshake_timeout() {
     assert_eq!(selector(&ts, "a.test")["refused"]["expired"], 1);
 }
 
+/// A handshake timeout raised at run time (it applies from a restart
+/// only) does not stretch a parked handshake past the timeout ATS gave its
+/// connection: the deadline follows the budget read at start, and the
+/// park holds ATS off its own timeout meanwhile. (Before, on 10.1, the
+/// park read the new 20 s, ATS closed the connection at 4.8 s without
+/// telling the plugin, and a slot freed later went to the freed
+/// connection: a segfault. 9.2's records keep the old value until a
+/// restart, so there the test passed before too.)
+#[test]
+fn a_changed_handshake_timeout_cannot_outrun_a_park() {
+    let ts = start_with(
+        "selector:\n  - sni: a.test\n    limit: 1\n    queue:\n      size: 5\n",
+        &[("proxy.config.ssl.handshake_timeout_in", "INT 4")],
+    );
+    let pid = ts.server_pid();
+    let set = ts.traffic_ctl(&[
+        "config",
+        "set",
+        "proxy.config.ssl.handshake_timeout_in",
+        "20",
+    ]);
+    assert!(set.status.success(), "{set:?}");
+    assert!(ts.traffic_ctl(&["config", "reload"]).status.success());
+    // Until the new value is what the records say (9.2: through the manager).
+    let raised = wait_until(Duration::from_secs(15), || {
+        let out = ts.traffic_ctl(&["config", "get", "proxy.config.ssl.handshake_timeout_in"]);
+        String::from_utf8_lossy(&out.stdout)
+            .trim_end()
+            .ends_with(" 20")
+    });
+    assert!(raised, "the record did not change");
+    let clients = vec![
+        Client::new(Some("a.test"))
+            .hello()
+            .signal("held")
+            .sleep_ms(6000)
+            .close(),
+        Client::new(Some("a.test")).wait_for("held").hello(),
+    ];
+    let out = run(&ts, &clients);
+    assert!(out[0].passed(), "{out:?}");
+    assert!(out[1].refused(), "{out:?}");
+    let waited = out[1].handshake_ms().unwrap_or(0);
+    assert!((1500..3900).contains(&waited), "refused after {waited} ms");
+    // The holder's close (6 s) finds nobody parked; the server is the same
+    // process and serves.
+    std::thread::sleep(Duration::from_millis(500));
+    let out = run(&ts, &[Client::new(Some("a.test")).hello()]);
+    assert!(out[0].passed(), "{out:?}");
+    assert_eq!(ts.server_pid(), pid, "traffic_server restarted");
+}
+
 #[test]
 fn aliases_share_the_selector() {
     let ts = start("selector:\n  - sni: a.test\n    aliases: [b.test, C.Test]\n    limit: 1\n");

@@ -13,14 +13,16 @@
 //! [`ParkedHello::on_home`] and the [`HomeHello`] it hands out there.
 //!
 //! **A parked handshake always has a deadline.** ATS closes a connection
-//! whose handshake outlives `proxy.config.ssl.handshake_timeout_in` (else
-//! `proxy.config.net.default_inactivity_timeout`), counted from its start,
-//! and it does not tell the hook the handshake is parked at (9.2 and 10.1
-//! walk that hook's list instead of the close hooks): a re-enable after
-//! that would touch a freed connection. So [`ClientHello::park`] arms a
-//! timer that resolves the handshake (as the caller says) a second before
-//! that timeout, whatever the caller's own deadline; the start is stamped
-//! at VCONN_START, which [`hook_client_hello`] also hooks.
+//! whose handshake outlives its timeout (`proxy.config.ssl.handshake_timeout_in`,
+//! else `proxy.config.net.default_inactivity_timeout`, counted from its
+//! start), and it does not tell the hook the handshake is parked at (9.2
+//! and 10.1 walk that hook's list instead of the close hooks): a re-enable
+//! after that would touch a freed connection. So [`ClientHello::park`] arms
+//! a timer that resolves the handshake (as the caller says) a second before
+//! that budget is spent, whatever the caller's own deadline (the start is
+//! stamped at VCONN_START, which [`hook_client_hello`] also hooks), and
+//! pushes the connection's own inactivity timeout 10 s past that deadline,
+//! so ATS cannot time it out first whatever its records say meanwhile.
 //!
 //! **A parked handshake is refused at the next hook.** Re-enabled with an
 //! error from outside its hook, a handshake is marked failed but not
@@ -119,9 +121,12 @@ impl<'a> VConn<'a> {
 }
 
 /// Re-enables a suspended connection: `error` fails its handshake.
-fn reenable(vc: NonNull<sys::tsapi_cont>, error: bool) {
-    // SAFETY: callers pass a connection suspended at a TLS hook and
-    // resolve it once, on its own thread.
+///
+/// # Safety
+/// `vc` is a live connection suspended at a TLS hook, resolved once, on
+/// its own thread.
+unsafe fn reenable(vc: NonNull<sys::tsapi_cont>, error: bool) {
+    // SAFETY: per the contract.
     unsafe {
         if error {
             sys::TSVConnReenableEx(vc.as_ptr(), sys::TSEvent::TS_EVENT_ERROR)
@@ -176,7 +181,9 @@ unsafe extern "C" fn conn_trampoline<H: ConnHook>(
     // SAFETY: the data is the leaked Box<H> of add_global, never freed.
     let hook = unsafe { &*sys::TSContDataGet(cont).cast::<H>() };
     let go = guard::catch("connection hook", || true, || hook.on(vc));
-    reenable(vc.ptr, !go);
+    // SAFETY: the connection is suspended at this hook, on its thread; it
+    // is resolved here only.
+    unsafe { reenable(vc.ptr, !go) };
     0
 }
 
@@ -199,6 +206,7 @@ pub fn hook_client_hello<H: ClientHelloHandler>(name: &str, handler: H) -> Resul
     }
     let marks = ConnMarks::new(&format!("{name}.conn_marks"))?;
     let _ = MARKS.set(marks);
+    park::read_handshake_budget();
     add_global(
         sys::TSHttpHookID::TS_SSL_CLIENT_HELLO_HOOK,
         hello_trampoline::<H>,
@@ -219,7 +227,8 @@ unsafe extern "C" fn hello_trampoline<H: ClientHelloHandler>(
         // A connection that closed while an earlier plugin's client-hello
         // hook held it arrives here as VCONN_CLOSE (ATS walks the hook list
         // it was on): nothing of ours to do but let it go on.
-        reenable(vc.ptr, false);
+        // SAFETY: suspended at this hook, on its thread, resolved here only.
+        unsafe { reenable(vc.ptr, false) };
         return 0;
     }
     // SAFETY: the data is the leaked Box<H> of add_global, never freed.
@@ -237,7 +246,9 @@ unsafe extern "C" fn hello_trampoline<H: ClientHelloHandler>(
     );
     if !resolved.get() {
         crate::log::error("client hello hook did not complete: the handshake goes on");
-        reenable(vc.ptr, false);
+        // SAFETY: suspended at this hook, on its thread; the handler did
+        // not resolve it (`resolved` is false).
+        unsafe { reenable(vc.ptr, false) };
     }
     0
 }
@@ -257,14 +268,17 @@ impl<'a> ClientHello<'a> {
     /// The handshake goes on.
     pub fn resume(self) -> Done {
         self.resolved.set(true);
-        reenable(self.vc.ptr, false);
+        // SAFETY: suspended at the hook running now, on its thread;
+        // consuming `self` resolves it once.
+        unsafe { reenable(self.vc.ptr, false) };
         Done::new()
     }
 
     /// The handshake fails: the client gets a TLS alert and the connection closes.
     pub fn refuse(self) -> Done {
         self.resolved.set(true);
-        reenable(self.vc.ptr, true);
+        // SAFETY: as in `resume`.
+        unsafe { reenable(self.vc.ptr, true) };
         Done::new()
     }
 }

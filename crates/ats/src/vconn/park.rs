@@ -15,12 +15,23 @@ use crate::sched::Timer;
 use crate::txn::Done;
 use crate::{guard, sys};
 
+/// How much later than a parked handshake's deadline ATS may time it out:
+/// the deadline timer and ATS's inactivity check run on the same thread,
+/// so only a stall of the thread longer than this could reorder them.
+const ATS_MARGIN: Duration = Duration::from_secs(10);
+
 impl ClientHello<'_> {
     /// Leaves the handshake suspended; `keep` receives the token that
     /// resolves it later. If it is still parked after `deadline` (or,
     /// sooner, a second before Traffic Server's own handshake timeout),
     /// `on_deadline` resolves it on its thread instead, and a later
     /// [`ParkedHello::on_home`] does nothing.
+    ///
+    /// While parked, the connection's inactivity timeout is pushed to the
+    /// deadline plus [`ATS_MARGIN`], so that ATS cannot time it out first
+    /// (the timeout it set at the handshake's start, or one it would apply
+    /// later from a changed record, could otherwise fall before the
+    /// deadline); resolving it gives the handshake back what it had left.
     pub fn park(
         self,
         deadline: Option<Duration>,
@@ -31,10 +42,15 @@ impl ClientHello<'_> {
             crate::log::error("cannot park a handshake off an event thread: it goes on");
             return self.resume();
         };
-        let limit = match (deadline, ats_timeout_left(self.vc)) {
+        let left = ats_timeout_left(self.vc);
+        let limit = match (deadline, left) {
             (Some(a), Some(b)) => Some(a.min(b)),
             (a, b) => a.or(b),
         };
+        if let Some(after) = limit {
+            // SAFETY: suspended at the hook running now, on its thread.
+            unsafe { set_inactivity_timeout(self.vc.ptr, after + ATS_MARGIN) };
+        }
         let shared = Arc::new(Shared {
             vc: self.vc.ptr,
             home,
@@ -69,26 +85,69 @@ impl ClientHello<'_> {
     }
 }
 
-/// What a handshake may still spend before Traffic Server's own timeout
-/// closes it, less a second: `None` if it has none.
-fn ats_timeout_left(vc: VConn<'_>) -> Option<Duration> {
+/// A handshake's time budget in Traffic Server: its handshake timeout,
+/// else the default inactivity timeout (read once, when the hooks are
+/// added: the handshake timeout applies from a restart only, and the park
+/// sets each parked connection's timeout itself); `None` if neither is set.
+static HANDSHAKE_BUDGET: OnceLock<Option<Duration>> = OnceLock::new();
+
+pub(super) fn read_handshake_budget() {
     let secs = [
         "proxy.config.ssl.handshake_timeout_in",
         "proxy.config.net.default_inactivity_timeout",
     ]
     .into_iter()
     .filter_map(crate::mgmt::record_int)
-    .find(|&s| s > 0)?;
-    let age = MARKS
+    .find(|&s| s > 0)
+    .and_then(|s| u64::try_from(s).ok());
+    let _ = HANDSHAKE_BUDGET.set(secs.map(Duration::from_secs));
+}
+
+/// How long the handshake has been going on (from VCONN_START).
+fn age(vc: VConn<'_>) -> Duration {
+    MARKS
         .get()
-        .and_then(|s| s.age(vc))
-        .unwrap_or(Duration::ZERO);
-    let total = Duration::from_secs(u64::try_from(secs).ok()?);
+        .and_then(|m| m.age(vc))
+        .unwrap_or(Duration::ZERO)
+}
+
+/// What a handshake may still spend of its budget, less a second: `None`
+/// if it has none.
+fn ats_timeout_left(vc: VConn<'_>) -> Option<Duration> {
+    let total = (*HANDSHAKE_BUDGET.get()?)?;
     Some(
         total
             .saturating_sub(Duration::from_secs(1))
-            .saturating_sub(age),
+            .saturating_sub(age(vc)),
     )
+}
+
+/// `TSVConnInactivityTimeoutSet`.
+///
+/// # Safety
+/// `vc` is a live connection and this is its own thread.
+unsafe fn set_inactivity_timeout(vc: NonNull<sys::tsapi_cont>, after: Duration) {
+    let ns = sys::TSHRTime::try_from(after.as_nanos()).unwrap_or(sys::TSHRTime::MAX);
+    // SAFETY: per the contract.
+    unsafe { sys::TSVConnInactivityTimeoutSet(vc.as_ptr(), ns) }
+}
+
+/// Gives a resolved handshake back what it has left of its budget (at
+/// least a second), as ATS would have counted it without the park.
+///
+/// # Safety
+/// As for [`set_inactivity_timeout`].
+unsafe fn restore_inactivity_timeout(vc: NonNull<sys::tsapi_cont>) {
+    let Some(Some(total)) = HANDSHAKE_BUDGET.get() else {
+        return;
+    };
+    let conn = VConn {
+        ptr: vc,
+        _life: PhantomData,
+    };
+    let left = total.saturating_sub(age(conn)).max(Duration::from_secs(1));
+    // SAFETY: per the contract.
+    unsafe { set_inactivity_timeout(vc, left) };
 }
 
 /// A parked handshake, shared by its token and its deadline timer: the
@@ -187,7 +246,12 @@ impl Drop for ParkedHello {
                 if shared.claim() {
                     shared.cancel_timer();
                     crate::log::error("parked handshake dropped unresolved: it goes on");
-                    reenable(shared.vc, false);
+                    // SAFETY: claimed here, on its home thread, within its
+                    // deadline: still parked, so alive; resolved once.
+                    unsafe {
+                        restore_inactivity_timeout(shared.vc);
+                        reenable(shared.vc, false);
+                    }
                 }
             });
         });
@@ -228,7 +292,12 @@ impl HomeHello<'_> {
     /// The handshake goes on.
     pub fn resume(mut self) -> Done {
         self.resolved = true;
-        reenable(self.shared.vc, false);
+        // SAFETY: a HomeHello is claimed, on its home thread, within its
+        // deadline (still parked, so alive); consuming it resolves it once.
+        unsafe {
+            restore_inactivity_timeout(self.shared.vc);
+            reenable(self.shared.vc, false);
+        }
         Done::new()
     }
 
@@ -237,12 +306,16 @@ impl HomeHello<'_> {
     /// client bytes that never come.
     pub fn refuse(mut self) -> Done {
         self.resolved = true;
+        // SAFETY: as in `resume`.
+        unsafe { restore_inactivity_timeout(self.shared.vc) };
         match MARKS.get() {
             Some(m) => {
                 m.mark_refused(self.vconn());
-                reenable(self.shared.vc, false);
+                // SAFETY: as in `resume`.
+                unsafe { reenable(self.shared.vc, false) };
             }
-            None => reenable(self.shared.vc, true),
+            // SAFETY: as in `resume`.
+            None => unsafe { reenable(self.shared.vc, true) },
         }
         Done::new()
     }
@@ -258,7 +331,11 @@ impl Drop for HomeHello<'_> {
         let vc = self.shared.vc;
         guard::defer(move || {
             crate::log::error("handshake dropped unresolved: it goes on");
-            reenable(vc, false);
+            // SAFETY: as in `resume`: claimed and unresolved, on its thread.
+            unsafe {
+                restore_inactivity_timeout(vc);
+                reenable(vc, false);
+            }
         });
     }
 }
