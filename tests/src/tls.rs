@@ -92,8 +92,23 @@ impl Outcome {
         self.ok == Some(true)
     }
 
+    /// The handshake failed with a TLS alert from the server (what a
+    /// refusal sends), not a timeout or a closed connection.
     pub fn refused(&self) -> bool {
         self.ok == Some(false)
+            && self
+                .error
+                .as_deref()
+                .is_some_and(|e| e.starts_with("SSLError") && e.contains("ALERT"))
+    }
+
+    /// The handshake gave up waiting (the client's own timeout).
+    pub fn timed_out(&self) -> bool {
+        self.ok == Some(false)
+            && self
+                .error
+                .as_deref()
+                .is_some_and(|e| e.starts_with("TimeoutError") || e.contains("timed out"))
     }
 
     /// How long the handshake took.
@@ -153,17 +168,26 @@ pub fn run(port: u16, timeout_s: u64, clients: &[Client]) -> Vec<Outcome> {
 }
 
 /// `n` clients from `source`, each a handshake held until `release` is
-/// signalled, then closed.
+/// signalled, then closed. Each signals `{release}-held-{i}` once its
+/// handshake is done (see [`Client::after_held`]).
 pub fn holders(n: usize, sni: Option<&str>, source: &str, release: &str) -> Vec<Client> {
     (0..n)
-        .map(|_| {
+        .map(|i| {
             Client::new(sni)
                 .from(source)
                 .hello()
+                .signal(&format!("{release}-held-{i}"))
                 .wait_for(release)
                 .close()
         })
         .collect()
+}
+
+impl Client {
+    /// Waits until `n` [`holders`] of `release` are through their handshakes.
+    pub fn after_held(self, n: usize, release: &str) -> Client {
+        (0..n).fold(self, |c, i| c.wait_for(&format!("{release}-held-{i}")))
+    }
 }
 
 /// `n` clients from `source` that connect one after the other, each

@@ -59,29 +59,39 @@ fn assert_drained(ts: &TrafficServer, sni: &str) {
     assert!(drained, "{sni} did not drain: {last}");
 }
 
+/// Waits until the selector holds no connection (the clients' closes have
+/// reached the server).
+fn wait_closed(ts: &TrafficServer, sni: &str) {
+    let closed = wait_until(Duration::from_secs(10), || selector(ts, sni)["active"] == 0);
+    assert!(closed, "{sni}: {}", selector(ts, sni));
+}
+
 #[test]
 fn limit_refuses_the_connection_over_it_and_frees_the_slot_at_close() {
     let ts = start("selector:\n  - sni: a.test\n    limit: 2\n");
     let mut clients = holders(2, Some("a.test"), "127.0.0.1", "release");
     clients.push(
         Client::new(Some("a.test"))
-            .sleep_ms(500)
+            .after_held(2, "release")
             .hello()
-            .signal("release"),
+            .signal("over"),
     );
     // Another name is not limited by a.test's selector.
-    clients.push(Client::new(Some("b.test")).sleep_ms(500).hello());
     clients.push(
-        Client::new(Some("a.test"))
-            .wait_for("release")
-            .sleep_ms(500)
-            .hello(),
+        Client::new(Some("b.test"))
+            .after_held(2, "release")
+            .hello()
+            .wait_for("over")
+            .signal("release"),
     );
     let out = run(&ts, &clients);
     assert!(out[0].passed() && out[1].passed(), "{out:?}");
     assert!(out[2].refused(), "over the limit: {out:?}");
     assert!(out[3].passed(), "{out:?}");
-    assert!(out[4].passed(), "the slots came back at close: {out:?}");
+    // The slots come back at close.
+    wait_closed(&ts, "a.test");
+    let out = run(&ts, &[Client::new(Some("a.test")).hello()]);
+    assert!(out[0].passed(), "{out:?}");
     let s = selector(&ts, "a.test");
     assert_eq!(
         (&s["admitted"], &s["refused"]["full"]),
@@ -91,22 +101,29 @@ fn limit_refuses_the_connection_over_it_and_frees_the_slot_at_close() {
     assert_drained(&ts, "a.test");
 }
 
-/// `rate` is a rate (upstream stores it as the limit): 2 per second with
-/// a burst of 2 lets 2 of 6 quick handshakes through, and one more after
-/// half a second.
+/// `rate` is a rate (upstream stores it as the limit): one every 4 s with
+/// a burst of 2 lets 2 of 6 quick handshakes through, and one more once a
+/// token is back.
 #[test]
 fn rate_is_new_connections_per_second() {
-    let ts = start("selector:\n  - sni: a.test\n    rate: 2\n    burst: 2\n");
+    let ts = start("selector:\n  - sni: a.test\n    rate: 0.25\n    burst: 2\n");
     let quick: Vec<Client> = (0..6)
         .map(|_| Client::new(Some("a.test")).hello().close())
         .collect();
     let out = run(&ts, &quick);
     let passed = out.iter().filter(|o| o.passed()).count();
-    assert_eq!(passed, 2, "{out:?}");
-    std::thread::sleep(Duration::from_millis(600));
+    let refused = out.iter().filter(|o| o.refused()).count();
+    // 2, or 3 if the six took over 4 s (a loaded machine).
+    let took = out.iter().filter_map(|o| o.done_ms).max().unwrap_or(0);
+    let allowed = 2 + usize::from(took >= 4000);
+    assert!(
+        passed >= 2 && passed <= allowed && passed + refused == 6,
+        "{out:?}"
+    );
+    std::thread::sleep(Duration::from_millis(4200));
     let out = run(&ts, &[Client::new(Some("a.test")).hello()]);
     assert!(out[0].passed(), "a token came back: {out:?}");
-    assert_eq!(selector(&ts, "a.test")["refused"]["rate"], 4);
+    assert_eq!(selector(&ts, "a.test")["refused"]["rate"], refused);
 }
 
 /// A parked handshake resumes the moment a connection closes (no sweep),
@@ -136,7 +153,7 @@ fn a_queued_handshake_resumes_at_close_and_expires_at_max_age() {
     // Parked for the holder's 1.5 s, resumed within 250 ms of its close.
     let waited = out[1].handshake_ms().unwrap_or(0);
     assert!(
-        (1300..1750).contains(&waited),
+        (1300..2000).contains(&waited),
         "resumed after {waited} ms: {out:?}"
     );
     assert!(out[2].passed(), "{out:?}");
@@ -172,7 +189,7 @@ fn a_client_that_leaves_the_queue_gives_its_turn_away() {
     ];
     let out = run(&ts, &clients);
     assert!(
-        out[0].passed() && out[1].refused() && out[2].passed(),
+        out[0].passed() && out[1].timed_out() && out[2].passed(),
         "{out:?}"
     );
     let s = selector(&ts, "a.test");
@@ -291,7 +308,7 @@ fn exclude_lets_a_listed_client_through_uncounted() {
     let mut clients = holders(3, Some("a.test"), "127.0.0.2", "release");
     clients.push(
         Client::new(Some("a.test"))
-            .sleep_ms(500)
+            .after_held(3, "release")
             .hello()
             .signal("held")
             .wait_for("release"),
@@ -467,15 +484,16 @@ fn per_ip_limits_each_client_address() {
     clients.push(
         Client::new(Some("a.test"))
             .from("127.0.0.2")
-            .sleep_ms(500)
-            .hello(),
+            .after_held(2, "release")
+            .hello()
+            .signal("third"),
     );
     clients.push(
         Client::new(Some("a.test"))
             .from("127.0.0.3")
-            .sleep_ms(500)
+            .after_held(2, "release")
             .hello()
-            .sleep_ms(200)
+            .wait_for("third")
             .signal("release"),
     );
     let out = run(&ts, &clients);
@@ -502,8 +520,8 @@ fn reloads_good_and_bad() {
         move || {
             tls::run(
                 port,
-                30,
-                &[Client::new(Some("a.test")).hello().sleep_ms(8000)],
+                40,
+                &[Client::new(Some("a.test")).hello().sleep_ms(25000)],
             )
         }
     });
@@ -524,6 +542,14 @@ fn reloads_good_and_bad() {
     );
     // The held connection counts against the new limit.
     assert_eq!(selector(&ts, "a.test")["active"], 1);
+    // And it is among the connections Traffic Server has open (9.2's
+    // process metrics reach the records up to ~10 s late).
+    let mut v = Value::Null;
+    let counted = wait_until(Duration::from_secs(15), || {
+        v = serde_json::from_str(&ts.plugin_msg("rate_limit", "show")).unwrap_or_default();
+        v["global"]["ats_connections"].as_i64().is_some_and(|n| n >= 1)
+    });
+    assert!(counted, "{v}");
     assert!(one().passed());
     // A bad file: refused with its line; the loaded one goes on.
     fs::write(&yaml, "selector:\n  - sni: a.test\n    limit: lots\n").unwrap();
@@ -619,7 +645,7 @@ fn a_crowd_of_handshakes_is_accounted_for_and_drains() {
         .collect();
     let out = run(&ts, &clients);
     let passed = out.iter().filter(|o| o.passed()).count() as u64;
-    let failed = out.iter().filter(|o| o.refused()).count() as u64;
+    let failed = out.iter().filter(|o| o.refused() || o.timed_out()).count() as u64;
     assert_eq!(passed + failed, 60, "{out:?}");
     assert_drained(&ts, "a.test");
     let s = selector(&ts, "a.test");

@@ -1,9 +1,9 @@
 //! The global mode beside upstream's: the same YAML, the same clients,
 //! against our rate_limit.so and upstream's 10.x rate_limit.so (whose
-//! global mode reads this YAML; 9.2's takes command-line options, so these
-//! run on 10.x only). Where upstream works, ours does too; where upstream
-//! fails (`rate` is stored as the limit, an `exclude`d client is refused),
-//! the test says so.
+//! global mode reads this YAML; 9.2's takes command-line options, so on
+//! 9.2 only ours runs). Where upstream works, ours does too; where
+//! upstream fails (`rate` is stored as the limit, an `exclude`d client is
+//! refused), the test says so.
 
 use ats_tests::tls::{self, holders, one_by_one, Client, Outcome};
 use ats_tests::{ats, plugin, TrafficServer};
@@ -14,7 +14,15 @@ enum Which {
     Upstream,
 }
 
-const BOTH: [Which; 2] = [Which::Ours, Which::Upstream];
+/// Ours, and upstream's where its global mode reads this YAML (10.x).
+fn both() -> Vec<Which> {
+    if ats::is_10() {
+        vec![Which::Ours, Which::Upstream]
+    } else {
+        eprintln!("upstream's 9.2 global mode takes options, not this YAML: ours only");
+        vec![Which::Ours]
+    }
+}
 
 /// A traffic_server whose plugin.config loads `which`'s rate_limit.so with
 /// `yaml` (by absolute path: upstream opens it as given).
@@ -36,25 +44,13 @@ fn start(which: Which, yaml: &str) -> (TrafficServer, tempfile::TempDir) {
     (ts, dir)
 }
 
-/// True where upstream's YAML global mode exists (10.x).
-fn upstream_has_it() -> bool {
-    if !ats::is_10() {
-        eprintln!("skipped: upstream's 9.2 global mode takes options, not this YAML");
-        return false;
-    }
-    true
-}
-
 fn run(ts: &TrafficServer, clients: &[Client]) -> Vec<Outcome> {
     tls::run(ts.tls_port(), 20, clients)
 }
 
 #[test]
 fn limit_and_aliases_work_in_both() {
-    if !upstream_has_it() {
-        return;
-    }
-    for which in BOTH {
+    for which in both() {
         let (ts, _dir) = start(
             which,
             "selector:\n  - sni: a.test\n    aliases: [b.test]\n    limit: 1\n",
@@ -79,10 +75,7 @@ fn limit_and_aliases_work_in_both() {
 /// upstream at its next 300 ms sweep.
 #[test]
 fn queue_resume_works_in_both() {
-    if !upstream_has_it() {
-        return;
-    }
-    for which in BOTH {
+    for which in both() {
         let (ts, _dir) = start(
             which,
             "selector:\n  - sni: a.test\n    limit: 1\n    queue:\n      size: 5\n      max_age: 10\n",
@@ -99,8 +92,8 @@ fn queue_resume_works_in_both() {
         assert!(out[0].passed() && out[1].passed(), "{which:?}: {out:?}");
         let waited = out[1].handshake_ms().unwrap_or(0);
         let most = match which {
-            Which::Ours => 1250,
-            Which::Upstream => 1550,
+            Which::Ours => 1500,
+            Which::Upstream => 1800,
         };
         assert!(
             (900..most).contains(&waited),
@@ -109,20 +102,18 @@ fn queue_resume_works_in_both() {
     }
 }
 
-/// `rate: 2` with 6 connections one after the other: ours lets the burst
-/// (2) through and refuses the rest; upstream lets all 6 through, as it
-/// stores `rate` as the limit of concurrent connections.
+/// `rate: 1` with 6 connections one after the other: ours lets the burst
+/// (1) through, and one more per second they take; upstream lets all 6
+/// through, as it stores `rate` as the limit of concurrent connections.
 #[test]
 fn rate_is_a_rate_in_ours_and_a_limit_upstream() {
-    if !upstream_has_it() {
-        return;
-    }
-    for which in BOTH {
-        let (ts, _dir) = start(which, "selector:\n  - sni: a.test\n    rate: 2\n");
+    for which in both() {
+        let (ts, _dir) = start(which, "selector:\n  - sni: a.test\n    rate: 1\n");
         let out = run(&ts, &one_by_one(6, Some("a.test"), "127.0.0.1", "q"));
         let passed = out.iter().filter(|o| o.passed()).count();
+        let took_s = out.iter().filter_map(|o| o.done_ms).max().unwrap_or(0) / 1000;
         match which {
-            Which::Ours => assert_eq!(passed, 2, "ours: {out:?}"),
+            Which::Ours => assert!(passed <= 1 + took_s as usize && passed < 6, "ours: {out:?}"),
             Which::Upstream => assert_eq!(passed, 6, "upstream's defect: {out:?}"),
         }
     }
@@ -132,10 +123,7 @@ fn rate_is_a_rate_in_ours_and_a_limit_upstream() {
 /// upstream fails its handshake (the opposite of its docs).
 #[test]
 fn exclude_exempts_in_ours_and_refuses_upstream() {
-    if !upstream_has_it() {
-        return;
-    }
-    for which in BOTH {
+    for which in both() {
         let (ts, _dir) = start(
             which,
             "selector:\n  - sni: a.test\n    limit: 1\n    exclude: inside\n\
@@ -170,10 +158,7 @@ fn exclude_exempts_in_ours_and_refuses_upstream() {
 /// sieve and is refused, while a newcomer gets in: in both.
 #[test]
 fn ip_rep_refuses_the_heavy_client_in_both() {
-    if !upstream_has_it() {
-        return;
-    }
-    for which in BOTH {
+    for which in both() {
         let (ts, _dir) = start(
             which,
             "selector:\n  - sni: a.test\n    limit: 10\n    ip-rep: main\n\

@@ -8,6 +8,7 @@
 //! a selector without a `limit`. A file that fails any check is refused
 //! whole; the caller keeps serving the configuration it had.
 
+use std::collections::HashMap;
 use std::path::Path;
 use std::sync::Arc;
 
@@ -29,6 +30,18 @@ pub const MAX_NAME: usize = 253;
 /// Largest `size:` of an ip-rep: 2^20 addresses in its entry bucket, about
 /// 4 M in all, some 200 MB (see `sieve.rs` for the bytes per address).
 pub const MAX_SIEVE_SIZE: u8 = 20;
+
+/// Most selectors, names (`sni` and aliases together), ip-reps and lists
+/// a file may hold: far beyond a real configuration, and checks and
+/// lookups stay quick.
+pub const MAX_SELECTORS: usize = 10_000;
+pub const MAX_NAMES: usize = 100_000;
+pub const MAX_IP_REPS: usize = 64;
+pub const MAX_LISTS: usize = 1_000;
+
+/// Most addresses all ip-reps' entry buckets hold together (the sum of
+/// their 2^size): the sieves' memory bound, some 500 MB at most.
+pub const MAX_SIEVE_ENTRIES: u64 = 1 << 21;
 
 /// What `per-ip:` holds at most by default (`keys:`).
 pub const DEFAULT_PER_IP_KEYS: usize = 65_536;
@@ -193,39 +206,41 @@ pub(crate) struct Names {
 
 fn check(draft: Draft, file: &str) -> Result<Config, String> {
     let at = |line: usize, msg: String| format!("{file}:{line}: {msg}");
+    bounded(&draft, file)?;
     let mut warnings = draft.warnings;
-    for (kind, names) in [
-        (
-            "ip-rep",
-            draft
-                .ip_reps
-                .iter()
-                .map(|r| (&r.name, r.line))
-                .collect::<Vec<_>>(),
-        ),
-        (
-            "list",
-            draft.lists.iter().map(|l| (&l.name, l.line)).collect(),
-        ),
-    ] {
-        for (i, (name, line)) in names.iter().enumerate() {
-            if let Some((_, first)) = names[..i].iter().find(|(n, _)| n == name) {
-                return Err(at(
-                    *line,
-                    format!(
-                        "{kind} {} is defined twice (first at line {first})",
-                        quote(name)
-                    ),
-                ));
-            }
+    // Names to indexes (hash maps: a file may hold many thousands).
+    let mut rep_index = HashMap::with_capacity(draft.ip_reps.len());
+    for (i, r) in draft.ip_reps.iter().enumerate() {
+        if let Some(first) = rep_index.insert(r.name.as_str(), i) {
+            let first = draft.ip_reps[first].line;
+            return Err(at(
+                r.line,
+                format!(
+                    "ip-rep {} is defined twice (first at line {first})",
+                    quote(&r.name)
+                ),
+            ));
+        }
+    }
+    let mut list_index = HashMap::with_capacity(draft.lists.len());
+    for (i, l) in draft.lists.iter().enumerate() {
+        if let Some(first) = list_index.insert(l.name.as_str(), i) {
+            let first = draft.lists[first].line;
+            return Err(at(
+                l.line,
+                format!(
+                    "list {} is defined twice (first at line {first})",
+                    quote(&l.name)
+                ),
+            ));
         }
     }
     // Every name a selector takes, to refuse one taken twice.
-    let mut taken: Vec<(Sni, usize)> = Vec::new();
+    let mut taken: HashMap<Sni, usize> = HashMap::new();
     let mut selectors = Vec::with_capacity(draft.selectors.len());
     for (mut s, names) in draft.selectors {
         let mut claim = |sni: Sni, line: usize| -> Result<(), String> {
-            if let Some((_, first)) = taken.iter().find(|(t, _)| *t == sni) {
+            if let Some(first) = taken.get(&sni) {
                 let what = match &sni {
                     Sni::Name(n) => format!("the SNI {}", quote(n)),
                     Sni::Any => "the catch-all (\"*\" or \"default\")".to_owned(),
@@ -236,7 +251,7 @@ fn check(draft: Draft, file: &str) -> Result<Config, String> {
                     format!("{what} is already taken by the selector at line {first}"),
                 ));
             }
-            taken.push((sni, line));
+            taken.insert(sni, line);
             Ok(())
         };
         claim(s.sni.clone(), s.line)?;
@@ -245,7 +260,7 @@ fn check(draft: Draft, file: &str) -> Result<Config, String> {
         }
         let label = quote(s.sni.label());
         if let Some((name, line)) = names.ip_rep {
-            let Some(i) = draft.ip_reps.iter().position(|r| r.name == name) else {
+            let Some(&i) = rep_index.get(name.as_str()) else {
                 return Err(at(
                     line,
                     format!(
@@ -276,7 +291,7 @@ fn check(draft: Draft, file: &str) -> Result<Config, String> {
             s.ip_rep = Some(i);
         }
         if let Some((name, line)) = names.exclude {
-            let Some(i) = draft.lists.iter().position(|l| l.name == name) else {
+            let Some(&i) = list_index.get(name.as_str()) else {
                 return Err(at(
                     line,
                     format!(
@@ -307,6 +322,34 @@ fn check(draft: Draft, file: &str) -> Result<Config, String> {
         lists: draft.lists,
         warnings,
     })
+}
+
+/// The file's size limits (see [`MAX_SELECTORS`] and the others).
+fn bounded(d: &Draft, file: &str) -> Result<(), String> {
+    let names: usize = d.selectors.iter().map(|(s, _)| 1 + s.aliases.len()).sum();
+    let entries: u64 = d
+        .ip_reps
+        .iter()
+        .filter(|r| r.size > 0)
+        .map(|r| 1u64 << r.size)
+        .sum();
+    let over = [
+        ("selectors", d.selectors.len() as u64, MAX_SELECTORS as u64),
+        ("names (sni and aliases)", names as u64, MAX_NAMES as u64),
+        ("ip-rep entries", d.ip_reps.len() as u64, MAX_IP_REPS as u64),
+        ("lists", d.lists.len() as u64, MAX_LISTS as u64),
+        (
+            "addresses in the ip-reps' entry buckets (the sum of 2^size)",
+            entries,
+            MAX_SIEVE_ENTRIES,
+        ),
+    ]
+    .into_iter()
+    .find(|(_, n, max)| n > max);
+    match over {
+        Some((what, n, max)) => Err(format!("{file}: {n} {what}: at most {max} are allowed")),
+        None => Ok(()),
+    }
 }
 
 /// "defined: a, b" or "none is defined".

@@ -23,7 +23,7 @@ use limits::{Clock, MonotonicClock, Nanos, Permit, Waiter, NANOS_PER_SEC};
 use netaddr::CidrList;
 use rate_limit_core::{Admission, Limiter, Limits, Refused, Wait};
 
-use crate::config::{Config, PerIpConf, Rate, SelectorConf};
+use crate::config::{Config, IpRepConf, PerIpConf, Rate, SelectorConf};
 use crate::sieve::{self, Sieve, SieveParams};
 
 /// The waiter of a limiter that never queues (`per-ip`: no queue places).
@@ -110,15 +110,16 @@ pub struct Selector<W: Waiter, C: Clock = MonotonicClock> {
     conf: SelectorConf,
     live: Live<W, C>,
     per_ip_conf: Option<PerIpConf>,
-    sieve: Option<IpRep>,
+    sieve: Option<Arc<IpRep>>,
     exclude: Option<Arc<CidrList>>,
     pub counts: Counts,
     clock: C,
 }
 
-/// A selector's ip-rep: the sieve (shared by the selectors naming it) and
-/// its pressure threshold.
-struct IpRep {
+/// One `ip-rep:` entry, built: its sieve and the secret that keys it, shared
+/// by every selector naming it (`Selectors::build`), and its pressure
+/// threshold.
+pub(crate) struct IpRep {
     name: String,
     sieve: Arc<Sieve>,
     /// Keys the sieve by address with a secret, so clients cannot choose
@@ -126,6 +127,44 @@ struct IpRep {
     seed: RandomState,
     percentage: u8,
     buckets: u8,
+}
+
+impl IpRep {
+    /// The ip-rep of `r`; `old` (the same name in the file being replaced)
+    /// hands over what its sieve learned if its sizing is unchanged.
+    /// `None` if `size` is 0 (off).
+    pub(crate) fn build(r: &IpRepConf, old: Option<&IpRep>) -> Option<Arc<IpRep>> {
+        if r.size == 0 {
+            return None;
+        }
+        let secs = |s: u32| u64::from(s) * NANOS_PER_SEC;
+        let params = SieveParams {
+            buckets: r.buckets,
+            size: r.size,
+            max_age: r.max_age.map(secs),
+            perma: r.perma.map(|p| sieve::Perma {
+                limit: p.limit,
+                threshold: p.threshold,
+                max_age: p.max_age.map(secs),
+            }),
+        };
+        let kept = old
+            .filter(|o| o.name == r.name && *o.sieve.params() == params)
+            .map(|o| (o.sieve.clone(), o.seed.clone()));
+        let (sieve, seed) =
+            kept.unwrap_or_else(|| (Arc::new(Sieve::new(params)), RandomState::new()));
+        Some(Arc::new(IpRep {
+            name: r.name.clone(),
+            sieve,
+            seed,
+            percentage: r.percentage,
+            buckets: r.buckets,
+        }))
+    }
+
+    pub(crate) fn name(&self) -> &str {
+        &self.name
+    }
 }
 
 /// The decision for one connection.
@@ -182,7 +221,8 @@ impl<W: Waiter, C: Clock> Pending<W, C> {
 }
 
 impl<W: Waiter, C: Clock + Clone> Selector<W, C> {
-    /// Builds the selector of `conf` (of `config`), taking over `old`'s live
+    /// Builds the selector of `conf` (of `config`), with its ip-rep (built
+    /// once for every selector naming it), taking over `old`'s live
     /// state (the selector of the same SNI in the file being replaced) when
     /// its shape allows: a limiter keeps its slots, parked handshakes and
     /// bucket and takes the new limits; a changed `limit`/`rate` presence
@@ -191,6 +231,7 @@ impl<W: Waiter, C: Clock + Clone> Selector<W, C> {
     pub(crate) fn build(
         config: &Config,
         conf: &SelectorConf,
+        rep: Option<Arc<IpRep>>,
         old: Option<&Arc<Selector<W, C>>>,
         clock: C,
     ) -> Arc<Self> {
@@ -220,37 +261,6 @@ impl<W: Waiter, C: Clock + Clone> Selector<W, C> {
                 .filter(|t| t.reconfigure(l).is_ok())
                 .unwrap_or_else(|| Limiter::keyed(l, p.keys, clock.clone()))
         });
-        let sieve = conf
-            .ip_rep
-            .and_then(|i| config.ip_reps.get(i))
-            .filter(|r| r.size > 0)
-            .map(|r| {
-                let params = SieveParams {
-                    buckets: r.buckets,
-                    size: r.size,
-                    max_age: r.max_age.map(|s| u64::from(s) * NANOS_PER_SEC),
-                    perma: r.perma.map(|p| sieve::Perma {
-                        limit: p.limit,
-                        threshold: p.threshold,
-                        max_age: p.max_age.map(|s| u64::from(s) * NANOS_PER_SEC),
-                    }),
-                };
-                // Selectors naming one ip-rep share its sieve, and a reload
-                // keeps what it learned while its sizing is unchanged.
-                let kept = old
-                    .and_then(|o| o.sieve.as_ref())
-                    .filter(|s| s.name == r.name && *s.sieve.params() == params)
-                    .map(|s| (s.sieve.clone(), s.seed.clone()));
-                let (sieve, seed) =
-                    kept.unwrap_or_else(|| (Arc::new(Sieve::new(params)), RandomState::new()));
-                IpRep {
-                    name: r.name.clone(),
-                    sieve,
-                    seed,
-                    percentage: r.percentage,
-                    buckets: r.buckets,
-                }
-            });
         Arc::new(Selector {
             conf: conf.clone(),
             live: Live {
@@ -259,7 +269,7 @@ impl<W: Waiter, C: Clock + Clone> Selector<W, C> {
                 open: old.map_or_else(|| Arc::new(AtomicU32::new(0)), |o| o.live.open.clone()),
             },
             per_ip_conf: conf.per_ip,
-            sieve,
+            sieve: rep,
             exclude: conf
                 .exclude
                 .and_then(|i| config.lists.get(i))

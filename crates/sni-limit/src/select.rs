@@ -11,7 +11,7 @@ use std::sync::Arc;
 use limits::{Clock, MonotonicClock, Waiter};
 
 use crate::config::{Config, Sni, MAX_NAME};
-use crate::gate::Selector;
+use crate::gate::{IpRep, Selector};
 
 /// The selectors of one loaded file.
 pub struct Selectors<W: Waiter, C: Clock = MonotonicClock> {
@@ -20,6 +20,8 @@ pub struct Selectors<W: Waiter, C: Clock = MonotonicClock> {
     by_name: HashMap<Box<[u8]>, usize>,
     missing: Option<usize>,
     any: Option<usize>,
+    /// Each `ip-rep:` entry's sieve, by its index in the file (`None`: off).
+    reps: Vec<Option<Arc<IpRep>>>,
 }
 
 impl<W: Waiter, C: Clock + Clone> Selectors<W, C> {
@@ -28,12 +30,23 @@ impl<W: Waiter, C: Clock + Clone> Selectors<W, C> {
     /// held slots, parked handshakes and buckets carry over, changed
     /// limits apply at once (see `Selector::build`).
     pub fn build(config: &Config, old: Option<&Selectors<W, C>>, clock: C) -> Self {
+        // One sieve per ip-rep, shared by the selectors naming it (a client
+        // spreading its connections over several names is ranked as one).
+        let reps: Vec<Option<Arc<IpRep>>> = config
+            .ip_reps
+            .iter()
+            .map(|r| {
+                let before = old.and_then(|o| o.reps.iter().flatten().find(|p| p.name() == r.name));
+                IpRep::build(r, before.map(|p| &**p))
+            })
+            .collect();
         let mut list = Vec::with_capacity(config.selectors.len());
         let mut by_name = HashMap::new();
         let (mut missing, mut any) = (None, None);
         for (i, conf) in config.selectors.iter().enumerate() {
             let before = old.and_then(|o| o.by_sni(&conf.sni));
-            list.push(Selector::build(config, conf, before, clock.clone()));
+            let rep = conf.ip_rep.and_then(|i| reps.get(i).cloned().flatten());
+            list.push(Selector::build(config, conf, rep, before, clock.clone()));
             match &conf.sni {
                 Sni::Name(n) => {
                     by_name.insert(n.as_bytes().into(), i);
@@ -50,6 +63,7 @@ impl<W: Waiter, C: Clock + Clone> Selectors<W, C> {
             by_name,
             missing,
             any,
+            reps,
         }
     }
 }

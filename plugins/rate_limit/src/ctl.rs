@@ -226,7 +226,11 @@ fn show(name: Option<&str>) -> Answer {
     let mut body = json!({ "limiters": shown });
     if let Some((file, sels)) = global {
         summary.push_str(&format!(", {} selector(s)", sels.len()));
-        body["global"] = json!({ "file": file, "selectors": sels });
+        body["global"] = json!({
+            "file": file,
+            "ats_connections": crate::global::show::ats_connections(),
+            "selectors": sels,
+        });
     }
     answer(summary, body)
 }

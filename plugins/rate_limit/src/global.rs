@@ -42,7 +42,8 @@ struct Global {
     file: PathBuf,
     loaded: ArcSwap<Loaded>,
     conns: VConnData<ConnHold>,
-    /// Serialises reloads (`traffic_ctl config reload` and the `reload` command).
+    /// Serialises reloads' build and swap (`traffic_ctl config reload` and
+    /// the `reload` command).
     reloading: Mutex<()>,
 }
 
@@ -171,7 +172,7 @@ pub(crate) fn init(args: &[&str]) -> Result<(), String> {
         return Err("rate_limit.so is listed twice with a file in plugin.config".into());
     }
     let config = config::load(&file, &FsFiles)?;
-    let loaded = build(&config, None)?;
+    let loaded = build(&config, metrics(&config)?, None);
     GLOBAL
         .set(Global {
             conns: VConnData::new("rate_limit.conn")?,
@@ -217,16 +218,19 @@ fn summary(c: &Config) -> String {
     )
 }
 
-/// Builds a loaded file (its metrics created or found by name), taking
-/// over `old`'s live state.
-fn build(config: &Config, old: Option<&Loaded>) -> Result<Loaded, String> {
-    // Metrics first: the one step that can fail, before any limiter of the
-    // running file takes new limits.
-    let metrics = config
+/// Each selector's metrics, created or found by name (before anything of
+/// the running file changes: the one step that can fail).
+fn metrics(config: &Config) -> Result<Vec<Option<Metrics>>, String> {
+    config
         .selectors
         .iter()
         .map(|s| s.metrics.as_ref().map(Metrics::new).transpose())
-        .collect::<Result<Vec<_>, _>>()?;
+        .collect()
+}
+
+/// Builds a loaded file from `config` and its metrics, taking over `old`'s
+/// live state. No TS call: a reload runs it under its lock.
+fn build(config: &Config, metrics: Vec<Option<Metrics>>, old: Option<&Loaded>) -> Loaded {
     let selectors = Selectors::build(config, old.map(|o| &o.selectors), MonotonicClock);
     let sels = selectors
         .all()
@@ -239,7 +243,7 @@ fn build(config: &Config, old: Option<&Loaded>) -> Result<Loaded, String> {
             })
         })
         .collect();
-    Ok(Loaded { selectors, sels })
+    Loaded { selectors, sels }
 }
 
 /// Rereads the file: the new one serves if it passes every check, else the
@@ -248,15 +252,16 @@ pub(crate) fn reload(why: &str) -> Result<String, String> {
     let g = GLOBAL.get().ok_or_else(|| {
         "global mode is off: list `rate_limit.so FILE.yaml` in plugin.config".to_owned()
     })?;
-    let _one = g.reloading.lock();
     let shown = g.file.display();
-    let config = config::load(&g.file, &FsFiles).and_then(|c| {
-        let old = g.loaded.load_full();
-        build(&c, Some(&old)).map(|l| (c, l))
-    });
-    match config {
-        Ok((c, loaded)) => {
-            g.loaded.store(Arc::new(loaded));
+    let read = config::load(&g.file, &FsFiles).and_then(|c| metrics(&c).map(|m| (c, m)));
+    match read {
+        Ok((c, m)) => {
+            // Only the build from the file in force and the swap are
+            // serialised (two reloads must not both build on the same one).
+            let one = g.reloading.lock();
+            let old = g.loaded.load_full();
+            g.loaded.store(Arc::new(build(&c, m, Some(&old))));
+            drop(one);
             let msg = format!("global mode: {shown} reloaded ({why}): {}", summary(&c));
             log::info!("{msg}");
             for w in &c.warnings {

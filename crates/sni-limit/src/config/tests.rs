@@ -381,3 +381,35 @@ fn the_docs_list_every_key() {
     }
     assert_eq!(TOP, ["selector", "ip-rep", "lists"]);
 }
+
+#[test]
+fn the_file_is_bounded_in_what_it_builds() {
+    let many: String = (0..=MAX_SELECTORS)
+        .map(|i| format!("  - sni: s{i}.test\n    limit: 1\n"))
+        .collect();
+    assert_eq!(
+        err(&format!("selector:\n{many}")),
+        format!(
+            "g.yaml: {} selectors: at most {MAX_SELECTORS} are allowed",
+            MAX_SELECTORS + 1
+        )
+    );
+    // Up to the bound, checks stay linear (hash maps): ten thousand load.
+    let fine: String = (0..MAX_SELECTORS)
+        .map(|i| format!("  - sni: s{i}.test\n    aliases: [t{i}.test]\n    limit: 1\n"))
+        .collect();
+    assert_eq!(
+        ok(&format!("selector:\n{fine}")).selectors.len(),
+        MAX_SELECTORS
+    );
+    let reps = "ip-rep:\n  - name: a\n    size: 20\n  - name: b\n    size: 20\n";
+    assert_eq!(ok(reps).ip_reps.len(), 2);
+    assert_eq!(
+        err(&format!("{reps}  - name: c\n    size: 10\n")),
+        format!(
+            "g.yaml: {} addresses in the ip-reps' entry buckets (the sum of 2^size): at most \
+             {MAX_SIEVE_ENTRIES} are allowed",
+            (1u64 << 21) + 1024
+        )
+    );
+}

@@ -308,3 +308,33 @@ fn a_selector_without_limits_admits_and_counts() {
     drop(h);
     assert_eq!(sel.open(), 2);
 }
+
+#[test]
+fn selectors_naming_one_ip_rep_share_its_sieve_across_reloads() {
+    let clock = Arc::new(ManualClock::new(NANOS_PER_SEC));
+    let yaml = "selector:\n  - sni: a.test\n    limit: 10\n    ip-rep: r\n  - sni: b.test\n    limit: 10\n    ip-rep: r\nip-rep:\n  - name: r\n    size: 12\n";
+    let s = load(yaml, None, &clock);
+    let (a, b) = (
+        s.select(Some(b"a.test")).unwrap(),
+        s.select(Some(b"b.test")).unwrap(),
+    );
+    let sieve = |x: &Arc<crate::Selector<W, Clock>>| x.ip_rep().map(|(_, s)| s as *const _);
+    assert_eq!(sieve(a), sieve(b));
+    drop(go(a.admit(ip("192.0.2.1"))));
+    drop(go(b.admit(ip("192.0.2.1"))));
+    let (_, shared) = b.ip_rep().unwrap();
+    assert_eq!(shared.len(), 1, "one address, ranked once for both names");
+    // A reload with the same sizing keeps what the sieve learned; a new
+    // percentage does not change the sizing.
+    let again = load(
+        &yaml.replace("size: 12\n", "size: 12\n    percentage: 80\n"),
+        Some(&s),
+        &clock,
+    );
+    let a2 = again.select(Some(b"a.test")).unwrap();
+    assert_eq!(sieve(a2), sieve(a));
+    let resized = load(&yaml.replace("size: 12", "size: 13"), Some(&again), &clock);
+    let a3 = resized.select(Some(b"a.test")).unwrap();
+    assert_ne!(sieve(a3), sieve(a2));
+    assert_eq!(a3.ip_rep().map(|(_, s)| s.len()), Some(0));
+}

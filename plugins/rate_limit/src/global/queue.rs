@@ -89,13 +89,16 @@ pub(crate) fn park(sel: Arc<Sel>, hello: ClientHello<'_>, pending: Pending<Waiti
         let slot = Arc::new(Mutex::new(Some(w)));
         let in_timer = slot.clone();
         let armed = Timer::after(Duration::from_nanos(wait.rate_delay), home, move || {
-            if let Some(w) = in_timer.lock().take() {
+            // Taken out first: no lock is held while it joins the FIFO.
+            let w = in_timer.lock().take();
+            if let Some(w) = w {
                 w.wait_for_slot();
             }
         });
         if let Err(e) = armed {
             log::error!("global: cannot arm the rate timer: {e}");
-            if let Some(w) = slot.lock().take() {
+            let w = slot.lock().take();
+            if let Some(w) = w {
                 w.wait_for_slot();
             }
         }
