@@ -327,6 +327,49 @@ fn dry_run_flood_leaves_no_debt_for_the_live_rule() {
     );
 }
 
+/// The same with `--store` when the store fails (`--store-failure=local`,
+/// the default): the local fallback of a dry run settles its waits as the
+/// plain dry run does (issue 30: it used to spend a token per flooding
+/// request, ~38 s of debt here, which the live rule then paid).
+#[test]
+fn a_failing_store_dry_run_flood_leaves_no_debt_either() {
+    const FLOOD: usize = 40;
+    let origin = Origin::start();
+    let ts = TrafficServer::builder()
+        .remap(rule(
+            "sf.test",
+            &origin,
+            "--rate=1 --burst=1 --queue=1 --maxage=10000 --tag=sflood --dry-run \
+             --store=redis://127.0.0.1:1 --store-timeout=200",
+        ))
+        .with_manager()
+        .start()
+        .expect("start");
+    let started = Instant::now();
+    let rs = from(&ts, ip(1), "sf.test", FLOOD, &[]);
+    assert_eq!(statuses(&rs), [200; FLOOD]);
+    let flood_took = started.elapsed();
+    let want = FLOOD as i64 - 2 - 2 * (flood_took.as_secs() as i64 + 1);
+    let mut refused = None;
+    let ok = ats_tests::wait_until(Duration::from_secs(20), || {
+        refused = ts.metric("plugin.rate_limiter.remap.sflood.dry_run_refused");
+        refused.is_some_and(|r| r >= want)
+    });
+    assert!(ok, "dry_run_refused {refused:?} after {flood_took:?}");
+    let a = ts.plugin_msg("rate_limit", "set sflood dry_run=off");
+    assert!(a.contains(r#""option":"dry-run""#), "{a}");
+    // Live now, and the store still failing: the local limiter decides,
+    // with at most what the live rule itself would have left (see above).
+    let t = Instant::now();
+    let after = from(&ts, ip(1), "sf.test", 1, &[]);
+    assert_eq!(statuses(&after), [200], "live after the dry-run flood");
+    assert!(
+        t.elapsed() < Duration::from_millis(2500),
+        "waited {:?}",
+        t.elapsed()
+    );
+}
+
 /// `--fair --flow-over=reject --dry-run`: a flow over its slots is logged
 /// as `flow_over` and goes on.
 #[test]

@@ -103,15 +103,15 @@ pub(super) fn dry_failed(d: DryAsked) {
     match failure(&d.rule) {
         Failure::Open => {}
         Failure::Closed => dry_refused(&d, Reason::StoreFailure),
+        // Decided as a dry run decides at remap: nothing held, and a wait
+        // the live queue would have refused is a would-be refusal that
+        // leaves no debt (`settle_dry_wait`, as on the plain path).
         Failure::Local => match d.rule.admit(d.key, &[]) {
-            // Decided as a dry run decides at remap: nothing held.
             Admission::Go(permit) => drop(permit),
-            Admission::Wait(w) => {
-                bump(d.rule.metrics.dry_run_queued, 1);
-                if let Some(r) = w.rate {
-                    r.spend();
-                }
-            }
+            Admission::Wait(w) => match d.rule.limiter.settle_dry_wait(w) {
+                Ok(()) => bump(d.rule.metrics.dry_run_queued, 1),
+                Err(why) => dry_refused(&d, why.into()),
+            },
             Admission::Reject(why) => dry_refused(&d, why.into()),
         },
     }
