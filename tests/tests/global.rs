@@ -547,7 +547,9 @@ fn reloads_good_and_bad() {
     let mut v = Value::Null;
     let counted = wait_until(Duration::from_secs(15), || {
         v = serde_json::from_str(&ts.plugin_msg("rate_limit", "show")).unwrap_or_default();
-        v["global"]["ats_connections"].as_i64().is_some_and(|n| n >= 1)
+        v["global"]["ats_connections"]
+            .as_i64()
+            .is_some_and(|n| n >= 1)
     });
     assert!(counted, "{v}");
     assert!(one().passed());

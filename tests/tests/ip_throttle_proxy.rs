@@ -157,3 +157,77 @@ fn the_proxy_protocol_source_is_the_client() {
     );
     assert!(!ts.log("ip_throttle.log").contains("ip=127.0.0.9 "));
 }
+
+/// A client the trusted balancers do not name (`unknown`, `_hidden`, no
+/// header) is never the balancer: not allow-listed with the balancers'
+/// network, and one state for all such clients, apart from the balancer's
+/// own address, logged and shown as `unknown`.
+#[test]
+fn an_unknown_client_behind_a_trusted_proxy_is_neither_listed_nor_the_proxy() {
+    let origin = Origin::start();
+    let trusted = "--trusted-proxies=127.0.0.9,127.0.0.10";
+    let remap = rule(
+        "allowed.test",
+        &origin,
+        &format!("{FAST} {trusted} --allow-file=allow.txt"),
+    ) + &rule("plain.test", &origin, &format!("{FAST} {trusted}"));
+    let ts = TrafficServer::builder()
+        .config_file("deny.txt", "192.0.2.66\n")
+        // The balancers' network is allowed, as an operator might.
+        .config_file("allow.txt", "127.0.0.0/8\n")
+        .remap(remap)
+        .with_manager()
+        .start()
+        .expect("start");
+    let (lb1, lb2) = (ip(9), ip(10));
+    // Unnamed clients through either balancer: one client, escalated and
+    // banned together, on each rule.
+    let unnamed: [(Ipv4Addr, &[(&str, &str)]); 5] = [
+        (lb1, &[("X-Forwarded-For", "unknown")]),
+        (lb2, &[("X-Forwarded-For", "_hidden")]),
+        (lb1, &[]),
+        (lb2, &[("X-Forwarded-For", "unknown")]),
+        (lb1, &[("X-Forwarded-For", "192.0.2.10, _obf")]),
+    ];
+    for host in ["allowed.test", "plain.test"] {
+        let statuses: Vec<u16> = unnamed
+            .iter()
+            .map(|(lb, h)| via(&ts, *lb, host, h).status)
+            .collect();
+        assert_eq!(statuses, [200, 200, 200, 200, 403], "{host}");
+        // Not the balancer's state: its own address (an all-trusted chain)
+        // is not banned, nor is a client it names.
+        let own = [("X-Forwarded-For", "127.0.0.9")];
+        assert_eq!(via(&ts, lb1, host, &own).status, 200, "{host}");
+        let named = [("X-Forwarded-For", "192.0.2.10")];
+        assert_eq!(via(&ts, lb2, host, &named).status, 200, "{host}");
+    }
+    waits_for_log(
+        &ts,
+        &[
+            "event=throttled ip=unknown rule=http.plain.test",
+            "event=ban ip=unknown rule=http.allowed.test state=banned",
+            "event=ban ip=unknown rule=http.plain.test state=banned",
+            "event=whitelisted ip=127.0.0.9 rule=http.allowed.test",
+        ],
+    );
+    let log = ts.log("ip_throttle.log");
+    assert!(!log.contains("ip=127.0.0.9 rule=http.plain.test"), "{log}");
+    assert!(!log.contains("ip=127.0.0.10 "), "{log}");
+    // The management commands name it too.
+    let shown = ts.plugin_msg("ip_throttle", "show unknown http.plain.test");
+    for field in [
+        "\"ip\":\"unknown\"",
+        "\"state\":\"banned\"",
+        "\"listed\":\"neither\"",
+    ] {
+        assert!(shown.contains(field), "{field} in {shown}");
+    }
+    let lifted = ts.plugin_msg("ip_throttle", "unban unknown http.plain.test");
+    assert!(
+        lifted.contains("\"unbanned\":[\"http.plain.test\"]"),
+        "{lifted}"
+    );
+    assert_eq!(via(&ts, lb2, "plain.test", &[]).status, 200);
+    assert_eq!(via(&ts, lb2, "allowed.test", &[]).status, 403);
+}

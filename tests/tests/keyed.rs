@@ -221,6 +221,74 @@ fn behind_a_trusted_proxy_the_forwarded_client_is_the_key() {
     assert_eq!(direct("198.51.100.4"), 429);
 }
 
+/// A client the trusted proxies do not name (`unknown`, `_hidden`, no
+/// header) is never the proxy: not exempt with the proxies' network (the
+/// docs' example), and one key for all such clients, apart from the
+/// proxy's address and not `--key-missing`.
+#[test]
+fn an_unknown_client_behind_a_trusted_proxy_is_not_the_proxy() {
+    let origin = Origin::start();
+    let trusted = "--trusted-proxies=127.0.0.2,127.0.0.3";
+    let remap = [
+        // A rule-wide bucket of 1: only a request that is not exempt takes it.
+        rule(
+            "ex.test",
+            &origin,
+            &format!("--rate=0.01 --burst=1 --queue=0 {trusted} --exempt=127.0.0.0/8"),
+        ),
+        rule(
+            "k.test",
+            &origin,
+            &format!(
+                "--rate=0.01 --burst=1 --queue=0 --key=ip --key-missing=refuse {trusted} \
+                 --log=unknown_clients --tag=k"
+            ),
+        ),
+    ]
+    .concat();
+    let ts = TrafficServer::builder()
+        .remap(remap)
+        .start()
+        .expect("start");
+    let via = |lb: u8, host: &str, h: &[(&str, &str)]| from(&ts, ip(lb), host, 1, h)[0];
+    let (unknown, hidden) = (
+        [("X-Forwarded-For", "unknown")],
+        [("X-Forwarded-For", "_hidden")],
+    );
+    // Not exempt: the first unnamed client takes the bucket's token, the
+    // next ones (through either proxy) find it empty.
+    assert_eq!(via(2, "ex.test", &unknown), 200);
+    assert_eq!(via(3, "ex.test", &hidden), 429);
+    assert_eq!(via(2, "ex.test", &[]), 429);
+    // A client the proxies name inside the exempt network still is exempt.
+    let internal = [("X-Forwarded-For", "127.0.0.9")];
+    assert_eq!(via(2, "ex.test", &internal), 200);
+    // One key for every unnamed client (a key, not --key-missing=refuse's
+    // refusal), through either proxy.
+    assert_eq!(via(2, "k.test", &unknown), 200);
+    assert_eq!(via(3, "k.test", &hidden), 429);
+    assert_eq!(
+        via(3, "k.test", &[("X-Forwarded-For", "198.51.100.1, bad")]),
+        429
+    );
+    // Apart from the proxies' own addresses (all-trusted chains) and named clients.
+    assert_eq!(via(2, "k.test", &[("X-Forwarded-For", "127.0.0.2")]), 200);
+    assert_eq!(via(3, "k.test", &[("X-Forwarded-For", "127.0.0.3")]), 200);
+    assert_eq!(
+        via(2, "k.test", &[("X-Forwarded-For", "198.51.100.1")]),
+        200
+    );
+    // Refusals name it.
+    let logged = ts.wait_for_log("unknown_clients.log", Duration::from_secs(20), |t| {
+        t.matches("client=unknown key=ip%3Dunknown reason=rate")
+            .count()
+            >= 2
+    });
+    let log = ts.log("unknown_clients.log");
+    assert!(logged, "{log}");
+    assert!(!log.contains("client=127.0.0."), "{log}");
+}
+
 #[test]
 fn only_the_forwarding_header_the_proxies_write_is_read() {
     let origin = Origin::start();

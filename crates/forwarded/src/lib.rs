@@ -6,6 +6,8 @@
 //! Only the entries the trusted proxies appended are believed: walking the
 //! chain from the right, the client is the first address that is not a
 //! trusted proxy. The left-most entries are whatever the client wrote.
+//! A client the trusted proxies do not name is [`Client::Unknown`], never
+//! the proxy: each plugin keeps all such clients apart from every address.
 //!
 //! Everything here reads client-controlled bytes: the walk is linear in
 //! them and bounded ([`MAX_FORWARDED_BYTES`], [`MAX_FORWARDED_HOPS`]).
@@ -73,44 +75,108 @@ pub fn trusts(trusted: &[IpNet], ip: IpAddr) -> bool {
     trusted.iter().any(|n| n.contains(&ip))
 }
 
-/// The client's address (canonical): `remote`'s, unless `remote` is a trusted
-/// proxy; then the right-most address of the `header` chain that is not a
-/// trusted proxy. `read` gives every field of a header name joined with
-/// ", " (`None`: no such field); it is called only for a trusted remote.
-/// Only the last [`MAX_FORWARDED_BYTES`] and [`MAX_FORWARDED_HOPS`] are
-/// read; an unparsable entry (such as the cut-off first one of an
-/// over-long chain) ends the walk at the last good address.
+/// Who the client of a request is.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Client {
+    /// Its address (canonical).
+    Addr(IpAddr),
+    /// Behind a trusted proxy that does not name it (`unknown`, `_hidden`,
+    /// no header, an entry that is not an address). Never the proxy's own
+    /// address: that would exempt or ban everyone behind the proxy together
+    /// with it.
+    Unknown,
+}
+
+impl Client {
+    /// The address, if the client has one.
+    pub fn addr(self) -> Option<IpAddr> {
+        match self {
+            Client::Addr(ip) => Some(ip),
+            Client::Unknown => None,
+        }
+    }
+}
+
+impl From<IpAddr> for Client {
+    fn from(ip: IpAddr) -> Client {
+        Client::Addr(ip)
+    }
+}
+
+/// The address, or `unknown`.
+impl std::fmt::Display for Client {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Client::Addr(ip) => ip.fmt(f),
+            Client::Unknown => f.write_str("unknown"),
+        }
+    }
+}
+
+/// The client of a request from `remote`: `remote` (canonical), unless it
+/// is a trusted proxy; then the `header` chain is walked from the right:
+///
+/// - the first address that is not a trusted proxy is the client;
+/// - if every hop read is a trusted address (the chain ends, or
+///   [`MAX_FORWARDED_HOPS`] are read), the left-most one read is (a client
+///   inside the trusted network);
+/// - a missing header, or a hop that is not an address (`unknown`,
+///   `_hidden`, garbage, an element without `for=`, the cut-off first entry
+///   of a chain longer than [`MAX_FORWARDED_BYTES`]) met first:
+///   [`Client::Unknown`].
+///
+/// `read` gives every field of a header name joined with ", " (`None`: no
+/// such field); it is called only for a trusted remote.
 pub fn client_ip(
     trusted: &[IpNet],
     header: ForwardedHeader,
     remote: IpAddr,
     read: impl FnOnce(&'static str) -> Option<Vec<u8>>,
-) -> IpAddr {
+) -> Client {
     let remote = canonical(remote);
     if trusted.is_empty() || !trusts(trusted, remote) {
-        return remote;
+        return Client::Addr(remote);
     }
     let Some(chain) = read(header.name()) else {
-        return remote;
+        return Client::Unknown;
     };
-    let chain = &chain[chain.len().saturating_sub(MAX_FORWARDED_BYTES)..];
+    let start = chain.len().saturating_sub(MAX_FORWARDED_BYTES);
+    let tail = &chain[start..];
+    // A cut inside an entry leaves a fragment that may still parse (the
+    // end of `10.0.0.19` is `0.0.0.19`): it is not an address.
+    let cut = start > 0 && chain[start - 1] != b',';
+    let tail = if cut {
+        match tail.iter().position(|&b| b == b',') {
+            Some(i) => &tail[i + 1..],
+            None => return Client::Unknown,
+        }
+    } else {
+        tail
+    };
     let rfc7239 = header == ForwardedHeader::Forwarded;
-    let mut client = remote;
-    for hop in chain.rsplit(|&b| b == b',').take(MAX_FORWARDED_HOPS) {
+    let mut client = None;
+    let mut hops = 0;
+    for hop in tail.rsplit(|&b| b == b',').take(MAX_FORWARDED_HOPS) {
+        hops += 1;
         let addr = if rfc7239 {
             forwarded_for(hop)
         } else {
             parse_ip(hop.trim_ascii())
         };
         let Some(addr) = addr.map(canonical) else {
-            break;
+            return Client::Unknown;
         };
-        client = addr;
         if !trusts(trusted, addr) {
-            break;
+            return Client::Addr(addr);
         }
+        client = Some(addr);
     }
-    client
+    match client {
+        // Trusted hops up to the cut, whose fragment would be read next.
+        Some(_) if cut && hops < MAX_FORWARDED_HOPS => Client::Unknown,
+        Some(addr) => Client::Addr(addr),
+        None => Client::Unknown,
+    }
 }
 
 /// An address as it appears in a forwarding header: `1.2.3.4`, `1.2.3.4:80`,

@@ -68,7 +68,7 @@ fn bench(c: &mut Criterion) {
     g.bench_function("allowed_10k_prefixes", |b| {
         b.iter(|| {
             let d = t.decide(black_box(&Request {
-                ip: ips[i],
+                client: ips[i].into(),
                 method: b"GET",
                 path: b"/webapp/index.html",
             }));
@@ -81,7 +81,7 @@ fn bench(c: &mut Criterion) {
     g.bench_function("allowed_10k_prefixes_regexes", |b| {
         b.iter(|| {
             let d = t.decide(black_box(&Request {
-                ip: ips[i],
+                client: ips[i].into(),
                 method: b"GET",
                 path: b"/webapp/index.html",
             }));
@@ -95,14 +95,14 @@ fn bench(c: &mut Criterion) {
         .map(|_| IpAddr::V4(Ipv4Addr::new(10, 0, 0, 1)))
         .collect();
     t.decide(&Request {
-        ip: listed[0],
+        client: listed[0].into(),
         method: b"GET",
         path: b"/",
     });
     g.bench_function("allow_or_deny_listed_10k_prefixes", |b| {
         b.iter(|| {
             let d = t.decide(black_box(&Request {
-                ip: listed[i],
+                client: listed[i].into(),
                 method: b"GET",
                 path: b"/",
             }));

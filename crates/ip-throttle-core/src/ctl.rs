@@ -6,6 +6,9 @@
 //! - `unban IP [RULE]`: lifts the IP's ban now;
 //! - `show IP [RULE]`: the IP's state.
 //!
+//! IP may be `unknown`: the clients behind trusted proxies that do not name
+//! them, which share one state.
+//!
 //! Without RULE a command applies to every rule. Sent quoted as one word
 //! (traffic_ctl 9.2 forwards only the first word):
 //! `traffic_ctl plugin msg ip_throttle "unban 192.0.2.7"`; the verb may
@@ -16,12 +19,13 @@ use std::net::IpAddr;
 use limits::ctl::{unknown, words, wrong_arguments};
 use limits::quote::quote;
 
-use crate::ListName;
+use crate::{Client, ListName};
 
 /// The plugin's name: a message's target is it, or it and `.VERB`.
 pub const PLUGIN: &str = "ip_throttle";
 
-const USAGE: &str = "reload allow|deny|config [RULE], unban IP [RULE], show IP [RULE]";
+const USAGE: &str =
+    "reload allow|deny|config [RULE], unban IP|unknown [RULE], show IP|unknown [RULE]";
 
 /// What `reload` reads again.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -34,8 +38,8 @@ pub enum Reload {
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Command {
     Reload { what: Reload, rule: Option<String> },
-    Unban { ip: IpAddr, rule: Option<String> },
-    Show { ip: IpAddr, rule: Option<String> },
+    Unban { ip: Client, rule: Option<String> },
+    Show { ip: Client, rule: Option<String> },
 }
 
 impl Command {
@@ -90,10 +94,13 @@ pub fn parse(target: &str, data: &[u8]) -> Option<Result<Command, String>> {
     }))
 }
 
-fn address(verb: &str, s: &str) -> Result<IpAddr, String> {
-    s.parse::<IpAddr>().map_err(|_| {
+fn address(verb: &str, s: &str) -> Result<Client, String> {
+    if s == "unknown" {
+        return Ok(Client::Unknown);
+    }
+    s.parse::<IpAddr>().map(Client::Addr).map_err(|_| {
         format!(
-            "{verb}: {} is not an IP address (e.g. 192.0.2.7 or 2001:db8::1)",
+            "{verb}: {} is not an IP address (e.g. 192.0.2.7 or 2001:db8::1) nor unknown",
             quote(s)
         )
     })
@@ -128,8 +135,15 @@ mod tests {
         assert_eq!(
             cmd("ip_throttle", "unban 127.0.0.2"),
             Ok(Command::Unban {
-                ip: ip2,
+                ip: Client::Addr(ip2),
                 rule: None
+            })
+        );
+        assert_eq!(
+            cmd("ip_throttle.show", "unknown r"),
+            Ok(Command::Show {
+                ip: Client::Unknown,
+                rule: Some("r".into())
             })
         );
         let shown = cmd("ip_throttle", " show  2001:db8::1  r ").unwrap();

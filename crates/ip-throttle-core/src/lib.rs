@@ -21,6 +21,9 @@ mod tests;
 
 use optspec::files::ReadError;
 
+/// Who a request's client is: an address, or `unknown` behind a trusted
+/// proxy that does not name it (one state for all such clients, on no list).
+pub use forwarded::Client;
 pub use lists::{CidrList, Listed, Lists};
 pub use options::{DefaultAction, DenyAction, EventKind, LogEvents, Options};
 pub use state::{IpState, Params, Phase, Step, View};

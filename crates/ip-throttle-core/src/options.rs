@@ -189,13 +189,16 @@ impl Options {
     /// The client of a request from `peer` (the connection's address, or
     /// its PROXY protocol source): `peer`, unless it is a trusted proxy;
     /// then the right-most address of its forwarding header that is not a
-    /// trusted proxy. `read` gives every field of a header name joined with
-    /// ", "; it is called only for a trusted peer.
+    /// trusted proxy, or [`Client::Unknown`] if the proxy does not name it
+    /// (see [`forwarded::client_ip`]). `read` gives every field of a header
+    /// name joined with ", "; it is called only for a trusted peer.
+    ///
+    /// [`Client::Unknown`]: forwarded::Client::Unknown
     pub fn client_ip(
         &self,
         peer: IpAddr,
         read: impl FnOnce(&'static str) -> Option<Vec<u8>>,
-    ) -> IpAddr {
+    ) -> forwarded::Client {
         forwarded::client_ip(&self.trusted_proxies, self.header(), peer, read)
     }
 }

@@ -173,6 +173,12 @@ pub fn key(instance: &str, net: (IpAddr, u8, u8)) -> String {
     }
 }
 
+/// The store key of the record every unknown client shares
+/// (`ipt:<instance>:unknown`): no address is spelt so.
+pub fn unknown_key(instance: &str) -> String {
+    format!("ipt:{instance}:{}", crate::Client::Unknown)
+}
+
 /// Checks an `--instance` name: it becomes part of store keys, which
 /// memcached wants printable, without spaces, at most 250 bytes.
 pub fn valid_instance(name: &str) -> bool {

@@ -27,6 +27,7 @@ use parking_lot::Mutex;
 use crate::lists::canonical;
 use crate::shared;
 use crate::state::IpState;
+use crate::Client;
 
 mod decide;
 mod decision;
@@ -83,9 +84,15 @@ impl<C: Clock> Throttler<C> {
         &self.table
     }
 
-    /// The state key of an address: its canonical form aggregated to the
-    /// rule's prefix (IPv6 /64 by default), hashed with the table's seed.
-    pub fn key(&self, ip: IpAddr) -> u64 {
+    /// The state key of a client: its address's canonical form aggregated
+    /// to the rule's prefix (IPv6 /64 by default), hashed with the table's
+    /// seed. Every unknown client has one key, which no address has (an
+    /// address is 4 or 16 bytes).
+    pub fn key(&self, client: impl Into<Client>) -> u64 {
+        let ip = match client.into() {
+            Client::Addr(ip) => ip,
+            Client::Unknown => return self.table.hash(&[]),
+        };
         match canonical(ip) {
             IpAddr::V4(a) => {
                 let b = (u32::from(a) & mask32(self.v4_prefix)).to_be_bytes();
@@ -100,18 +107,25 @@ impl<C: Clock> Throttler<C> {
 
     /// The client of a request from `remote` under the configuration in
     /// force (`--trusted-proxies`, `--forwarded-header`): see
-    /// [`Options::client_ip`]. Lists, bans and state all apply to it.
+    /// [`Options::client_ip`]. Lists, bans and state all apply to it
+    /// (no list to an unknown client).
     pub fn client_ip(
         &self,
         remote: IpAddr,
         read: impl FnOnce(&'static str) -> Option<Vec<u8>>,
-    ) -> IpAddr {
+    ) -> Client {
         self.current.load().opts.client_ip(remote, read)
     }
 
-    /// The shared record's key for `ip`: its prefix under `--key-prefix`
-    /// (the unit this proxy keeps state for), in `--instance`.
-    pub fn record_key(&self, ip: IpAddr) -> String {
+    /// The shared record's key for a client: its prefix under
+    /// `--key-prefix` (the unit this proxy keeps state for), in
+    /// `--instance`; `unknown` for every unknown client.
+    pub fn record_key(&self, client: impl Into<Client>) -> String {
+        let instance = &self.current.load().opts.instance;
+        let ip = match client.into() {
+            Client::Addr(ip) => ip,
+            Client::Unknown => return shared::unknown_key(instance),
+        };
         let net = match canonical(ip) {
             IpAddr::V4(a) => {
                 let n = std::net::Ipv4Addr::from(u32::from(a) & mask32(self.v4_prefix));
@@ -122,6 +136,6 @@ impl<C: Clock> Throttler<C> {
                 (IpAddr::V6(n), self.v6_prefix, 128)
             }
         };
-        shared::key(&self.current.load().opts.instance, net)
+        shared::key(instance, net)
     }
 }

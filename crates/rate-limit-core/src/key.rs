@@ -8,6 +8,7 @@
 
 use std::net::IpAddr;
 
+pub use forwarded::Client;
 use ipnet::IpNet;
 use netaddr::{canonical, mask128, mask32};
 
@@ -77,10 +78,10 @@ pub trait RequestView {
     fn header(&self, name: &str) -> Option<Vec<u8>>;
     /// The raw query string, without the `?`.
     fn query(&self) -> Option<Vec<u8>>;
-    /// The client's address, if the caller already found it through the
-    /// same `--trusted-proxies` and `--forwarded-header` (`--exempt` did):
-    /// `ip` keys then skip a second walk of the forwarding header.
-    fn resolved_client(&self) -> Option<Option<IpAddr>> {
+    /// The client, if the caller already found it through the same
+    /// `--trusted-proxies` and `--forwarded-header` (`--exempt` did): `ip`
+    /// keys then skip a second walk of the forwarding header.
+    fn resolved_client(&self) -> Option<Option<Client>> {
         None
     }
 }
@@ -117,11 +118,12 @@ impl TrustedProxies {
         }
     }
 
-    /// The client's address: the remote address, unless that is a trusted
-    /// proxy; then the right-most address of the forwarding chain that is not a
-    /// trusted proxy (the left-most entries are whatever the client wrote,
-    /// so they are never believed). See [`forwarded::client_ip`].
-    pub fn client_ip(&self, req: &impl RequestView) -> Option<IpAddr> {
+    /// The client: the remote address, unless that is a trusted proxy; then
+    /// the right-most address of the forwarding chain that is not a trusted
+    /// proxy (the left-most entries are whatever the client wrote, so they
+    /// are never believed), or [`Client::Unknown`] if the proxy does not
+    /// name it. See [`forwarded::client_ip`]. `None`: no remote address.
+    pub fn client_ip(&self, req: &impl RequestView) -> Option<Client> {
         let remote = req.remote_ip()?;
         Some(forwarded::client_ip(
             &self.trusted,
@@ -131,6 +133,9 @@ impl TrustedProxies {
         ))
     }
 }
+
+/// The `ip` part's value for [`Client::Unknown`]: an address's is 4 or 16 bytes.
+pub const UNKNOWN_CLIENT: &[u8] = &[];
 
 /// Most bytes of one source that go into a key: longer values are cut (and
 /// still distinguish clients by their first 512 bytes).
@@ -194,9 +199,15 @@ impl KeySpec {
                     .resolved_client()
                     .unwrap_or_else(|| self.proxies.client_ip(req))
                 {
-                    Some(ip) => {
+                    Some(Client::Addr(ip)) => {
                         let (bytes, len) = self.aggregate(ip);
                         push_part(out, tag, &bytes[..len]);
+                        true
+                    }
+                    // A client all the same (not --key-missing), one key for
+                    // all of them: an empty value, which no address has.
+                    Some(Client::Unknown) => {
+                        push_part(out, tag, UNKNOWN_CLIENT);
                         true
                     }
                     None => false,
@@ -246,7 +257,8 @@ impl KeySpec {
     }
 
     /// A readable form of a key written by [`KeySpec::key`], for operators
-    /// (`top`): `ip=192.0.2.7`, `ip=2001:db8::/64`, `header:X-User="alice"`.
+    /// (`top`): `ip=192.0.2.7`, `ip=2001:db8::/64`, `ip=unknown`,
+    /// `header:X-User="alice"`.
     /// Values are quoted and shortened; nothing here is trusted.
     pub fn display(&self, key: &[u8]) -> String {
         let mut parts = Vec::new();
@@ -267,6 +279,7 @@ impl KeySpec {
                     b.copy_from_slice(value);
                     with_prefix(IpAddr::from(b), self.v6_prefix, 128)
                 }
+                (Source::Ip, 0) => Client::Unknown.to_string(),
                 _ => limits::quote::quote(&String::from_utf8_lossy(value)),
             };
             parts.push(format!("{}={shown}", src.name()));

@@ -97,6 +97,12 @@ impl Exempt {
     pub fn covers(&self, ip: std::net::IpAddr) -> bool {
         forwarded::trusts(&self.nets, ip)
     }
+
+    /// Whether `client` is exempt: an unknown one never is, whatever the
+    /// networks (its proxy's may be among them).
+    pub fn exempts(&self, client: forwarded::Client) -> bool {
+        client.addr().is_some_and(|ip| self.covers(ip))
+    }
 }
 
 /// Longest `--log` name.

@@ -353,8 +353,9 @@ pub fn parse(
 /// place: the name every peer uses for the client.
 ///
 /// - One source: its value as text: `ip` as the address (`192.0.2.7`;
-///   aggregated addresses as `2001:db8::/64`), a header, cookie or query
-///   value as is. That is what a `dthrottled` client would send.
+///   aggregated addresses as `2001:db8::/64`; `unknown` for a client its
+///   trusted proxy did not name), a header, cookie or query value as is.
+///   That is what a `dthrottled` client would send.
 /// - Several sources: the key bytes themselves (each part tagged and
 ///   length-prefixed, so no two combinations collide).
 /// - Empty (a request without its key, `--key-missing=shared`): stays
@@ -376,6 +377,8 @@ pub fn to_peer_tag(spec: &KeySpec, key: &mut Vec<u8>) {
                 let a = Ipv6Addr::from(<[u8; 16]>::try_from(&key[..]).unwrap_or_default());
                 ip_text(IpAddr::V6(a), spec.v6_prefix, 128)
             }
+            // Not left empty: that is --key-missing's key, never exchanged.
+            0 => crate::key::Client::Unknown.to_string(),
             _ => return,
         };
         key.clear();

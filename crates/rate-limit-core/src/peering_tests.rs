@@ -23,6 +23,10 @@ fn one_source_tags_are_their_text() {
     ];
     to_peer_tag(&spec(vec![Source::Ip]), &mut k);
     assert_eq!(k, b"2001:db8::/64");
+    // A client its trusted proxy did not name: not empty (--key-missing's).
+    let mut k = vec![0, 0, 0];
+    to_peer_tag(&spec(vec![Source::Ip]), &mut k);
+    assert_eq!(k, b"unknown");
     let mut k = vec![0, 0, 3, b'a', b'b', b'c'];
     to_peer_tag(&spec(vec![Source::Header("X-Api".into())]), &mut k);
     assert_eq!(k, b"abc");

@@ -12,7 +12,6 @@
 //! counted in a summary.
 
 use std::fmt::Write as _;
-use std::net::IpAddr;
 use std::sync::atomic::{AtomicU64, Ordering};
 
 use crate::admission::Refused;
@@ -87,8 +86,9 @@ impl From<Refused> for Reason {
 pub struct Event<'a> {
     /// The rule's metric tag.
     pub rule: &'a str,
-    /// The client's address (after `--trusted-proxies`), if known.
-    pub client: Option<IpAddr>,
+    /// The client (after `--trusted-proxies`: possibly `unknown`); `None`
+    /// if not read.
+    pub client: Option<forwarded::Client>,
     /// The client's key as `top` shows it (`--key`), if known.
     pub key: Option<&'a str>,
     pub reason: Reason,
@@ -112,8 +112,8 @@ impl Event<'_> {
         };
         let _ = write!(s, "event={event} rule={}", self.rule);
         match self.client {
-            Some(ip) => {
-                let _ = write!(s, " client={ip}");
+            Some(c) => {
+                let _ = write!(s, " client={c}");
             }
             None => s.push_str(" client=-"),
         }
@@ -307,7 +307,7 @@ mod tests {
     fn lines_name_every_field() {
         let e = Event {
             rule: "api",
-            client: Some("192.0.2.7".parse().unwrap()),
+            client: Some(forwarded::Client::Addr("192.0.2.7".parse().unwrap())),
             key: Some("a b=c\u{1}"),
             reason: Reason::Rate,
             waited_ms: 1250,
@@ -328,6 +328,11 @@ mod tests {
             e.line(),
             "event=expired rule=api client=- reason=maxage wait=1.250 dry_run=0"
         );
+        let e = Event {
+            client: Some(forwarded::Client::Unknown),
+            ..e
+        };
+        assert!(e.line().contains(" client=unknown "), "{}", e.line());
         let long = "x".repeat(1000);
         let e = Event {
             key: Some(&long),

@@ -13,7 +13,6 @@
 //! a load succeeds, only its rules are listed (a delayed request may still
 //! hold a rule of the previous load).
 
-use std::net::IpAddr;
 use std::sync::Arc;
 use std::time::Instant;
 
@@ -22,7 +21,7 @@ use ats::ReloadStatus;
 use ip_throttle_core::ctl::{self, Command, Reload};
 use ip_throttle_core::lists::canonical;
 use ip_throttle_core::options::fmt_seconds;
-use ip_throttle_core::{ListName, Listed};
+use ip_throttle_core::{Client, ListName, Listed};
 use limits::quote::quote;
 use serde_json::{json, Value};
 
@@ -165,7 +164,7 @@ fn reload(rules: &[Arc<Rule>], what: Reload, named: bool) -> Result<Answer, Stri
     })
 }
 
-fn unban(rules: &[Arc<Rule>], ip: IpAddr) -> Result<Answer, String> {
+fn unban(rules: &[Arc<Rule>], ip: Client) -> Result<Answer, String> {
     let lifted: Vec<&str> = rules
         .iter()
         .filter(|r| r.unban(ip))
@@ -183,7 +182,7 @@ fn unban(rules: &[Arc<Rule>], ip: IpAddr) -> Result<Answer, String> {
     })
 }
 
-fn show(rules: &[Arc<Rule>], ip: IpAddr) -> Result<Answer, String> {
+fn show(rules: &[Arc<Rule>], ip: Client) -> Result<Answer, String> {
     let states: Vec<Value> = rules.iter().map(|r| state(r, ip)).collect();
     let first = states
         .first()
@@ -196,12 +195,13 @@ fn show(rules: &[Arc<Rule>], ip: IpAddr) -> Result<Answer, String> {
     })
 }
 
-fn state(r: &Rule, ip: IpAddr) -> Value {
+fn state(r: &Rule, ip: Client) -> Value {
     let snap = r.throttler.snapshot();
-    let listed = match snap.lists.classify(canonical(ip)) {
-        Listed::Allow => "allow",
-        Listed::Deny => "deny",
-        Listed::Neither => "neither",
+    // An unknown client has no address to list.
+    let listed = match ip.addr().map(|a| snap.lists.classify(canonical(a))) {
+        Some(Listed::Allow) => "allow",
+        Some(Listed::Deny) => "deny",
+        Some(Listed::Neither) | None => "neither",
     };
     let mut v = json!({
         "rule": r.tag(),

@@ -2,13 +2,12 @@
 //! own thread (no thread blocks), and each ban arms a timer that logs its
 //! `unban` when it expires.
 
-use std::net::IpAddr;
 use std::sync::{Arc, Weak};
 use std::time::Duration;
 
 use ats::sched::{Pool, Timer};
 use ats::{Done, HomeTxn, Parked};
-use ip_throttle_core::Delayed;
+use ip_throttle_core::{Client, Delayed};
 use limits::{Nanos, NANOS_PER_MS};
 use parking_lot::Mutex;
 
@@ -70,7 +69,7 @@ fn release(h: HomeTxn<'_>, w: Delay) -> Done {
 /// re-armed from inside a timer ran at once, again and again. So a timer
 /// within `EARLY` of the ban's end ends it as due; one further off (which
 /// ATS should never do) is armed again, a bounded number of times.
-pub(crate) fn unban_at(rule: &Arc<Rule>, key: u64, ip: IpAddr, until: Nanos) {
+pub(crate) fn unban_at(rule: &Arc<Rule>, key: u64, ip: Client, until: Nanos) {
     arm_unban(
         Arc::downgrade(rule),
         rule.throttler.now(),
@@ -84,7 +83,7 @@ pub(crate) fn unban_at(rule: &Arc<Rule>, key: u64, ip: IpAddr, until: Nanos) {
 const EARLY: Nanos = 20 * NANOS_PER_MS;
 const UNBAN_TRIES: u32 = 10;
 
-fn arm_unban(weak: Weak<Rule>, now: Nanos, key: u64, ip: IpAddr, until: Nanos, tries: u32) {
+fn arm_unban(weak: Weak<Rule>, now: Nanos, key: u64, ip: Client, until: Nanos, tries: u32) {
     // ATS schedules in whole milliseconds, cut down: round up and add one.
     let left = until.saturating_sub(now);
     let after = Duration::from_millis(left.div_ceil(NANOS_PER_MS) + 1);

@@ -28,7 +28,6 @@ mod delay;
 mod report;
 mod shared;
 
-use std::net::IpAddr;
 use std::path::PathBuf;
 use std::sync::{Arc, OnceLock};
 
@@ -38,7 +37,7 @@ use ats::{
     RemapRequest, RemapStatus, Txn, TxnData,
 };
 use ip_throttle_core::{
-    Action, ListName, Machine, Options, Request, Scope, Snapshot, Throttler, ToStep, View,
+    Action, Client, ListName, Machine, Options, Request, Scope, Snapshot, Throttler, ToStep, View,
 };
 use limits::MonotonicClock;
 use optspec::files::FsFiles;
@@ -172,7 +171,7 @@ impl Rule {
     }
 
     /// Lifts a ban now (`unban IP`), logging the `unban` event.
-    pub(crate) fn unban(self: &Arc<Self>, ip: IpAddr) -> bool {
+    pub(crate) fn unban(self: &Arc<Self>, ip: Client) -> bool {
         shared::unban(self, ip);
         match self.throttler.unban(ip) {
             Some(e) => {
@@ -187,7 +186,7 @@ impl Rule {
     }
 
     /// The IP's state (`show IP`); `None`: not tracked, i.e. allowed.
-    pub(crate) fn show(&self, ip: IpAddr) -> Option<View> {
+    pub(crate) fn show(&self, ip: Client) -> Option<View> {
         self.throttler.show(ip)
     }
 
@@ -196,7 +195,7 @@ impl Rule {
         self: &Arc<Self>,
         g: &Globals,
         txn: Txn<'_>,
-        ip: IpAddr,
+        ip: Client,
         d: ip_throttle_core::Decision,
     ) {
         if let Some(until) = d.banned_until {
@@ -278,7 +277,8 @@ impl RemapPlugin for Rule {
             return RemapStatus::NoRemap;
         }
         // The connection's client (a PROXY protocol source counts), then,
-        // if that is a trusted proxy, the client it forwards for.
+        // if that is a trusted proxy, the client it forwards for (unknown
+        // if it names none).
         let Some(remote) = txn.connection_client_ip() else {
             return RemapStatus::NoRemap;
         };
@@ -302,7 +302,7 @@ impl RemapPlugin for Rule {
         };
         drop(hdr);
         let req = Request {
-            ip,
+            client: ip,
             method: &method,
             path: &path,
         };

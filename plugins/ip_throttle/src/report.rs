@@ -1,7 +1,6 @@
 //! What a rule reports: metrics (`plugin.ip_throttle.<tag>.*`) and event
 //! lines in `ip_throttle.log`.
 
-use std::net::IpAddr;
 use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
@@ -9,7 +8,7 @@ use ats::sched::Periodic;
 use ats::stats::Stat;
 use ats::textlog::TextLog;
 use ip_throttle_core::options::fmt_seconds;
-use ip_throttle_core::{Action, Decision, Event, LogEvents, Throttler};
+use ip_throttle_core::{Action, Client, Decision, Event, LogEvents, Throttler};
 use limits::MonotonicClock;
 
 /// A rule's metrics; one that could not be created is skipped (and logged).
@@ -101,7 +100,7 @@ impl Reporter {
 
     /// Counts a decision (what it would do, with `--log-only`) and logs
     /// its events.
-    pub(crate) fn decision(&self, ip: IpAddr, d: &Decision) {
+    pub(crate) fn decision(&self, ip: Client, d: &Decision) {
         let m = &self.m;
         let counter = match d.would {
             Action::Pass => m.passed,
@@ -126,8 +125,8 @@ impl Reporter {
     /// One line in `ip_throttle.log` (after ATS's timestamp), if the rule
     /// logs that event: `event=throttled ip=192.0.2.7 rule=http.example.com
     /// state=throttled delay=2.000 violations=1`, and ` dry_run=1` with
-    /// `--log-only`.
-    pub(crate) fn event(&self, ip: IpAddr, e: &Event, events: LogEvents, log_only: bool) {
+    /// `--log-only`. An unknown client is `ip=unknown`.
+    pub(crate) fn event(&self, ip: Client, e: &Event, events: LogEvents, log_only: bool) {
         if !events.has(e.kind) {
             return;
         }

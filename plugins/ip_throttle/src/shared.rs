@@ -25,7 +25,6 @@
 //! flight) hold it; when the last is gone (a reload dropped or changed its
 //! `--store`), its thread exits and its connections close.
 
-use std::net::IpAddr;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
@@ -263,7 +262,7 @@ pub(crate) fn ask(rule: Arc<Rule>, parked: Parked, step: ToStep) {
     };
     let (local, now, params, reserved) = rule.throttler.reserve(&step, wall_ms());
     let op = Rmw {
-        key: rule.throttler.record_key(step.ip),
+        key: rule.throttler.record_key(step.client),
         modify: Step::Request {
             local,
             now,
@@ -302,7 +301,7 @@ pub(crate) fn ask(rule: Arc<Rule>, parked: Parked, step: ToStep) {
 /// The `unban` command (on a task thread): removes the IP's shared record,
 /// so no proxy of the instance finds the ban again. Fire and forget: a
 /// failure is counted and logged.
-pub(crate) fn unban(rule: &Arc<Rule>, ip: IpAddr) {
+pub(crate) fn unban(rule: &Arc<Rule>, ip: ip_throttle_core::Client) {
     let Some(store) = rule.store.clone() else {
         return;
     };
@@ -382,14 +381,14 @@ impl Store {
 
 /// Runs the step, reports it and acts on the parked transaction.
 fn decided(rule: Arc<Rule>, parked: Parked, step: ToStep, how: Machine<'_>) {
-    let ip: IpAddr = step.ip;
+    let ip = step.client;
     let d = rule.throttler.step(step, how);
     rule.report.decision(ip, &d);
     act(rule, parked, ip, d);
 }
 
 /// What [`Rule::apply`] does in remap, for a parked transaction.
-fn act(rule: Arc<Rule>, parked: Parked, ip: IpAddr, d: Decision) {
+fn act(rule: Arc<Rule>, parked: Parked, ip: ip_throttle_core::Client, d: Decision) {
     if let Some(until) = d.banned_until {
         delay::unban_at(&rule, d.key, ip, until);
     }

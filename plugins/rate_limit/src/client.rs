@@ -7,20 +7,21 @@ use std::cell::RefCell;
 use std::net::IpAddr;
 
 use ats::{Header, RemapRequest, Txn};
-use rate_limit_core::key::{Missing, RequestView};
+use rate_limit_core::key::{Client, Missing, RequestView};
 use rate_limit_core::Admission;
 
 use crate::queue::Queued;
 use crate::Rule;
 
 impl Rule {
-    /// `--exempt`: `Err` if the client is in an exempt network; else the
-    /// client's address as found (`Some`, with `--exempt`), for the key.
+    /// `--exempt`: `Err` if the client is in an exempt network (an unknown
+    /// one never is); else the client as found (`Some`, with `--exempt`),
+    /// for the key.
     pub(crate) fn exempt(
         &self,
         txn: Txn<'_>,
         req: &RemapRequest<'_>,
-    ) -> Result<Option<Option<IpAddr>>, ()> {
+    ) -> Result<Option<Option<Client>>, ()> {
         let Some(e) = &self.opts.exempt else {
             return Ok(None);
         };
@@ -29,11 +30,11 @@ impl Rule {
             hdr: req.request_header(),
             client: None,
         };
-        let ip = e.proxies.client_ip(&view);
-        if ip.is_some_and(|ip| e.covers(ip)) {
+        let client = e.proxies.client_ip(&view);
+        if client.is_some_and(|c| e.exempts(c)) {
             return Err(());
         }
-        Ok(Some(ip))
+        Ok(Some(client))
     }
 
     /// The client's key with `--key` (hashed: the table keeps nothing else),
@@ -42,7 +43,7 @@ impl Rule {
         &self,
         txn: Txn<'_>,
         req: &RemapRequest<'_>,
-        client: Option<Option<IpAddr>>,
+        client: Option<Option<Client>>,
     ) -> ClientKey {
         if let Some(flow) = self.flow(txn, req) {
             return ClientKey::Key(flow);
@@ -102,9 +103,9 @@ impl Rule {
         }
     }
 
-    /// The client's address as `--exempt` (or else `--key=ip`) finds it:
-    /// through the trusted proxies, if any.
-    pub(crate) fn client_ip(&self, txn: Txn<'_>) -> Option<IpAddr> {
+    /// The client as `--exempt` (or else `--key=ip`) finds it: through the
+    /// trusted proxies, if any.
+    pub(crate) fn client_ip(&self, txn: Txn<'_>) -> Option<Client> {
         let view = KeyView {
             txn,
             hdr: txn.client_request(),
@@ -113,7 +114,7 @@ impl Rule {
         match (&self.opts.exempt, &self.opts.key) {
             (Some(e), _) => e.proxies.client_ip(&view),
             (None, Some(k)) => k.proxies.client_ip(&view),
-            (None, None) => txn.connection_client_ip(),
+            (None, None) => txn.connection_client_ip().map(Client::Addr),
         }
     }
 }
@@ -139,9 +140,9 @@ thread_local! {
 pub(crate) struct KeyView<'t> {
     pub(crate) txn: Txn<'t>,
     pub(crate) hdr: Option<Header<'t>>,
-    /// The client's address `--exempt` already found (the same trusted
-    /// proxies as `--key`'s), so an `ip` key does not walk the header again.
-    pub(crate) client: Option<Option<IpAddr>>,
+    /// The client `--exempt` already found (the same trusted proxies as
+    /// `--key`'s), so an `ip` key does not walk the header again.
+    pub(crate) client: Option<Option<Client>>,
 }
 
 impl RequestView for KeyView<'_> {
@@ -159,7 +160,7 @@ impl RequestView for KeyView<'_> {
         self.hdr.as_ref()?.url_query()
     }
 
-    fn resolved_client(&self) -> Option<Option<IpAddr>> {
+    fn resolved_client(&self) -> Option<Option<Client>> {
         self.client
     }
 }

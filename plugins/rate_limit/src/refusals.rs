@@ -8,7 +8,6 @@
 //! ATS threads only (remap, a parked transaction's own thread); the
 //! flusher is an ATS task.
 
-use std::net::IpAddr;
 use std::sync::{Arc, Weak};
 use std::time::Duration;
 
@@ -16,6 +15,7 @@ use ats::sched::{Periodic, Pool};
 use ats::textlog::TextLog;
 use limits::{Clock, MonotonicClock};
 use parking_lot::Mutex;
+use rate_limit_core::key::Client;
 pub(crate) use rate_limit_core::refusal_log::Reason;
 use rate_limit_core::refusal_log::{Event, LogBound, LINES_PER_SECOND};
 use rate_limit_core::Options;
@@ -64,8 +64,8 @@ impl Drop for RuleLog {
 
 /// What is known of a refused client (read only when its line is written).
 pub(crate) struct Who {
-    /// After `--trusted-proxies`.
-    pub(crate) client: Option<IpAddr>,
+    /// After `--trusted-proxies` (possibly unknown).
+    pub(crate) client: Option<Client>,
     /// `--key`: the key as `top` shows it.
     pub(crate) key: Option<String>,
 }
@@ -162,7 +162,7 @@ impl crate::Rule {
     /// dry run's reply), with the client's address read before.
     pub(crate) fn record_refusal_of(
         &self,
-        client: Option<IpAddr>,
+        client: Option<Client>,
         key: Option<u64>,
         reason: Reason,
         waited_ms: u64,

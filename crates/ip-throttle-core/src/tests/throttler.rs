@@ -8,11 +8,15 @@ use super::{MemFiles, MS, S};
 use crate::options::EventKind;
 use crate::state::Phase;
 use crate::throttler::{Action, ListName, Request, Snapshot, Throttler};
-use crate::Options;
+use crate::{Client, Options};
 use optspec::files::Files;
 
 fn ip(s: &str) -> IpAddr {
     s.parse().unwrap()
+}
+
+fn at(s: &str) -> Client {
+    Client::Addr(ip(s))
 }
 
 fn files() -> MemFiles {
@@ -37,7 +41,7 @@ fn throttler(args: &str, f: &dyn Files) -> (Throttler<Arc<ManualClock>>, Arc<Man
 
 fn get(addr: &str) -> Request<'static> {
     Request {
-        ip: ip(addr),
+        client: ip(addr).into(),
         method: b"GET",
         path: b"/",
     }
@@ -74,14 +78,14 @@ fn the_timeline_through_the_throttler() {
         (d.action, kinds(&d)),
         (Action::Forbid, vec![EventKind::Banned])
     );
-    assert_eq!(t.show(r.ip).unwrap().phase, Phase::Banned);
+    assert_eq!(t.show(r.client).unwrap().phase, Phase::Banned);
     clock.advance(std::time::Duration::from_secs(3));
     let d = t.decide(&r);
     assert_eq!(
         (d.action, kinds(&d)),
         (Action::Pass, vec![EventKind::Unban])
     );
-    assert_eq!(t.show(r.ip).unwrap().phase, Phase::Probation);
+    assert_eq!(t.show(r.client).unwrap().phase, Phase::Probation);
 }
 
 trait NowNanos {
@@ -106,9 +110,9 @@ fn max_concurrent_answers_too_many_and_frees_on_drop() {
         (d.action, kinds(&d)),
         (Action::TooMany, vec![EventKind::Concurrent])
     );
-    assert_eq!(t.show(r.ip).unwrap().delayed, 1);
+    assert_eq!(t.show(r.client).unwrap().delayed, 1);
     drop(first);
-    assert_eq!(t.show(r.ip).unwrap().delayed, 0);
+    assert_eq!(t.show(r.client).unwrap().delayed, 0);
     assert_eq!(t.decide(&r).action, Action::Delay(4 * S));
 }
 
@@ -155,7 +159,7 @@ fn deny_list_forbids_or_throttles() {
     }
     // Deny-listed with deny-action=throttle: throttled (whatever the scope).
     let r = Request {
-        ip: ip("192.0.2.66"),
+        client: at("192.0.2.66"),
         method: b"POST",
         path: b"/anything",
     };
@@ -178,7 +182,7 @@ fn scope_regexes_limit_what_is_throttled_but_a_ban_covers_all() {
         &files(),
     );
     let outside = |m: &'static [u8], p: &'static [u8]| Request {
-        ip: ip("127.0.0.7"),
+        client: at("127.0.0.7"),
         method: m,
         path: p,
     };
@@ -246,9 +250,9 @@ fn log_only_decides_and_logs_but_always_passes() {
             (Action::Forbid, vec![Banned]),
         ]
     );
-    assert_eq!(t.show(r.ip).unwrap().delayed, 4);
+    assert_eq!(t.show(r.client).unwrap().delayed, 4);
     drop(held);
-    assert_eq!(t.show(r.ip).unwrap().delayed, 0);
+    assert_eq!(t.show(r.client).unwrap().delayed, 0);
 }
 
 #[test]
@@ -262,11 +266,11 @@ fn unban_show_and_expire() {
     assert_eq!(d[3].action, Action::Forbid);
     let key = d[3].key;
     assert_eq!(t.expire(key), None, "not expired yet");
-    let v = t.show(r.ip).unwrap();
+    let v = t.show(r.client).unwrap();
     assert_eq!((v.phase, v.remaining), (Phase::Banned, 3 * S));
-    let e = t.unban(r.ip).unwrap();
+    let e = t.unban(r.client).unwrap();
     assert_eq!((e.kind, e.phase), (EventKind::Unban, Phase::Allowed));
-    assert_eq!(t.unban(r.ip), None);
+    assert_eq!(t.unban(r.client), None);
     assert_eq!(t.decide(&r).action, Action::Pass);
     // Banned again, then the timer's expire() at the deadline.
     let d: Vec<_> = (0..3).map(|_| t.decide(&r)).collect();
@@ -380,7 +384,7 @@ fn a_timer_a_hair_early_ends_only_the_ban_it_was_armed_for() {
     let d: Vec<_> = (0..4).map(|_| t.decide(&r)).collect();
     assert_eq!(d[3].action, Action::Forbid);
     assert_eq!(t.expire_by(key, ends), None);
-    assert_eq!(t.show(r.ip).map(|v| v.phase), Some(Phase::Banned));
+    assert_eq!(t.show(r.client).map(|v| v.phase), Some(Phase::Banned));
 }
 
 /// Two proxies' throttlers sharing one record (a store modelled as a cell):
@@ -489,6 +493,9 @@ mod shared_store {
         let (full, _) = throttler("--key-prefix=32/128 --instance=w", &f);
         assert_eq!(full.record_key(ip("192.0.2.77")), "ipt:w:192.0.2.77");
         assert_eq!(full.record_key(ip("2001:db8::1")), "ipt:w:2001:db8::1");
+        // Every unknown client shares one record, which no address has.
+        assert_eq!(t.record_key(Client::Unknown), "ipt:w:unknown");
+        assert_eq!(full.record_key(Client::Unknown), "ipt:w:unknown");
     }
 
     #[test]
@@ -569,7 +576,7 @@ fn forwarded(t: &Throttler<Arc<ManualClock>>, remote: &str, xff: Option<&str>) -
         xff.map(|v| v.as_bytes().to_vec())
     };
     Request {
-        ip: t.client_ip(ip(remote), read),
+        client: t.client_ip(ip(remote), read),
         method: b"GET",
         path: b"/",
     }
@@ -587,7 +594,7 @@ fn behind_a_trusted_proxy_the_client_is_throttled_not_the_proxy() {
     );
     let lb = "127.0.0.9";
     let abuser = forwarded(&t, lb, Some("198.51.100.1"));
-    assert_eq!(abuser.ip, ip("198.51.100.1"));
+    assert_eq!(abuser.client, at("198.51.100.1"));
     let actions: Vec<Action> = (0..6).map(|_| t.decide(&abuser).action).collect();
     assert_eq!(
         actions,
@@ -605,13 +612,14 @@ fn behind_a_trusted_proxy_the_client_is_throttled_not_the_proxy() {
     // The abuser claiming to be the other client: the balancer appended
     // the real address, which is the one that counts.
     let spoof = forwarded(&t, lb, Some("198.51.100.2, 198.51.100.1"));
-    assert_eq!(spoof.ip, ip("198.51.100.1"));
+    assert_eq!(spoof.client, at("198.51.100.1"));
     assert_eq!(t.decide(&spoof).action, Action::Forbid);
-    // The balancer's own requests, and an untrusted remote's header.
-    assert_eq!(forwarded(&t, lb, None).ip, ip(lb));
+    // A request the balancer names no client for is not the balancer's,
+    // and an untrusted remote's header is not read.
+    assert_eq!(forwarded(&t, lb, None).client, Client::Unknown);
     assert_eq!(t.show(ip(lb)), None, "the balancer has no state");
     let direct = forwarded(&t, "127.0.0.8", Some("198.51.100.1"));
-    assert_eq!(direct.ip, ip("127.0.0.8"));
+    assert_eq!(direct.client, at("127.0.0.8"));
     assert_eq!(t.decide(&direct).action, Action::Pass);
     // The deny list holds 10.0.0.0/8: it applies to the forwarded client.
     assert_eq!(
@@ -620,19 +628,71 @@ fn behind_a_trusted_proxy_the_client_is_throttled_not_the_proxy() {
     );
 }
 
+/// A client a trusted balancer does not name: on neither list (here the
+/// balancers' networks are on them), one state for every such client, and
+/// never the balancer's.
+#[test]
+fn an_unknown_client_behind_a_trusted_proxy_is_on_no_list_and_keyed_apart() {
+    // 10.9.0.0/16 is allowed and 10.0.0.0/8 denied: a balancer in each.
+    let (t, _) = throttler(
+        &format!(
+            "{SMALL} --max-concurrent=9 --allow-file=allow.txt --deny-file=deny.txt \
+             --trusted-proxies=10.0.0.0/8"
+        ),
+        &files(),
+    );
+    let (allowed_lb, denied_lb) = ("10.9.0.9", "10.1.1.1");
+    for lb in [allowed_lb, denied_lb] {
+        for xff in [None, Some("unknown"), Some("_hidden"), Some("6.6.6.6, bad")] {
+            let r = forwarded(&t, lb, xff);
+            assert_eq!(r.client, Client::Unknown, "{lb} {xff:?}");
+            assert_ne!(t.key(r.client), t.key(ip(lb)));
+        }
+    }
+    // Not whitelisted nor blacklisted: throttled by --default-action, all
+    // of them as one client, through either balancer.
+    let from = |lb: &str, xff: Option<&str>| t.decide(&forwarded(&t, lb, xff));
+    let d = from(allowed_lb, Some("unknown"));
+    assert_eq!((d.action, kinds(&d)), (Action::Pass, vec![]));
+    let d = from(denied_lb, Some("_hidden"));
+    assert_eq!(
+        (d.action, kinds(&d)),
+        (Action::Delay(S), vec![EventKind::Throttled])
+    );
+    let d = from(allowed_lb, None);
+    assert_eq!(d.action, Action::Delay(2 * S));
+    drop(d);
+    assert_eq!(t.show(Client::Unknown).map(|v| v.delay), Some(2 * S));
+    assert_eq!(t.show(ip(allowed_lb)), None, "the balancer has no state");
+    assert_eq!(t.show(ip(denied_lb)), None, "the balancer has no state");
+    // Clients the balancers name are theirs: listed as their addresses are.
+    let d = from(denied_lb, Some("10.9.5.5"));
+    assert_eq!(kinds(&d), [EventKind::Whitelisted]);
+    let d = from(allowed_lb, Some("10.1.2.3"));
+    assert_eq!(d.action, Action::Forbid);
+    // Banned together, and unbanned by name.
+    for _ in 0..3 {
+        from(denied_lb, Some("unknown"));
+    }
+    assert_eq!(from(allowed_lb, None).action, Action::Forbid);
+    assert_eq!(from(allowed_lb, Some("192.0.2.1")).action, Action::Pass);
+    assert!(t.unban(Client::Unknown).is_some());
+    assert_eq!(from(allowed_lb, Some("unknown")).action, Action::Pass);
+}
+
 /// `reload config` can start or stop trusting proxies.
 #[test]
 fn a_reload_changes_who_is_trusted() {
     let f = files();
     let (t, _) = throttler(&format!("{SMALL} --trusted-proxies=127.0.0.9"), &f);
     assert_eq!(
-        forwarded(&t, "127.0.0.9", Some("198.51.100.1")).ip,
-        ip("198.51.100.1")
+        forwarded(&t, "127.0.0.9", Some("198.51.100.1")).client,
+        at("198.51.100.1")
     );
     let o = Options::parse(&[], Path::new("/etc/ts"), &f).unwrap();
     t.reload(o, &f).unwrap();
     assert_eq!(
-        forwarded(&t, "127.0.0.9", Some("198.51.100.1")).ip,
-        ip("127.0.0.9")
+        forwarded(&t, "127.0.0.9", Some("198.51.100.1")).client,
+        at("127.0.0.9")
     );
 }

@@ -10,6 +10,7 @@ use crate::lists::{canonical, Listed};
 use crate::options::{DefaultAction, DenyAction, EventKind};
 use crate::shared;
 use crate::state::{IpState, Params, Phase, Step};
+use crate::Client;
 
 impl<C: Clock> Throttler<C> {
     /// Decides what happens to `req` on this proxy's own state.
@@ -23,13 +24,19 @@ impl<C: Clock> Throttler<C> {
     /// The part of the decision before the IP's state machine. In
     /// Perlbal's order: the allow list, a ban, the deny list, the path and
     /// method scope, `--default-action`; then the state machine, which the
-    /// caller runs with [`Throttler::step`] on local or shared state.
+    /// caller runs with [`Throttler::step`] on local or shared state. An
+    /// unknown client is on neither list: it has no address to match.
     pub fn scope(&self, req: &Request<'_>) -> Scope {
         let snap = self.current.load();
         let o = &snap.opts;
-        let ip = canonical(req.ip);
-        let listed = snap.lists.classify(ip);
-        let key = self.key(ip);
+        let (client, listed) = match req.client {
+            Client::Addr(ip) => {
+                let ip = canonical(ip);
+                (Client::Addr(ip), snap.lists.classify(ip))
+            }
+            Client::Unknown => (Client::Unknown, Listed::Neither),
+        };
+        let key = self.key(client);
         if listed == Listed::Allow {
             let mut d = Decision::new(key, Action::Pass, o);
             d.push(Event {
@@ -55,7 +62,7 @@ impl<C: Clock> Throttler<C> {
         if throttle {
             return Scope::Machine(ToStep {
                 key,
-                ip,
+                client,
                 deny_listed: listed == Listed::Deny,
             });
         }

@@ -1,7 +1,6 @@
 //! What a request gets, and the values that carry it between the steps of
 //! a decision (scope, a shared store's answer, the state machine).
 
-use std::net::IpAddr;
 use std::sync::Arc;
 
 use keyed::KeyTable;
@@ -10,11 +9,12 @@ use limits::Nanos;
 use crate::options::{EventKind, LogEvents, Options};
 use crate::shared;
 use crate::state::{IpState, Phase};
+use crate::Client;
 
 /// The parts of a request the decision reads.
 #[derive(Clone, Copy, Debug)]
 pub struct Request<'a> {
-    pub ip: IpAddr,
+    pub client: Client,
     pub method: &'a [u8],
     /// The path with its leading `/`, without the query.
     pub path: &'a [u8],
@@ -125,8 +125,8 @@ pub enum Scope {
 #[derive(Clone, Copy, Debug)]
 pub struct ToStep {
     pub key: u64,
-    /// The client's canonical address (the shared record's key).
-    pub ip: IpAddr,
+    /// The client, its address canonical (the shared record's key).
+    pub client: Client,
     pub(super) deny_listed: bool,
 }
 

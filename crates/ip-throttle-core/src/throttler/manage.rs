@@ -2,7 +2,6 @@
 //! throttler outside a request: ban expiry, the `unban` and `show`
 //! commands, and reloads.
 
-use std::net::IpAddr;
 use std::path::PathBuf;
 use std::sync::Arc;
 
@@ -13,6 +12,7 @@ use super::Throttler;
 use crate::lists::{CidrList, Lists};
 use crate::options::{EventKind, Options};
 use crate::state::View;
+use crate::Client;
 use optspec::files::Files;
 
 /// The reloadable configuration of a rule.
@@ -74,21 +74,21 @@ impl<C: Clock> Throttler<C> {
             .flatten()
     }
 
-    /// Lifts a ban on `ip` at once (the `unban` command). The event if it did.
-    pub fn unban(&self, ip: IpAddr) -> Option<Event> {
+    /// Lifts a ban on a client at once (the `unban` command). The event if it did.
+    pub fn unban(&self, client: impl Into<Client>) -> Option<Event> {
         self.table
-            .get(self.key(ip), |s| {
+            .get(self.key(client), |s| {
                 s.unban().then(|| event(EventKind::Unban, s))
             })
             .flatten()
     }
 
-    /// The state of `ip` now (the `show` command); `None`: not tracked,
-    /// which means allowed.
-    pub fn show(&self, ip: IpAddr) -> Option<View> {
+    /// The state of a client now (the `show` command); `None`: not
+    /// tracked, which means allowed.
+    pub fn show(&self, client: impl Into<Client>) -> Option<View> {
         let now = self.clock.now();
         let p = self.current.load().opts.params;
-        self.table.get(self.key(ip), |s| s.view(now, &p))
+        self.table.get(self.key(client), |s| s.view(now, &p))
     }
 
     /// Builds a new snapshot from `opts` (reading its list files) and

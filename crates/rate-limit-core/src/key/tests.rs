@@ -11,7 +11,7 @@ struct Req {
     headers: Vec<(&'static str, Vec<u8>)>,
     query: Option<Vec<u8>>,
     /// `resolved_client`'s answer.
-    resolved: Option<Option<IpAddr>>,
+    resolved: Option<Option<Client>>,
     /// Header reads so far.
     reads: std::cell::Cell<u32>,
 }
@@ -50,7 +50,7 @@ impl RequestView for Req {
         self.query.clone()
     }
 
-    fn resolved_client(&self) -> Option<Option<IpAddr>> {
+    fn resolved_client(&self) -> Option<Option<Client>> {
         self.resolved
     }
 }
@@ -99,8 +99,8 @@ fn key(s: &KeySpec, r: &Req) -> Option<Vec<u8>> {
     s.key(r, &mut out).then_some(out)
 }
 
-fn ip(s: &str) -> Option<IpAddr> {
-    s.parse().ok()
+fn ip(s: &str) -> Option<Client> {
+    s.parse().ok().map(Client::Addr)
 }
 
 #[test]
@@ -184,13 +184,13 @@ fn forwarded_addresses_are_believed_only_from_trusted_proxies() {
     assert_eq!(s.proxies.client_ip(&r), ip("2001:db8::5"));
     let r = Req::from("10.1.1.1").with("X-Forwarded-For", "198.51.100.7:5555");
     assert_eq!(s.proxies.client_ip(&r), ip("198.51.100.7"));
-    // Garbage ends the walk at the last good hop (here the proxy itself).
+    // Garbage first: the client is unknown (never the proxy itself).
     let r = Req::from("10.1.1.1").with("X-Forwarded-For", "6.6.6.6, nonsense");
-    assert_eq!(s.proxies.client_ip(&r), ip("10.1.1.1"));
+    assert_eq!(s.proxies.client_ip(&r), Some(Client::Unknown));
     // A proxy that writes X-Forwarded-For passes a client's Forwarded through:
     // it is never read.
     let r = Req::from("10.1.1.1").with("Forwarded", "for=6.6.6.6");
-    assert_eq!(s.proxies.client_ip(&r), ip("10.1.1.1"));
+    assert_eq!(s.proxies.client_ip(&r), Some(Client::Unknown));
     // RFC 7239, for proxies that write it; then a client's X-Forwarded-For is ignored.
     let mut s7239 = s.clone();
     s7239.proxies.forwarded = ForwardedHeader::Forwarded;
@@ -201,8 +201,57 @@ fn forwarded_addresses_are_believed_only_from_trusted_proxies() {
             "for=6.6.6.6, for=\"[2001:db8::9]:80\";proto=https;by=10.1.1.1",
         );
     assert_eq!(s7239.proxies.client_ip(&r), ip("2001:db8::9"));
-    // Trusted remote without a chain: the remote.
-    assert_eq!(s.proxies.client_ip(&Req::from("10.1.1.1")), ip("10.1.1.1"));
+    // Trusted remote without a chain: unknown.
+    assert_eq!(
+        s.proxies.client_ip(&Req::from("10.1.1.1")),
+        Some(Client::Unknown)
+    );
+}
+
+/// A client its trusted proxy does not name has one key of its own: shared
+/// by every such client, apart from the proxy's address (and any other),
+/// and a key all the same (not --key-missing).
+#[test]
+fn an_unknown_client_behind_a_trusted_proxy_keys_apart_from_the_proxy() {
+    let s = spec("ip", "10.0.0.0/8");
+    let unknown = key(
+        &s,
+        &Req::from("10.1.1.1").with("X-Forwarded-For", "unknown"),
+    );
+    let Some(unknown) = unknown else {
+        panic!("an unknown client has a key");
+    };
+    for r in [
+        Req::from("10.1.1.1").with("X-Forwarded-For", "_hidden"),
+        Req::from("10.2.2.2").with("X-Forwarded-For", "6.6.6.6, garbage"),
+        Req::from("10.2.2.2"),
+        Req {
+            resolved: Some(Some(Client::Unknown)),
+            ..Req::from("10.1.1.1")
+        },
+    ] {
+        assert_eq!(key(&s, &r).as_deref(), Some(&unknown[..]));
+    }
+    // Not the proxy's key, nor any address's, nor --key-missing's (empty).
+    let untrusted = spec("ip", "");
+    for proxy in ["10.1.1.1", "10.2.2.2", "0.0.0.0", "::"] {
+        assert_ne!(key(&untrusted, &Req::from(proxy)), Some(unknown.clone()));
+    }
+    assert!(!unknown.is_empty());
+    assert_eq!(s.display(&unknown), "ip=unknown");
+    // Combined with another source, it still keys apart.
+    let both = spec("ip,header:X-User", "10.0.0.0/8");
+    let with = |fwd: &str| {
+        key(
+            &both,
+            &Req::from("10.1.1.1")
+                .with("X-Forwarded-For", fwd)
+                .with("X-User", "a"),
+        )
+    };
+    assert_ne!(with("unknown"), with("10.1.1.1"));
+    assert_eq!(with("unknown"), with("_hidden"));
+    assert!(with("unknown").is_some());
 }
 
 /// A client pads its X-Forwarded-For so that the proxy's entry would fall
@@ -313,6 +362,9 @@ fn keys_display_for_operators() {
         &"2001:db8::".parse::<std::net::Ipv6Addr>().unwrap().octets(),
     );
     assert_eq!(v6.display(&key), "ip=2001:db8::/64");
+    let mut key = Vec::new();
+    push_part(&mut key, 0, UNKNOWN_CLIENT);
+    assert_eq!(v6.display(&key), "ip=unknown");
     // Truncated or hostile bytes never panic.
     assert_eq!(v6.display(&[0, 0xff, 0xff, 1]), "ip='\\u{1}'");
     assert_eq!(v6.display(&[]), "");

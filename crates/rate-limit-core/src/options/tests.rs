@@ -549,6 +549,33 @@ fn rollout_option_errors() {
     );
 }
 
+/// The docs' example: the proxies' own network exempt. A client they do
+/// not name is not exempt with them; one they name inside it is.
+#[test]
+fn an_unknown_client_behind_a_trusted_proxy_is_never_exempt() {
+    let o = parse(&[
+        "--rate=5",
+        "--exempt=10.0.0.0/8",
+        "--trusted-proxies=10.0.0.0/8",
+    ])
+    .unwrap();
+    let e = o.exempt.unwrap();
+    let client = |xff: Option<&str>| {
+        let p = &e.proxies;
+        let remote = "10.1.1.1".parse().unwrap();
+        forwarded::client_ip(&p.trusted, p.forwarded, remote, |_| {
+            xff.map(|v| v.as_bytes().to_vec())
+        })
+    };
+    for xff in [Some("unknown"), Some("_hidden"), Some("6.6.6.6, bad"), None] {
+        assert!(!e.exempts(client(xff)), "{xff:?}");
+    }
+    assert!(e.exempts(client(Some("10.9.9.9"))));
+    assert!(!e.exempts(client(Some("192.0.2.7"))));
+    let every = parse(&["--rate=5", "--exempt=0.0.0.0/0,::/0"]).unwrap();
+    assert!(!every.exempt.unwrap().exempts(forwarded::Client::Unknown));
+}
+
 #[test]
 fn exempt_follows_trusted_proxies_with_or_without_key() {
     // Without --key, --trusted-proxies and --forwarded-header serve --exempt.

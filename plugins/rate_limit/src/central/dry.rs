@@ -23,7 +23,7 @@ use crate::{Globals, Rule};
 pub(crate) struct DryAsked {
     rule: Arc<Rule>,
     key: Option<u64>,
-    client: Option<std::net::IpAddr>,
+    client: Option<rate_limit_core::key::Client>,
 }
 
 /// DoRemap of a `--store` rule in a dry run: the decision is submitted and
