@@ -37,7 +37,7 @@ mod server;
 pub mod tls;
 
 pub use origin::{Origin, Received};
-pub use plugins::plugin;
+pub use plugins::{install, plugin};
 pub use server::{process_alive, runroot_processes, StartError, TrafficServer, TsBuilder};
 
 use std::time::{Duration, Instant};

@@ -5,6 +5,9 @@
 //! process (a no-op when up to date) and copies `lib<name>.so` to
 //! `target/<profile>/plugins/<name>.so`, the names an operator uses.
 //! `ATS_PLUGIN_DIR` overrides all of this.
+//!
+//! [`install`] puts a copy where a test can replace it: to ATS, a replaced
+//! plugin, of the same build or (its GNU build-id changed) of another.
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -78,4 +81,47 @@ fn build() -> Result<PathBuf, String> {
         std::fs::rename(&tmp, out.join(format!("{lib}.so"))).map_err(|e| e.to_string())?;
     }
     Ok(out)
+}
+
+/// Writes `<name>.so` to `dest` as a new file with its mtime `minutes`
+/// ahead (to ATS's dynamic reload, a replaced plugin), through a rename so
+/// a loading traffic_server never sees half a file. `other_build`: the
+/// copy's GNU build-id is changed (each byte xor the value), so the plugins
+/// take it for another build, as after an upgrade; `None`: the same build,
+/// as when the same package is installed again.
+pub fn install(name: &str, dest: &Path, minutes: u64, other_build: Option<u8>) {
+    let mut bytes = std::fs::read(plugin(name)).expect("read the plugin");
+    if let Some(x) = other_build {
+        let id = build_id_range(&bytes).expect("the plugin has a GNU build-id note");
+        for b in &mut bytes[id] {
+            *b ^= x;
+        }
+    }
+    let tmp = dest.with_extension("so.tmp");
+    std::fs::write(&tmp, &bytes).expect("write the copy");
+    let f = std::fs::File::options()
+        .write(true)
+        .open(&tmp)
+        .expect("open the copy");
+    f.set_modified(std::time::SystemTime::now() + std::time::Duration::from_secs(60 * minutes))
+        .expect("mtime");
+    drop(f);
+    std::fs::rename(&tmp, dest).expect("rename the copy into place");
+}
+
+/// Where the GNU build-id's bytes are in an ELF file: the first note
+/// named "GNU" of type 3 (NT_GNU_BUILD_ID), which the linker puts near
+/// the file's start.
+fn build_id_range(elf: &[u8]) -> Option<std::ops::Range<usize>> {
+    let word = |at: usize| -> Option<u32> {
+        Some(u32::from_le_bytes(elf.get(at..at + 4)?.try_into().ok()?))
+    };
+    (0..elf.len().saturating_sub(16)).step_by(4).find_map(|i| {
+        let size = word(i + 4)? as usize;
+        let ok = word(i)? == 4
+            && word(i + 8)? == 3
+            && elf.get(i + 12..i + 16)? == b"GNU\0"
+            && (8..=64).contains(&size);
+        ok.then(|| i + 16..i + 16 + size)
+    })
 }

@@ -274,7 +274,7 @@ fn two_entries_on_one_rule_both_limit() {
 }
 
 /// A copy of rate_limit.so in a directory of its own, so the test can
-/// change its mtime without touching the build's file.
+/// replace it without touching the build's file.
 fn private_copy(tag: &str) -> std::path::PathBuf {
     static N: AtomicUsize = AtomicUsize::new(0);
     let dir = std::env::temp_dir().join(format!(
@@ -284,24 +284,15 @@ fn private_copy(tag: &str) -> std::path::PathBuf {
     ));
     std::fs::create_dir_all(&dir).expect("dir");
     let so = dir.join("rate_limit.so");
-    std::fs::copy(plugin("rate_limit"), &so).expect("copy .so");
+    ats_tests::install("rate_limit", &so, 0, None);
     so
-}
-
-/// Sets the file's mtime a minute ahead: to ATS a replaced plugin.
-fn touch(path: &std::path::Path) {
-    let f = std::fs::File::options()
-        .write(true)
-        .open(path)
-        .expect("open");
-    f.set_modified(std::time::SystemTime::now() + Duration::from_secs(60))
-        .expect("mtime");
 }
 
 /// Holds the 2 slots of a group's limit of 2 with 2 more waiting (each
 /// request 30 s at the origin, so the old rule stays busy however long the
-/// reload takes), replaces the .so file (a new mtime), reloads, and sends 2
-/// new requests. Returns the most requests seen at the origin at once.
+/// reload takes), replaces the .so file by another build (an upgrade: a
+/// new mtime and build-id), reloads, and sends 2 new requests. Returns the
+/// most requests seen at the origin at once.
 fn replace_and_reload(pin: bool) -> (usize, String) {
     let origin = Origin::start();
     let so = private_copy(if pin { "pinned" } else { "unpinned" });
@@ -319,7 +310,7 @@ fn replace_and_reload(pin: bool) -> (usize, String) {
     let ts = b.start().expect("start");
     let old = client::slow_burst(ts.port(), "a.test", 4, 30_000);
     assert!(wait_until(Duration::from_secs(3), || origin.in_flight() == 2));
-    touch(&so);
+    ats_tests::install("rate_limit", &so, 1, Some(1));
     ts.reload_remap(&line(2)).expect("reload");
     // New requests go to the reloaded rule: pinned, they queue behind the
     // old ones in the one group; unpinned, a fresh group admits them.
@@ -340,9 +331,10 @@ fn a_plugin_config_line_pins_one_copy_so_a_replaced_file_keeps_the_count() {
     let (max, diags) = replace_and_reload(true);
     assert!(diags.contains("rate_limit.so is pinned"), "{diags}");
     assert_eq!(max, 2, "the reloaded rule shares the group's state");
-    // Without the pin ATS loads the replaced file as a second copy, whose
+    // Without the pin ATS loads the upgraded file as a second copy, whose
     // groups start empty: the limit is exceeded during the reload. This is
     // what the advice in docs/rate_limit.md ("Groups and reloads") prevents.
+    // (A replaced file of the same build keeps the count: group_reloads.rs.)
     let (max, _) = replace_and_reload(false);
     assert!(max > 2, "an unpinned replaced copy starts at 0 (max {max})");
 }

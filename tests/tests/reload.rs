@@ -1,17 +1,17 @@
 //! What the plugins start for their rules stops with the last rule using
-//! it: 20 config reloads alternating two store URLs, and two replacements of
-//! the .so files (a second and a third copy, with separate statics), leave
-//! traffic_server with the threads and sockets it had after the first load
-//! (`/proc/PID/task`, `/proc/PID/fd`); removing a `--store` rule closes its
-//! connections to the store; a refused reload leaves a `--store-sync`
-//! rule syncing to its own store.
+//! it: 20 config reloads alternating two store URLs, and two replacements
+//! of the .so files by other builds (a second and a third copy, with
+//! separate statics), leave traffic_server with the threads and sockets it
+//! had after the first load (`/proc/PID/task`, `/proc/PID/fd`); removing a
+//! `--store` rule closes its connections to the store; a refused reload
+//! leaves a `--store-sync` rule syncing to its own store.
 
 mod reload_proc;
 
 use std::fs;
 use std::net::UdpSocket;
 use std::path::PathBuf;
-use std::time::{Duration, SystemTime};
+use std::time::Duration;
 
 use ats_tests::redis::Redis;
 use ats_tests::{plugin, wait_until, Origin, TrafficServer};
@@ -45,16 +45,12 @@ impl Plugins {
     }
 
     /// Writes fresh copies (`n` minutes ahead, so each replacement has a
-    /// new mtime): to ATS, replaced plugins.
+    /// new mtime; another build from the first, so the plugins do not
+    /// take it for the copy already loaded): to ATS, upgraded plugins.
     fn replace(&self, n: u64) {
+        let build = u8::try_from(n).ok().filter(|&b| b > 0);
         for name in ["rate_limit", "ip_throttle"] {
-            let tmp = self.dir.join(format!(".{name}.so"));
-            fs::copy(plugin(name), &tmp).expect("copy .so");
-            let f = fs::File::options().write(true).open(&tmp).expect("open");
-            f.set_modified(SystemTime::now() + Duration::from_secs(60 * n))
-                .expect("mtime");
-            drop(f);
-            fs::rename(&tmp, self.path(name)).expect("rename");
+            ats_tests::install(name, &self.path(name), n, build);
         }
     }
 }

@@ -143,6 +143,8 @@ fn write_errbuf(errbuf: *mut c_char, size: c_int, msg: &str) {
     }
 }
 
+mod copies;
+
 /// Implementation of the exported entry points; use [`crate::remap_plugin!`].
 #[doc(hidden)]
 pub mod entry;

@@ -1,13 +1,37 @@
 //! The `extern "C"` remap entry points, generic over the plugin type;
-//! [`crate::remap_plugin!`] exports them.
+//! [`crate::remap_plugin!`] exports them. A later copy of a build already
+//! loaded passes each call on to the first copy (see `copies.rs`); the
+//! `*_here` functions serve them in the copy that holds the rules.
 
 use std::ffi::{c_char, c_int, c_void};
 use std::mem::ManuallyDrop;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex, MutexGuard, OnceLock};
 
+use super::copies::{self, Lifecycle, Table};
 use super::{write_errbuf, ReloadStatus, RemapArgs, RemapPlugin, RemapRequest};
 use crate::txn::Txn;
 use crate::{guard, log, sys};
+
+/// In a later copy of a build: the entry points of the copy that serves it.
+static FORWARD: OnceLock<&'static Table> = OnceLock::new();
+/// This copy's entry points, for later copies of its build.
+static TABLE: OnceLock<Table> = OnceLock::new();
+static LIFECYCLE: Mutex<Lifecycle> = Mutex::new(Lifecycle::new());
+
+fn lifecycle() -> MutexGuard<'static, Lifecycle> {
+    LIFECYCLE.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+fn table<P: RemapPlugin>() -> Table {
+    Table {
+        new_instance: new_instance_here::<P>,
+        delete_instance: delete_instance_here::<P>,
+        do_remap: do_remap_here::<P>,
+        pre_reload: pre_reload_here::<P>,
+        post_reload: post_reload_here::<P>,
+        done: done_here::<P>,
+    }
+}
 
 /// # Safety
 /// Called by ATS as `TSRemapInit`.
@@ -38,7 +62,21 @@ pub unsafe fn init<P: RemapPlugin>(
                     sys::TSREMAP_VMINOR
                 ));
             }
-            P::init()
+            let own = TABLE.get().map(std::ptr::from_ref);
+            if let Some(first) =
+                copies::earlier(P::NAME).filter(|t| Some(std::ptr::from_ref(*t)) != own)
+            {
+                let _ = FORWARD.set(first);
+                log::note(&format!(
+                    "{}.so: this file is the same build as a copy already loaded: that copy \
+                     serves its rules, so their state carries over reloads",
+                    P::NAME
+                ));
+                return Ok(());
+            }
+            P::init()?;
+            copies::publish(P::NAME, TABLE.get_or_init(table::<P>));
+            Ok(())
         },
     );
     match result {
@@ -56,6 +94,23 @@ pub unsafe fn init<P: RemapPlugin>(
 /// # Safety
 /// Called by ATS as `TSRemapNewInstance`.
 pub unsafe fn new_instance<P: RemapPlugin>(
+    argc: c_int,
+    argv: *mut *mut c_char,
+    ih: *mut *mut c_void,
+    errbuf: *mut c_char,
+    size: c_int,
+) -> sys::TSReturnCode {
+    if let Some(t) = FORWARD.get() {
+        // SAFETY: forwarded unchanged from ATS.
+        return unsafe { (t.new_instance)(argc, argv, ih, errbuf, size) };
+    }
+    // SAFETY: as above.
+    unsafe { new_instance_here::<P>(argc, argv, ih, errbuf, size) }
+}
+
+/// # Safety
+/// ATS's `TSRemapNewInstance` contract.
+unsafe extern "C" fn new_instance_here<P: RemapPlugin>(
     argc: c_int,
     argv: *mut *mut c_char,
     ih: *mut *mut c_void,
@@ -98,6 +153,7 @@ pub unsafe fn new_instance<P: RemapPlugin>(
             // SAFETY: ATS passes a valid out pointer; ownership of one Arc
             // reference goes to ATS until TSRemapDeleteInstance.
             unsafe { *ih = Arc::into_raw(rule) as *mut c_void };
+            lifecycle().made();
             sys::TSReturnCode::TS_SUCCESS
         }
         Err(msg) => {
@@ -111,9 +167,21 @@ pub unsafe fn new_instance<P: RemapPlugin>(
 /// # Safety
 /// Called by ATS as `TSRemapDeleteInstance` with a pointer from `new_instance`.
 pub unsafe fn delete_instance<P: RemapPlugin>(ih: *mut c_void) {
+    if let Some(t) = FORWARD.get() {
+        // SAFETY: forwarded unchanged from ATS.
+        return unsafe { (t.delete_instance)(ih) };
+    }
+    // SAFETY: as above.
+    unsafe { delete_instance_here::<P>(ih) }
+}
+
+/// # Safety
+/// ATS's `TSRemapDeleteInstance` contract.
+unsafe extern "C" fn delete_instance_here<P: RemapPlugin>(ih: *mut c_void) {
     if ih.is_null() {
         return;
     }
+    lifecycle().deleted();
     guard::catch(
         "TSRemapDeleteInstance",
         || (),
@@ -127,17 +195,49 @@ pub unsafe fn delete_instance<P: RemapPlugin>(ih: *mut c_void) {
 
 /// Called by ATS as `TSRemapPreConfigReload`.
 pub fn pre_reload<P: RemapPlugin>() {
-    guard::catch("TSRemapPreConfigReload", || (), P::pre_reload);
+    match FORWARD.get() {
+        Some(t) => (t.pre_reload)(),
+        None => pre_reload_here::<P>(),
+    }
+}
+
+extern "C" fn pre_reload_here<P: RemapPlugin>() {
+    let tell = lifecycle().pre_reload();
+    if tell {
+        guard::catch("TSRemapPreConfigReload", || (), P::pre_reload);
+    }
 }
 
 /// Called by ATS as `TSRemapDone`.
 pub fn done<P: RemapPlugin>() {
+    match FORWARD.get() {
+        Some(t) => (t.done)(),
+        None => done_here::<P>(),
+    }
+}
+
+extern "C" fn done_here<P: RemapPlugin>() {
+    let done = lifecycle().done();
+    if !done {
+        log::debug(&format!(
+            "{}: rules this copy made for a later copy of its build remain",
+            P::NAME
+        ));
+        return;
+    }
     log::debug(&format!("{}: the last rule of this copy is gone", P::NAME));
     guard::catch("TSRemapDone", || (), P::done);
 }
 
 /// Called by ATS as `TSRemapPostConfigReload`.
 pub fn post_reload<P: RemapPlugin>(status: sys::TSRemapReloadStatus) {
+    match FORWARD.get() {
+        Some(t) => (t.post_reload)(status),
+        None => post_reload_here::<P>(status),
+    }
+}
+
+extern "C" fn post_reload_here<P: RemapPlugin>(status: sys::TSRemapReloadStatus) {
     let status = match status {
         sys::TSRemapReloadStatus::TSREMAP_CONFIG_RELOAD_SUCCESS_PLUGIN_USED => {
             ReloadStatus::Loaded { used: true }
@@ -146,6 +246,9 @@ pub fn post_reload<P: RemapPlugin>(status: sys::TSRemapReloadStatus) {
             ReloadStatus::Loaded { used: false }
         }
         _ => ReloadStatus::Failed,
+    };
+    let Some(status) = lifecycle().post_reload(status) else {
+        return;
     };
     guard::catch("TSRemapPostConfigReload", || (), || P::post_reload(status));
 }
@@ -216,6 +319,21 @@ pub unsafe fn plugin_init<P: RemapPlugin>(argc: c_int, argv: *mut *const c_char)
 /// # Safety
 /// Called by ATS as `TSRemapDoRemap` with a pointer from `new_instance`.
 pub unsafe fn do_remap<P: RemapPlugin>(
+    ih: *mut c_void,
+    txn: sys::TSHttpTxn,
+    rri: *mut sys::TSRemapRequestInfo,
+) -> sys::TSRemapStatus {
+    if let Some(t) = FORWARD.get() {
+        // SAFETY: forwarded unchanged from ATS.
+        return unsafe { (t.do_remap)(ih, txn, rri) };
+    }
+    // SAFETY: as above.
+    unsafe { do_remap_here::<P>(ih, txn, rri) }
+}
+
+/// # Safety
+/// ATS's `TSRemapDoRemap` contract.
+unsafe extern "C" fn do_remap_here<P: RemapPlugin>(
     ih: *mut c_void,
     txn: sys::TSHttpTxn,
     rri: *mut sys::TSRemapRequestInfo,
