@@ -40,5 +40,8 @@ pub use client::{
     Answer, Backend, BatchError, Client, Completion, Config, Exited, Stats, SubmitError,
 };
 pub use clients::Clients;
+/// The RESP reply reader over bytes, for the fuzz target (`fuzz/`).
+#[doc(hidden)]
+pub use resp::read_reply;
 /// `--store` values and the addresses they name (the `store-url` leaf).
 pub use store_url as url;

@@ -81,35 +81,122 @@ impl Conn {
         io.write_all(buf).map_err(io_err)
     }
 
-    /// One reply line without its CRLF.
-    fn line(&mut self, deadline: Instant) -> Result<String, BatchError> {
+    /// The replies to the commands just sent, read by the same deadline.
+    fn replies(&mut self, deadline: Instant) -> &mut BufReader<Timed> {
         self.io.get_mut().deadline = deadline;
-        let mut buf = Vec::with_capacity(64);
-        let n = (&mut self.io)
-            .take(MAX_LINE as u64 + 2)
-            .read_until(b'\n', &mut buf)
-            .map_err(io_err)?;
-        if n == 0 {
-            return Err(BatchError::Failed("memcached closed the connection".into()));
+        &mut self.io
+    }
+}
+
+/// One reply line without its CRLF.
+fn line(io: &mut impl BufRead) -> Result<String, BatchError> {
+    let mut buf = Vec::with_capacity(64);
+    let n = io
+        .take(MAX_LINE as u64 + 2)
+        .read_until(b'\n', &mut buf)
+        .map_err(io_err)?;
+    if n == 0 {
+        return Err(BatchError::Failed("memcached closed the connection".into()));
+    }
+    if !buf.ends_with(b"\r\n") {
+        return Err(BatchError::Failed("memcached sent an overlong line".into()));
+    }
+    buf.truncate(buf.len() - 2);
+    String::from_utf8(buf).map_err(|_| BatchError::Failed("memcached sent non-UTF-8".into()))
+}
+
+/// A value's `n` bytes and their CRLF.
+fn exact(io: &mut impl Read, n: usize) -> Result<Vec<u8>, BatchError> {
+    let mut v = vec![0; n + 2];
+    io.read_exact(&mut v).map_err(io_err)?;
+    if !v.ends_with(b"\r\n") {
+        return Err(BatchError::Failed(
+            "memcached value not ended by CRLF".into(),
+        ));
+    }
+    v.truncate(n);
+    Ok(v)
+}
+
+/// Each key's value and CAS unique, if found.
+pub type Found = Vec<Option<(Vec<u8>, u64)>>;
+
+/// The reply to `gets KEYS`.
+fn gets_reply(io: &mut impl BufRead, keys: &[&str]) -> Result<Found, BatchError> {
+    let mut found = vec![None; keys.len()];
+    loop {
+        let line = line(io)?;
+        if line == "END" {
+            return Ok(found);
         }
-        if !buf.ends_with(b"\r\n") {
-            return Err(BatchError::Failed("memcached sent an overlong line".into()));
+        // VALUE <key> <flags> <bytes> <cas>
+        let f: Vec<&str> = line.split(' ').collect();
+        let ["VALUE", key, _flags, bytes, cas] = f.as_slice() else {
+            return Err(BatchError::Failed(format!(
+                "memcached: unexpected '{line}'"
+            )));
+        };
+        let (Ok(bytes), Ok(cas)) = (bytes.parse::<usize>(), cas.parse::<u64>()) else {
+            return Err(BatchError::Failed(format!(
+                "memcached: bad VALUE line '{line}'"
+            )));
+        };
+        if bytes > MAX_VALUE {
+            return Err(BatchError::Failed(format!(
+                "memcached: a {bytes}-byte value for '{key}' (at most {MAX_VALUE})"
+            )));
         }
-        buf.truncate(buf.len() - 2);
-        String::from_utf8(buf).map_err(|_| BatchError::Failed("memcached sent non-UTF-8".into()))
+        let key = key.to_string();
+        let v = exact(io, bytes)?;
+        if let Some(i) = keys.iter().position(|k| *k == key) {
+            found[i] = Some((v, cas));
+        }
+    }
+}
+
+/// The replies to pipelined `cas`, `add` or `delete` commands (`deletes`:
+/// which of them is a `delete`): whether each lost a race.
+fn write_replies(
+    io: &mut impl BufRead,
+    deletes: impl Iterator<Item = bool>,
+) -> Result<Vec<bool>, BatchError> {
+    let mut lost = Vec::with_capacity(deletes.size_hint().0);
+    for delete in deletes {
+        let raced = match line(io)?.as_str() {
+            "STORED" | "DELETED" => false,
+            // Deleting what is already gone is as good as done.
+            "NOT_FOUND" if delete => false,
+            // Another proxy changed, added or removed it first.
+            "EXISTS" | "NOT_STORED" | "NOT_FOUND" => true,
+            other => {
+                return Err(BatchError::Failed(format!(
+                    "memcached: unexpected '{other}'"
+                )))
+            }
+        };
+        lost.push(raced);
+    }
+    Ok(lost)
+}
+
+/// [`gets_reply`] and [`write_replies`] over bytes, and the bytes each
+/// took: the memcached replies' fuzz target (`fuzz/fuzz_targets/store_memcached.rs`).
+#[doc(hidden)]
+pub mod replies {
+    use super::{BatchError, Found};
+
+    /// The reply to `gets KEYS`, read from `bytes`.
+    pub fn gets(mut bytes: &[u8], keys: &[&str]) -> Result<(Found, usize), BatchError> {
+        let len = bytes.len();
+        let found = super::gets_reply(&mut bytes, keys)?;
+        Ok((found, len - bytes.len()))
     }
 
-    fn exact(&mut self, n: usize, deadline: Instant) -> Result<Vec<u8>, BatchError> {
-        self.io.get_mut().deadline = deadline;
-        let mut v = vec![0; n + 2];
-        self.io.read_exact(&mut v).map_err(io_err)?;
-        if !v.ends_with(b"\r\n") {
-            return Err(BatchError::Failed(
-                "memcached value not ended by CRLF".into(),
-            ));
-        }
-        v.truncate(n);
-        Ok(v)
+    /// The replies to pipelined writes (`deletes`: which are `delete`s).
+    pub fn writes(mut bytes: &[u8], deletes: &[bool]) -> Result<(Vec<bool>, usize), BatchError> {
+        let len = bytes.len();
+        let lost = super::write_replies(&mut bytes, deletes.iter().copied())?;
+        Ok((lost, len - bytes.len()))
     }
 }
 
@@ -185,35 +272,7 @@ impl CasStore for Memcached {
         cmd.push_str("\r\n");
         let c = &mut self.conns[server];
         c.send(cmd.as_bytes(), deadline)?;
-        let mut found = vec![None; keys.len()];
-        loop {
-            let line = c.line(deadline)?;
-            if line == "END" {
-                return Ok(found);
-            }
-            // VALUE <key> <flags> <bytes> <cas>
-            let f: Vec<&str> = line.split(' ').collect();
-            let ["VALUE", key, _flags, bytes, cas] = f.as_slice() else {
-                return Err(BatchError::Failed(format!(
-                    "memcached: unexpected '{line}'"
-                )));
-            };
-            let (Ok(bytes), Ok(cas)) = (bytes.parse::<usize>(), cas.parse::<u64>()) else {
-                return Err(BatchError::Failed(format!(
-                    "memcached: bad VALUE line '{line}'"
-                )));
-            };
-            if bytes > MAX_VALUE {
-                return Err(BatchError::Failed(format!(
-                    "memcached: a {bytes}-byte value for '{key}' (at most {MAX_VALUE})"
-                )));
-            }
-            let key = key.to_string();
-            let v = c.exact(bytes, deadline)?;
-            if let Some(i) = keys.iter().position(|k| *k == key) {
-                found[i] = Some((v, cas));
-            }
-        }
+        gets_reply(c.replies(deadline), keys)
     }
 
     /// `cas`, `add` or `delete` per key, pipelined.
@@ -239,23 +298,10 @@ impl CasStore for Memcached {
         }
         let c = &mut self.conns[server];
         c.send(&cmds, deadline)?;
-        let mut lost = Vec::with_capacity(writes.len());
-        for w in writes {
-            let raced = match c.line(deadline)?.as_str() {
-                "STORED" | "DELETED" => false,
-                // Deleting what is already gone is as good as done.
-                "NOT_FOUND" if w.value.is_none() => false,
-                // Another proxy changed, added or removed it first.
-                "EXISTS" | "NOT_STORED" | "NOT_FOUND" => true,
-                other => {
-                    return Err(BatchError::Failed(format!(
-                        "memcached: unexpected '{other}'"
-                    )))
-                }
-            };
-            lost.push(raced);
-        }
-        Ok(lost)
+        write_replies(
+            c.replies(deadline),
+            writes.iter().map(|w| w.value.is_none()),
+        )
     }
 }
 
@@ -273,6 +319,25 @@ mod tests {
             .as_secs();
         let abs = exptime(40 * 24 * 3600);
         assert!((now + 40 * 24 * 3600..now + 40 * 24 * 3600 + 5).contains(&abs));
+    }
+
+    /// The replies' parsers over bytes (the fuzz target's entries).
+    #[test]
+    fn replies_read_from_bytes() {
+        let sent = b"VALUE k 0 2 9\r\nab\r\nVALUE x 0 1 3\r\nz\r\nEND\r\nSTORED\r\n";
+        let (found, took) = replies::gets(sent, &["j", "k"]).unwrap();
+        assert_eq!(found, vec![None, Some((b"ab".to_vec(), 9))]);
+        assert_eq!(&sent[took..], b"STORED\r\n");
+        let sent = b"STORED\r\nNOT_FOUND\r\nNOT_FOUND\r\nEXISTS\r\n";
+        let (lost, took) = replies::writes(sent, &[false, true, false, false]).unwrap();
+        assert_eq!((lost, took), (vec![false, false, true, true], sent.len()));
+        for bad in [
+            &b"VALUE k 0 4097 1\r\n"[..],
+            b"VALUE k 0 2 1\r\nabc\r\n",
+            b"END\n",
+        ] {
+            assert!(replies::gets(bad, &["k"]).is_err(), "{bad:?}");
+        }
     }
 
     #[test]

@@ -29,8 +29,11 @@ const MAX_DEPTH: usize = 8;
 /// it buffers a reply of any length. The RESP2 types are read here (we
 /// never ask for RESP3); error replies go through the crate's parser, so
 /// codes such as `NOSCRIPT` or `MOVED` read as they always did.
-pub(crate) struct RespConn {
-    io: BufReader<Timed>,
+///
+/// Generic over its reader only so that [`read_reply`] (the fuzz target's
+/// entry) reads replies from bytes with the very same code.
+pub(crate) struct RespConn<R = BufReader<Timed>> {
+    io: R,
     line: Vec<u8>,
 }
 
@@ -55,7 +58,23 @@ impl RespConn {
         let mut budget = MAX_REPLY;
         self.value(&mut budget, 0)
     }
+}
 
+/// One reply read from `bytes` as [`RespConn::recv`] reads it from a
+/// server, and the bytes it took: the RESP reader's fuzz target
+/// (`fuzz/fuzz_targets/store_resp.rs`).
+#[doc(hidden)]
+pub fn read_reply(bytes: &[u8]) -> Result<(Value, usize), BatchError> {
+    let mut conn = RespConn {
+        io: bytes,
+        line: Vec::with_capacity(64),
+    };
+    let mut budget = MAX_REPLY;
+    let v = conn.value(&mut budget, 0)?;
+    Ok((v, bytes.len() - conn.io.len()))
+}
+
+impl<R: BufRead> RespConn<R> {
     fn value(&mut self, budget: &mut usize, depth: usize) -> Result<Value, BatchError> {
         charge(budget, std::mem::size_of::<Value>())?;
         self.read_line(budget)?;
@@ -288,6 +307,20 @@ mod tests {
             "MOVED",
             "3999 127.0.0.1:6381"
         ));
+    }
+
+    /// The fuzz target's entry reads what `recv` reads, and says how much.
+    #[test]
+    fn replies_read_from_bytes() {
+        let bytes = b"*2\r\n:7\r\n$2\r\nab\r\n+OK\r\n";
+        let (v, took) = read_reply(bytes).unwrap();
+        assert_eq!(
+            v,
+            Value::Array(vec![Value::Int(7), Value::BulkString(b"ab".to_vec())])
+        );
+        assert_eq!(read_reply(&bytes[took..]).unwrap(), (Value::Okay, 5));
+        let e = failed(read_reply(b"$3\r\nab").map(|(v, _)| v));
+        assert!(e.contains("mid-reply"), "{e}");
     }
 
     fn is_error(v: &Value, code: &str, details: &str) -> bool {

@@ -19,11 +19,8 @@ use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-mod config;
-mod server;
-
-use config::Config;
-use server::Server;
+use dthrottled::config::{self, Config};
+use dthrottled::server::Server;
 
 const DEFAULT_CONFIG: &str = "/etc/dthrottled.conf";
 

@@ -252,6 +252,14 @@ impl Server {
         }
     }
 
+    /// Serves `stream` on the calling thread, as a connection's own thread
+    /// does, outside the table of open connections: the line protocol's
+    /// fuzz target (`fuzz/fuzz_targets/dthrottled_lines.rs`).
+    #[doc(hidden)]
+    pub fn serve_here<S: Stream>(&self, stream: &S) -> io::Result<()> {
+        self.serve(stream, &Activity::default())
+    }
+
     /// Answers every line read, in order, one write per read.
     fn serve<S: Stream>(&self, s: &S, activity: &Activity) -> io::Result<()> {
         s.timeouts(self.idle_timeout, self.write_timeout)?;
