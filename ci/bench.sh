@@ -13,10 +13,18 @@
 #                          timing), writes nothing; and the micro-benchmarks'
 #                          instruction counts (callgrind, ~2 s) checked against
 #                          bench/micro-icount/baseline.tsv: fails on a
-#                          regression above 5 % and 8 instructions.
+#                          regression above 5 % and 8 instructions; and
+#                          `ats-bench tls --smoke` (~45 s: 5 connections per
+#                          callgrind window, a 2.5 s flood; fails if a handshake
+#                          does not end as its configuration says).
 #   ci/bench.sh icount     instructions per request of traffic_server under
 #                          callgrind for every configuration (issue 15, ~5 min),
 #                          and the micro-benchmarks' counts; updates BENCHMARKS.md.
+#   ci/bench.sh tls        rate_limit.so's global mode (issue 29): instructions
+#                          per TLS connection under callgrind (no plugin, ours
+#                          accepting and refusing, on 10.x upstream's too) and a
+#                          2,000 connections/s flood from one address against a
+#                          per-ip selector (~4 min); updates BENCHMARKS.md.
 #
 # Extra arguments go to ats-bench (see `cargo run -p ats-bench -- --help`),
 # e.g. `ci/bench.sh --rounds 9 --duration 15`.
@@ -42,11 +50,17 @@ if [ "${1:-}" = "icount" ]; then
     exec cargo run --release --locked -p ats-bench -- icount --out BENCHMARKS.md "$@"
 fi
 
+if [ "${1:-}" = "tls" ]; then
+    shift
+    exec cargo run --release --locked -p ats-bench -- tls --out BENCHMARKS.md "$@"
+fi
+
 if [ "${1:-}" = "--smoke" ]; then
     shift
     # `--test` runs each criterion benchmark once: it must work, timing is not taken.
     cargo bench --locked "${MICRO[@]}" -- --test
     cargo run --release --locked -p ats-bench -- micro-icount --check
+    cargo run --release --locked -p ats-bench -- tls --smoke
     exec cargo run --release --locked -p ats-bench -- --smoke --no-micro "$@"
 fi
 

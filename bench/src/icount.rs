@@ -49,7 +49,7 @@ pub struct Window {
 /// never left, so its inclusive cost is all they execute; it is left out.
 const AIO_LOOP: &str = "AIOThreadInfo::start(";
 
-fn counted(p: &Profile) -> u64 {
+pub(crate) fn counted(p: &Profile) -> u64 {
     p.total
         .saturating_sub(p.inclusive(|n| n.starts_with(AIO_LOOP)))
 }
@@ -81,7 +81,7 @@ fn prefix(vi: usize) -> String {
 /// windows: the records sync to traffic_manager (even without one it
 /// marshals every record: ~40 M instructions each time, by default every
 /// few seconds), config update polling and the raw-stat sync.
-const QUIET: &[(&str, &str)] = &[
+pub(crate) const QUIET: &[(&str, &str)] = &[
     ("proxy.config.remote_sync_interval_ms", "INT 3600000"),
     ("proxy.config.config_update_interval_ms", "INT 3600000"),
     ("proxy.config.raw_stat_sync_interval_ms", "INT 3600000"),

@@ -23,6 +23,7 @@ mod queue;
 mod report;
 mod stats;
 mod sys;
+mod tls;
 mod wrk;
 
 use std::path::{Path, PathBuf};
@@ -54,6 +55,7 @@ const RL_QUEUE_OPTIONS: &[&str] = &["--limit=1", "--queue=100", "--header=X-Queu
 
 const USAGE: &str = "\
 usage: ats-bench [--smoke] [--out FILE] [options]
+       ats-bench icount|micro-icount|tls [--help]   (instruction counts; TLS connections)
 
   --smoke              a few seconds per part, every configuration once; numbers
                        are meaningless and FILE is not written
@@ -365,6 +367,7 @@ fn main() -> ExitCode {
     match argv.first().map(String::as_str) {
         Some("icount") => return icount_cli::main(&argv[1..]),
         Some("micro-icount") => return micro_icount::main(&argv[1..]),
+        Some("tls") => return tls::main(&argv[1..]),
         _ => {}
     }
     let args = match parse_args(&argv) {
