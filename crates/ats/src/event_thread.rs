@@ -6,6 +6,18 @@ use std::ptr::NonNull;
 
 use crate::sys;
 
+/// What a handle that must stay on its thread and within a call carries:
+/// borrowed for `'a`, and neither `Send` nor `Sync`. Zero-sized. Builtin
+/// types only (not `PhantomData<*const ()>`), so that compiler errors about
+/// it name no file of std's, whose paths move between toolchains (the
+/// compile-fail tests compare those errors).
+pub(crate) type ThreadBound<'a> = (std::marker::PhantomData<&'a ()>, [*const (); 0]);
+
+/// The [`ThreadBound`] value.
+pub(crate) const fn thread_bound<'a>() -> ThreadBound<'a> {
+    (std::marker::PhantomData, [])
+}
+
 /// An ATS event thread, remembered to come back to it later.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct EventThread(NonNull<sys::tsapi_event_thread>);

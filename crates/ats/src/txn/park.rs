@@ -6,7 +6,7 @@ use std::ptr::NonNull;
 
 use super::resume::{fail_safe, reenable_deferred};
 use super::{Done, Txn};
-use crate::event_thread::EventThread;
+use crate::event_thread::{thread_bound, EventThread, ThreadBound};
 use crate::sys;
 
 /// A transaction left suspended at a hook. `Send`: it may travel to any
@@ -73,7 +73,7 @@ impl Parked {
         if EventThread::current() == Some(self.home) && !std::thread::panicking() {
             let _done = f(HomeTxn {
                 parked: self,
-                _here: PhantomData,
+                _here: thread_bound(),
             });
             return;
         }
@@ -83,7 +83,7 @@ impl Parked {
             if let Some((parked, f)) = slot.take() {
                 let _done = f(HomeTxn {
                     parked,
-                    _here: PhantomData,
+                    _here: thread_bound(),
                 });
             }
         });
@@ -151,7 +151,7 @@ impl SendTxn {
 /// [`Parked::on_home`] call, so it cannot leave that thread or call.
 pub struct HomeTxn<'a> {
     parked: Parked,
-    _here: PhantomData<(&'a (), *const ())>,
+    _here: ThreadBound<'a>,
 }
 
 impl HomeTxn<'_> {

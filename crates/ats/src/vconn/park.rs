@@ -10,7 +10,7 @@ use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
 use super::{reenable, ClientHello, VConn, MARKS};
-use crate::event_thread::EventThread;
+use crate::event_thread::{thread_bound, EventThread, ThreadBound};
 use crate::sched::Timer;
 use crate::txn::Done;
 use crate::{guard, sys};
@@ -264,7 +264,7 @@ impl Drop for ParkedHello {
 pub struct HomeHello<'a> {
     shared: Arc<Shared>,
     resolved: bool,
-    _here: PhantomData<(&'a (), *const ())>,
+    _here: ThreadBound<'a>,
 }
 
 impl HomeHello<'_> {
@@ -272,7 +272,7 @@ impl HomeHello<'_> {
         HomeHello {
             shared,
             resolved: false,
-            _here: PhantomData,
+            _here: thread_bound(),
         }
     }
 
