@@ -13,14 +13,34 @@
 mod ip_throttle_common;
 
 use std::net::Ipv4Addr;
+use std::thread;
 
 use ats_tests::client::{Conn, Response};
 use ats_tests::{Origin, TrafficServer};
 use ip_throttle_common::{delayed_by, get, ip, rule, waits_for_log};
 
-/// Quick escalation: the 5th request in a row is the ban (violation 3 > 2).
-const FAST: &str = "--initial-delay=0.1 --max-delay=0.2 --threshold=5 --ban-threshold=2 \
+/// The 5th request in a row is the ban (violation 3 > 2); see [`escalate`].
+const FAST: &str = "--initial-delay=1 --max-delay=2 --threshold=5 --ban-threshold=2 \
                     --ban-expiration=60 --max-concurrent=5 --deny-file=deny.txt";
+
+/// An IP's escalation to a ban under [`FAST`]: request 0 passes
+/// (probation), then 1 to 4 go at once: three are delayed (violations 0, 1,
+/// 2), the last to arrive is the ban. Sent together, each reaches the
+/// plugin well within the 2 s (twice the first delay) that keep the IP
+/// throttled, however slow the machine; sent one after another with 0.1 s
+/// delays, each had what was left of 0.1 s after the previous response.
+/// Statuses: request 0's, then the others' sorted.
+fn escalate(send: impl Fn(usize) -> u16 + Sync) -> Vec<u16> {
+    let mut out = vec![send(0)];
+    let send = &send;
+    let mut rest: Vec<u16> = thread::scope(|s| {
+        let at_once: Vec<_> = (1..5).map(|i| s.spawn(move || send(i))).collect();
+        at_once.into_iter().map(|h| h.join().unwrap_or(0)).collect()
+    });
+    rest.sort_unstable();
+    out.extend(rest);
+    out
+}
 
 fn client(last: u8) -> Ipv4Addr {
     Ipv4Addr::new(192, 0, 2, last)
@@ -60,11 +80,9 @@ fn behind_a_trusted_proxy_the_abuser_is_banned_and_the_others_are_not() {
         .start()
         .expect("start");
     let abuser = [("X-Forwarded-For", "192.0.2.10")];
-    // The balancer forwards the abuser's requests one after the other:
-    // passed, delayed, delayed, delayed, banned.
-    let statuses: Vec<u16> = (0..5)
-        .map(|_| via(&ts, balancer, "x.test", &abuser).status)
-        .collect();
+    // The balancer forwards the abuser's requests: passed, delayed,
+    // delayed, delayed, banned.
+    let statuses = escalate(|_| via(&ts, balancer, "x.test", &abuser).status);
     assert_eq!(statuses, [200, 200, 200, 200, 403]);
     // Another client behind the same balancer is not affected.
     let r = via(
@@ -132,9 +150,7 @@ fn the_proxy_protocol_source_is_the_client() {
         .start()
         .expect("start");
     let balancer = ip(9);
-    let statuses: Vec<u16> = (0..5)
-        .map(|_| proxied(&ts, balancer, client(30), &[]))
-        .collect();
+    let statuses = escalate(|_| proxied(&ts, balancer, client(30), &[]));
     assert_eq!(statuses, [200, 200, 200, 200, 403]);
     assert_eq!(proxied(&ts, balancer, client(31), &[]), 200);
     assert_eq!(proxied(&ts, balancer, client(66), &[]), 403);
@@ -190,10 +206,7 @@ fn an_unknown_client_behind_a_trusted_proxy_is_neither_listed_nor_the_proxy() {
         (lb1, &[("X-Forwarded-For", "192.0.2.10, _obf")]),
     ];
     for host in ["allowed.test", "plain.test"] {
-        let statuses: Vec<u16> = unnamed
-            .iter()
-            .map(|(lb, h)| via(&ts, *lb, host, h).status)
-            .collect();
+        let statuses = escalate(|i| via(&ts, unnamed[i].0, host, unnamed[i].1).status);
         assert_eq!(statuses, [200, 200, 200, 200, 403], "{host}");
         // Not the balancer's state: its own address (an all-trusted chain)
         // is not banned, nor is a client it names.

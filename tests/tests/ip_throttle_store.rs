@@ -7,13 +7,14 @@
 //! Clients bind their own loopback sources (127.0.0.60 and up here).
 
 use std::net::Ipv4Addr;
+use std::thread;
 use std::time::{Duration, Instant};
 
 use ats_tests::client::{Conn, Response};
 use ats_tests::memcached::Memcached;
 use ats_tests::redis::Redis;
 use ats_tests::redis_cluster::RedisCluster;
-use ats_tests::{Origin, TrafficServer};
+use ats_tests::{wait_until, Origin, TrafficServer};
 
 /// The store under test.
 enum Store {
@@ -84,22 +85,29 @@ fn get(ts: &TrafficServer, src: Ipv4Addr, host: &str) -> Response {
     c.get(host, "/", &[]).expect("response")
 }
 
-/// Short delays; the fifth throttled-or-later request bans.
-const FAST: &str = "--initial-delay=0.1 --max-delay=0.2 --threshold=5 --ban-threshold=2 \
+/// The fifth throttled-or-later request bans; delays of 1 s, then 2 s.
+const FAST: &str = "--initial-delay=1 --max-delay=2 --threshold=5 --ban-threshold=2 \
                     --ban-expiration=600";
+/// Short delays, for the store-down test, whose bounds add the timeout.
+const SHORT: &str = "--initial-delay=0.1 --max-delay=0.2 --threshold=5 --ban-threshold=2 \
+                     --ban-expiration=600";
 
-fn proxy(origin: &Origin, mc: &Store, manager: bool) -> TrafficServer {
+/// How much sooner than its value a delay may end, as the client measures
+/// it (ATS's cached clock and whole ms: see foundation.rs).
+const TIMER_EARLY: Duration = Duration::from_millis(100);
+
+fn proxy(origin: &Origin, mc: &Store, manager: bool, params: &str) -> TrafficServer {
     let store = format!("--store={} --store-timeout=200", mc.url());
     let remap = ats_tests::rule(
         "ip_throttle",
         "s.test",
         origin,
-        &format!("{FAST} {store} --instance=shop"),
+        &format!("{params} {store} --instance=shop"),
     ) + &ats_tests::rule(
         "ip_throttle",
         "o.test",
         origin,
-        &format!("{FAST} {store} --instance=other"),
+        &format!("{params} {store} --instance=other"),
     );
     let mut b = TrafficServer::builder().remap(remap);
     if manager {
@@ -124,28 +132,65 @@ fn two_proxies_add_up_violations_and_both_enforce_the_ban_redis_cluster() {
     two_proxies_add_up_violations_and_both_enforce_the_ban(Store::Cluster(c), 64);
 }
 
+/// The record's phase, delay (ms) and violations, without its time.
+fn record_state(mc: &Store, key: &str) -> Option<String> {
+    let record = mc.get(key)?;
+    let f: Vec<&str> = record.split(' ').collect();
+    (f.len() == 5).then(|| format!("{} {} {}", f[1], f[3], f[4]))
+}
+
 fn two_proxies_add_up_violations_and_both_enforce_the_ban(mc: Store, last: u8) {
     let origin = Origin::start();
-    let (a, b) = (proxy(&origin, &mc, true), proxy(&origin, &mc, false));
+    let (a, b) = (
+        proxy(&origin, &mc, true, FAST),
+        proxy(&origin, &mc, false, FAST),
+    );
     let me = ip(last);
     let key = format!("ipt:shop:127.0.0.{last}");
     // Alternating proxies: pass, delayed (violations 0, 1, 2), then 3 > 2.
-    // Each proxy alone saw at most three requests, too few for a ban.
-    let mut got = Vec::new();
-    for (i, want) in [200, 200, 200, 200, 403].into_iter().enumerate() {
-        let ts = if i % 2 == 0 { &a } else { &b };
-        let r = get(ts, me, "s.test");
-        got.push((r.status, r.elapsed));
-        assert_eq!(
-            r.status,
-            want,
-            "request {i} via {}: {got:?}",
-            if i % 2 == 0 { "A" } else { "B" }
-        );
+    // Each proxy alone saw at most three requests, too few for a ban. Each
+    // request goes once the record shows the step before, while that one
+    // is still delayed, so it reaches the plugin well within the 2 s (twice
+    // the first delay) that keep the IP throttled, however slow the
+    // machine; sent after each response with 0.1 s delays, it had what was
+    // left of 0.1 s. The record shows the delay shared: 1 s set by B,
+    // doubled to 2 s by A.
+    let steps = [
+        "probation 0 0",
+        "throttled 1000 0",
+        "throttled 2000 1",
+        "throttled 2000 2",
+    ];
+    let got: Vec<(u16, Duration)> = thread::scope(|s| {
+        let sent: Vec<_> = steps
+            .iter()
+            .enumerate()
+            .map(|(i, want)| {
+                let ts = if i % 2 == 0 { &a } else { &b };
+                let h = s.spawn(move || {
+                    let r = get(ts, me, "s.test");
+                    (r.status, r.elapsed)
+                });
+                let mut seen = None;
+                let shown = wait_until(Duration::from_secs(10), || {
+                    seen = record_state(&mc, &key);
+                    seen.as_deref() == Some(*want)
+                });
+                assert!(shown, "request {i}: record {seen:?}, not '{want}'");
+                h
+            })
+            .collect();
+        // The fifth, on A, at once.
+        assert_eq!(get(&a, me, "s.test").status, 403);
+        sent.into_iter()
+            .map(|h| h.join().expect("request"))
+            .collect()
+    });
+    assert!(got.iter().all(|&(status, _)| status == 200), "{got:?}");
+    for (i, secs) in [(1, 1), (2, 2), (3, 2)] {
+        let delay = Duration::from_secs(secs) - TIMER_EARLY;
+        assert!(got[i].1 >= delay, "request {i} not delayed: {got:?}");
     }
-    // Delays were shared too: 0.1, then doubled to 0.2 on the other proxy.
-    assert!(got[1].1 >= Duration::from_millis(95), "{got:?}");
-    assert!(got[2].1 >= Duration::from_millis(195), "{got:?}");
     // Both proxies refuse it now; the record says why.
     assert_eq!(get(&b, me, "s.test").status, 403);
     assert_eq!(get(&a, me, "s.test").status, 403);
@@ -186,7 +231,7 @@ fn with_redis_down_each_proxy_decides_alone_within_the_timeout() {
 
 fn with_the_store_down_each_proxy_decides_alone_within_the_timeout(mut mc: Store, last: u8) {
     let origin = Origin::start();
-    let a = proxy(&origin, &mc, true);
+    let a = proxy(&origin, &mc, true, SHORT);
     let me = ip(last);
     assert_eq!(get(&a, me, "s.test").status, 200);
     mc.stop();

@@ -220,7 +220,11 @@ fn forged_garbage_and_replayed_datagrams_have_no_effect_and_are_counted() {
     let me = UdpSocket::bind("127.0.0.1:0").expect("udp");
     let my_port = me.local_addr().expect("addr").port();
     let listen = udp_port();
-    let ts = server(&origin, "--rate=0.1 --burst=3", listen, &[my_port], true);
+    // A token comes back every 1/rate = 1000 s, far beyond what the waits
+    // below may take (three metric waits of at most 25 s each), so no refill
+    // can hide a peer's hit. At 0.1/s, 9.2's metrics (up to 10 s late) let
+    // c6 regain a token before its requests: [200, 200, 429].
+    let ts = server(&origin, "--rate=0.001 --burst=3", listen, &[my_port], true);
     let to: SocketAddr = ([127, 0, 0, 1], listen).into();
     let now = peer::unix_ms();
     let entries = |tag: &str, hits: u32| vec![(Box::from(tag.as_bytes()), hits)];
