@@ -32,6 +32,7 @@ use std::os::unix::ffi::OsStrExt;
 
 mod cont;
 mod event_thread;
+mod global_arg;
 pub mod guard;
 mod hdr;
 pub mod log;

@@ -65,29 +65,11 @@ fn register_with<H: MsgHandler>(
     make: impl FnOnce() -> Result<H, String>,
 ) -> Result<bool, String> {
     let cname = to_cstring(name);
-    let mut idx: c_int = -1;
-    // SAFETY: valid C string and out pointer; description out may be null.
-    let found = unsafe {
-        sys::TSUserArgIndexNameLookup(
-            sys::TSUserArgType::TS_USER_ARGS_GLB,
-            cname.as_ptr(),
-            &mut idx,
-            std::ptr::null_mut(),
-        )
-    };
-    if found == sys::TSReturnCode::TS_SUCCESS && idx >= 0 {
+    if crate::global_arg::lookup(&cname).is_some() {
         return Ok(false);
     }
-    // SAFETY: valid C strings and out pointer.
-    let rc = unsafe {
-        sys::TSUserArgIndexReserve(
-            sys::TSUserArgType::TS_USER_ARGS_GLB,
-            cname.as_ptr(),
-            cname.as_ptr(),
-            &mut idx,
-        )
-    };
-    if rc != sys::TSReturnCode::TS_SUCCESS {
+    // A mark only: its value stays null.
+    if !crate::global_arg::publish(&cname, std::ptr::null_mut()) {
         return Err(format!(
             "cannot mark the {name} message handler (no free global user argument)"
         ));

@@ -1,5 +1,8 @@
 //! ATS text logs (`TSTextLogObject`): files in the log directory that ATS
-//! writes, buffers and rolls like its own logs.
+//! writes, buffers and rolls like its own logs. Handles on one name share
+//! one object, across the copies of our plugins too (`shared`).
+
+mod shared;
 
 use std::ptr::NonNull;
 
@@ -11,29 +14,31 @@ pub struct TextLog {
 }
 
 // SAFETY: ATS text log objects are written from any thread (LogObject is
-// internally synchronised); we never free it while a write can be running
-// because writes borrow `self`.
+// internally synchronised); the object is freed only with its last handle,
+// and a write borrows its handle.
 unsafe impl Send for TextLog {}
 // SAFETY: see Send.
 unsafe impl Sync for TextLog {}
 
+/// Finds or sets up the process's registry of log objects. Called where ATS
+/// loads a plugin: global user arguments are looked up and reserved there,
+/// on the one loading thread, so two copies cannot both create one.
+pub(crate) fn prepare() {
+    shared::prepare();
+}
+
 impl TextLog {
     /// Opens (creates) `<logdir>/<name>.log`; with `timestamp`, ATS prefixes
-    /// each line with its own timestamp.
+    /// each line with its own timestamp. A name open already (by this
+    /// plugin, another of ours, or another copy of one) shares its object:
+    /// the file is the same, and closes with the last handle.
     pub fn create(name: &str, timestamp: bool) -> Result<TextLog, String> {
-        let cname = to_cstring(name);
         let mode = if timestamp {
             sys::TS_LOG_MODE_ADD_TIMESTAMP.0 as std::ffi::c_int
         } else {
             0
         };
-        let mut obj: sys::TSTextLogObject = std::ptr::null_mut();
-        // SAFETY: valid C string and out pointer.
-        let rc = unsafe { sys::TSTextLogObjectCreate(cname.as_ptr(), mode, &mut obj) };
-        match NonNull::new(obj) {
-            Some(obj) if rc == sys::TSReturnCode::TS_SUCCESS => Ok(TextLog { obj }),
-            _ => Err(format!("cannot create text log {name}.log")),
-        }
+        shared::acquire(name, mode).map(|obj| TextLog { obj })
     }
 
     /// Appends one line (no trailing newline needed). ATS skips a line that
@@ -80,8 +85,9 @@ pub fn max_line() -> usize {
 }
 
 impl Drop for TextLog {
+    /// No write can be running through this handle (`&mut self`); others
+    /// keep the object until the last is dropped.
     fn drop(&mut self) {
-        // SAFETY: live log object, destroyed once; no write can be running (&mut self).
-        unsafe { sys::TSTextLogObjectDestroy(self.obj.as_ptr()) };
+        shared::release(self.obj);
     }
 }

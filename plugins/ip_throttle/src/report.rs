@@ -75,8 +75,8 @@ impl Metrics {
     }
 }
 
-/// One text log per .so (a second object named `ip_throttle` would write
-/// `ip_throttle_1.log`).
+/// This copy's handle on `ip_throttle.log` (copies of the .so share the
+/// file).
 static LOG: OnceLock<Result<TextLog, String>> = OnceLock::new();
 
 pub(crate) struct Reporter {

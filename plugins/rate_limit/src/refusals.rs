@@ -8,37 +8,16 @@
 //! ATS threads only (remap, a parked transaction's own thread); the
 //! flusher is an ATS task.
 
-use std::sync::{Arc, Weak};
+use std::sync::Arc;
 use std::time::Duration;
 
 use ats::sched::{Periodic, Pool};
 use ats::textlog::TextLog;
 use limits::{Clock, MonotonicClock};
-use parking_lot::Mutex;
 use rate_limit_core::key::Client;
 pub(crate) use rate_limit_core::refusal_log::Reason;
 use rate_limit_core::refusal_log::{Event, LogBound, LINES_PER_SECOND};
 use rate_limit_core::Options;
-
-/// The log objects by name: rules naming the same FILE share one (a second
-/// object of one name would write `NAME_1.log`). Weak: the last rule gone
-/// closes it.
-static FILES: Mutex<Vec<(String, Weak<TextLog>)>> = Mutex::new(Vec::new());
-
-fn open(name: &str) -> Result<Arc<TextLog>, String> {
-    let mut files = FILES.lock();
-    files.retain(|(_, w)| w.strong_count() > 0);
-    if let Some(log) = files
-        .iter()
-        .find(|(n, _)| n == name)
-        .and_then(|(_, w)| w.upgrade())
-    {
-        return Ok(log);
-    }
-    let log = Arc::new(TextLog::create(name, true)?);
-    files.push((name.to_owned(), Arc::downgrade(&log)));
-    Ok(log)
-}
 
 /// A rule's refusal log; without `--log`, recording is a no-op.
 pub(crate) struct Refusals {
@@ -47,6 +26,7 @@ pub(crate) struct Refusals {
 
 struct RuleLog {
     tag: String,
+    /// Rules naming the same FILE share its object (`TextLog::create`).
     file: Arc<TextLog>,
     bound: Arc<LogBound>,
     _flusher: Option<Periodic>,
@@ -75,7 +55,7 @@ impl Refusals {
         let Some(name) = &o.log else {
             return Ok(Refusals { log: None });
         };
-        let file = open(name).map_err(|e| format!("--log={name}: {e}"))?;
+        let file = Arc::new(TextLog::create(name, true).map_err(|e| format!("--log={name}: {e}"))?);
         let bound = Arc::new(LogBound::new(LINES_PER_SECOND));
         // The last second's summary is written even when no event follows.
         let (b, f, tag) = (Arc::downgrade(&bound), file.clone(), o.tag.clone());

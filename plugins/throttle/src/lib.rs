@@ -128,7 +128,7 @@ struct Globals {
 
 static GLOBALS: OnceLock<Globals> = OnceLock::new();
 
-/// One text log per .so: a second `throttle` object would write `throttle_1.log`.
+/// This copy's handle on `throttle.log` (copies of the .so share the file).
 static LOG: OnceLock<Result<TextLog, String>> = OnceLock::new();
 
 fn text_log() -> Result<&'static TextLog, String> {

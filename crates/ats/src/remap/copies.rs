@@ -50,21 +50,7 @@ fn arg_name(plugin: &str) -> Option<CString> {
 /// The entry points of a copy of this build loaded before this one, if any.
 pub(crate) fn earlier(plugin: &str) -> Option<&'static Table> {
     let name = arg_name(plugin)?;
-    let mut idx: c_int = -1;
-    // SAFETY: valid C string and out pointer; the description out may be null.
-    let found = unsafe {
-        sys::TSUserArgIndexNameLookup(
-            sys::TSUserArgType::TS_USER_ARGS_GLB,
-            name.as_ptr(),
-            &mut idx,
-            std::ptr::null_mut(),
-        )
-    };
-    if found != sys::TSReturnCode::TS_SUCCESS || idx < 0 {
-        return None;
-    }
-    // SAFETY: a global user argument (no object); idx was found by name.
-    let p = unsafe { sys::TSUserArgGet(std::ptr::null_mut(), idx) };
+    let p = crate::global_arg::lookup(&name)?;
     // SAFETY: only `publish` sets this argument, to a `&'static Table` of a
     // copy of this very build (the name carries its build-id: the same
     // code, so the same layout), which is never unmapped (nodelete).
@@ -80,32 +66,14 @@ pub(crate) fn publish(plugin: &str, table: &'static Table) {
         ));
         return;
     };
-    let mut idx: c_int = -1;
-    // SAFETY: valid C strings and out pointer.
-    let rc = unsafe {
-        sys::TSUserArgIndexReserve(
-            sys::TSUserArgType::TS_USER_ARGS_GLB,
-            name.as_ptr(),
-            name.as_ptr(),
-            &mut idx,
-        )
-    };
-    if rc != sys::TSReturnCode::TS_SUCCESS || idx < 0 {
+    // The table is 'static in a copy that stays mapped (nodelete).
+    let table = std::ptr::from_ref(table).cast_mut().cast();
+    if !crate::global_arg::publish(&name, table) {
         crate::log::warning(&format!(
             "{plugin}: no free global user argument: a replaced file of the same build will \
              load as a copy of its own"
         ));
-        return;
     }
-    // SAFETY: a global user argument (no object) reserved above; the table
-    // is 'static in a copy that stays mapped.
-    unsafe {
-        sys::TSUserArgSet(
-            std::ptr::null_mut(),
-            idx,
-            std::ptr::from_ref(table).cast_mut().cast(),
-        )
-    };
 }
 
 /// This copy's GNU build-id, if it has one and can never be unmapped.

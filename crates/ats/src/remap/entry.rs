@@ -62,6 +62,8 @@ pub unsafe fn init<P: RemapPlugin>(
                     sys::TSREMAP_VMINOR
                 ));
             }
+            // On ATS's loading thread: copies find one registry (see there).
+            crate::textlog::prepare();
             let own = TABLE.get().map(std::ptr::from_ref);
             if let Some(first) =
                 copies::earlier(P::NAME).filter(|t| Some(std::ptr::from_ref(*t)) != own)
@@ -271,6 +273,7 @@ pub unsafe fn plugin_init<P: RemapPlugin>(argc: c_int, argv: *mut *const c_char)
         "TSPluginInit",
         || Err("internal error (panic) during TSPluginInit; see diags.log".to_owned()),
         || {
+            crate::textlog::prepare();
             let name = std::ffi::CString::new(P::NAME).unwrap_or_default();
             let info = sys::TSPluginRegistrationInfo {
                 plugin_name: name.as_ptr(),
