@@ -58,7 +58,10 @@ fn ban(ts: &TrafficServer, src: Ipv4Addr, host: &str) -> Vec<u16> {
         let at_once: Vec<_> = (0..3)
             .map(|_| s.spawn(move || get(ts, src, host).status))
             .collect();
-        at_once.into_iter().map(|h| h.join().unwrap_or(0)).collect()
+        at_once
+            .into_iter()
+            .map(|h| h.join().expect("request"))
+            .collect()
     });
     rest.sort_unstable();
     out.extend(rest);

@@ -35,7 +35,10 @@ fn escalate(send: impl Fn(usize) -> u16 + Sync) -> Vec<u16> {
     let send = &send;
     let mut rest: Vec<u16> = thread::scope(|s| {
         let at_once: Vec<_> = (1..5).map(|i| s.spawn(move || send(i))).collect();
-        at_once.into_iter().map(|h| h.join().unwrap_or(0)).collect()
+        at_once
+            .into_iter()
+            .map(|h| h.join().expect("request"))
+            .collect()
     });
     rest.sort_unstable();
     out.extend(rest);

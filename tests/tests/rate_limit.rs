@@ -407,6 +407,7 @@ fn over_rate_requests_wait_in_the_queue_when_allowed() {
         .map(|r| r.arrived.duration_since(start))
         .collect();
     arrivals.sort();
+    assert_eq!(arrivals.len(), 5, "{arrivals:?}");
     for (k, at) in arrivals.iter().enumerate() {
         let due = Duration::from_millis(200 * k as u64).saturating_sub(TIMER_EARLY);
         assert!(*at >= due, "arrival {k} too soon: {arrivals:?}");

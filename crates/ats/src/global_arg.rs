@@ -1,8 +1,10 @@
 //! Process-wide named slots (global user arguments): how copies of our
 //! plugins (another build, or the same .so loaded again by a reload) find
-//! what an earlier copy set up. ATS loads plugins on one thread (startup,
-//! then each remap reload), so a lookup and the reserve that follows it do
-//! not race with another copy's.
+//! what an earlier copy set up. ATS loads plugins one load at a time (at
+//! startup on its main thread; each remap reload on a task thread, in
+//! order under its reconfiguration mutex), so a lookup and the reserve that
+//! follows it do not race with another copy's: call them only from a
+//! plugin's init.
 
 use std::ffi::{c_int, c_void, CStr};
 

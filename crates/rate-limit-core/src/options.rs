@@ -126,18 +126,19 @@ pub const RESERVED_LOG_NAMES: [&str; 7] = [
 /// A `--log` name that names nothing else's log.
 fn log_name_ok(base: &str) -> bool {
     let lower = base.to_ascii_lowercase();
+    // No '.': ATS adds `.log` only to a name without one (`a.b` would
+    // write `a.b`, and `diags.log` as a name would be ATS's own diags.log).
     (1..=MAX_LOG_NAME_LEN).contains(&base.len())
-        && !base.starts_with('.')
         && !base.starts_with('-')
         && !lower.ends_with("_ctl")
         && !RESERVED_LOG_NAMES.contains(&lower.as_str())
         && base
             .bytes()
-            .all(|b| b.is_ascii_alphanumeric() || b"._-".contains(&b))
+            .all(|b| b.is_ascii_alphanumeric() || b"_-".contains(&b))
 }
 
-const LOG_NAMES_ALLOWED: &str = "1-64 letters, digits, '.', '_', '-', not starting \
-     with '.' or '-', not *_ctl, not diags, error, traffic, manager, squid, throttle, ip_throttle \
+const LOG_NAMES_ALLOWED: &str = "1-64 letters, digits, '_', '-', not starting \
+     with '-', .log optional, not *_ctl, not diags, error, traffic, manager, squid, throttle, ip_throttle \
      (NAME.log in ATS's log dir)";
 
 /// A rejected option: names it, then the value, then what is allowed.

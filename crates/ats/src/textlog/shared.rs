@@ -10,8 +10,10 @@
 //! been built by different compilers. The registry lives in memory the
 //! first copy allocates and never frees, is found through a global user
 //! argument, and has a `repr(C)` layout checked by a magic number and its
-//! size; a copy that finds another layout keeps objects of its own.
+//! size; a copy that finds another layout (or no free argument) keeps a
+//! registry of its own, so its rules still share one object per name.
 
+use std::alloc::{GlobalAlloc, Layout, System};
 use std::ffi::{c_int, CString};
 use std::ptr::NonNull;
 use std::sync::atomic::{AtomicU32, Ordering};
@@ -33,8 +35,9 @@ struct Registry {
     magic: u64,
     size: u64,
     /// A spin lock (0 free, 1 held): the only lock every build agrees on.
-    /// Held for a lookup and at most one create or destroy, at rule
-    /// creation and deletion, never on a request's path.
+    /// Held for a lookup and at most one create, when a rule or a plugin
+    /// starts (ATS's loading thread), and for a count when a rule is
+    /// deleted (an event thread, on 10.x); never on a request's path.
     lock: AtomicU32,
     slots: [Slot; SLOTS],
 }
@@ -49,52 +52,69 @@ struct Slot {
     name: [u8; NAME_BYTES],
 }
 
-/// The process's registry; `None` if another copy's has another layout or
-/// ATS had no global user argument left (objects are then this copy's own).
+/// A zeroed registry from the system allocator (not the global one, which
+/// a build might replace), never freed; `None` if out of memory.
+fn allocate() -> Option<NonNull<Registry>> {
+    let layout = Layout::new::<Registry>();
+    // SAFETY: Registry is not zero-sized. Every field of it is valid
+    // all-zero (null pointers, zero counts, an unlocked lock).
+    let p = NonNull::new(unsafe { System.alloc_zeroed(layout) }.cast::<Registry>())?;
+    // SAFETY: just allocated and zeroed, not shared yet.
+    unsafe {
+        (*p.as_ptr()).magic = MAGIC;
+        (*p.as_ptr()).size = std::mem::size_of::<Registry>() as u64;
+    }
+    Some(p)
+}
+
+/// The process's registry, or this copy's own if another copy's has another
+/// layout or ATS had no global user argument left; `None` only if out of
+/// memory (objects are then per handle).
 fn registry() -> Option<NonNull<Registry>> {
     static FOUND: OnceLock<Option<usize>> = OnceLock::new();
     let addr = FOUND.get_or_init(|| {
-        if let Some(p) = crate::global_arg::lookup(ARG) {
-            let reg = NonNull::new(p.cast::<Registry>())?;
-            // SAFETY: only the code below sets ARG, to a registry that is
-            // never freed; its first two fields are at the same offsets in
-            // every layout (they say which layout it is).
-            let (magic, size) = unsafe {
-                let r = reg.as_ptr();
-                ((*r).magic, (*r).size)
-            };
-            if magic != MAGIC || size != std::mem::size_of::<Registry>() as u64 {
-                crate::log::warning(
-                    "another build's text log registry has another layout: this copy's logs \
-                     get files of their own (NAME_1.log)",
-                );
-                return None;
-            }
-            return Some(reg.as_ptr() as usize);
-        }
-        let layout = std::alloc::Layout::new::<Registry>();
-        // SAFETY: Registry is not zero-sized. Every field of it is valid
-        // all-zero (null pointers, zero counts, an unlocked lock).
-        let p = unsafe { std::alloc::alloc_zeroed(layout) }.cast::<Registry>();
-        if p.is_null() {
-            return None;
-        }
-        // SAFETY: just allocated, zeroed and not shared yet.
-        unsafe {
-            (*p).magic = MAGIC;
-            (*p).size = std::mem::size_of::<Registry>() as u64;
-        }
-        // Never freed once published: later copies (and this one) use it
-        // until exit.
-        if crate::global_arg::publish(ARG, p.cast()) {
-            Some(p as usize)
-        } else {
-            // SAFETY: allocated above with this layout and published nowhere.
-            unsafe { std::alloc::dealloc(p.cast(), layout) };
-            None
-        }
+        let reg = find_or_publish().or_else(allocate)?;
+        Some(reg.as_ptr() as usize)
     });
     addr.and_then(|a| NonNull::new(a as *mut Registry))
+}
+
+/// The registry another copy published, or a new one published here;
+/// `None` if the published one has another layout or none can be published.
+fn find_or_publish() -> Option<NonNull<Registry>> {
+    if let Some(p) = crate::global_arg::lookup(ARG) {
+        let reg = NonNull::new(p.cast::<Registry>())?;
+        // SAFETY: only the code below sets ARG, to a registry that is
+        // never freed; its first two fields are at the same offsets in
+        // every layout (they say which layout it is).
+        let (magic, size) = unsafe {
+            let r = reg.as_ptr();
+            ((*r).magic, (*r).size)
+        };
+        if magic != MAGIC || size != std::mem::size_of::<Registry>() as u64 {
+            crate::log::warning(
+                "another build's text log registry has another layout: a log both \
+                     builds write gets a second file (NAME_1.log)",
+            );
+            return None;
+        }
+        return Some(reg);
+    }
+    // Never freed once published: later copies (and this one) use it
+    // until exit. Not published: this copy keeps it as its own.
+    let reg = allocate()?;
+    if crate::global_arg::publish(ARG, reg.as_ptr().cast()) {
+        Some(reg)
+    } else {
+        crate::log::warning(
+            "no global user argument left for the text log registry: a log that \
+                 another copy of this plugin writes gets a second file (NAME_1.log)",
+        );
+        // SAFETY: allocated above with this layout by System and
+        // published nowhere.
+        unsafe { System.dealloc(reg.as_ptr().cast(), Layout::new::<Registry>()) };
+        None
+    }
 }
 
 /// The registry, locked for the life of the value.
@@ -160,9 +180,12 @@ pub(super) fn acquire(
         return NonNull::new(s.obj).ok_or_else(|| format!("text log {name}.log"));
     }
     let Some(free) = slots.iter_mut().find(|s| s.obj.is_null()) else {
-        return Err(format!(
-            "cannot open text log {name}.log: {SLOTS} text logs are open already"
+        drop(locked);
+        crate::log::warning(&format!(
+            "{SLOTS} text logs are open: {name}.log is not shared with other rules \
+             (a second rule naming it writes NAME_1.log)"
         ));
+        return create(name, mode);
     };
     let obj = create(name, mode)?;
     free.obj = obj.as_ptr();
@@ -178,17 +201,17 @@ pub(super) fn release(obj: NonNull<sys::tsapi_textlogobject>) {
     if let Some(reg) = registry() {
         let mut locked = Locked::new(reg);
         if let Some(s) = locked.slots().iter_mut().find(|s| s.obj == obj.as_ptr()) {
+            debug_assert!(s.refs > 0, "a text log handle released twice");
             s.refs = s.refs.saturating_sub(1);
             if s.refs > 0 {
                 return;
             }
             s.obj = std::ptr::null_mut();
             s.len = 0;
-            destroy(obj);
-            return;
         }
+        // Destroyed unlocked: ATS takes its own lock for that.
     }
-    // An object of this copy's own (not in the registry).
+    // The last handle (or one of an object outside the registry).
     destroy(obj);
 }
 

@@ -529,6 +529,8 @@ fn rollout_option_errors() {
         ".log",
         "diags",
         "diags.log",
+        "diags.log.log",
+        "a.b",
         "error",
         "traffic",
         "manager",
