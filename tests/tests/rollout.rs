@@ -831,13 +831,13 @@ fn bad_rollout_values_fail_the_rule_naming_option_value_and_allowed() {
         (
             "--rate=5 --log=../../etc/passwd",
             "[rate_limit] --log has an invalid value '../../etc/passwd': allowed 1-64 \
-             letters, digits, '.', '_', '-', not starting with '.' or '-', not *_ctl, not diags, \
+             letters, digits, '_', '-', not starting with '-', .log optional, not *_ctl, not diags, \
              error, traffic, manager, squid, throttle, ip_throttle (NAME.log in ATS's log dir)",
         ),
         (
             "--rate=5 --log=diags",
             "[rate_limit] --log has an invalid value 'diags': allowed 1-64 \
-             letters, digits, '.', '_', '-', not starting with '.' or '-', not *_ctl, not diags, \
+             letters, digits, '_', '-', not starting with '-', .log optional, not *_ctl, not diags, \
              error, traffic, manager, squid, throttle, ip_throttle (NAME.log in ATS's log dir)",
         ),
     ] {
