@@ -16,6 +16,10 @@
 #   ci/test.sh --no-run    builds everything both parts run and load, runs
 #                          nothing (the Docker image does this, so `docker run`
 #                          tests without compiling); combines with --ats
+#   ci/test.sh -- ARGS     passes ARGS to each part's `cargo test`, e.g.
+#                          `-- --test foundation` runs that test target only,
+#                          from the same build (ci/docker-test.sh does this);
+#                          the test binaries' own flags after another `--`
 #
 # ATS_PREFIX     where ATS 10 is (default /opt/ats10; set, it must hold one);
 #                part 1 always uses Debian's 9.2, whatever ATS_PREFIX says.
@@ -32,15 +36,21 @@ cd "$(dirname "$0")/.."
 
 which="${TEST_ATS:-all}"
 no_run=false
+cargo_args=()
 while [ $# -gt 0 ]; do
     case "$1" in
         --no-run) no_run=true ;;
         --ats) which="${2:?--ats needs 9, 10 or all}"; shift ;;
         --ats=*) which="${1#--ats=}" ;;
-        *) echo "usage: ci/test.sh [--no-run] [--ats 9|10|all]" >&2; exit 2 ;;
+        --) shift; cargo_args=("$@"); break ;;
+        *) echo "usage: ci/test.sh [--no-run] [--ats 9|10|all] [-- CARGO_TEST_ARGS...]" >&2; exit 2 ;;
     esac
     shift
 done
+if $no_run && [ ${#cargo_args[@]} -gt 0 ]; then
+    echo "error: --no-run builds everything; it takes no cargo test arguments" >&2
+    exit 2
+fi
 case "$which" in
     9 | 9.2) want9=true; want10=false ;;
     10 | 10.1) want9=false; want10=true ;;
@@ -94,7 +104,7 @@ part9() {
     if $no_run; then
         timed "build for ATS $ats_version (headers $ats_include)" build9
     else
-        timed "tests on ATS $ats_version (headers $ats_include)" cargo test --workspace --locked
+        timed "tests on ATS $ats_version (headers $ats_include)" cargo test --workspace --locked "${cargo_args[@]}"
     fi
 }
 build9() {
@@ -115,7 +125,7 @@ part10() {
     if $no_run; then
         timed "build for ATS $ats_version ($where)" build10
     else
-        timed "tests on ATS $ats_version ($where)" cargo test --locked "${ATS_PACKAGES[@]}"
+        timed "tests on ATS $ats_version ($where)" cargo test --locked "${ATS_PACKAGES[@]}" "${cargo_args[@]}"
     fi
 }
 build10() {
