@@ -6,7 +6,7 @@
 #      each plugin loads and proxies, parked transactions, reloads, panics)
 #      on Traffic Server 9.2, then that target on 10.1, from what
 #      `docker build` compiled (ci/test.sh --ats N -- --test ...); the whole
-#      suite is `docker run` with no command (about 21 min: not in CI);
+#      suite is `docker run` with no command (FULL_RUN_TIME: not in CI);
 #   2. the demo on ATS 10: it must serve and limit as documented, and
 #      `docker stop` must end it at once (well before its 10 s SIGKILL).
 # Prints the image's size and each part's wall time.
@@ -49,7 +49,10 @@ started_dockerd=""
 containers=()
 TESTS_NAME="ats-throttle-tests-$$"
 DEMO_NAME="ats-throttle-demo-$$"
-# Bounds: each test run (about 1 min here) and each wait below.
+# Bounds (here: base image 3.5 min, build 8-9 min, each test run < 1 min).
+APT_TIMEOUT=600
+BASE_TIMEOUT=1200
+BUILD_TIMEOUT=2400
 TESTS_TIMEOUT=900
 
 cleanup() {
@@ -77,6 +80,8 @@ trap 'exit 130' INT
 unavailable() {
     if $if_available; then
         echo "Docker image not tested: $1"
+        TIMES=()
+        CURRENT_PART=""
         exit 0
     fi
     echo "error: $1" >&2
@@ -85,24 +90,28 @@ unavailable() {
 
 ensure_daemon() {
     local tool
-    for tool in curl git tar /usr/bin/python3; do
+    for tool in curl git tar timeout /usr/bin/python3; do
         command -v "$tool" >/dev/null || unavailable "no $tool here"
     done
-    if docker info >/dev/null 2>&1; then
+    for f in BUILD.md ats-10.1.4-bookworm-amd64.tar.xz; do
+        [ -f "$DIST/$f" ] || unavailable "no $DIST/$f for the ATS 10 image (set ATS10_DIST)"
+    done
+    if timeout 30 docker info >/dev/null 2>&1; then
         return
     fi
     [ "$(id -u)" -eq 0 ] || unavailable "no Docker daemon, and not root to start one"
     if ! command -v dockerd >/dev/null; then
         command -v apt-get >/dev/null || unavailable "no Docker daemon, and no apt-get to install one"
         echo "installing Debian's docker.io for its daemon"
-        apt-get update -qq >/dev/null && apt-get install -y -qq docker.io >/dev/null \
+        DEBIAN_FRONTEND=noninteractive timeout "$APT_TIMEOUT" apt-get update -qq >/dev/null \
+            && DEBIAN_FRONTEND=noninteractive timeout "$APT_TIMEOUT" apt-get install -y -qq docker.io >/dev/null \
             || unavailable "installing docker.io failed"
     fi
     command -v docker >/dev/null || unavailable "no docker CLI (docker.io installs one)"
     dockerd --iptables=false --ip6tables=false --bridge=none >"$work/dockerd.log" 2>&1 &
     started_dockerd=$!
     for _ in $(seq 1 60); do
-        docker info >/dev/null 2>&1 && return
+        timeout 10 docker info >/dev/null 2>&1 && return
         kill -0 "$started_dockerd" 2>/dev/null || break
         sleep 0.5
     done
@@ -117,16 +126,18 @@ ensure_base() {
     fi
     [ -x "$BASE_SCRIPT" ] || unavailable "no $BASE image, no registry, and no $BASE_SCRIPT to make one"
     echo "no registry: making $BASE with $BASE_SCRIPT"
-    "$BASE_SCRIPT"
+    # It needs what this machine may lack (a Debian mirror for debootstrap,
+    # the pinned toolchain in ~/.rustup): an environment, not a defect here.
+    if ! timeout -k 30 "$BASE_TIMEOUT" "$BASE_SCRIPT" >"$work/base.log" 2>&1; then
+        tail -20 "$work/base.log" >&2
+        unavailable "$BASE_SCRIPT could not make $BASE (its output is above)"
+    fi
 }
 
 # The build context in $ctx: the working tree's files that git tracks or
 # would (not target/ or fuzz's), and the ATS 10 tarballs in ats-dist/.
 context() {
     local f
-    for f in BUILD.md ats-10.1.4-bookworm-amd64.tar.xz; do
-        [ -f "$DIST/$f" ] || unavailable "no $DIST/$f for the ATS 10 image (set ATS10_DIST)"
-    done
     mkdir -p "$ctx/ats-dist"
     git ls-files -z --cached --others --exclude-standard >"$work/files"
     # Deleted but not yet committed files are listed too: skip them.
@@ -189,12 +200,14 @@ echo "Docker: $(docker version -f 'client {{.Client.Version}}, daemon {{.Server.
 timed "base image $BASE" ensure_base
 context
 build() {
-    if ! docker build --network host -f "$ctx/docker/Dockerfile" --build-arg ATS_VERSION=10.1 \
+    if ! timeout -k 30 "$BUILD_TIMEOUT" docker build --network host -f "$ctx/docker/Dockerfile" --build-arg ATS_VERSION=10.1 \
         -t "$TAG" "$ctx" >"$work/build.log" 2>&1; then
         tail -40 "$work/build.log" >&2
         echo "error: docker build failed (the end of its output is above)" >&2
         exit 1
     fi
+    # The image this tag named before, if any, is left dangling: not kept.
+    docker image prune -f >/dev/null 2>&1 || true
 }
 timed "docker build ($TAG)" build
 size="$(docker image inspect -f '{{.Size}}' "$TAG")"
@@ -204,7 +217,7 @@ in_image() {
     local name="$TESTS_NAME-$1"
     shift
     containers+=("$name")
-    timeout "$TESTS_TIMEOUT" docker run --rm --name "$name" --network host "$TAG" "$@"
+    timeout -k 30 "$TESTS_TIMEOUT" docker run --init --rm --name "$name" --network host "$TAG" "$@"
 }
 timed "docker run: compile-fail and foundation tests on 9.2" \
     in_image 9 ci/test.sh --ats 9 -- --test compile_fail --test foundation

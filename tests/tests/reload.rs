@@ -144,8 +144,9 @@ fn lines(ts: &TrafficServer, name: &str) -> usize {
 }
 
 /// Lines in both logs once ATS has written all it holds: the same counts
-/// 6 s apart (ATS flushes a log buffer at the latest after
-/// `proxy.config.log.max_secs_per_buffer`, 5 s).
+/// 6 s apart (ATS flushes a log buffer at the latest
+/// `proxy.config.log.max_secs_per_buffer` after its first line: 1 s in the
+/// harness, 5 s by default).
 fn flushed_lines(ts: &TrafficServer) -> (usize, usize) {
     let count = || (lines(ts, "ip_throttle.log"), lines(ts, RL_LOG));
     let mut last = count();

@@ -73,20 +73,22 @@ fn allocate() -> Option<NonNull<Registry>> {
 fn registry() -> Option<NonNull<Registry>> {
     static FOUND: OnceLock<Option<usize>> = OnceLock::new();
     let addr = FOUND.get_or_init(|| {
+        // Another layout: a registry of this copy's own.
         let reg = find_or_publish().or_else(allocate)?;
         Some(reg.as_ptr() as usize)
     });
     addr.and_then(|a| NonNull::new(a as *mut Registry))
 }
 
-/// The registry another copy published, or a new one published here;
-/// `None` if the published one has another layout or none can be published.
+/// The registry another copy published, or a new one (published here if
+/// ATS has a global user argument left); `None` if the published one has
+/// another layout.
 fn find_or_publish() -> Option<NonNull<Registry>> {
     if let Some(p) = crate::global_arg::lookup(ARG) {
         let reg = NonNull::new(p.cast::<Registry>())?;
         // SAFETY: only the code below sets ARG, to a registry that is
-        // never freed; its first two fields are at the same offsets in
-        // every layout (they say which layout it is).
+        // never freed and whose first two fields never change; they are at
+        // the same offsets in every layout (they say which layout it is).
         let (magic, size) = unsafe {
             let r = reg.as_ptr();
             ((*r).magic, (*r).size)
@@ -94,27 +96,22 @@ fn find_or_publish() -> Option<NonNull<Registry>> {
         if magic != MAGIC || size != std::mem::size_of::<Registry>() as u64 {
             crate::log::warning(
                 "another build's text log registry has another layout: a log both \
-                     builds write gets a second file (NAME_1.log)",
+                 builds write gets a second file (NAME_1.log)",
             );
             return None;
         }
         return Some(reg);
     }
-    // Never freed once published: later copies (and this one) use it
-    // until exit. Not published: this copy keeps it as its own.
+    // Never freed: once published, later copies (and this one) use it
+    // until exit; if not, this copy keeps it as its own.
     let reg = allocate()?;
-    if crate::global_arg::publish(ARG, reg.as_ptr().cast()) {
-        Some(reg)
-    } else {
+    if !crate::global_arg::publish(ARG, reg.as_ptr().cast()) {
         crate::log::warning(
             "no global user argument left for the text log registry: a log that \
-                 another copy of this plugin writes gets a second file (NAME_1.log)",
+             another copy of this plugin writes gets a second file (NAME_1.log)",
         );
-        // SAFETY: allocated above with this layout by System and
-        // published nowhere.
-        unsafe { System.dealloc(reg.as_ptr().cast(), Layout::new::<Registry>()) };
-        None
     }
+    Some(reg)
 }
 
 /// The registry, locked for the life of the value.
@@ -201,17 +198,20 @@ pub(super) fn release(obj: NonNull<sys::tsapi_textlogobject>) {
     if let Some(reg) = registry() {
         let mut locked = Locked::new(reg);
         if let Some(s) = locked.slots().iter_mut().find(|s| s.obj == obj.as_ptr()) {
-            debug_assert!(s.refs > 0, "a text log handle released twice");
             s.refs = s.refs.saturating_sub(1);
             if s.refs > 0 {
                 return;
             }
             s.obj = std::ptr::null_mut();
             s.len = 0;
+            // Still locked: an acquire of the name in between would find
+            // ATS's object listed and get NAME_1.log. (Same lock order as
+            // acquire: ours, then ATS's API mutex.)
+            destroy(obj);
+            return;
         }
-        // Destroyed unlocked: ATS takes its own lock for that.
     }
-    // The last handle (or one of an object outside the registry).
+    // An object outside the registry.
     destroy(obj);
 }
 
