@@ -422,6 +422,10 @@ pub fn default_id(from_url: &str) -> String {
     if id.is_empty() {
         id.push_str("throttle");
     }
+    // An id may not start with '-' (it would read as an option).
+    if id.starts_with('-') {
+        id.replace_range(..1, "_");
+    }
     id
 }
 
@@ -739,6 +743,8 @@ mod tests {
         assert_eq!(default_id("http://t.test/"), "t.test");
         assert_eq!(default_id("https://a.com:8080/x/y/"), "a.com_8080_x_y");
         assert_eq!(default_id("http:///"), "throttle");
+        assert_eq!(default_id("http://-x.test/"), "_x.test");
+        assert_eq!(default_id("-"), "_");
         assert!(validate_id(&default_id("http://a b\tc/")).is_ok());
     }
 
