@@ -6,7 +6,7 @@
 #      each plugin loads and proxies, parked transactions, reloads, panics)
 #      on Traffic Server 9.2, then that target on 10.1, from what
 #      `docker build` compiled (ci/test.sh --ats N -- --test ...); the whole
-#      suite is `docker run` with no command (FULL_RUN_TIME: not in CI);
+#      suite is `docker run` with no command (26.5 min here: not in CI);
 #   2. the demo on ATS 10: it must serve and limit as documented, and
 #      `docker stop` must end it at once (well before its 10 s SIGKILL).
 # Prints the image's size and each part's wall time.
