@@ -208,6 +208,19 @@ pub fn callgrind_control(pid: u32, args: &[&str]) -> Result<(), String> {
     Ok(())
 }
 
+/// Where callgrind writes its dumps: `kept` (created, made absolute) when
+/// the caller asked to keep them, else the run's temporary directory.
+pub fn dump_dir(kept: Option<&Path>, tmp: &Path) -> Result<PathBuf, String> {
+    match kept {
+        Some(d) => {
+            std::fs::create_dir_all(d).map_err(|e| format!("{}: {e}", d.display()))?;
+            d.canonicalize()
+                .map_err(|e| format!("{}: {e}", d.display()))
+        }
+        None => Ok(tmp.to_path_buf()),
+    }
+}
+
 /// The dump written for `hint` (callgrind numbers its dumps; the hint is in
 /// the file's `desc: Trigger:` line).
 pub fn take_dump(dir: &Path, hint: &str, keep: bool) -> Result<Profile, String> {

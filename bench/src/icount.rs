@@ -152,14 +152,7 @@ pub fn run(args: &Args, variants: Vec<Variant>, objects: Vec<String>) -> Result<
         .prefix("ats-bench-icount-")
         .tempdir()
         .map_err(|e| format!("temp dir: {e}"))?;
-    let dumps = match &args.dumps {
-        Some(d) => {
-            std::fs::create_dir_all(d).map_err(|e| format!("{}: {e}", d.display()))?;
-            d.canonicalize()
-                .map_err(|e| format!("{}: {e}", d.display()))?
-        }
-        None => tmp.path().to_path_buf(),
-    };
+    let dumps = crate::callgrind::dump_dir(args.dumps.as_deref(), tmp.path())?;
     let out_file = format!("--callgrind-out-file={}/callgrind.out", dumps.display());
     let mut remap: String = variants
         .iter()

@@ -152,16 +152,9 @@ fn variants(args: &Args, ours_rl: &str, ours_throttle: &str, ours_ip: &str) -> V
 }
 
 pub fn main(argv: &[String]) -> ExitCode {
-    let args = match parse_args(argv) {
+    let args = match crate::report::args_or_exit("ats-bench icount", USAGE, parse_args(argv)) {
         Ok(a) => a,
-        Err(e) if e.is_empty() => {
-            print!("{}", USAGE);
-            return ExitCode::SUCCESS;
-        }
-        Err(e) => {
-            eprintln!("ats-bench icount: {e}\n\n{}", USAGE);
-            return ExitCode::from(2);
-        }
+        Err(code) => return code,
     };
     let ours_rl = ats_tests::plugin("rate_limit");
     let ours_throttle = ats_tests::plugin("throttle");
@@ -190,16 +183,8 @@ pub fn main(argv: &[String]) -> ExitCode {
                 command,
             };
             let body = crate::icount_report::section(&ctx, &res);
-            println!("{body}");
-            if let Some(out) = &args.out {
-                let name = crate::icount_report::section_name();
-                if let Err(e) = crate::report::update(out, &[(name.as_str(), body)]) {
-                    eprintln!("ats-bench icount: {e}");
-                    return ExitCode::FAILURE;
-                }
-                eprintln!("updated {}", out.display());
-            }
-            ExitCode::SUCCESS
+            let name = crate::icount_report::section_name();
+            crate::report::publish("ats-bench icount", &name, body, args.out.as_deref())
         }
         Err(e) => {
             eprintln!("ats-bench icount: {e}");

@@ -20,22 +20,7 @@ fn mean(xs: &[f64]) -> f64 {
     xs.iter().sum::<f64>() / xs.len().max(1) as f64
 }
 
-/// 12345.6 -> "12,346"; with `sign`, "+12,346" / "−12,346".
-fn int(x: f64, sign: bool) -> String {
-    let s = format!("{:.0}", x.abs());
-    let mut out = String::new();
-    for (i, c) in s.chars().enumerate() {
-        if i > 0 && (s.len() - i) % 3 == 0 {
-            out.push(',');
-        }
-        out.push(c);
-    }
-    match (x < 0.0 && s != "0", sign) {
-        (true, _) => format!("−{out}"),
-        (false, true) => format!("+{out}"),
-        (false, false) => out,
-    }
-}
+use crate::report::grouped as int;
 
 /// A function name without its C++ parameter list, for tables.
 fn display(name: &str) -> String {

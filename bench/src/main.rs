@@ -370,16 +370,9 @@ fn main() -> ExitCode {
         Some("tls") => return tls::main(&argv[1..]),
         _ => {}
     }
-    let args = match parse_args(&argv) {
+    let args = match report::args_or_exit("ats-bench", USAGE, parse_args(&argv)) {
         Ok(a) => a,
-        Err(e) if e.is_empty() => {
-            print!("{USAGE}");
-            return ExitCode::SUCCESS;
-        }
-        Err(e) => {
-            eprintln!("ats-bench: {e}\n\n{USAGE}");
-            return ExitCode::from(2);
-        }
+        Err(code) => return code,
     };
     match run(&args) {
         Ok(()) => ExitCode::SUCCESS,

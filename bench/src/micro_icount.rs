@@ -174,16 +174,10 @@ pub fn section(
 }
 
 pub fn main(argv: &[String]) -> ExitCode {
-    let args = match parse_args(argv) {
+    let args = match crate::report::args_or_exit("ats-bench micro-icount", USAGE, parse_args(argv))
+    {
         Ok(a) => a,
-        Err(e) if e.is_empty() => {
-            print!("{USAGE}");
-            return ExitCode::SUCCESS;
-        }
-        Err(e) => {
-            eprintln!("ats-bench micro-icount: {e}\n\n{USAGE}");
-            return ExitCode::from(2);
-        }
+        Err(code) => return code,
     };
     match run(&args) {
         Ok(true) => ExitCode::SUCCESS,

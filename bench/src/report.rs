@@ -39,8 +39,14 @@ impl Context<'_> {
     }
 }
 
-/// 23456.7 -> "23,457"
+/// 23456.7 -> "23,457" (an ASCII minus, as these tables always had).
 fn int(x: f64) -> String {
+    grouped(x, false).replace('−', "-")
+}
+
+/// 12345.6 -> "12,346"; with `sign`, "+12,346" / "−12,346" (a real minus
+/// sign); "n/a" for what is not a number.
+pub fn grouped(x: f64, sign: bool) -> String {
     if !x.is_finite() {
         return "n/a".into();
     }
@@ -52,10 +58,46 @@ fn int(x: f64) -> String {
         }
         out.push(c);
     }
-    if x < 0.0 {
-        out.insert(0, '-');
+    match (x < 0.0 && s != "0", sign) {
+        (true, _) => format!("−{out}"),
+        (false, true) => format!("+{out}"),
+        (false, false) => out,
     }
-    out
+}
+
+/// A subcommand's parsed arguments, or how it ends: `--help` (an empty
+/// error) prints `usage`; a bad argument prints the error and `usage` and
+/// exits with 2.
+pub fn args_or_exit<A>(
+    cmd: &str,
+    usage: &str,
+    parsed: Result<A, String>,
+) -> Result<A, std::process::ExitCode> {
+    match parsed {
+        Ok(a) => Ok(a),
+        Err(e) if e.is_empty() => {
+            print!("{usage}");
+            Err(std::process::ExitCode::SUCCESS)
+        }
+        Err(e) => {
+            eprintln!("{cmd}: {e}\n\n{usage}");
+            Err(std::process::ExitCode::from(2))
+        }
+    }
+}
+
+/// Prints a generated section and, with `out`, writes it into that file
+/// under `name`.
+pub fn publish(cmd: &str, name: &str, body: String, out: Option<&Path>) -> std::process::ExitCode {
+    println!("{body}");
+    if let Some(out) = out {
+        if let Err(e) = update(out, &[(name, body)]) {
+            eprintln!("{cmd}: {e}");
+            return std::process::ExitCode::FAILURE;
+        }
+        eprintln!("updated {}", out.display());
+    }
+    std::process::ExitCode::SUCCESS
 }
 
 /// Microseconds, in the unit that reads best.

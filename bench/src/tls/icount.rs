@@ -126,14 +126,7 @@ pub fn run(args: &Args) -> Result<Results, String> {
         .prefix("ats-bench-tls-icount-")
         .tempdir()
         .map_err(|e| format!("temp dir: {e}"))?;
-    let dumps = match &args.dumps {
-        Some(d) => {
-            std::fs::create_dir_all(d).map_err(|e| format!("{}: {e}", d.display()))?;
-            d.canonicalize()
-                .map_err(|e| format!("{}: {e}", d.display()))?
-        }
-        None => tmp.path().to_path_buf(),
-    };
+    let dumps = crate::callgrind::dump_dir(args.dumps.as_deref(), tmp.path())?;
     let configs = configs();
     let mut res = Results {
         configs: configs.clone(),

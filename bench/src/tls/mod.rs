@@ -228,28 +228,13 @@ fn section_name() -> String {
 }
 
 pub fn main(argv: &[String]) -> ExitCode {
-    let args = match parse_args(argv) {
+    let args = match crate::report::args_or_exit("ats-bench tls", USAGE, parse_args(argv)) {
         Ok(a) => a,
-        Err(e) if e.is_empty() => {
-            print!("{USAGE}");
-            return ExitCode::SUCCESS;
-        }
-        Err(e) => {
-            eprintln!("ats-bench tls: {e}\n\n{USAGE}");
-            return ExitCode::from(2);
-        }
+        Err(code) => return code,
     };
     match run(&args) {
         Ok(body) => {
-            println!("{body}");
-            if let Some(out) = &args.out {
-                if let Err(e) = crate::report::update(out, &[(section_name().as_str(), body)]) {
-                    eprintln!("ats-bench tls: {e}");
-                    return ExitCode::FAILURE;
-                }
-                eprintln!("updated {}", out.display());
-            }
-            ExitCode::SUCCESS
+            crate::report::publish("ats-bench tls", &section_name(), body, args.out.as_deref())
         }
         Err(e) => {
             eprintln!("ats-bench tls: {e}");

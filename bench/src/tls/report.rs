@@ -11,25 +11,7 @@ use crate::attribution::{average, share, Share};
 use crate::report::Context;
 use crate::stats::median;
 
-/// 12345.6 -> "12,346"; with `sign`, "+12,346" / "−12,346".
-pub(super) fn int(x: f64, sign: bool) -> String {
-    if !x.is_finite() {
-        return "n/a".into();
-    }
-    let s = format!("{:.0}", x.abs());
-    let mut out = String::new();
-    for (i, c) in s.chars().enumerate() {
-        if i > 0 && (s.len() - i) % 3 == 0 {
-            out.push(',');
-        }
-        out.push(c);
-    }
-    match (x < 0.0 && s != "0", sign) {
-        (true, _) => format!("−{out}"),
-        (false, true) => format!("+{out}"),
-        (false, false) => out,
-    }
-}
+pub(super) use crate::report::grouped as int;
 
 /// −92.6 / +0.5, with a real minus sign as `int` writes it.
 fn pct(x: f64) -> String {
