@@ -3,7 +3,7 @@
 
 use std::io::{self, BufRead, BufReader, Write};
 use std::net::TcpStream;
-use std::sync::{Arc, Barrier};
+use std::sync::Barrier;
 use std::thread;
 use std::time::{Duration, Instant};
 
@@ -216,29 +216,30 @@ pub fn get(port: u16, host: &str, path: &str, headers: &[(&str, &str)]) -> io::R
 }
 
 /// Runs `n` requests at once (one thread and connection each, released
-/// together by a barrier); result `i` belongs to request `i`.
+/// together by a barrier); result `i` belongs to request `i`. The threads
+/// are scoped: `f` may borrow (a `&TrafficServer`).
 pub fn burst<F>(n: usize, f: F) -> Vec<io::Result<Response>>
 where
-    F: Fn(usize) -> io::Result<Response> + Send + Sync + 'static,
+    F: Fn(usize) -> io::Result<Response> + Sync,
 {
-    let f = Arc::new(f);
-    let barrier = Arc::new(Barrier::new(n));
-    let handles: Vec<_> = (0..n)
-        .map(|i| {
-            let (f, barrier) = (f.clone(), barrier.clone());
-            thread::spawn(move || {
-                barrier.wait();
-                f(i)
+    let (f, barrier) = (&f, &Barrier::new(n));
+    thread::scope(|s| {
+        let handles: Vec<_> = (0..n)
+            .map(|i| {
+                s.spawn(move || {
+                    barrier.wait();
+                    f(i)
+                })
             })
-        })
-        .collect();
-    handles
-        .into_iter()
-        .map(|h| {
-            h.join()
-                .unwrap_or_else(|_| Err(io::Error::other("request thread panicked")))
-        })
-        .collect()
+            .collect();
+        handles
+            .into_iter()
+            .map(|h| {
+                h.join()
+                    .unwrap_or_else(|_| Err(io::Error::other("request thread panicked")))
+            })
+            .collect()
+    })
 }
 
 /// Counts responses per status code (errors count as status 0).

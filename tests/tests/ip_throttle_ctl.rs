@@ -14,7 +14,7 @@ use std::sync::Arc;
 use std::thread;
 use std::time::{Duration, Instant};
 
-use ats_tests::client::{Conn, Response};
+use ats_tests::client::{self, Conn, Response};
 use ats_tests::{Origin, TrafficServer};
 
 fn rule(host: &str, origin: &Origin, params: &str) -> String {
@@ -54,15 +54,10 @@ const TIMER_EARLY: Duration = Duration::from_millis(100);
 /// after the previous response. Statuses: the first, then the rest sorted.
 fn ban(ts: &TrafficServer, src: Ipv4Addr, host: &str) -> Vec<u16> {
     let mut out = vec![get(ts, src, host).status];
-    let mut rest: Vec<u16> = thread::scope(|s| {
-        let at_once: Vec<_> = (0..3)
-            .map(|_| s.spawn(move || get(ts, src, host).status))
-            .collect();
-        at_once
-            .into_iter()
-            .map(|h| h.join().expect("request"))
-            .collect()
-    });
+    let mut rest: Vec<u16> = client::burst(3, |_| Ok(get(ts, src, host)))
+        .into_iter()
+        .map(|r| r.expect("request").status)
+        .collect();
     rest.sort_unstable();
     out.extend(rest);
     out
