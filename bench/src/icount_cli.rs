@@ -184,7 +184,7 @@ pub fn main(argv: &[String]) -> ExitCode {
             };
             let body = crate::icount_report::section(&ctx, &res);
             let name = crate::icount_report::section_name();
-            crate::report::publish("ats-bench icount", &name, body, args.out.as_deref())
+            crate::sections::publish("ats-bench icount", &name, body, args.out.as_deref())
         }
         Err(e) => {
             eprintln!("ats-bench icount: {e}");

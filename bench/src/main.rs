@@ -16,11 +16,13 @@ mod icount;
 mod icount_cli;
 mod icount_report;
 mod load;
+mod load_report;
 mod micro;
 mod micro_icount;
 mod nginx;
 mod queue;
 mod report;
+mod sections;
 mod stats;
 mod sys;
 mod tls;
@@ -320,7 +322,7 @@ fn run(args: &Args) -> Result<(), String> {
             res.origin = origin_alone;
             sections.push((
                 "load",
-                report::load_section(&ctx, &variants, &res, ATS_SETTINGS),
+                load_report::load_section(&ctx, &variants, &res, ATS_SETTINGS),
             ));
         }
         if let Some(o) = &origin {
@@ -332,7 +334,7 @@ fn run(args: &Args) -> Result<(), String> {
             let results = queue::run(ts.port(), o, &QUEUE_VARIANTS, plan);
             sections.push((
                 "queue",
-                report::queue_section(&ctx, &plan, &RL_QUEUE_OPTIONS.join(" "), &results),
+                queue::queue_section(&ctx, &plan, &RL_QUEUE_OPTIONS.join(" "), &results),
             ));
         }
     }
@@ -341,7 +343,7 @@ fn run(args: &Args) -> Result<(), String> {
         match micro::read(&args.criterion) {
             Ok(est) if !est.is_empty() => sections.push((
                 "micro",
-                report::micro_section(&ctx, Path::new("target/criterion"), &est),
+                micro::micro_section(&ctx, Path::new("target/criterion"), &est),
             )),
             Ok(_) => eprintln!(
                 "no criterion results under {}: micro-benchmark section skipped \
@@ -356,7 +358,7 @@ fn run(args: &Args) -> Result<(), String> {
         println!("{body}");
     }
     if let Some(out) = &args.out {
-        report::update(out, &sections)?;
+        crate::sections::update(out, &sections)?;
         eprintln!("updated {}", out.display());
     }
     Ok(())

@@ -1,10 +1,13 @@
 //! The micro-benchmark table, read from criterion's result files
 //! (`<criterion dir>/<group>/<function>/new/{benchmark,estimates}.json`).
 
+use std::fmt::Write as _;
 use std::fs;
 use std::path::{Path, PathBuf};
 
 use serde_json::Value;
+
+use crate::report::Context;
 
 /// One benchmark's estimate, nanoseconds per iteration.
 #[derive(Clone, Debug)]
@@ -95,6 +98,53 @@ pub fn read(dir: &Path) -> Result<Vec<Estimate>, String> {
     let rank = |id: &str| KNOWN.iter().position(|k| k.0 == id).unwrap_or(KNOWN.len());
     out.sort_by(|a, b| rank(&a.id).cmp(&rank(&b.id)).then(a.id.cmp(&b.id)));
     Ok(out)
+}
+
+/// Nanoseconds for the micro table.
+fn time_ns(ns: f64) -> String {
+    if ns < 100.0 {
+        format!("{ns:.1} ns")
+    } else if ns < 10_000.0 {
+        format!("{ns:.0} ns")
+    } else {
+        format!("{:.1} µs", ns / 1e3)
+    }
+}
+
+pub fn micro_section(ctx: &Context, dir: &Path, estimates: &[Estimate]) -> String {
+    let mut s = String::from("## Micro-benchmarks (criterion)\n\n");
+    s += &ctx.provenance();
+    let _ = writeln!(
+        s,
+        "Read from criterion's results in `{}` (written by `ci/bench.sh`, which runs \
+         `cargo bench -p limits -p rate-limit-core -p throttle-core --bench admission \
+         --bench options --bench gate` first). Time per iteration is criterion's estimate \
+         with its 95 % confidence interval. \"2threads\": this thread measured while a \
+         second one does the same on the same object in a tight loop — the worst case of \
+         ATS's two exec threads admitting into one rule at once.\n",
+        dir.display()
+    );
+    s += "| benchmark | what it measures | time per iteration | 95 % CI | target |\n|---|---|--:|--:|---|\n";
+    for e in estimates {
+        let (what, target) = KNOWN
+            .iter()
+            .find(|k| k.0 == e.id)
+            .map_or(("", None), |k| (k.1, k.2));
+        let target = match target {
+            Some(t) if e.ns <= t => format!("≤ {t:.0} ns: met"),
+            Some(t) => format!("≤ {t:.0} ns: **missed**"),
+            None => String::new(),
+        };
+        let _ = writeln!(
+            s,
+            "| `{}` | {what} | {} | {}–{} | {target} |",
+            e.id,
+            time_ns(e.ns),
+            time_ns(e.lower),
+            time_ns(e.upper)
+        );
+    }
+    s + "\n"
 }
 
 #[cfg(test)]

@@ -228,7 +228,7 @@ fn run(args: &Args) -> Result<bool, String> {
             machine: &machine,
             command: "ats-bench micro-icount".into(),
         };
-        crate::report::update(out, &[("micro-icount", section(&counts, &base, &ctx))])?;
+        crate::sections::update(out, &[("micro-icount", section(&counts, &base, &ctx))])?;
         eprintln!("updated {}", out.display());
     }
     if !ok {

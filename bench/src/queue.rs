@@ -15,10 +15,14 @@
 //! (see [`QueueVariant::sequential`]) shows the part of the wait that is
 //! ATS's own.
 
+use std::fmt::Write as _;
 use std::thread;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use ats_tests::{client, Origin, Received};
+
+use crate::report::{time_us, Context};
+use crate::stats::{max, percentile};
 
 /// Client request header both plugins set (`--header`) on resumed transactions.
 pub const DELAY_HEADER: &str = "X-Queue-Delay";
@@ -194,4 +198,57 @@ pub fn run(
         }
     }
     results
+}
+
+pub fn queue_section(ctx: &Context, plan: &Plan, options: &str, results: &[QueueResult]) -> String {
+    let mut s = String::from("## Queue-resume latency\n\n");
+    s += &ctx.provenance();
+    let _ = writeln!(
+        s,
+        "Both plugins on their own rule with `{options}`, in the same traffic_server, to the \
+         harness's in-process origin, which delays every response {} ms and stamps arrival and \
+         finish. A trial sends one request (it takes the slot) and {} more 10–{} ms later (they \
+         queue); trials alternate between the rules with a random 0–50 ms pause, {} per rule. \
+         **Wait** = origin arrival of a resumed request (one carrying the plugin's delay header) \
+         − origin finish of the request before it. It includes ATS delivering the previous \
+         response, closing that transaction and sending the next request, which an instant \
+         hand-off would still pay: the reference row measures that part alone, on a rule \
+         without a plugin where one client sends the next request on the same connection as \
+         soon as it has the previous response.\n",
+        plan.origin_delay_ms,
+        plan.clients - 1,
+        10 + 2 * (plan.clients.saturating_sub(2)),
+        plan.trials
+    );
+    s += "| rule | requests measured | p50 | p90 | p99 | max | mean |\n|---|--:|--:|--:|--:|--:|--:|\n";
+    let mut notes = Vec::new();
+    for r in results {
+        let w = &r.waits_us;
+        let mean = w.iter().sum::<f64>() / w.len().max(1) as f64;
+        let _ = writeln!(
+            s,
+            "| {} | {} | {} | {} | {} | {} | {} |",
+            r.label,
+            w.len(),
+            time_us(percentile(w, 50.0)),
+            time_us(percentile(w, 90.0)),
+            time_us(percentile(w, 99.0)),
+            time_us(max(w)),
+            time_us(mean)
+        );
+        if r.failed + r.unqueued + r.overlaps > 0 {
+            notes.push(format!(
+                "{}: {} requests not answered 200, {} reached the origin without having been \
+                 queued (overtaking), {} overlapped the previous one (limit exceeded)",
+                r.label, r.failed, r.unqueued, r.overlaps
+            ));
+        }
+    }
+    if notes.is_empty() {
+        s += "\nEvery request was answered 200; every request after a trial's first was queued \
+              and resumed in turn, never overlapping the one before.\n";
+    } else {
+        let _ = writeln!(s, "\n**Anomalies:** {}.", notes.join("; "));
+    }
+    s + "\n"
 }

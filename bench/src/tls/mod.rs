@@ -234,7 +234,7 @@ pub fn main(argv: &[String]) -> ExitCode {
     };
     match run(&args) {
         Ok(body) => {
-            crate::report::publish("ats-bench tls", &section_name(), body, args.out.as_deref())
+            crate::sections::publish("ats-bench tls", &section_name(), body, args.out.as_deref())
         }
         Err(e) => {
             eprintln!("ats-bench tls: {e}");
