@@ -45,6 +45,19 @@ pub enum Takes {
     FlagOrValue,
 }
 
+/// Whether a running instance takes a new value of the option, keeping its
+/// state. The table says it once; a front end derives from it what a reload
+/// may change in place and what its live `set` command accepts.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
+pub enum Live {
+    /// A new value needs a new instance (its state starts over).
+    No,
+    /// A configuration reload changes it on the running instance.
+    Reload,
+    /// So does the front end's live `set NAME=VALUE` command.
+    Set,
+}
+
 /// One option of a module's table.
 pub struct Opt<T, C, E> {
     /// Without the leading `--`.
@@ -52,6 +65,8 @@ pub struct Opt<T, C, E> {
     /// One line for the docs: what the option does.
     pub doc: &'static str,
     pub set: Setter<T, C, E>,
+    /// [`Live::No`] unless the table says otherwise ([`Opt::live`]).
+    pub live: Live,
 }
 
 impl<T, C, E> Opt<T, C, E> {
@@ -64,6 +79,7 @@ impl<T, C, E> Opt<T, C, E> {
             name,
             doc,
             set: Setter::Flag(set),
+            live: Live::No,
         }
     }
 
@@ -76,6 +92,7 @@ impl<T, C, E> Opt<T, C, E> {
             name,
             doc,
             set: Setter::Value(set),
+            live: Live::No,
         }
     }
 
@@ -88,7 +105,14 @@ impl<T, C, E> Opt<T, C, E> {
             name,
             doc,
             set: Setter::FlagOrValue(set),
+            live: Live::No,
         }
+    }
+
+    /// The option as one a running instance takes ([`Live`]).
+    pub const fn live(mut self, live: Live) -> Self {
+        self.live = live;
+        self
     }
 
     pub fn takes(&self) -> Takes {
@@ -117,6 +141,7 @@ pub trait Names {
     fn count(&self) -> usize;
     fn name(&self, i: usize) -> &'static str;
     fn takes(&self, i: usize) -> Takes;
+    fn live(&self, i: usize) -> Live;
     /// The index of `name`, the name as the table holds it, and what it
     /// takes (one call per table, not per name: the parse is config-time,
     /// but runs once per rule).
@@ -132,6 +157,9 @@ impl<T, C, E> Names for &[Opt<T, C, E>] {
     }
     fn takes(&self, i: usize) -> Takes {
         self[i].takes()
+    }
+    fn live(&self, i: usize) -> Live {
+        self[i].live
     }
     fn position(&self, name: &str) -> Option<(usize, &'static str, Takes)> {
         self.iter()
@@ -200,15 +228,26 @@ mod tests;
 /// compares it with its tables, so an option documented and not known, or
 /// known and not documented, fails there. `None`: no such section.
 pub fn documented<'m>(markdown: &'m str, section: &str, prefix: &str) -> Option<Vec<&'m str>> {
+    let mut cells = documented_in_order(markdown, section, prefix)?;
+    cells.sort_unstable();
+    Some(cells)
+}
+
+/// [`documented`], in the docs' order: a front end whose messages list its
+/// options in table order keeps its docs in that order too.
+pub fn documented_in_order<'m>(
+    markdown: &'m str,
+    section: &str,
+    prefix: &str,
+) -> Option<Vec<&'m str>> {
     let body = markdown
         .split("\n## ")
         .find(|s| s.strip_prefix(section).is_some_and(|r| r.starts_with('\n')))?;
     let row = format!("| `{prefix}");
-    let mut cells: Vec<&str> = body
+    let cells = body
         .lines()
         .filter_map(|l| l.strip_prefix(row.as_str())?.split_once('`'))
         .map(|(cell, _)| cell)
         .collect();
-    cells.sort_unstable();
     Some(cells)
 }

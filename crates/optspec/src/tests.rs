@@ -262,4 +262,16 @@ fn documented_reads_the_first_cells_of_one_section() {
     assert_eq!(documented(md, "Other", "--"), Some(vec!["d"]));
     assert_eq!(documented(md, "Option", "--"), None, "a whole heading");
     assert_eq!(documented(md, "Missing", "--"), None);
+    assert_eq!(
+        documented_in_order(md, "Options", "--"),
+        Some(vec!["b=N", "a"])
+    );
+}
+
+#[test]
+fn an_option_is_not_live_unless_its_table_says_so() {
+    let plain: Opt<u32, (), ()> = Opt::flag("x", "x", |_, _| Ok(()));
+    assert_eq!(plain.live, Live::No);
+    assert_eq!(plain.live(Live::Set).live, Live::Set);
+    assert!(Live::No < Live::Reload && Live::Reload < Live::Set);
 }

@@ -8,8 +8,6 @@
 
 use limits::quote::quote;
 
-use crate::options::{Options, MAX_BURST_SECONDS, MAX_RATE};
-
 /// The plugin's name: a message's target is it, or it and `.VERB`.
 pub const PLUGIN: &str = "rate_limit";
 /// Longest command accepted.
@@ -18,8 +16,13 @@ pub const MAX_COMMAND: usize = limits::ctl::MAX_COMMAND;
 pub const TOP_DEFAULT: usize = 10;
 pub const TOP_MAX: usize = 1000;
 
-const USAGE: &str =
-    "show [GROUP|TAG|SNI], top GROUP|TAG [N], set GROUP|TAG limit=N rate=R burst=B queue=Q maxage=MS dry_run=on|off, reload";
+/// The commands, for a message about a wrong one.
+fn usage() -> String {
+    format!(
+        "show [GROUP|TAG|SNI], top GROUP|TAG [N], {}, reload",
+        crate::options::live::usage()
+    )
+}
 
 #[derive(Clone, Debug, PartialEq)]
 pub enum Command {
@@ -37,16 +40,7 @@ pub enum Command {
     Reload,
 }
 
-#[derive(Clone, Copy, Debug, PartialEq)]
-pub enum Setting {
-    Limit(u32),
-    Rate(f64),
-    Burst(u32),
-    Queue(u32),
-    Maxage(u64),
-    /// `--dry-run` of the limiter's rules (each rule's own, not the limiter's).
-    DryRun(bool),
-}
+pub use crate::options::live::{apply, Setting};
 
 impl Command {
     pub fn verb(&self) -> &'static str {
@@ -94,100 +88,25 @@ fn parse_words(verb: &str, args: &[&str]) -> Result<Command, String> {
             target: (*t).to_owned(),
             settings: settings
                 .iter()
-                .map(|s| parse_setting(s))
+                .map(|s| Setting::parse(s))
                 .collect::<Result<_, _>>()?,
         }),
         ("reload", []) => Ok(Command::Reload),
         ("show" | "top" | "set" | "reload", _) => {
-            Err(limits::ctl::wrong_arguments(verb, args, USAGE))
+            Err(limits::ctl::wrong_arguments(verb, args, &usage()))
         }
-        _ => Err(limits::ctl::unknown(verb, USAGE)),
+        _ => Err(limits::ctl::unknown(verb, &usage())),
     }
-}
-
-fn parse_setting(s: &str) -> Result<Setting, String> {
-    let bad = |allowed: &str| format!("set: {} is invalid: allowed {allowed}", quote(s));
-    let (name, value) = s
-        .split_once('=')
-        .ok_or_else(|| bad("NAME=VALUE with NAME limit, rate, burst, queue, maxage or dry_run"))?;
-    let uint = |min: u64, max: u64| -> Result<u64, String> {
-        value
-            .parse::<u64>()
-            .ok()
-            .filter(|v| value.bytes().all(|b| b.is_ascii_digit()) && (min..=max).contains(v))
-            .ok_or_else(|| bad(&format!("{name}= an integer from {min} to {max}")))
-    };
-    match name {
-        "limit" => Ok(Setting::Limit(uint(1, u64::from(u32::MAX))? as u32)),
-        "burst" => Ok(Setting::Burst(uint(1, u64::from(u32::MAX))? as u32)),
-        "queue" => Ok(Setting::Queue(uint(0, u64::from(u32::MAX))? as u32)),
-        "maxage" => Ok(Setting::Maxage(uint(0, u64::from(u32::MAX))?)),
-        "rate" => value
-            .parse::<f64>()
-            .ok()
-            .filter(|r| {
-                value.bytes().all(|b| b.is_ascii_digit() || b == b'.') && *r > 0.0 && *r <= MAX_RATE
-            })
-            .map(Setting::Rate)
-            .ok_or_else(|| bad("rate= a number greater than 0 and at most 1000000")),
-        "dry_run" => match value {
-            "on" => Ok(Setting::DryRun(true)),
-            "off" => Ok(Setting::DryRun(false)),
-            _ => Err(bad("dry_run=on or dry_run=off")),
-        },
-        _ => Err(bad("limit=, rate=, burst=, queue=, maxage= or dry_run=")),
-    }
-}
-
-/// The limiter options after `settings`, checked as remap.config's would
-/// be. The shape cannot change live: a limit or a rate can be changed, not
-/// added.
-pub fn apply(current: &Options, settings: &[Setting]) -> Result<Options, String> {
-    let mut o = current.clone();
-    for s in settings {
-        match *s {
-            Setting::Limit(l) if o.limit.is_some() => o.limit = Some(l),
-            Setting::Limit(_) => {
-                return Err(
-                    "set: limit= on a limiter without a concurrency limit: a limit can be \
-                            changed live, not added (add --limit in remap.config)"
-                        .to_owned(),
-                )
-            }
-            Setting::Rate(r) if o.rate.is_some() => o.rate = Some(r),
-            Setting::Burst(b) if o.rate.is_some() => o.burst = b,
-            Setting::Rate(_) | Setting::Burst(_) => {
-                return Err(
-                    "set: rate= or burst= on a limiter without a rate: a rate can be \
-                            changed live, not added (add --rate in remap.config)"
-                        .to_owned(),
-                )
-            }
-            Setting::Queue(q) => o.queue = q,
-            Setting::Maxage(m) => o.maxage_ms = m,
-            Setting::DryRun(d) => o.dry_run = d,
-        }
-    }
-    if o.dry_run && o.store_counts_status() {
-        return Err(format!(
-            "set: dry_run=on on a limiter with --store and --count-status: {}: nothing changed",
-            crate::options::DRY_STORE_WHY
-        ));
-    }
-    if let Some(r) = o.rate {
-        if f64::from(o.burst) / r > MAX_BURST_SECONDS {
-            return Err(format!(
-                "set: burst={} is too large for rate={r}: a full bucket may hold at most {MAX_BURST_SECONDS} s of requests",
-                o.burst
-            ));
-        }
-    }
-    Ok(o)
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::options::Options;
+
+    fn set(s: &str) -> Setting {
+        Setting::parse(s).expect("a valid setting")
+    }
 
     fn cmd(target: &str, data: &str) -> Result<Command, String> {
         parse(target, data.as_bytes()).expect("our target")
@@ -224,7 +143,7 @@ mod tests {
             cmd("rate_limit", "set api limit=20 rate=2.5 queue=0"),
             Ok(Command::Set {
                 target: "api".into(),
-                settings: vec![Setting::Limit(20), Setting::Rate(2.5), Setting::Queue(0)]
+                settings: vec![set("limit=20"), set("rate=2.5"), set("queue=0")]
             })
         );
         assert!(parse("throttle", b"show").is_none());
@@ -242,12 +161,13 @@ mod tests {
         assert!(e("rate_limit", "set api limit=0").starts_with("set: 'limit=0' is invalid"));
         assert!(e("rate_limit", "set api limit=-1").contains("an integer from 1"));
         assert!(e("rate_limit", "set api rate=abc").contains("rate= a number"));
-        assert!(e("rate_limit", "set api speed=3").contains("allowed limit=, rate="));
+        assert!(e("rate_limit", "set api speed=3")
+            .contains("allowed limit=, queue=, maxage=, rate=, burst= or dry_run="));
         assert_eq!(
             cmd("rate_limit", "set api dry_run=on dry_run=off"),
             Ok(Command::Set {
                 target: "api".to_owned(),
-                settings: vec![Setting::DryRun(true), Setting::DryRun(false)]
+                settings: vec![set("dry_run=on"), set("dry_run=off")]
             })
         );
         assert_eq!(
@@ -266,28 +186,22 @@ mod tests {
     #[test]
     fn apply_changes_values_not_the_shape() {
         let o = Options::parse("http://a/", &["--limit=2", "--rate=10"]).unwrap();
-        let n = apply(
-            &o,
-            &[Setting::Limit(5), Setting::Burst(30), Setting::Maxage(100)],
-        )
-        .unwrap();
+        let n = apply(&o, &[set("limit=5"), set("burst=30"), set("maxage=100")]).unwrap();
         assert_eq!(
             (n.limit, n.rate, n.burst, n.maxage_ms),
             (Some(5), Some(10.0), 30, 100)
         );
         let rate_only = Options::parse("http://a/", &["--rate=10"]).unwrap();
-        assert!(apply(&rate_only, &[Setting::Limit(5)])
+        assert!(apply(&rate_only, &[set("limit=5")])
             .unwrap_err()
             .contains("not added"));
         let limit_only = Options::parse("http://a/", &["--limit=2"]).unwrap();
-        assert!(apply(&limit_only, &[Setting::Burst(5)])
+        assert!(apply(&limit_only, &[set("burst=5")])
             .unwrap_err()
             .contains("without a rate"));
-        assert!(
-            apply(&o, &[Setting::Rate(0.000001), Setting::Burst(u32::MAX)])
-                .unwrap_err()
-                .contains("too large")
-        );
+        assert!(apply(&o, &[set("rate=0.000001"), set("burst=4294967295")])
+            .unwrap_err()
+            .contains("too large"));
     }
 
     #[test]
@@ -295,7 +209,7 @@ mod tests {
         let parse = |a: &[&str]| Options::parse("http://a/", a).unwrap();
         let store = ["--rate=5", "--store=redis://127.0.0.1:6379"];
         let counted = parse(&[&store[..], &["--count-status=401"]].concat());
-        let e = apply(&counted, &[Setting::DryRun(true)]).unwrap_err();
+        let e = apply(&counted, &[set("dry_run=on")]).unwrap_err();
         assert_eq!(
             e,
             format!(
@@ -304,9 +218,9 @@ mod tests {
             )
         );
         // Off stays allowed, and so is a dry run of either alone.
-        assert!(apply(&counted, &[Setting::DryRun(false)]).is_ok_and(|n| !n.dry_run));
-        assert!(apply(&parse(&store), &[Setting::DryRun(true)]).is_ok_and(|n| n.dry_run));
+        assert!(apply(&counted, &[set("dry_run=off")]).is_ok_and(|n| !n.dry_run));
+        assert!(apply(&parse(&store), &[set("dry_run=on")]).is_ok_and(|n| n.dry_run));
         let local = parse(&["--rate=5", "--count-status=401"]);
-        assert!(apply(&local, &[Setting::DryRun(true)]).is_ok_and(|n| n.dry_run));
+        assert!(apply(&local, &[set("dry_run=on")]).is_ok_and(|n| n.dry_run));
     }
 }

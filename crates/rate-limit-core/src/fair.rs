@@ -18,7 +18,7 @@ use limits::{FairConfig, FlowWeight};
 use optspec::files::{Files, FsFiles};
 
 use crate::key::KeySpec;
-use optspec::Opt;
+use optspec::{Live, Opt};
 
 use crate::options::{apply_given, invalid, OptionError, Order};
 
@@ -130,35 +130,38 @@ pub static OPTIONS: &[Opt<Values, u32, OptionError>] = &[
     Opt::value(
         "flow-slots",
         "slots one flow may hold at once on this host",
-        |f, v, &most| {
+        |f: &mut Values, v: &str, &most: &u32| {
             let allowed = || format!("an integer from 1 to the --limit ({most})");
             let n = optspec::value::uint(v, 1, u64::from(most))
                 .map_err(|_| invalid("flow-slots", v, &allowed()))?;
             f.flow_slots = Some(n as u32);
             Ok(())
         },
-    ),
+    )
+    .live(Live::Reload),
     Opt::value(
         "flow-over",
         "a flow at its slots: reject or wait",
-        |f, v, _| {
+        |f: &mut Values, v: &str, _: &u32| {
             f.over = optspec::value::word(v, &[("wait", Over::Wait), ("reject", Over::Reject)])
                 .ok_or_else(|| invalid("flow-over", v, "reject or wait"))?;
             Ok(())
         },
-    ),
+    )
+    .live(Live::Reload),
     Opt::flag(
         "strict",
         "a flow never holds more than its slots, even when others are idle",
-        |f, _| {
+        |f: &mut Values, _: &u32| {
             f.strict = true;
             Ok(())
         },
-    ),
+    )
+    .live(Live::Reload),
     Opt::value(
         "flow-weights",
         "file of key values with their own slots or weight",
-        |f, v, _| {
+        |f: &mut Values, v: &str, _: &u32| {
             if v.is_empty() || v.len() > 4096 || v.contains('\0') {
                 return Err(invalid(
                     "flow-weights",
@@ -169,7 +172,8 @@ pub static OPTIONS: &[Opt<Values, u32, OptionError>] = &[
             f.weights_file = Some(v.to_owned());
             Ok(())
         },
-    ),
+    )
+    .live(Live::Reload),
 ];
 
 /// The fair-share options' values, before they are checked together.

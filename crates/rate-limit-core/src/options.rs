@@ -272,6 +272,7 @@ impl Options {
 mod args;
 mod checks;
 mod describe;
+pub mod live;
 
 #[cfg(test)]
 mod tests;

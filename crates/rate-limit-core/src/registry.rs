@@ -27,19 +27,6 @@ use std::sync::{Arc, Weak};
 
 use crate::options::Options;
 
-/// Options whose value can change on a live limiter.
-const LIVE: &[&str] = &[
-    "limit",
-    "rate",
-    "burst",
-    "queue",
-    "maxage",
-    "flow-slots",
-    "flow-over",
-    "strict",
-    "flow-weights",
-];
-
 pub struct Registry<L> {
     generation: u64,
     /// Entries per (from, to) handed out in this generation, and whether
@@ -179,7 +166,7 @@ impl<L> Registry<L> {
         let reuse = entry
             .live
             .upgrade()
-            .filter(|_| difference(opts, &entry.opts, LIVE).is_none());
+            .filter(|_| difference(opts, &entry.opts, &live_options()).is_none());
         let (limiter, fresh) = match reuse {
             Some(l) => (l, false),
             None => (make(opts), true),
@@ -209,7 +196,7 @@ impl<L> Registry<L> {
                 changes.push(Change::Created {
                     id: id.clone(),
                     restarted: had_live
-                        .then(|| difference(&c.opts, &e.opts, LIVE).map(|d| d.0))
+                        .then(|| difference(&c.opts, &e.opts, &live_options()).map(|d| d.0))
                         .flatten(),
                 });
                 e.live = Arc::downgrade(&c.limiter);
@@ -281,6 +268,11 @@ impl<L> Registry<L> {
 /// only its presence is the shape (each rule charges by its own list, see
 /// the plugin's charge.rs): a list change keeps the limiter and its
 /// lock-outs, and rules of a group may list different statuses.
+/// Options whose value can change on a live limiter (the tables say which).
+fn live_options() -> Vec<&'static str> {
+    crate::options::live::names(optspec::Live::Reload)
+}
+
 fn difference(a: &Options, b: &Options, ignore: &[&str]) -> Option<(&'static str, String, String)> {
     if a.limit.is_some() != b.limit.is_some() {
         return Some(render("limit", a, b));

@@ -319,9 +319,8 @@ fn set(name: &str, settings: &[ctl::Setting]) -> Answer {
     // Under the registry lock, so a configuration load cannot interleave.
     let mut reg = REGISTRY.lock();
     let t = pick(reg.live(), name)?;
-    let dry_only = settings
-        .iter()
-        .all(|s| matches!(s, ctl::Setting::DryRun(_)));
+    // The only flag `set` takes is the rules' dry run.
+    let dry_only = settings.iter().all(|s| s.switch_value().is_some());
     if t.opts.store.is_some() && !dry_only {
         return Err(format!(
             "set: {} is decided in Redis (--store) with the values of remap.config, which a \
@@ -348,10 +347,7 @@ fn set(name: &str, settings: &[ctl::Setting]) -> Answer {
     // A dry run is each rule's: set on the rules TARGET names, every rule
     // of the group if it names the group (the last dry_run= given wins),
     // until remap.config is next loaded.
-    let dry = settings.iter().rev().find_map(|s| match s {
-        ctl::Setting::DryRun(d) => Some(*d),
-        _ => None,
-    });
+    let dry = settings.iter().rev().find_map(ctl::Setting::switch_value);
     if let Some(d) = dry {
         let old: Vec<bool> = t
             .rules(name)

@@ -4,7 +4,7 @@
 //! kept for their modules; how the options combine is checked after, in
 //! `checks.rs`.
 
-use optspec::{Opt, Repeats, Tokens};
+use optspec::{Live, Opt, Repeats, Tokens};
 
 use super::{
     invalid, log_name_ok, tables, uint, OptionError, Options, DEFAULT_ERROR, DEFAULT_KEYS,
@@ -107,15 +107,52 @@ impl Given {
     }
 }
 
+impl Given {
+    /// The options of a running rule, for a live `set` (`live.rs`): the
+    /// values the setters stage start at the rule's.
+    pub(super) fn live(current: &Options) -> Given {
+        let mut g = Given::new();
+        g.o = current.clone();
+        g.limit = current.limit;
+        g.queue = Some(current.queue);
+        g.burst = Some(current.burst);
+        g
+    }
+
+    /// The options after a live `set`. Only the values of settable
+    /// options ([`Live::Set`]) are taken from what the setters staged.
+    pub(super) fn finish_live(self) -> Options {
+        let mut o = self.o;
+        o.limit = self.limit;
+        o.queue = self.queue.unwrap_or(o.queue);
+        o.burst = self.burst.unwrap_or(o.burst);
+        o
+    }
+
+    /// `set NAME=off` of a settable flag.
+    pub(super) fn switch_off(&mut self, option: &str) -> R {
+        match option {
+            "dry-run" => self.o.dry_run = false,
+            _ => return Err(OptionError(format!("--{option} cannot be switched off"))),
+        }
+        Ok(())
+    }
+}
+
 type R = Result<(), OptionError>;
 
 /// The rule's own options: the single source of their names.
 pub(super) static OPTIONS: &[Opt<Given, (), OptionError>] = &[
-    Opt::value("limit", "most transactions active at once", set_limit),
-    Opt::value("queue", "most transactions waiting", |g, v, _| {
-        g.queue = Some(uint("queue", v, 0, u64::from(u32::MAX), "")? as u32);
-        Ok(())
-    }),
+    Opt::value("limit", "most transactions active at once", set_limit).live(Live::Set),
+    Opt::value(
+        "queue",
+        "most transactions waiting",
+        |g: &mut Given, v: &str, _: &()| {
+            g.queue = Some(uint("queue", v, 0, u64::from(u32::MAX), "")? as u32);
+            Ok(())
+        },
+    )
+    .live(Live::Set),
     Opt::value("error", "the status of refused transactions", |g, v, _| {
         g.o.error = uint("error", v, 400, 599, "")? as u16;
         Ok(())
@@ -125,10 +162,15 @@ pub(super) static OPTIONS: &[Opt<Given, (), OptionError>] = &[
         Ok(())
     }),
     Opt::value("header", "request header given the time waited", set_header),
-    Opt::value("maxage", "longest wait in the queue, ms", |g, v, _| {
-        g.o.maxage_ms = uint("maxage", v, 0, u64::from(u32::MAX), "")?;
-        Ok(())
-    }),
+    Opt::value(
+        "maxage",
+        "longest wait in the queue, ms",
+        |g: &mut Given, v: &str, _: &()| {
+            g.o.maxage_ms = uint("maxage", v, 0, u64::from(u32::MAX), "")?;
+            Ok(())
+        },
+    )
+    .live(Live::Set),
     Opt::value("prefix", "metric name prefix", |g, v, _| {
         g.o.prefix = metric_part("prefix", v)?;
         Ok(())
@@ -145,15 +187,16 @@ pub(super) static OPTIONS: &[Opt<Given, (), OptionError>] = &[
             Ok(())
         },
     ),
-    Opt::value("rate", "requests per second", set_rate),
+    Opt::value("rate", "requests per second", set_rate).live(Live::Set),
     Opt::value(
         "burst",
         "requests at once from a full rate bucket",
-        |g, v, _| {
+        |g: &mut Given, v: &str, _: &()| {
             g.burst = Some(uint("burst", v, 1, u64::from(u32::MAX), "")? as u32);
             Ok(())
         },
-    ),
+    )
+    .live(Live::Set),
     Opt::flag(
         "ratelimit-headers",
         "RateLimit-Policy and RateLimit fields",
@@ -234,11 +277,12 @@ pub(super) static ROLLOUT: &[Opt<Given, (), OptionError>] = &[
     Opt::flag(
         "dry-run",
         "decide, count and log, but refuse nobody",
-        |g, _| {
+        |g: &mut Given, _: &()| {
             g.o.dry_run = true;
             Ok(())
         },
-    ),
+    )
+    .live(Live::Set),
     Opt::value("exempt", "clients never limited by the rule", |g, v, _| {
         let nets = forwarded::parse_trusted(v)
             .map_err(|_| invalid("exempt", v, "IP addresses or CIDRs, comma-separated"))?;
