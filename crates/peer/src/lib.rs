@@ -13,6 +13,7 @@
 #![forbid(unsafe_code)]
 
 pub mod auth;
+pub mod rebind;
 pub mod receiver;
 pub mod transport;
 pub mod wire;

@@ -11,6 +11,9 @@
 
 use limits::{Quota, NANOS_PER_SEC};
 
+mod policy;
+pub use policy::Policy;
+
 /// The `RateLimit-Policy` value for a rule, computed once.
 pub fn policy(limit: Option<u32>, rate: Option<(f64, u32)>) -> Option<String> {
     let mut items = Vec::new();

@@ -10,6 +10,7 @@ pub mod ctl;
 pub mod fair;
 pub mod headers;
 pub mod key;
+pub mod mates;
 pub mod options;
 pub mod peering;
 pub mod refusal_log;

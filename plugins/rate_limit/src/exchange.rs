@@ -25,11 +25,9 @@
 //! the socket closes. A replaced .so is a second copy with its own
 //! registry: its exchange finds the port still bound by the old copy's, so
 //! it tries the bind again (limiting locally meanwhile), with a backoff
-//! from 1 s to 30 s and for as long as it takes ([`rebind`]): an old
+//! from 1 s to 30 s and for as long as it takes (`peer::rebind`): an old
 //! transaction (a websocket, a long download) may keep the old copy's
 //! rules for hours.
-
-mod rebind;
 
 use std::io::ErrorKind;
 use std::path::PathBuf;
@@ -118,7 +116,7 @@ struct Published {
 
 struct Rebind {
     config: peer::Config,
-    schedule: rebind::Schedule,
+    schedule: peer::rebind::Schedule,
 }
 
 /// A member's group name and its limiter, alive.
@@ -225,12 +223,12 @@ fn start(p: &PeerOptions, socket: Vec<(&'static str, String)>) -> Result<Exchang
                 "peer exchange not started, limiting locally: {e} (by another process, or an \
                  older copy of this plugin replaced by a reload?); trying again after {} s, \
                  then backing off to every {} s until it binds",
-                rebind::FIRST_DELAY.as_secs(),
-                rebind::MAX_DELAY.as_secs()
+                peer::rebind::FIRST_DELAY.as_secs(),
+                peer::rebind::MAX_DELAY.as_secs()
             );
             rebind = Some(Rebind {
                 config,
-                schedule: rebind::Schedule::new(Instant::now()),
+                schedule: peer::rebind::Schedule::new(Instant::now()),
             });
         }
         Err(e) => log::error!("peer exchange disabled, limiting locally: {e}"),
@@ -296,7 +294,7 @@ impl Inner {
                         "peer exchange still not started after {} s, limiting locally: {e}; \
                          trying again every {} s",
                         for_.as_secs(),
-                        rebind::MAX_DELAY.as_secs()
+                        peer::rebind::MAX_DELAY.as_secs()
                     );
                 }
             }

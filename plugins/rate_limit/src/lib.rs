@@ -19,7 +19,7 @@
 //!    HTTP/2 streams) gets the slot, at remap or from the queue, its others
 //!    waiting on that limiter leave the queue and pass with it
 //!    (`Rule::resume_session_mates`, through the session's list of its
-//!    waiters, `mates.rs`).
+//!    waiters, `rate_limit_core::mates`).
 //! 3. SEND_RESPONSE_HDR (refused, `--ratelimit-headers` or `--count-status`):
 //!    a listed status charges the rate (`charge.rs`); `Retry-After`,
 //!    `Cache-Control: no-store`, RateLimit fields.
@@ -44,8 +44,6 @@ mod exchange;
 mod fair;
 mod global;
 mod load;
-mod mates;
-mod policy;
 mod queue;
 mod refusals;
 mod state;
@@ -106,7 +104,7 @@ pub struct Rule {
     /// What `traffic_ctl plugin msg rate_limit` shows of the rule.
     card: Arc<ctl::Card>,
     /// `--ratelimit-headers`: the RateLimit-Policy value, following live changes.
-    policy: Option<policy::Policy>,
+    policy: Option<headers::Policy>,
     /// A check for departed waiters is armed (only while anyone waits).
     watching: AtomicBool,
     /// `--store`: decided in Redis (see central.rs).

@@ -15,7 +15,7 @@ use rate_limit_core::{Limiter, Limits, Options};
 
 use crate::queue::Queued;
 use crate::state::{self, Metrics};
-use crate::{central, ctl, exchange, fair, policy, refusals, Rule, REGISTRY};
+use crate::{central, ctl, exchange, fair, refusals, Rule, REGISTRY};
 
 impl Rule {
     pub(crate) fn new(args: &RemapArgs<'_>) -> Result<Rule, String> {
@@ -34,7 +34,9 @@ impl Rule {
             // Under the registry lock: no live `set` between the two reads.
             let policy = opts
                 .ratelimit_headers
-                .then(|| policy::Policy::new(&Limits::of(&opts), limiter.changes()))
+                .then(|| {
+                    rate_limit_core::headers::Policy::new(&Limits::of(&opts), limiter.changes())
+                })
                 .flatten();
             (limiter, place > 1, followed, policy)
         };

@@ -9,9 +9,9 @@ use ats::sched::Periodic;
 use ats::stats::Stat;
 use limits::{BudgetToken, Nanos, Permit, Ticket};
 use parking_lot::Mutex;
+use rate_limit_core::mates::Mates;
 use rate_limit_core::{metric_name, Options};
 
-use crate::mates::Mates;
 use crate::queue::{Queued, RateToken};
 use crate::Rule;
 

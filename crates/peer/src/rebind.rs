@@ -12,14 +12,14 @@
 use std::time::{Duration, Instant};
 
 /// The delay before the first try again.
-pub(super) const FIRST_DELAY: Duration = Duration::from_secs(1);
+pub const FIRST_DELAY: Duration = Duration::from_secs(1);
 /// The longest delay between tries.
-pub(super) const MAX_DELAY: Duration = Duration::from_secs(30);
+pub const MAX_DELAY: Duration = Duration::from_secs(30);
 /// How often a port still in use is said again.
-pub(super) const SAY_EVERY: Duration = Duration::from_secs(300);
+pub const SAY_EVERY: Duration = Duration::from_secs(300);
 
 #[derive(Debug)]
-pub(super) struct Schedule {
+pub struct Schedule {
     /// When the port was first found in use.
     since: Instant,
     next: Instant,
@@ -29,7 +29,7 @@ pub(super) struct Schedule {
 
 impl Schedule {
     /// The port was found in use at `now` (and said so).
-    pub(super) fn new(now: Instant) -> Schedule {
+    pub fn new(now: Instant) -> Schedule {
         Schedule {
             since: now,
             next: now + FIRST_DELAY,
@@ -39,13 +39,13 @@ impl Schedule {
     }
 
     /// Whether to try the bind at `now`.
-    pub(super) fn due(&self, now: Instant) -> bool {
+    pub fn due(&self, now: Instant) -> bool {
         now >= self.next
     }
 
     /// The try at `now` found the port in use again: schedules the next.
     /// Returns how long the port has been in use if that is to be said now.
-    pub(super) fn in_use(&mut self, now: Instant) -> Option<Duration> {
+    pub fn in_use(&mut self, now: Instant) -> Option<Duration> {
         self.delay = (self.delay * 2).min(MAX_DELAY);
         self.next = now + self.delay;
         if now.saturating_duration_since(self.said) >= SAY_EVERY {

@@ -9,7 +9,7 @@ use limits::{Ticket, Waiter, WeakTicket};
 /// by default (`proxy.config.http2.max_concurrent_streams_in`); a stream
 /// past this bound still passes with its session, at its own turn in the
 /// queue (then it gives its slot back).
-pub(crate) const MAX_MATES: usize = 1024;
+pub const MAX_MATES: usize = 1024;
 
 /// The list is pruned of waiters that left the queue once it (plus the adds
 /// refused since, the list being full) reaches twice its live size at the
@@ -18,7 +18,7 @@ const PRUNE_MIN: usize = 16;
 
 /// A session's waiters, by limiter id. Weak: a waiter refers to its session,
 /// and the queue, not this list, owns it.
-pub(crate) struct Mates<W: Waiter> {
+pub struct Mates<W: Waiter> {
     list: Vec<(u64, WeakTicket<W>)>,
     prune_at: usize,
     /// Adds refused (full) since the last prune.
@@ -37,7 +37,7 @@ impl<W: Waiter> Default for Mates<W> {
 
 impl<W: Waiter> Mates<W> {
     /// Notes a waiter of `limiter`; false if the list is full of live ones.
-    pub(crate) fn add(&mut self, limiter: u64, t: &Ticket<W>) -> bool {
+    pub fn add(&mut self, limiter: u64, t: &Ticket<W>) -> bool {
         if self.list.len() + self.refused >= self.prune_at {
             self.list.retain(|(_, w)| w.is_waiting());
             self.refused = 0;
@@ -54,7 +54,7 @@ impl<W: Waiter> Mates<W> {
     /// Takes `limiter`'s waiters out of its queue (those still in it) and
     /// forgets them. Nothing to do, and no allocation, for a session that
     /// has none (an HTTP/1.1 connection has at most itself, already out).
-    pub(crate) fn take(&mut self, limiter: u64) -> Vec<W> {
+    pub fn take(&mut self, limiter: u64) -> Vec<W> {
         let mut out = Vec::new();
         self.list.retain(|(l, t)| {
             if *l != limiter {

@@ -9,11 +9,11 @@
 use std::sync::Arc;
 
 use arc_swap::ArcSwap;
-use rate_limit_core::{headers, Limiter, Limits};
+use limits::{Clock, Waiter};
 
-use crate::queue::Queued;
+use crate::{headers, Limiter, Limits};
 
-pub(crate) struct Policy {
+pub struct Policy {
     /// `(Limiter::changes() when made, the value)`. A limit or a rate
     /// cannot be added or removed live, so there is always a value.
     cache: ArcSwap<(u64, String)>,
@@ -26,14 +26,14 @@ fn value(l: &Limits) -> Option<String> {
 impl Policy {
     /// For a rule with `limits`, its limiter at change count `changes`;
     /// `None` without a limit and a rate (nothing to announce).
-    pub(crate) fn new(limits: &Limits, changes: u64) -> Option<Policy> {
+    pub fn new(limits: &Limits, changes: u64) -> Option<Policy> {
         Some(Policy {
             cache: ArcSwap::from_pointee((changes, value(limits)?)),
         })
     }
 
     /// Calls `f` with the header's current value (if any).
-    pub(crate) fn with(&self, limiter: &Limiter<Queued>, f: impl FnOnce(&str)) {
+    pub fn with<W: Waiter, C: Clock>(&self, limiter: &Limiter<W, C>, f: impl FnOnce(&str)) {
         let now = limiter.changes();
         {
             let c = self.cache.load();
