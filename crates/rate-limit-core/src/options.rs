@@ -45,7 +45,9 @@ pub struct Options {
     /// Max time in queue, ms; 0 = no expiry.
     pub maxage_ms: u64,
     pub prefix: String,
-    pub tag: String,
+    /// `--tag`: the rule's name in metric names and logs (DThrottle's "tag",
+    /// a client identity, is another thing: see docs/architecture.md).
+    pub metric_tag: String,
     pub conntrack: bool,
     /// Requests per second.
     pub rate: Option<f64>,

@@ -1,4 +1,4 @@
-//! The global mode's options (`--store`, `--store-timeout`,
+//! The store's options (`--store`, `--store-timeout`,
 //! `--store-failure`, `--lease-ttl`): a rule's limits are decided in Redis,
 //! exactly across every proxy that names the same store and namespace.
 
@@ -199,7 +199,7 @@ pub fn parse(
     let Some(redis) = redis else {
         if let Some((name, _)) = raw.first() {
             return Err(OptionError(format!(
-                "--{name} needs --store (it configures the global mode)"
+                "--{name} needs --store (it configures how Redis decides the rule)"
             )));
         }
         return Ok(None);
@@ -369,7 +369,7 @@ mod tests {
             .starts_with("--lease-ttl has an invalid value '0'"));
         assert_eq!(
             err(&["--lease-ttl=5"]),
-            "--lease-ttl needs --store (it configures the global mode)"
+            "--lease-ttl needs --store (it configures how Redis decides the rule)"
         );
         assert!(err(&["--store=redis://h", "--conntrack"]).contains("--conntrack"));
         assert!(err(&["--store=redis://h", "--tag=a{b}"]).starts_with("--store needs --group here"));

@@ -95,7 +95,7 @@ pub(crate) struct Asked {
     key: Option<u64>,
 }
 
-/// A rule's share of the global mode: its store and metrics.
+/// A rule's share of the store (`--store`): its client and metrics.
 pub(crate) struct RuleStore {
     store: Arc<Store>,
     opts: StoreOptions,
@@ -115,7 +115,7 @@ pub(crate) struct StoreMetrics {
 
 impl StoreMetrics {
     fn new(o: &Options) -> StoreMetrics {
-        let make = |m: &str| match Stat::find_or_create(&metric_name(&o.prefix, &o.tag, m)) {
+        let make = |m: &str| match Stat::find_or_create(&metric_name(&o.prefix, &o.metric_tag, m)) {
             Ok(s) => Some(s),
             Err(e) => {
                 log::error!("{e}");
@@ -224,7 +224,7 @@ pub(crate) fn done() {
     }
 }
 
-/// What the global mode keeps on a transaction.
+/// What a `--store` rule keeps on a transaction.
 pub(crate) enum TxnCentral {
     /// Named in DoRemap, to be asked at POST_REMAP.
     Pending(String),

@@ -60,7 +60,7 @@ impl Card {
     ) -> Arc<Card> {
         let card = Arc::new(Card {
             from: from.to_owned(),
-            metrics_name: format!("{}.remap.{}", o.prefix, o.tag),
+            metrics_name: format!("{}.remap.{}", o.prefix, o.metric_tag),
             metrics,
             limiter: Arc::downgrade(limiter),
             key: o.key.clone(),

@@ -31,7 +31,7 @@
 
 use std::io::ErrorKind;
 use std::path::PathBuf;
-use std::sync::{Arc, LazyLock, OnceLock, Weak};
+use std::sync::{Arc, OnceLock, Weak};
 use std::time::{Duration, Instant};
 
 use ats::sched::{Periodic, Pool};
@@ -39,6 +39,7 @@ use ats::stats::Stat;
 use parking_lot::Mutex;
 use rate_limit_core::peering::PeerOptions;
 use rate_limit_core::{Limiter, Options};
+use store::Clients;
 
 use crate::queue::Queued;
 use crate::state::bump;
@@ -69,7 +70,8 @@ const METRICS: [&str; 9] = [
 ];
 
 /// The running exchange, if a peered rule holds it.
-static EXCHANGE: LazyLock<Mutex<Weak<Exchange>>> = LazyLock::new(Mutex::default);
+/// One at most: every peered rule's match (the socket settings must agree).
+static EXCHANGE: Clients<Exchange> = Clients::new();
 
 /// `peer_bound`: how many exchanges of the process hold their socket (0 or
 /// 1; every copy of the plugin adds to the same metric).
@@ -141,27 +143,17 @@ pub(crate) fn join(
     let (Some(p), Some(group)) = (&opts.peer, &opts.group) else {
         return Ok(None);
     };
-    let mut ex = EXCHANGE.lock();
     let socket = p.socket_options();
-    let e = match ex.upgrade() {
-        Some(e) => {
-            if let Some(((name, mine), (_, theirs))) =
-                socket.iter().zip(&e.socket).find(|((_, a), (_, b))| a != b)
-            {
-                return Err(format!(
-                    "--{name}={mine} differs from --{name}={theirs} of the running peer exchange: \
-                     one socket serves every rule of the process; to change it, reload without \
-                     peered rules first, or restart traffic_server"
-                ));
-            }
-            e
-        }
-        None => {
-            let e = Arc::new(start(p, socket)?);
-            *ex = Arc::downgrade(&e);
-            e
-        }
-    };
+    let e = EXCHANGE.get_or_start(|_| true, || start(p, socket.clone()).map(Arc::new))?;
+    if let Some(((name, mine), (_, theirs))) =
+        socket.iter().zip(&e.socket).find(|((_, a), (_, b))| a != b)
+    {
+        return Err(format!(
+            "--{name}={mine} differs from --{name}={theirs} of the running peer exchange: \
+             one socket serves every rule of the process; to change it, reload without \
+             peered rules first, or restart traffic_server"
+        ));
+    }
     let mut members = e.shared.members.lock();
     members.retain(|m| m.limiter.strong_count() > 0);
     if !members.iter().any(|m| m.id == limiter.id()) {

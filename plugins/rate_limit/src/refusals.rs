@@ -25,7 +25,8 @@ pub(crate) struct Refusals {
 }
 
 struct RuleLog {
-    tag: String,
+    /// The rule's `--tag`, which names it in the lines.
+    rule: String,
     /// Rules naming the same FILE share its object (`TextLog::create`).
     file: Arc<TextLog>,
     bound: Arc<LogBound>,
@@ -37,7 +38,7 @@ impl Drop for RuleLog {
     /// written now, or its counts would be lost with it.
     fn drop(&mut self) {
         if let Some(s) = self.bound.take_pending() {
-            let _ = self.file.write(&s.line(&self.tag));
+            let _ = self.file.write(&s.line(&self.rule));
         }
     }
 }
@@ -58,12 +59,12 @@ impl Refusals {
         let file = Arc::new(TextLog::create(name, true).map_err(|e| format!("--log={name}: {e}"))?);
         let bound = Arc::new(LogBound::new(LINES_PER_SECOND));
         // The last second's summary is written even when no event follows.
-        let (b, f, tag) = (Arc::downgrade(&bound), file.clone(), o.tag.clone());
+        let (b, f, rule) = (Arc::downgrade(&bound), file.clone(), o.metric_tag.clone());
         let flusher = Periodic::start(Duration::from_secs(1), Pool::Task, move || {
             let Some(b) = b.upgrade() else { return };
             let summary = b.flush(MonotonicClock.now());
             if let Some(s) = summary {
-                let _ = f.write(&s.line(&tag));
+                let _ = f.write(&s.line(&rule));
             }
         });
         let flusher = match flusher {
@@ -75,7 +76,7 @@ impl Refusals {
         };
         Ok(Refusals {
             log: Some(RuleLog {
-                tag: o.tag.clone(),
+                rule: o.metric_tag.clone(),
                 file,
                 bound,
                 _flusher: flusher,
@@ -102,12 +103,12 @@ impl Refusals {
         let d = l.bound.event(MonotonicClock.now(), reason);
         // Not reported if ATS drops a line: a refusal path must not flood diags.log.
         if let Some(s) = d.summary {
-            let _ = l.file.write(&s.line(&l.tag));
+            let _ = l.file.write(&s.line(&l.rule));
         }
         if d.write {
             let w = who();
             let e = Event {
-                rule: &l.tag,
+                rule: &l.rule,
                 client: w.client,
                 key: w.key.as_deref(),
                 reason,

@@ -52,7 +52,7 @@ pub(crate) fn bump(stat: Option<Stat>, n: i64) {
 
 impl Metrics {
     pub(crate) fn new(o: &Options) -> Metrics {
-        let make = |m: &str| match Stat::find_or_create(&metric_name(&o.prefix, &o.tag, m)) {
+        let make = |m: &str| match Stat::find_or_create(&metric_name(&o.prefix, &o.metric_tag, m)) {
             Ok(s) => Some(s),
             Err(e) => {
                 log::error!("{e}");

@@ -73,7 +73,7 @@ impl Given {
                 header: None,
                 maxage_ms: 0,
                 prefix: DEFAULT_PREFIX.to_owned(),
-                tag: String::new(),
+                metric_tag: String::new(),
                 conntrack: false,
                 rate: None,
                 burst: 0,

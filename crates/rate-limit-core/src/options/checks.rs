@@ -70,7 +70,7 @@ pub(super) fn combine(from_url: &str, given: Given) -> Result<Options, OptionErr
             ));
         }
     }
-    o.tag = match tag {
+    o.metric_tag = match tag {
         Some(t) => t,
         None => crate::tag::from_url(from_url).ok_or_else(|| {
             OptionError(format!(
@@ -162,7 +162,7 @@ pub(super) fn combine(from_url: &str, given: Given) -> Result<Options, OptionErr
             &store_raw,
             crate::store::Context {
                 group: o.group.as_deref(),
-                tag: &o.tag,
+                tag: &o.metric_tag,
                 conntrack: o.conntrack,
                 peered: o.peer.is_some(),
                 keyed: o.key.is_some(),

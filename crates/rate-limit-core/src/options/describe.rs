@@ -160,7 +160,7 @@ impl Options {
                     .as_ref()
                     .map_or(String::new(), |l| format!(" log={l}.log")),
             self.prefix,
-            self.tag
+            self.metric_tag
         )
     }
 }

@@ -81,7 +81,7 @@ fn defaults_match_upstream_9_2() {
     assert_eq!(o.error, 429);
     assert_eq!((o.retry, o.maxage_ms, o.header.as_deref()), (0, 0, None));
     assert_eq!(
-        (o.prefix.as_str(), o.tag.as_str()),
+        (o.prefix.as_str(), o.metric_tag.as_str()),
         ("plugin.rate_limiter", "http.cdn.example.com")
     );
     assert!(!o.conntrack && o.rate.is_none() && !o.ratelimit_headers);
@@ -112,7 +112,10 @@ fn both_value_syntaxes_and_every_option() {
     assert_eq!(o.retry, 3);
     assert_eq!(o.header.as_deref(), Some("@RateLimit-Delay"));
     assert_eq!(o.maxage_ms, 250);
-    assert_eq!((o.prefix.as_str(), o.tag.as_str()), ("my.rl", "edge"));
+    assert_eq!(
+        (o.prefix.as_str(), o.metric_tag.as_str()),
+        ("my.rl", "edge")
+    );
     assert!(o.conntrack && o.ratelimit_headers);
     assert_eq!((o.rate, o.burst), (Some(12.5), 20));
 }
