@@ -8,7 +8,13 @@
 #                          upstream rate_limit.so / ours / throttle.so, cache
 #                          hits and proxied) and the queue-resume comparison on
 #                          a real traffic_server; updates BENCHMARKS.md.
-#   ci/bench.sh --smoke    for CI: every configuration once for a second and
+#   ci/bench.sh --smoke    for CI: first, with no bench run, the generated
+#                          sections of BENCHMARKS.md against what they cite
+#                          (`ats-bench check-sections`): fails if the
+#                          micro-icount table's baseline column differs from
+#                          bench/micro-icount/baseline.tsv in any row, or a
+#                          section's plugin commit is not in HEAD's history.
+#                          Then every configuration once for a second and
 #                          the criterion benches once each in test mode (no
 #                          timing), writes nothing; and the micro-benchmarks'
 #                          instruction counts (callgrind, ~2 s) checked against
@@ -40,6 +46,13 @@ echo "bench: $ats_flavour, cargo target dir $TARGET"
 MICRO=(-p limits -p rate-limit-core -p throttle-core -p keyed --bench admission --bench options --bench gate --bench keyed)
 # Recorded in BENCHMARKS.md as the command that produced it.
 export ATS_BENCH_COMMAND="ci/bench.sh${*:+ $*}"
+
+if [ "${1:-}" = "--smoke" ]; then
+    # Cheap, so first (under a second once built). After a baseline rewrite
+    # (`micro-icount --write`) without --out, refresh the table's baseline
+    # column: cargo run --release -p ats-bench -- micro-icount --baseline-only --out BENCHMARKS.md
+    cargo run --release --locked -p ats-bench -- check-sections BENCHMARKS.md
+fi
 
 cargo build --release --locked -p ats-bench -p rate_limit -p throttle -p ip_throttle -p micro-icount
 

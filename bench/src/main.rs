@@ -12,6 +12,7 @@
 
 mod attribution;
 mod callgrind;
+mod check;
 mod icount;
 mod icount_cli;
 mod icount_report;
@@ -19,6 +20,7 @@ mod load;
 mod load_report;
 mod micro;
 mod micro_icount;
+mod micro_icount_report;
 mod nginx;
 mod queue;
 mod report;
@@ -58,6 +60,7 @@ const RL_QUEUE_OPTIONS: &[&str] = &["--limit=1", "--queue=100", "--header=X-Queu
 const USAGE: &str = "\
 usage: ats-bench [--smoke] [--out FILE] [options]
        ats-bench icount|micro-icount|tls [--help]   (instruction counts; TLS connections)
+       ats-bench check-sections [FILE]              (FILE's generated sections against what they cite)
 
   --smoke              a few seconds per part, every configuration once; numbers
                        are meaningless and FILE is not written
@@ -370,6 +373,7 @@ fn main() -> ExitCode {
         Some("icount") => return icount_cli::main(&argv[1..]),
         Some("micro-icount") => return micro_icount::main(&argv[1..]),
         Some("tls") => return tls::main(&argv[1..]),
+        Some("check-sections") => return check::main(&argv[1..]),
         _ => {}
     }
     let args = match report::args_or_exit("ats-bench", USAGE, parse_args(&argv)) {

@@ -10,7 +10,8 @@
 //!
 //! `--check` fails when an operation costs more than its baseline by more
 //! than [`THRESHOLD_PCT`] % and [`THRESHOLD_ABS`] instructions (see there
-//! for why).
+//! for why). The section it writes into BENCHMARKS.md is
+//! `micro_icount_report`'s.
 
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
@@ -19,15 +20,20 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, ExitCode};
 
 use crate::callgrind::Profile;
+use crate::micro_icount_report as report;
 
 pub const USAGE: &str = "\
 usage: ats-bench micro-icount [--check] [--write] [--baseline FILE] [--out FILE]
+       ats-bench micro-icount --baseline-only --out FILE
 
   --check          fail if an operation needs more instructions than its baseline
                    (more than 5 % and more than 8 instructions)
   --write          store this run's counts as the new baseline
   --baseline FILE  default bench/micro-icount/baseline.tsv
-  --out FILE       update the generated micro-icount section of FILE (e.g. BENCHMARKS.md)
+  --out FILE       update the generated micro-icount section of FILE (e.g. BENCHMARKS.md);
+                   its baseline column is read from the baseline file after --write
+  --baseline-only  measure nothing: rewrite only the baseline column of FILE's
+                   micro-icount section from the baseline file (its header line says so)
 ";
 
 /// Counts are reproducible to the instruction when nothing changed (the
@@ -44,6 +50,7 @@ pub const THRESHOLD_ABS: f64 = 8.0;
 struct Args {
     check: bool,
     write: bool,
+    baseline_only: bool,
     baseline: PathBuf,
     out: Option<PathBuf>,
 }
@@ -52,6 +59,7 @@ fn parse_args(argv: &[String]) -> Result<Args, String> {
     let mut a = Args {
         check: false,
         write: false,
+        baseline_only: false,
         baseline: Path::new(env!("CARGO_MANIFEST_DIR")).join("micro-icount/baseline.tsv"),
         out: None,
     };
@@ -61,11 +69,18 @@ fn parse_args(argv: &[String]) -> Result<Args, String> {
         match arg.as_str() {
             "--check" => a.check = true,
             "--write" => a.write = true,
+            "--baseline-only" => a.baseline_only = true,
             "--baseline" => a.baseline = PathBuf::from(value()?),
             "--out" => a.out = Some(PathBuf::from(value()?)),
             "-h" | "--help" => return Err(String::new()),
             other => return Err(format!("unknown argument '{other}'")),
         }
+    }
+    if a.baseline_only && (a.check || a.write || a.out.is_none()) {
+        return Err(
+            "--baseline-only measures nothing: it needs --out FILE, and no --check or --write"
+                .into(),
+        );
     }
     Ok(a)
 }
@@ -116,7 +131,7 @@ pub fn measure() -> Result<Vec<(String, f64)>, String> {
     Ok(counts)
 }
 
-fn read_baseline(path: &Path) -> Result<BTreeMap<String, f64>, String> {
+pub fn read_baseline(path: &Path) -> Result<BTreeMap<String, f64>, String> {
     let text = fs::read_to_string(path).map_err(|e| format!("{}: {e}", path.display()))?;
     text.lines()
         .filter(|l| !l.starts_with('#') && !l.trim().is_empty())
@@ -152,27 +167,6 @@ fn regression(base: f64, now: f64) -> Option<String> {
         .then(|| format!("{now:.1} vs {base:.1} (+{:.1} %)", d / base * 100.0))
 }
 
-pub fn section(
-    counts: &[(String, f64)],
-    base: &BTreeMap<String, f64>,
-    ctx: &crate::report::Context,
-) -> String {
-    let mut s = String::from("## Micro-benchmarks: instructions per operation (callgrind)\n\n");
-    s += &ctx.provenance();
-    s += "The criterion benchmarks' single-thread operations, each run 10 000 times in its own \
-          function of `bench/micro-icount` under callgrind; inclusive instructions of that \
-          function / 10 000 (`ats-bench micro-icount`, ~2 s). Keyed tables hold 100 000 keys \
-          (at their bound) instead of 1 M: same instructions, fewer to fill. \
-          `ci/bench.sh --smoke` compares these with `bench/micro-icount/baseline.tsv` and fails \
-          above +5 % and +8 instructions.\n\n\
-          | operation | instructions | baseline |\n|---|--:|--:|\n";
-    for (id, v) in counts {
-        let b = base.get(id).map_or("—".into(), |b| format!("{b:.1}"));
-        let _ = writeln!(s, "| `{id}` | {v:.1} | {b} |");
-    }
-    s
-}
-
 pub fn main(argv: &[String]) -> ExitCode {
     let args = match crate::report::args_or_exit("ats-bench micro-icount", USAGE, parse_args(argv))
     {
@@ -189,7 +183,61 @@ pub fn main(argv: &[String]) -> ExitCode {
     }
 }
 
+/// `file` as a section names it: relative to the directory of `doc` (where
+/// `ats-bench check-sections` resolves it) if it is below it.
+fn shown_path(file: &Path, doc: &Path) -> String {
+    let dir = match doc.parent() {
+        Some(d) if !d.as_os_str().is_empty() => d,
+        _ => Path::new("."),
+    };
+    match (file.canonicalize(), dir.canonicalize()) {
+        (Ok(f), Ok(d)) => f
+            .strip_prefix(&d)
+            .map_or_else(|_| f.display().to_string(), |r| r.display().to_string()),
+        _ => file.display().to_string(),
+    }
+}
+
+/// Rewrites only the baseline column of `out`'s section from the file.
+fn baseline_only(baseline: &Path, out: &Path) -> Result<(), String> {
+    let base = read_baseline(baseline)?;
+    let shown = shown_path(baseline, out);
+    let text = fs::read_to_string(out).map_err(|e| format!("{}: {e}", out.display()))?;
+    let body = crate::sections::body(&text, report::NAME)
+        .ok_or_else(|| format!("{} has no {} section", out.display(), report::NAME))?;
+    let dir = baseline.parent().unwrap_or(Path::new("."));
+    let name = baseline.file_name().map(Path::new).unwrap_or(baseline);
+    let name = name.to_str().unwrap_or_default();
+    let state = match crate::sys::git(dir, &["log", "-1", "--format=%h", "--", name]) {
+        Some(c) if !c.is_empty() => {
+            let dirty = crate::sys::git(dir, &["status", "--porcelain", "--", name]);
+            match dirty {
+                Some(d) if d.is_empty() => format!("as committed in {c}"),
+                _ => format!("last committed in {c}, with uncommitted changes"),
+            }
+        }
+        _ => "not in a git checkout".to_owned(),
+    };
+    let date = crate::sys::command_output("date", &["-u", "+%Y-%m-%d %H:%M UTC"])
+        .unwrap_or_default()
+        .trim()
+        .to_owned();
+    let note = report::refresh_note(&shown, &state, &date);
+    let body = report::refresh(body, &base, &shown, &note)?;
+    crate::sections::update(out, &[(report::NAME, body)])
+}
+
 fn run(args: &Args) -> Result<bool, String> {
+    if let (true, Some(out)) = (args.baseline_only, &args.out) {
+        baseline_only(&args.baseline, out)?;
+        eprintln!(
+            "updated the baseline column of {}'s {} section from {}",
+            out.display(),
+            report::NAME,
+            args.baseline.display()
+        );
+        return Ok(true);
+    }
     let counts = measure()?;
     let base = if args.baseline.is_file() {
         read_baseline(&args.baseline)?
@@ -221,14 +269,33 @@ fn run(args: &Args) -> Result<bool, String> {
     if args.write {
         write_baseline(&args.baseline, &counts)?;
         eprintln!("wrote {}", args.baseline.display());
+        if args.out.is_none() {
+            eprintln!(
+                "not written without --out: BENCHMARKS.md's {} section, whose baseline column \
+                 `ci/bench.sh --smoke` checks against this file; rerun with --out BENCHMARKS.md, \
+                 or rewrite only that column with --baseline-only --out BENCHMARKS.md",
+                report::NAME
+            );
+        }
     }
     if let Some(out) = &args.out {
         let machine = crate::sys::Machine::probe();
         let ctx = crate::report::Context {
             machine: &machine,
-            command: "ats-bench micro-icount".into(),
+            command: format!(
+                "ats-bench micro-icount{}",
+                if args.write { " --write" } else { "" }
+            ),
         };
-        crate::sections::update(out, &[("micro-icount", section(&counts, &base, &ctx))])?;
+        // The baseline as the file holds it now (after --write: this run's counts).
+        let base = if args.baseline.is_file() {
+            read_baseline(&args.baseline)?
+        } else {
+            BTreeMap::new()
+        };
+        let shown = shown_path(&args.baseline, out);
+        let body = report::section(&counts, &base, &shown, &ctx);
+        crate::sections::update(out, &[(report::NAME, body)])?;
         eprintln!("updated {}", out.display());
     }
     if !ok {

@@ -47,6 +47,32 @@ pub fn splice(text: &str, sections: &[(&str, String)]) -> String {
     out
 }
 
+/// What [`splice`] put between `name`'s markers, if `text` has them.
+pub fn body<'a>(text: &'a str, name: &str) -> Option<&'a str> {
+    let (begin, end) = markers(name);
+    let b = text.find(&begin)? + begin.len();
+    let e = b + text[b..].find(&end)?;
+    Some(text[b..e].strip_prefix('\n').unwrap_or(&text[b..e]))
+}
+
+/// Every generated section of `text` in order, as (name, body); an error
+/// for a begin marker without its end marker.
+pub fn all(text: &str) -> Result<Vec<(&str, &str)>, String> {
+    const OPEN: &str = "<!-- ats-bench:";
+    let mut out = Vec::new();
+    for (i, _) in text.match_indices(OPEN) {
+        let rest = &text[i + OPEN.len()..];
+        let name = rest.split(':').next().unwrap_or_default();
+        if !rest[name.len()..].starts_with(":begin") {
+            continue;
+        }
+        let body = body(text, name)
+            .ok_or_else(|| format!("section {name}: no end marker after its begin marker"))?;
+        out.push((name, body));
+    }
+    Ok(out)
+}
+
 /// Writes the sections into `path` (created with a title if missing).
 pub fn update(path: &Path, sections: &[(&str, String)]) -> Result<(), String> {
     let text = match fs::read_to_string(path) {
@@ -75,5 +101,21 @@ mod tests {
         assert!(!second.contains("one\n"));
         assert!(second.contains("two\n<!-- ats-bench:b:end -->"));
         assert_eq!(splice(&second, &[("a", "ONE\n".into())]), second);
+    }
+
+    #[test]
+    fn all_reads_back_what_splice_wrote() {
+        let text = splice(
+            "# B\n\nintro\n",
+            &[("a", "one\n".into()), ("b-1.2", "two\nlines\n".into())],
+        );
+        assert_eq!(
+            all(&text),
+            Ok(vec![("a", "one\n"), ("b-1.2", "two\nlines\n")])
+        );
+        assert_eq!(body(&text, "b-1.2"), Some("two\nlines\n"));
+        assert_eq!(body(&text, "c"), None);
+        let cut = text.replace("<!-- ats-bench:b-1.2:end -->", "");
+        assert!(all(&cut).unwrap_err().contains("section b-1.2"));
     }
 }

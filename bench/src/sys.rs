@@ -2,6 +2,7 @@
 //! the facts about the machine that go into the report.
 
 use std::fs;
+use std::path::Path;
 use std::process::Command;
 use std::sync::OnceLock;
 
@@ -125,34 +126,34 @@ pub struct Machine {
     pub source: String,
 }
 
+/// The workspace this bench was built from.
+pub const WORKSPACE: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/..");
+
+/// What `git -C dir ARGS` printed, if it succeeded (None outside a checkout).
+pub fn git(dir: &Path, args: &[&str]) -> Option<String> {
+    Command::new("git")
+        .arg("-C")
+        .arg(dir)
+        .args(args)
+        .output()
+        .ok()
+        .filter(|o| o.status.success())
+        // Not trimmed at the start: porcelain lines begin with a status column.
+        .map(|o| String::from_utf8_lossy(&o.stdout).trim_end().to_owned())
+}
+
+/// The paths whose changes change the plugins (and so what a section measured).
+pub const PLUGIN_SOURCES: &[&str] = &["ats-sys", "crates", "plugins", "Cargo.lock"];
+
 /// "commit abc1234" plus the files under the plugins' source directories
 /// that differ from it.
 fn source_provenance() -> String {
-    let root = concat!(env!("CARGO_MANIFEST_DIR"), "/..");
-    let git = |args: &[&str]| {
-        Command::new("git")
-            .arg("-C")
-            .arg(root)
-            .args(args)
-            .output()
-            .ok()
-            .filter(|o| o.status.success())
-            // Not trimmed at the start: porcelain lines begin with a status column.
-            .map(|o| String::from_utf8_lossy(&o.stdout).trim_end().to_owned())
-    };
+    let git = |args: &[&str]| git(Path::new(WORKSPACE), args);
     let Some(commit) = git(&["rev-parse", "--short", "HEAD"]) else {
         return "unknown (not a git checkout)".into();
     };
-    let dirty = git(&[
-        "status",
-        "--porcelain",
-        "--",
-        "ats-sys",
-        "crates",
-        "plugins",
-        "Cargo.lock",
-    ])
-    .unwrap_or_default();
+    let dirty =
+        git(&[&["status", "--porcelain", "--"], PLUGIN_SOURCES].concat()).unwrap_or_default();
     let files: Vec<&str> = dirty.lines().filter_map(|l| l.get(3..)).collect();
     if files.is_empty() {
         format!("commit {commit}")
