@@ -20,7 +20,7 @@ use optspec::files::{Files, FsFiles};
 use crate::key::KeySpec;
 use optspec::{Live, Opt};
 
-use crate::options::{apply_given, invalid, OptionError, Order};
+use crate::options::common::{apply_given, invalid, OptionError, Order};
 
 /// Most lines of a weights file.
 pub const MAX_WEIGHT_LINES: usize = 100_000;

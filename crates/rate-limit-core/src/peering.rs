@@ -12,7 +12,7 @@ use limits::quote::quote;
 use optspec::Opt;
 
 use crate::key::{KeySpec, Source};
-use crate::options::{apply_given, invalid, uint, OptionError, Order};
+use crate::options::common::{apply_given, invalid, uint, OptionError, Order};
 
 pub const DEFAULT_LISTEN: SocketAddr = SocketAddr::new(IpAddr::V4(Ipv4Addr::UNSPECIFIED), 7412);
 pub const DEFAULT_PERIOD_MS: u64 = 1000;

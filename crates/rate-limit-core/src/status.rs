@@ -4,7 +4,7 @@
 //! A list is a set of statuses 100–599 in a 640-bit set: matching a
 //! response is one shift and mask, with no allocation on the hot path.
 
-use crate::options::{invalid, OptionError};
+use crate::options::common::{invalid, OptionError};
 
 /// What `--count-status` accepts, for its error message.
 pub const ALLOWED: &str =

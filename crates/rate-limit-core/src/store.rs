@@ -9,7 +9,7 @@ use store_url::UrlError;
 
 use optspec::Opt;
 
-use crate::options::{apply_given, invalid, uint, OptionError, Order};
+use crate::options::common::{apply_given, invalid, uint, OptionError, Order};
 
 pub const MIN_SYNC_MS: u64 = 10;
 pub const MAX_SYNC_MS: u64 = 60_000;
