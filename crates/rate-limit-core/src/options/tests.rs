@@ -1,4 +1,5 @@
 use super::*;
+use limits::quote::quote;
 
 const URL: &str = "http://cdn.example.com/";
 
