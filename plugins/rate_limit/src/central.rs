@@ -1,7 +1,7 @@
-//! Global mode (`--store=redis://…`): each admission is decided in Redis,
-//! exactly across every proxy that shares the store and namespace. (About
-//! 470 lines: one decision's path, submitted, drained and resumed, reads
-//! best whole; what an answer means is `verdict.rs`.)
+//! Exact mode (`--store=redis://…`): each admission is decided in Redis,
+//! exactly across every proxy that shares the store and namespace. Here:
+//! one decision's path, submitted, drained and resumed; the rule's store
+//! client and metrics are `store.rs`, what an answer means `verdict.rs`.
 //!
 //! One transaction:
 //! 1. DoRemap names the limiter's Redis keys, leaves them in the
@@ -26,49 +26,31 @@
 //! the wake channel closes with the poller.
 
 use std::sync::Arc;
-use std::time::Duration;
 
 use ats::poller::{Drain, Poller};
-use ats::stats::Stat;
 use ats::{Done, HomeTxn, Parked, Txn};
-use rate_limit_core::store::{Failure, StoreOptions};
-use rate_limit_core::{metric_name, Admission, Options};
-use store::redis::{key_base, Decide, LeaseIds, Op, Redis, Reply};
-use store::{Answer, Client, Clients, Completion, Config};
+use rate_limit_core::store::Failure;
+use rate_limit_core::Admission;
+use store::redis::{key_base, Decide, Op, Reply};
+use store::{Answer, Completion};
 
-use crate::queue::{error_page, park, state, Queued};
+use crate::queue::{error_page, park, state};
 use crate::refusals::Reason;
 use crate::state::{bump, Fate, Held, Holder, Pending};
 use crate::{Globals, Rule};
 
-/// How often the drainer looks for completions while any are outstanding.
-const DRAIN_EVERY: Duration = Duration::from_millis(1);
 /// Most completions handled per drainer run.
 const DRAIN_MAX: usize = 4096;
-/// Upper bounds of the `store_latency.le_*` buckets, in ms (then `le_inf`).
-const LATENCY_MS: [u64; 7] = [1, 2, 5, 10, 20, 50, 100];
 
 mod dry;
+mod rule_store;
 pub(crate) mod sync;
 mod verdict;
 
 pub(crate) use dry::dry_run;
 use dry::DryAsked;
+pub(crate) use rule_store::{done, RuleStore, Store, StoreMetrics};
 use verdict::{failure, Verdict};
-
-/// The live stores, by URL and timeout. Weak: a store lives as long as a
-/// rule or a transaction uses it.
-static STORES: Clients<Store> = Clients::new();
-
-/// A store's client and its drainer.
-pub(crate) struct Store {
-    url: String,
-    timeout: Duration,
-    client: Client<Redis, Token>,
-    /// Brings completions back: the wake channel, a timer as the fallback.
-    poller: Poller,
-    ids: LeaseIds,
-}
 
 /// What a completion resumes. Safety: the client's I/O thread drops what
 /// is still queued when it exits, so a token that carries a parked
@@ -93,135 +75,6 @@ pub(crate) struct Asked {
     base: String,
     member: String,
     key: Option<u64>,
-}
-
-/// A rule's share of the store (`--store`): its client and metrics.
-pub(crate) struct RuleStore {
-    store: Arc<Store>,
-    opts: StoreOptions,
-    metrics: StoreMetrics,
-    /// `--store-sync`: the exchange runs while a rule holds it.
-    _sync: Option<Arc<sync::Syncer>>,
-}
-
-#[derive(Clone, Copy)]
-pub(crate) struct StoreMetrics {
-    decisions: Option<Stat>,
-    errors: Option<Stat>,
-    timeouts: Option<Stat>,
-    /// Cumulative: `le_1ms` … `le_100ms`, `le_inf`.
-    latency: [Option<Stat>; LATENCY_MS.len() + 1],
-}
-
-impl StoreMetrics {
-    fn new(o: &Options) -> StoreMetrics {
-        let make = |m: &str| match Stat::find_or_create(&metric_name(&o.prefix, &o.metric_tag, m)) {
-            Ok(s) => Some(s),
-            Err(e) => {
-                log::error!("{e}");
-                None
-            }
-        };
-        let mut latency = [None; LATENCY_MS.len() + 1];
-        for (i, ms) in LATENCY_MS.iter().enumerate() {
-            latency[i] = make(&format!("store_latency.le_{ms}ms"));
-        }
-        latency[LATENCY_MS.len()] = make("store_latency.le_inf");
-        StoreMetrics {
-            decisions: make("store_decisions"),
-            errors: make("store_errors"),
-            timeouts: make("store_timeouts"),
-            latency,
-        }
-    }
-
-    fn latency(&self, d: Duration) {
-        let ms = d.as_secs_f64() * 1000.0;
-        for (i, le) in LATENCY_MS.iter().enumerate() {
-            if ms <= *le as f64 {
-                bump(self.latency[i], 1);
-            }
-        }
-        bump(self.latency[LATENCY_MS.len()], 1);
-    }
-}
-
-impl RuleStore {
-    /// The rule's store client (shared with every rule naming the same
-    /// store and timeout), started with the first.
-    pub(crate) fn new(
-        o: &Options,
-        limiter: &Arc<rate_limit_core::Limiter<Queued>>,
-    ) -> Result<Option<RuleStore>, String> {
-        let Some(s) = &o.store else { return Ok(None) };
-        let url = s.url();
-        let timeout = Duration::from_millis(s.timeout_ms);
-        let matches = |x: &Store| x.url == url && x.timeout == timeout;
-        let store = STORES.get_or_start(matches, || {
-            let backend = Redis::new(&s.redis).map_err(|e| format!("--store={url}: {e}"))?;
-            let client = Client::start("rl-store", backend, Config::default())
-                .map_err(|e| format!("--store={url}: cannot start its I/O thread: {e}"))?;
-            Ok::<_, String>(Arc::new(Store {
-                url: url.clone(),
-                timeout,
-                client,
-                poller: Poller::new(DRAIN_EVERY),
-                ids: LeaseIds::default(),
-            }))
-        })?;
-        let metrics = StoreMetrics::new(o);
-        let sync = match s.sync_ms {
-            Some(ms) => Some(sync::join(&store, limiter, &s.namespace, ms, metrics)?),
-            None => None,
-        };
-        Ok(Some(RuleStore {
-            store,
-            opts: s.clone(),
-            metrics,
-            _sync: sync,
-        }))
-    }
-
-    /// One decision in Redis per request (not `--store-sync`).
-    pub(crate) fn exact(&self) -> bool {
-        self.opts.sync_ms.is_none()
-    }
-
-    /// `--count-status`: charges the bucket at `base` in Redis. Fire and
-    /// forget: the response does not wait; a charge that cannot be queued,
-    /// fails or times out is counted in `store_errors`/`store_timeouts`
-    /// and lost to Redis. False if it could not be queued (the caller
-    /// charges this proxy's limiter instead).
-    pub(crate) fn charge(&self, base: String, rate: f64, burst: u32) -> bool {
-        let op = Op::Charge {
-            base,
-            interval_us: (1e6 / rate).round().max(1.0) as u64,
-            burst,
-        };
-        let s = &self.store;
-        match s.client.submit(op, Token::Charge(self.metrics), s.timeout) {
-            Ok(()) => {
-                Poller::arm(s);
-                true
-            }
-            Err(_) => {
-                bump(self.metrics.errors, 1);
-                false
-            }
-        }
-    }
-}
-
-/// The last rule of this copy is gone (`TSRemapDone`): says what
-/// transactions in flight still hold (it stops when they finish).
-pub(crate) fn done() {
-    let (stores, syncing) = (STORES.live(), sync::running());
-    if stores > 0 || syncing > 0 {
-        log::debug!(
-            "{stores} store client(s) and {syncing} --store-sync exchange(s) held by \
-             transactions in flight; they stop when those finish"
-        );
-    }
 }
 
 /// What a `--store` rule keeps on a transaction.
