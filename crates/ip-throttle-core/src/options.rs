@@ -56,8 +56,8 @@ pub const MAX_BAN_SECONDS: u64 = 365 * 86_400;
 /// Largest `--config` file and regex accepted.
 pub const MAX_CONFIG_BYTES: u64 = 1 << 20;
 pub const MAX_REGEX_BYTES: usize = 4096;
-/// Most `--trusted-proxies` networks (each request's peer is checked
-/// against them, and each forwarded hop while they are trusted).
+/// Most `--trusted-proxies` networks (each request's remote address is
+/// checked against them, and each forwarded hop while they are trusted).
 pub const MAX_TRUSTED: usize = 64;
 
 /// What happens to clients on neither list (`--default-action`).
@@ -101,8 +101,8 @@ pub struct Options {
     pub store: Option<StoreUrl>,
     /// `--store-timeout`: longest a request waits for the store, in ms.
     pub store_timeout_ms: u64,
-    /// Peers whose forwarding header names the client (`--trusted-proxies`);
-    /// empty: the peer is the client.
+    /// Remote addresses whose forwarding header names the client
+    /// (`--trusted-proxies`); empty: the remote address is the client.
     pub trusted_proxies: Vec<IpNet>,
     /// The header they write (`--forwarded-header`); `None`: not given,
     /// `X-Forwarded-For`.
@@ -186,20 +186,21 @@ impl Options {
             .unwrap_or(ForwardedHeader::XForwardedFor)
     }
 
-    /// The client of a request from `peer` (the connection's address, or
-    /// its PROXY protocol source): `peer`, unless it is a trusted proxy;
+    /// The client of a request from `remote` (the connection's address, or
+    /// its PROXY protocol source): `remote`, unless it is a trusted proxy;
     /// then the right-most address of its forwarding header that is not a
     /// trusted proxy, or [`Client::Unknown`] if the proxy does not name it
     /// (see [`forwarded::client_ip`]). `read` gives every field of a header
-    /// name joined with ", "; it is called only for a trusted peer.
+    /// name joined with ", "; it is called only when `remote` is a trusted
+    /// proxy.
     ///
     /// [`Client::Unknown`]: forwarded::Client::Unknown
     pub fn client_ip(
         &self,
-        peer: IpAddr,
+        remote: IpAddr,
         read: impl FnOnce(&'static str) -> Option<Vec<u8>>,
     ) -> forwarded::Client {
-        forwarded::client_ip(&self.trusted_proxies, self.header(), peer, read)
+        forwarded::client_ip(&self.trusted_proxies, self.header(), remote, read)
     }
 }
 

@@ -107,7 +107,7 @@ impl Rule {
         let config_dir = ats::config_dir();
         let opts = Options::parse(args.options(), &config_dir, &FsFiles)?;
         let snapshot = Snapshot::load(opts, &FsFiles)?;
-        let tag = rate_limit_core::tag::from_url(args.from_url).unwrap_or_else(|| "rule".into());
+        let tag = metric_tag::from_url(args.from_url).unwrap_or_else(|| "rule".into());
         let metrics = Metrics::new(&tag, snapshot.opts.store.is_some());
         let report = Reporter::new(tag, metrics)?;
         log::info!(

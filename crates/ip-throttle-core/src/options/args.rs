@@ -200,7 +200,7 @@ pub(super) static OPTIONS: &[Opt<Draft, At, String>] = &[
     ),
     Opt::value(
         "trusted-proxies",
-        "peers whose forwarding header names the client",
+        "remote addresses whose forwarding header names the client",
         set_trusted,
     ),
     Opt::value(
