@@ -36,8 +36,8 @@ use store::{Answer, Completion};
 
 use crate::queue::{error_page, park, state};
 use crate::refusals::Reason;
+use crate::rule::{Globals, Rule};
 use crate::state::{bump, Fate, Held, Holder, Pending};
-use crate::{Globals, Rule};
 
 /// Most completions handled per drainer run.
 const DRAIN_MAX: usize = 4096;

@@ -11,7 +11,7 @@ use rate_limit_core::key::{Client, Missing, RequestView};
 use rate_limit_core::Admission;
 
 use crate::queue::Queued;
-use crate::Rule;
+use crate::rule::Rule;
 
 impl Rule {
     /// `--exempt`: `Err` if the client is in an exempt network (an unknown

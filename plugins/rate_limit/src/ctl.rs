@@ -22,8 +22,8 @@ use rate_limit_core::{Limiter, Limits, Options};
 use serde_json::{json, Value};
 
 use crate::queue::Queued;
+use crate::rule::REGISTRY;
 use crate::state::Metrics;
-use crate::REGISTRY;
 
 /// What `show` and `top` tell about one rule. Held by the rule; listed
 /// weakly here, so a rule gone with a reload drops out.

@@ -9,8 +9,8 @@ use std::sync::{Arc, OnceLock};
 use ats::{HookId, Txn};
 use parking_lot::Mutex;
 
+use crate::rule::{Globals, Rule};
 use crate::state::{Fate, Held, Pending, PerTxn, TxnState};
-use crate::{Globals, Rule};
 
 impl Rule {
     /// Several entries on one rule: what earlier entries left on this

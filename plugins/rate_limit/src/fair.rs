@@ -11,8 +11,8 @@ use rate_limit_core::Limiter;
 
 use crate::client::{KeyView, KEY_BYTES};
 use crate::queue::Queued;
+use crate::rule::Rule;
 use crate::state::Metrics;
-use crate::Rule;
 
 impl Rule {
     /// The request's flow: its session, or the value of its `--fair`

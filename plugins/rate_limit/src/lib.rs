@@ -28,7 +28,8 @@
 //!
 //! The global mode (plugin.config's `rate_limit.so FILE.yaml`: TLS
 //! connections per SNI at the client hello) is `global.rs`, a path of its
-//! own. Beside the remap path: `load.rs` makes a rule and commits reloads, `client.rs`
+//! own. Beside the remap path: `rule.rs` is a rule as loaded (and the
+//! process-wide objects), `load.rs` makes one and commits reloads, `client.rs`
 //! finds the client and its key, `entries.rs` chains several entries on one
 //! rule, `queue.rs` parks waiters, `central.rs` asks Redis, `exchange.rs` runs the
 //! peer exchange, `refusals.rs` writes the refusal log, `ctl.rs` answers
@@ -46,122 +47,24 @@ mod global;
 mod load;
 mod queue;
 mod refusals;
+mod rule;
 mod state;
 
-use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, LazyLock, OnceLock};
-
-use ats::sched::Periodic;
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
 
 use ats::{
     Done, Hook, HookCont, HookHandler, HookId, ReloadStatus, RemapArgs, RemapPlugin, RemapRequest,
     RemapStatus, SsnData, Txn, TxnData,
 };
-use limits::BudgetToken;
-use parking_lot::Mutex;
-use rate_limit_core::registry::Registry;
-use rate_limit_core::{headers, Admission, Limiter, Options};
+use rate_limit_core::{headers, Admission};
 
 use crate::client::{ClientKey, KEY_BYTES};
 use crate::entries::Earlier;
-use crate::queue::{park, Queued};
+use crate::queue::park;
 use crate::refusals::Reason;
-use crate::state::{
-    bump, Fate, Held, Holder, Metrics, Pending, PerTxn, Place, SessionSlots, TxnState,
-};
-
-/// Process-wide objects, created once in `init`.
-struct Globals {
-    hooks: HookCont,
-    txn: TxnData<PerTxn>,
-    ssn: SsnData<Arc<SessionSlots>>,
-}
-
-static GLOBALS: OnceLock<Globals> = OnceLock::new();
-
-/// The limiters of every group and rule, by identity, across reloads: one
-/// per loaded copy of the .so (see docs/rate_limit.md, "Groups and reloads").
-/// Taken only while loading configurations, never by requests.
-static REGISTRY: LazyLock<Mutex<Registry<Limiter<Queued>>>> = LazyLock::new(Mutex::default);
-
-pub struct Rule {
-    opts: Options,
-    /// Its limiter: its group's, or its own (carried over reloads).
-    limiter: Arc<Limiter<Queued>>,
-    /// A later rate_limit entry on the same remap rule: the transaction may
-    /// already carry an earlier entry's state.
-    chained: bool,
-    /// A later entry follows this one on the rule (set while the
-    /// configuration loads): it will look for this entry's state.
-    followed: Arc<AtomicBool>,
-    metrics: Metrics,
-    /// `active` and `admitted`, published every second.
-    live: Arc<state::Live>,
-    /// With `--key`: publishes the `keys` gauge and `evicted` counter.
-    _key_metrics: Option<Periodic>,
-    /// With `--fair`: publishes `flows`, `borrowed` and `flow_rejected`.
-    _fair_metrics: Vec<Periodic>,
-    /// What `traffic_ctl plugin msg rate_limit` shows of the rule.
-    card: Arc<ctl::Card>,
-    /// `--ratelimit-headers`: the RateLimit-Policy value, following live changes.
-    policy: Option<headers::Policy>,
-    /// A check for departed waiters is armed (only while anyone waits).
-    watching: AtomicBool,
-    /// `--store`: decided in Redis (see central.rs).
-    store: Option<crate::central::RuleStore>,
-    /// `--peers`: the exchange runs while a rule holds it.
-    _peers: Option<Arc<exchange::Exchange>>,
-    /// `--log`: the refusal log.
-    refusals: refusals::Refusals,
-}
-
-impl Rule {
-    /// Identifies the rule's limiter in session state (`--conntrack`): a
-    /// connection admitted by one rule of a group, or by the rule before a
-    /// reload, is admitted by the others.
-    pub(crate) fn limiter_id(&self) -> u64 {
-        self.limiter.id()
-    }
-
-    /// A queue place, counted in the `waiting` gauge.
-    fn place(&self, token: BudgetToken) -> Place {
-        bump(self.metrics.waiting, 1);
-        Place {
-            _token: token,
-            gauge: self.metrics.waiting,
-        }
-    }
-
-    /// An admitted request's response matters: RateLimit fields, or
-    /// (`--count-status`) its status may charge the rate.
-    fn needs_response(&self) -> bool {
-        self.opts.ratelimit_headers || self.opts.count_status.is_some()
-    }
-
-    /// Refused in remap: ATS answers with its body-factory page
-    /// (Cache-Control: no-store), skipping POST_REMAP and the origin. In a
-    /// dry run, counted and logged, and the request goes on.
-    fn reject(self: &Arc<Self>, g: &Globals, txn: Txn<'_>, key: Option<u64>, why: Reason) {
-        self.note_name(key);
-        let dry = self.dry_run();
-        self.record_refusal(txn, key, why, 0, dry);
-        if dry {
-            bump(self.metrics.dry_run_refused, 1);
-            if self.opts.ratelimit_headers {
-                self.attach(g, txn, Fate::DryRun, None, None, key);
-            }
-            return;
-        }
-        bump(self.metrics.rejected, 1);
-        self.attach(g, txn, Fate::Refused, None, None, key);
-        txn.set_status(self.opts.error);
-    }
-
-    /// In a dry run (`--dry-run`, or `set … dry_run=on`).
-    pub(crate) fn dry_run(&self) -> bool {
-        self.card.dry_run.load(Ordering::Relaxed)
-    }
-}
+use crate::rule::{Globals, Rule, GLOBALS, REGISTRY};
+use crate::state::{bump, Fate, Held, Holder, Pending, PerTxn, SessionSlots, TxnState};
 
 impl RemapPlugin for Rule {
     const NAME: &'static str = "rate_limit";

@@ -14,8 +14,9 @@ use rate_limit_core::registry::{Change, Registry};
 use rate_limit_core::{Limiter, Limits, Options};
 
 use crate::queue::Queued;
+use crate::rule::{Rule, REGISTRY};
 use crate::state::{self, Metrics};
-use crate::{central, ctl, exchange, fair, refusals, Rule, REGISTRY};
+use crate::{central, ctl, exchange, fair, refusals};
 
 impl Rule {
     pub(crate) fn new(args: &RemapArgs<'_>) -> Result<Rule, String> {

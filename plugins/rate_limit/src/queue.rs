@@ -16,8 +16,8 @@ use parking_lot::Mutex;
 use rate_limit_core::SlotWait;
 
 use crate::refusals::Reason;
+use crate::rule::{Rule, GLOBALS};
 use crate::state::{bump, Fate, Held, Holder, Pending, Place, SessionSlots, TxnState};
-use crate::{Rule, GLOBALS};
 
 pub(crate) type RateToken = rate_limit_core::RateToken<Queued>;
 

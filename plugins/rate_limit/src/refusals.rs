@@ -120,7 +120,7 @@ impl Refusals {
     }
 }
 
-impl crate::Rule {
+impl crate::rule::Rule {
     /// Records a refusal of `txn` (an expiry, or a dry run's would-be
     /// refusal) in the refusal log, within the rule's line budget. Every
     /// refusal goes through here; metrics are the caller's. On the

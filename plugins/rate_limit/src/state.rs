@@ -13,7 +13,7 @@ use rate_limit_core::mates::Mates;
 use rate_limit_core::{metric_name, Options};
 
 use crate::queue::{Queued, RateToken};
-use crate::Rule;
+use crate::rule::Rule;
 
 /// A rule's metrics; one that could not be created is skipped (and logged).
 #[derive(Clone, Copy)]

@@ -16,8 +16,8 @@ use store::Answer;
 use super::verdict::{failure, Verdict};
 use super::{decide, Lease, Token, TxnCentral};
 use crate::refusals::Reason;
+use crate::rule::{Globals, Rule};
 use crate::state::{bump, Fate};
-use crate::{Globals, Rule};
 
 /// A dry-run request's decision in flight: what its log line needs.
 pub(crate) struct DryAsked {

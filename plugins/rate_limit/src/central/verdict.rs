@@ -10,8 +10,8 @@ use store::Answer;
 
 use super::RuleStore;
 use crate::refusals::Reason;
+use crate::rule::Rule;
 use crate::state::bump;
-use crate::Rule;
 
 /// What the store's answer to a decision means, live or in a dry run.
 pub(super) enum Verdict {

@@ -1,0 +1,119 @@
+//! A rule of rate_limit.so as loaded (`Rule`: its options, limiter,
+//! metrics and what each mode needs), the process-wide objects (`Globals`,
+//! created once in `init`) and the registry of limiters. Made in `load.rs`;
+//! a transaction's path through it is `lib.rs`.
+
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, LazyLock, OnceLock};
+
+use ats::sched::Periodic;
+use ats::{HookCont, SsnData, Txn, TxnData};
+use limits::BudgetToken;
+use parking_lot::Mutex;
+use rate_limit_core::registry::Registry;
+use rate_limit_core::{headers, Limiter, Options};
+
+use crate::queue::Queued;
+use crate::refusals::Reason;
+use crate::state::{bump, Fate, Metrics, PerTxn, Place, SessionSlots};
+use crate::{ctl, exchange, refusals, state};
+
+/// Process-wide objects, created once in `init`.
+pub(crate) struct Globals {
+    pub(crate) hooks: HookCont,
+    pub(crate) txn: TxnData<PerTxn>,
+    pub(crate) ssn: SsnData<Arc<SessionSlots>>,
+}
+
+pub(crate) static GLOBALS: OnceLock<Globals> = OnceLock::new();
+
+/// The limiters of every group and rule, by identity, across reloads: one
+/// per loaded copy of the .so (see docs/rate_limit.md, "Groups and reloads").
+/// Taken only while loading configurations, never by requests.
+pub(crate) static REGISTRY: LazyLock<Mutex<Registry<Limiter<Queued>>>> =
+    LazyLock::new(Mutex::default);
+
+pub struct Rule {
+    pub(crate) opts: Options,
+    /// Its limiter: its group's, or its own (carried over reloads).
+    pub(crate) limiter: Arc<Limiter<Queued>>,
+    /// A later rate_limit entry on the same remap rule: the transaction may
+    /// already carry an earlier entry's state.
+    pub(crate) chained: bool,
+    /// A later entry follows this one on the rule (set while the
+    /// configuration loads): it will look for this entry's state.
+    pub(crate) followed: Arc<AtomicBool>,
+    pub(crate) metrics: Metrics,
+    /// `active` and `admitted`, published every second.
+    pub(crate) live: Arc<state::Live>,
+    /// With `--key`: publishes the `keys` gauge and `evicted` counter.
+    pub(crate) _key_metrics: Option<Periodic>,
+    /// With `--fair`: publishes `flows`, `borrowed` and `flow_rejected`.
+    pub(crate) _fair_metrics: Vec<Periodic>,
+    /// What `traffic_ctl plugin msg rate_limit` shows of the rule.
+    pub(crate) card: Arc<ctl::Card>,
+    /// `--ratelimit-headers`: the RateLimit-Policy value, following live changes.
+    pub(crate) policy: Option<headers::Policy>,
+    /// A check for departed waiters is armed (only while anyone waits).
+    pub(crate) watching: AtomicBool,
+    /// `--store`: decided in Redis (see central.rs).
+    pub(crate) store: Option<crate::central::RuleStore>,
+    /// `--peers`: the exchange runs while a rule holds it.
+    pub(crate) _peers: Option<Arc<exchange::Exchange>>,
+    /// `--log`: the refusal log.
+    pub(crate) refusals: refusals::Refusals,
+}
+
+impl Rule {
+    /// Identifies the rule's limiter in session state (`--conntrack`): a
+    /// connection admitted by one rule of a group, or by the rule before a
+    /// reload, is admitted by the others.
+    pub(crate) fn limiter_id(&self) -> u64 {
+        self.limiter.id()
+    }
+
+    /// A queue place, counted in the `waiting` gauge.
+    pub(crate) fn place(&self, token: BudgetToken) -> Place {
+        bump(self.metrics.waiting, 1);
+        Place {
+            _token: token,
+            gauge: self.metrics.waiting,
+        }
+    }
+
+    /// An admitted request's response matters: RateLimit fields, or
+    /// (`--count-status`) its status may charge the rate.
+    pub(crate) fn needs_response(&self) -> bool {
+        self.opts.ratelimit_headers || self.opts.count_status.is_some()
+    }
+
+    /// Refused in remap: ATS answers with its body-factory page
+    /// (Cache-Control: no-store), skipping POST_REMAP and the origin. In a
+    /// dry run, counted and logged, and the request goes on.
+    pub(crate) fn reject(
+        self: &Arc<Self>,
+        g: &Globals,
+        txn: Txn<'_>,
+        key: Option<u64>,
+        why: Reason,
+    ) {
+        self.note_name(key);
+        let dry = self.dry_run();
+        self.record_refusal(txn, key, why, 0, dry);
+        if dry {
+            bump(self.metrics.dry_run_refused, 1);
+            if self.opts.ratelimit_headers {
+                self.attach(g, txn, Fate::DryRun, None, None, key);
+            }
+            return;
+        }
+        bump(self.metrics.rejected, 1);
+        self.attach(g, txn, Fate::Refused, None, None, key);
+        txn.set_status(self.opts.error);
+    }
+
+    /// In a dry run (`--dry-run`, or `set … dry_run=on`).
+    pub(crate) fn dry_run(&self) -> bool {
+        self.card.dry_run.load(Ordering::Relaxed)
+    }
+}
