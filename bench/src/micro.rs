@@ -117,8 +117,8 @@ pub fn micro_section(ctx: &Context, dir: &Path, estimates: &[Estimate]) -> Strin
     let _ = writeln!(
         s,
         "Read from criterion's results in `{}` (written by `ci/bench.sh`, which runs \
-         `cargo bench -p limits -p rate-limit-core -p throttle-core --bench admission \
-         --bench options --bench gate` first). Time per iteration is criterion's estimate \
+         `cargo bench -p limits -p rate-limit-core -p throttle-core -p keyed --bench admission \
+         --bench options --bench gate --bench keyed` first). Time per iteration is criterion's estimate \
          with its 95 % confidence interval. \"2threads\": this thread measured while a \
          second one does the same on the same object in a tight loop — the worst case of \
          ATS's two exec threads admitting into one rule at once.\n",

@@ -289,7 +289,7 @@ mod tests {
             kernel: "linux".into(),
             loadavg: "0".into(),
             ats: "ats".into(),
-            ats_package: "none".into(),
+            ats_install: "none".into(),
             wrk: "wrk".into(),
             nginx: "nginx".into(),
             source: "commit abc1234".into(),

@@ -118,7 +118,10 @@ pub struct Machine {
     pub kernel: String,
     pub loadavg: String,
     pub ats: String,
-    pub ats_package: String,
+    /// Where that Traffic Server comes from: "Debian package trafficserver
+    /// VERSION", or "installed in PREFIX" under `ATS_PREFIX` (where the
+    /// Debian package, if any, is not what runs).
+    pub ats_install: String,
     pub wrk: String,
     pub nginx: String,
     /// The commit the plugins were built from, and any uncommitted changes
@@ -188,10 +191,16 @@ impl Machine {
                 .unwrap_or_else(|_| "unknown".into()),
             // "Traffic Server 9.2.9 Apr  4 2026 ..." -> "Traffic Server 9.2.9"
             ats: ats.split_whitespace().take(3).collect::<Vec<_>>().join(" "),
-            ats_package: first_line(command_output(
-                "dpkg-query",
-                &["-W", "-f=${Version}", "trafficserver"],
-            )),
+            ats_install: match ats_tests::ats::prefix() {
+                Some(p) => format!("installed in {}", p.display()),
+                None => format!(
+                    "Debian package trafficserver {}",
+                    first_line(command_output(
+                        "dpkg-query",
+                        &["-W", "-f=${Version}", "trafficserver"],
+                    ))
+                ),
+            },
             wrk: first_line(command_output("wrk", &["-v"]))
                 .split_whitespace()
                 .take(2)
