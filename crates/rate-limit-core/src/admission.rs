@@ -267,8 +267,6 @@ mod queue;
 mod rule_scope;
 #[cfg(test)]
 mod tests;
-#[cfg(test)]
-mod top_tests;
 mod usage;
 
 pub use decision::{Admission, RateToken, Refused, SlotWait, Wait};

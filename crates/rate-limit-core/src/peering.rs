@@ -403,5 +403,4 @@ fn shorten(key: &mut Vec<u8>) {
 }
 
 #[cfg(test)]
-#[path = "peering_tests.rs"]
 mod tests;

@@ -229,5 +229,4 @@ impl<W: Waiter, C: Clock> Limiter<W, C> {
 }
 
 #[cfg(test)]
-#[path = "peered_tests.rs"]
 mod tests;

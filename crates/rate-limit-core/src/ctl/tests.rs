@@ -1,0 +1,122 @@
+use super::*;
+use crate::options::Options;
+
+fn set(s: &str) -> Setting {
+    Setting::parse(s).expect("a valid setting")
+}
+
+fn cmd(target: &str, data: &str) -> Result<Command, String> {
+    parse(target, data.as_bytes()).expect("our target")
+}
+
+#[test]
+fn reload_takes_no_arguments() {
+    assert_eq!(cmd("rate_limit", "reload"), Ok(Command::Reload));
+    assert_eq!(cmd("rate_limit.reload", ""), Ok(Command::Reload));
+    let e = cmd("rate_limit", "reload now").unwrap_err();
+    assert!(e.starts_with("reload: wrong arguments"), "{e}");
+}
+
+#[test]
+fn both_forms_parse() {
+    assert_eq!(
+        cmd("rate_limit", "show"),
+        Ok(Command::Show { target: None })
+    );
+    assert_eq!(
+        cmd("rate_limit.show", "api"),
+        Ok(Command::Show {
+            target: Some("api".into())
+        })
+    );
+    assert_eq!(
+        cmd("rate_limit", " top  api 5 "),
+        Ok(Command::Top {
+            target: "api".into(),
+            n: 5
+        })
+    );
+    assert_eq!(
+        cmd("rate_limit", "set api limit=20 rate=2.5 queue=0"),
+        Ok(Command::Set {
+            target: "api".into(),
+            settings: vec![set("limit=20"), set("rate=2.5"), set("queue=0")]
+        })
+    );
+    assert!(parse("throttle", b"show").is_none());
+    assert!(parse("rate_limiter", b"show").is_none());
+}
+
+#[test]
+fn bad_commands_say_what_was_wrong() {
+    let e = |target: &str, d: &str| cmd(target, d).expect_err("must fail");
+    assert!(e("rate_limit", "shw").starts_with("unknown command 'shw': allowed show"));
+    assert!(e("rate_limit", "").starts_with("unknown command ''"));
+    assert!(e("rate_limit", "set api").starts_with("set: wrong arguments 'api'"));
+    assert!(e("rate_limit", "top").starts_with("top: wrong arguments"));
+    assert!(e("rate_limit", "top api 0").starts_with("top: N has an invalid value '0'"));
+    assert!(e("rate_limit", "set api limit=0").starts_with("set: 'limit=0' is invalid"));
+    assert!(e("rate_limit", "set api limit=-1").contains("an integer from 1"));
+    assert!(e("rate_limit", "set api rate=abc").contains("rate= a number"));
+    assert!(e("rate_limit", "set api speed=3")
+        .contains("allowed limit=, queue=, maxage=, rate=, burst= or dry_run="));
+    assert_eq!(
+        cmd("rate_limit", "set api dry_run=on dry_run=off"),
+        Ok(Command::Set {
+            target: "api".to_owned(),
+            settings: vec![set("dry_run=on"), set("dry_run=off")]
+        })
+    );
+    assert_eq!(
+        e("rate_limit", "set api dry_run=yes"),
+        "set: 'dry_run=yes' is invalid: allowed dry_run=on or dry_run=off"
+    );
+    assert!(e("rate_limit", "set api limit").contains("NAME=VALUE"));
+    let long = "x".repeat(MAX_COMMAND + 1);
+    assert!(e("rate_limit", &long).contains("too long"));
+    assert_eq!(
+        parse("rate_limit", &[0xff, 0xfe]),
+        Some(Err("command is not UTF-8 text".into()))
+    );
+}
+
+#[test]
+fn apply_changes_values_not_the_shape() {
+    let o = Options::parse("http://a/", &["--limit=2", "--rate=10"]).unwrap();
+    let n = apply(&o, &[set("limit=5"), set("burst=30"), set("maxage=100")]).unwrap();
+    assert_eq!(
+        (n.limit, n.rate, n.burst, n.maxage_ms),
+        (Some(5), Some(10.0), 30, 100)
+    );
+    let rate_only = Options::parse("http://a/", &["--rate=10"]).unwrap();
+    assert!(apply(&rate_only, &[set("limit=5")])
+        .unwrap_err()
+        .contains("not added"));
+    let limit_only = Options::parse("http://a/", &["--limit=2"]).unwrap();
+    assert!(apply(&limit_only, &[set("burst=5")])
+        .unwrap_err()
+        .contains("without a rate"));
+    assert!(apply(&o, &[set("rate=0.000001"), set("burst=4294967295")])
+        .unwrap_err()
+        .contains("too large"));
+}
+
+#[test]
+fn a_dry_run_is_refused_on_a_store_rule_with_count_status() {
+    let parse = |a: &[&str]| Options::parse("http://a/", a).unwrap();
+    let store = ["--rate=5", "--store=redis://127.0.0.1:6379"];
+    let counted = parse(&[&store[..], &["--count-status=401"]].concat());
+    let e = apply(&counted, &[set("dry_run=on")]).unwrap_err();
+    assert_eq!(
+        e,
+        format!(
+            "set: dry_run=on on a limiter with --store and --count-status: {}: nothing changed",
+            crate::options::DRY_STORE_WHY
+        )
+    );
+    // Off stays allowed, and so is a dry run of either alone.
+    assert!(apply(&counted, &[set("dry_run=off")]).is_ok_and(|n| !n.dry_run));
+    assert!(apply(&parse(&store), &[set("dry_run=on")]).is_ok_and(|n| n.dry_run));
+    let local = parse(&["--rate=5", "--count-status=401"]);
+    assert!(apply(&local, &[set("dry_run=on")]).is_ok_and(|n| n.dry_run));
+}
