@@ -17,6 +17,7 @@
 pub mod budget;
 pub mod clock;
 pub mod ctl;
+mod entry;
 pub mod fair;
 pub mod gcra;
 pub mod slots;

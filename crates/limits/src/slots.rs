@@ -1,7 +1,9 @@
 //! A concurrency limit with a FIFO wait queue that hands a freed slot to the
-//! oldest waiter at the moment it is freed. (About 470 lines: admission,
-//! release, grant and cancel race on the same CAS states, so the protocol
-//! reads best whole.)
+//! oldest waiter at the moment it is freed. Admission, release, grant and
+//! cancel race on the same CAS states; the protocol is in three files:
+//! admission and release here, the hand-off of a freed slot in
+//! `slots/dispatch.rs`, and leaving the queue early (tickets,
+//! [`Slots::remove_waiting`]) in `slots/cancel.rs`.
 //!
 //! - Admission is one CAS on `active` (`try_acquire`), never above `limit`.
 //!   While anyone waits, newcomers do not take the fast path: FIFO holds.
@@ -21,12 +23,17 @@
 //! flow instead, served round-robin; the paths above leave for it on the
 //! `waiting > 0` test they make anyway (its `waiting` carries `FAIR_BIT`).
 
-use std::cell::RefCell;
 use std::collections::VecDeque;
 use std::sync::atomic::{AtomicU32, AtomicU8, Ordering};
 use std::sync::{Arc, Weak};
 
 use parking_lot::Mutex;
+
+use crate::entry::{Entry, WAITING};
+use crate::fair::queue::FairQueue;
+
+mod cancel;
+mod dispatch;
 
 /// Something queued for a slot.
 pub trait Waiter: Send + Sized + 'static {
@@ -36,31 +43,9 @@ pub trait Waiter: Send + Sized + 'static {
     fn admit(self, permit: Permit<Self>) -> Result<(), Permit<Self>>;
 }
 
-thread_local! {
-    /// Limiters this thread is dispatching for (a short list: usually 0 or 1).
-    static DISPATCHING: RefCell<Vec<usize>> = const { RefCell::new(Vec::new()) };
-}
-
-pub(crate) const WAITING: u8 = 0;
 /// Always set in a fair limiter's `waiting`, so the FIFO fast paths (which
 /// test `waiting > 0` anyway) leave for the fair code at no extra cost.
 pub(crate) const FAIR_BIT: u32 = 1 << 31;
-const TAKEN: u8 = 1;
-
-pub(crate) struct Entry<W> {
-    pub(crate) state: AtomicU8,
-    pub(crate) payload: Mutex<Option<W>>,
-}
-
-impl<W> Entry<W> {
-    /// The single transition out of the queue; the winner gets the payload.
-    pub(crate) fn take(&self) -> Option<W> {
-        self.state
-            .compare_exchange(WAITING, TAKEN, Ordering::AcqRel, Ordering::Acquire)
-            .ok()
-            .and_then(|_| self.payload.lock().take())
-    }
-}
 
 struct Queue<W> {
     entries: VecDeque<Arc<Entry<W>>>,
@@ -78,7 +63,7 @@ pub struct Slots<W: Waiter> {
     /// Fair shares between flows ([`Slots::fair`]): per-flow queues served
     /// round-robin replace the FIFO, and `active`/`waiting` change only
     /// under this lock.
-    pub(crate) fair: Option<Mutex<crate::fair::FairQueue<W>>>,
+    pub(crate) fair: Option<Mutex<FairQueue<W>>>,
 }
 
 /// A held slot; dropping it frees the slot (and may admit the next waiter).
@@ -103,7 +88,7 @@ impl<W: Waiter> Slots<W> {
         Self::build(limit, None)
     }
 
-    pub(crate) fn build(limit: u32, fair: Option<Mutex<crate::fair::FairQueue<W>>>) -> Arc<Self> {
+    pub(crate) fn build(limit: u32, fair: Option<Mutex<FairQueue<W>>>) -> Arc<Self> {
         Arc::new(Slots {
             limit: AtomicU32::new(limit),
             active: AtomicU32::new(0),
@@ -230,118 +215,6 @@ impl<W: Waiter> Slots<W> {
         }
     }
 
-    /// Pops the oldest live waiter.
-    fn pop_live(&self) -> Option<W> {
-        let mut q = self.queue.lock();
-        while let Some(e) = q.entries.pop_front() {
-            if let Some(w) = e.take() {
-                self.waiting.fetch_sub(1, Ordering::SeqCst);
-                return Some(w);
-            }
-            q.dead = q.dead.saturating_sub(1);
-        }
-        None
-    }
-
-    /// Gives free slots to waiters, oldest first, until either runs out.
-    ///
-    /// An `admit` that releases a permit of this limiter on the spot would
-    /// re-enter here once per waiter; instead the nested release only frees
-    /// the slot and this loop, still running below it, hands it on.
-    #[inline(never)]
-    pub(crate) fn dispatch(self: &Arc<Self>) {
-        self.registered(|| match &self.fair {
-            Some(_) => self.fair_dispatch_loop(None),
-            None => self.dispatch_loop(),
-        });
-    }
-
-    /// True while this thread runs [`Slots::dispatch`] for this limiter.
-    pub(crate) fn dispatching_here(&self) -> bool {
-        let me = self as *const Self as *const () as usize;
-        DISPATCHING
-            .try_with(|d| d.borrow().contains(&me))
-            .unwrap_or(false)
-    }
-
-    /// Dispatch of a fair limiter whose `first` waiter was already granted a
-    /// slot (the caller checked that this thread is not dispatching here).
-    #[inline(never)]
-    pub(crate) fn dispatch_with(self: &Arc<Self>, first: Option<(u64, W)>) {
-        self.registered(|| self.fair_dispatch_loop(first));
-    }
-
-    /// Runs `hand_out` unless this thread is already dispatching for this
-    /// limiter, then re-raises the first panic of an `admit`.
-    #[inline(always)]
-    fn registered(&self, hand_out: impl FnOnce() -> Option<Box<dyn std::any::Any + Send>>) {
-        let me = self as *const Self as *const () as usize;
-        let nested = DISPATCHING
-            .try_with(|d| {
-                let mut d = d.borrow_mut();
-                let nested = d.contains(&me);
-                if !nested {
-                    d.push(me);
-                }
-                nested
-            })
-            .unwrap_or(false);
-        if nested {
-            return;
-        }
-        // Unregisters even when an `admit` panics, or this limiter would look
-        // "nested" on this thread forever and never hand a slot on again.
-        struct Unregister(usize);
-        impl Drop for Unregister {
-            fn drop(&mut self) {
-                let _ = DISPATCHING.try_with(|d| d.borrow_mut().retain(|&x| x != self.0));
-            }
-        }
-        let unregister = Unregister(me);
-        let panicked = hand_out();
-        drop(unregister);
-        if let Some(payload) = panicked {
-            // Every free slot has been handed on; now let the caller's guard see it.
-            std::panic::resume_unwind(payload);
-        }
-    }
-
-    /// Returns the payload of the first `admit` that panicked (its permit was
-    /// dropped while unwinding; the loop carried on handing slots out).
-    fn dispatch_loop(self: &Arc<Self>) -> Option<Box<dyn std::any::Any + Send>> {
-        let mut panicked = None;
-        while self.waiting.load(Ordering::SeqCst) > 0 && self.try_inc() {
-            // We hold a slot: offer it down the queue until someone keeps it.
-            loop {
-                match self.pop_live() {
-                    Some(w) => {
-                        let permit = Permit {
-                            slots: self.clone(),
-                            flow: 0,
-                        };
-                        match std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
-                            w.admit(permit)
-                        })) {
-                            Ok(Ok(())) => break,
-                            Ok(Err(permit)) => std::mem::forget(permit), // declined: reuse the slot
-                            Err(payload) => {
-                                panicked.get_or_insert(payload);
-                                break;
-                            }
-                        }
-                    }
-                    None => {
-                        // Nobody findable (the waiter we counted left): undo and
-                        // re-check, in case an enqueue raced with us.
-                        self.active.fetch_sub(1, Ordering::SeqCst);
-                        break;
-                    }
-                }
-            }
-        }
-        panicked
-    }
-
     #[inline]
     fn release(self: &Arc<Self>, flow: u64) {
         let prev = self.active.fetch_sub(1, Ordering::SeqCst);
@@ -358,38 +231,6 @@ impl<W: Waiter> Slots<W> {
     }
 }
 
-impl<W: Waiter> Slots<W> {
-    /// Takes out of the queue every waiter for which `gone` is true and
-    /// returns them, oldest first. `gone` runs without the queue lock (on a
-    /// snapshot), so it may be slow (a syscall); a waiter admitted meanwhile
-    /// is simply not returned.
-    pub fn remove_waiting(&self, mut gone: impl FnMut(&W) -> bool) -> Vec<W> {
-        if self.fair.is_some() {
-            return self.fair_remove_waiting(gone);
-        }
-        let snapshot: Vec<Arc<Entry<W>>> = self.queue.lock().entries.iter().cloned().collect();
-        let mut removed = Vec::new();
-        for e in snapshot {
-            let is_gone = e.payload.lock().as_ref().is_some_and(&mut gone);
-            if !is_gone {
-                continue;
-            }
-            if let Some(w) = e.take() {
-                self.waiting.fetch_sub(1, Ordering::SeqCst);
-                self.queue.lock().dead += 1;
-                removed.push(w);
-            }
-        }
-        if !removed.is_empty() {
-            let mut q = self.queue.lock();
-            q.entries
-                .retain(|e| e.state.load(Ordering::Acquire) == WAITING);
-            q.dead = 0;
-        }
-        removed
-    }
-}
-
 impl<W: Waiter> Drop for Permit<W> {
     fn drop(&mut self) {
         self.slots.release(self.flow);
@@ -403,44 +244,6 @@ impl<W: Waiter> Permit<W> {
     }
 }
 
-impl<W: Waiter> Ticket<W> {
-    /// Takes the waiter out of the queue if it is still waiting, returning
-    /// it; `None` if it was already admitted (or cancelled).
-    pub fn cancel(&self) -> Option<W> {
-        let w = self.entry.take()?;
-        if self.slots.fair.is_some() {
-            self.slots.fair_cancelled(self.flow);
-            return Some(w);
-        }
-        self.slots.waiting.fetch_sub(1, Ordering::SeqCst);
-        let mut q = self.slots.queue.lock();
-        q.dead += 1;
-        if q.dead > 32 && q.dead * 2 > q.entries.len() {
-            q.entries
-                .retain(|e| e.state.load(Ordering::Acquire) == WAITING);
-            q.dead = 0;
-        }
-        drop(q);
-        Some(w)
-    }
-
-    /// True while the waiter is still queued.
-    pub fn is_waiting(&self) -> bool {
-        self.entry.state.load(Ordering::Acquire) == WAITING
-    }
-
-    /// A handle that does not keep the entry (nor the limiter) alive: for
-    /// lists kept outside the queue, which must not form a cycle with a
-    /// waiter that refers back to them.
-    pub fn downgrade(&self) -> WeakTicket<W> {
-        WeakTicket {
-            entry: Arc::downgrade(&self.entry),
-            slots: Arc::downgrade(&self.slots),
-            flow: self.flow,
-        }
-    }
-}
-
 /// A [`Ticket`] that does not own its entry: the queue holds a waiting
 /// entry, so while the waiter waits this reaches it; once it has left the
 /// queue (admitted, cancelled, compacted away) it does nothing.
@@ -448,30 +251,6 @@ pub struct WeakTicket<W: Waiter> {
     entry: Weak<Entry<W>>,
     slots: Weak<Slots<W>>,
     flow: u64,
-}
-
-impl<W: Waiter> WeakTicket<W> {
-    /// [`Ticket::cancel`], if the entry is still there.
-    pub fn cancel(&self) -> Option<W> {
-        let entry = self.entry.upgrade()?;
-        if entry.state.load(Ordering::Acquire) != WAITING {
-            return None;
-        }
-        let slots = self.slots.upgrade()?;
-        Ticket {
-            entry,
-            slots,
-            flow: self.flow,
-        }
-        .cancel()
-    }
-
-    /// True while the waiter is still queued.
-    pub fn is_waiting(&self) -> bool {
-        self.entry
-            .upgrade()
-            .is_some_and(|e| e.state.load(Ordering::Acquire) == WAITING)
-    }
 }
 
 #[cfg(test)]

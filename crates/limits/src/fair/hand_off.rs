@@ -7,10 +7,10 @@ use std::sync::Arc;
 
 use parking_lot::Mutex;
 
-use super::{
-    queue_part, share, FairConfig, FairQueue, FairStats, Flow, FlowRefused, FlowState, FlowTry,
-};
-use crate::slots::{Entry, Slots, Ticket, Waiter, FAIR_BIT, WAITING};
+use super::queue::{queue_part, share, FairQueue, Flow};
+use super::{FairConfig, FairStats, FlowRefused, FlowState, FlowTry};
+use crate::entry::{Entry, WAITING};
+use crate::slots::{Slots, Ticket, Waiter, FAIR_BIT};
 
 /// A fair limiter's `waiting` changes only under its lock: a plain load and
 /// store, cheaper than a read-modify-write, cannot lose an update (`active`

@@ -1,7 +1,9 @@
+use super::queue::IDLE_KEPT;
 use super::*;
 use crate::slots::Slots;
 use parking_lot::Mutex;
 use std::collections::HashMap;
+use std::sync::Arc;
 
 pub(super) type Log = Arc<Mutex<Vec<(u64, usize)>>>;
 pub(super) type Held = Arc<Mutex<Vec<Permit<Rec>>>>;
