@@ -3,13 +3,14 @@
 //! One [`HookCont`] per handler type is created at plugin init and hooked onto
 //! any number of transactions; it has no mutex (the transaction's own lock
 //! serialises its events) and is never destroyed, because a transaction may
-//! still hold a hook to it until the plugin's .so is unloaded.
+//! still hold a hook to it until the plugin's .so is unloaded. Hooking it
+//! onto a transaction or session ([`Txn::hook`], [`Ssn::hook`]) is here too.
 
 use std::cell::Cell;
 use std::ffi::{c_int, c_void};
 use std::ptr::NonNull;
 
-use crate::txn::{hook_unresolved, Done, Hook, HookTarget, SsnHook};
+use crate::txn::{hook_unresolved, Done, Hook, HookId, HookTarget, Ssn, SsnHook, Txn};
 use crate::{guard, sys};
 
 /// Handles the hooks a plugin adds with [`crate::Txn::hook`] / [`crate::Ssn::hook`].
@@ -49,6 +50,24 @@ impl HookCont {
 
     pub(crate) fn as_ptr(&self) -> sys::TSCont {
         self.cont.as_ptr()
+    }
+}
+
+// Hooking a continuation onto a transaction or session is here, beside the
+// continuation: cont.rs uses txn.rs, and txn.rs never names a continuation.
+impl Txn<'_> {
+    /// Adds a transaction-local hook handled by `cont`.
+    pub fn hook(self, id: HookId, cont: &HookCont) {
+        // SAFETY: live txn; the continuation lives for the whole .so lifetime.
+        unsafe { sys::TSHttpTxnHookAdd(self.as_ptr(), id.to_sys(), cont.as_ptr()) }
+    }
+}
+
+impl Ssn<'_> {
+    /// Adds a session hook (e.g. [`HookId::SsnClose`]) handled by `cont`.
+    pub fn hook(self, id: HookId, cont: &HookCont) {
+        // SAFETY: live session; continuation lives for the .so lifetime.
+        unsafe { sys::TSHttpSsnHookAdd(self.as_ptr(), id.to_sys(), cont.as_ptr()) }
     }
 }
 

@@ -78,7 +78,7 @@ pub enum HookId {
 }
 
 impl HookId {
-    fn to_sys(self) -> sys::TSHttpHookID {
+    pub(crate) fn to_sys(self) -> sys::TSHttpHookID {
         use sys::TSHttpHookID as H;
         match self {
             HookId::ReadRequestHdr => H::TS_HTTP_READ_REQUEST_HDR_HOOK,
@@ -150,12 +150,6 @@ impl<'a> Txn<'a> {
 
     pub(crate) fn as_ptr(self) -> sys::TSHttpTxn {
         self.ptr.as_ptr()
-    }
-
-    /// Adds a transaction-local hook handled by `cont`.
-    pub fn hook(self, id: HookId, cont: &crate::HookCont) {
-        // SAFETY: live txn; the continuation lives for the whole .so lifetime.
-        unsafe { sys::TSHttpTxnHookAdd(self.as_ptr(), id.to_sys(), cont.as_ptr()) }
     }
 
     /// Sets the status ATS answers with when the transaction is re-enabled with an error.
@@ -328,12 +322,6 @@ impl<'a> Ssn<'a> {
 
     pub(crate) fn as_ptr(self) -> sys::TSHttpSsn {
         self.ptr.as_ptr()
-    }
-
-    /// Adds a session hook (e.g. [`HookId::SsnClose`]) handled by `cont`.
-    pub fn hook(self, id: HookId, cont: &crate::HookCont) {
-        // SAFETY: live session; continuation lives for the .so lifetime.
-        unsafe { sys::TSHttpSsnHookAdd(self.as_ptr(), id.to_sys(), cont.as_ptr()) }
     }
 
     /// Number of transactions started on this session so far (1 for the first).

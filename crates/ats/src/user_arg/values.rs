@@ -4,7 +4,7 @@
 
 use std::ffi::{c_int, c_void};
 
-use super::{arg_get, arg_set, ours, take_raw, Scope, Stamped};
+use super::raw::{arg_get, arg_set, ours, take_raw, Scope, Stamped};
 use crate::txn::Txn;
 
 /// Where a [`TxnData`](super::TxnData)'s values live: each transaction's user argument

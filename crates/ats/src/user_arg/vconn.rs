@@ -8,7 +8,7 @@ use std::ffi::{c_int, c_void};
 use std::marker::PhantomData;
 use std::time::{Duration, Instant};
 
-use super::{arg_get, arg_set, ours, reserve, stamped, take_raw, Scope};
+use super::raw::{arg_get, arg_set, ours, reserve, stamped, take_raw, Scope};
 use crate::sys;
 use crate::vconn::{add_conn_hook, ConnHook, VConn};
 
