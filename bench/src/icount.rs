@@ -184,7 +184,7 @@ pub fn run(args: &Args, variants: Vec<Variant>, objects: Vec<String>) -> Result<
             &out_file,
         ])
         .start_timeout(Duration::from_secs(600));
-    for (k, v) in crate::ATS_RECORDS {
+    for (k, v) in crate::records::ATS_RECORDS {
         builder = builder.record(k, v);
     }
     // Load plugins from where they are, not from per-load copies: callgrind

@@ -94,16 +94,11 @@ pub fn parse_args(argv: &[String]) -> Result<Args, String> {
 pub const RATE_ONLY_OPTIONS: &[&str] = &["--rate=1000000", "--queue=1000"];
 /// Our keyed rule: the same limits, per client address.
 pub const KEYED_OPTIONS: &[&str] = &["--limit=1000000", "--queue=1000", "--key=ip"];
-/// ip_throttle.so's options: `--threshold=0` keeps a client on the allowed
-/// path (its probation ends at once, so it is allowed again before each
-/// request, also with wrk's parallel connections) while every request still
-/// visits its state in the table. The load bench uses the same options.
-pub const IP_THROTTLE_OPTIONS: &[&str] = &["--threshold=0"];
 
 /// The configurations of `ats-bench icount`: the load bench's, plus a
 /// rate-only and a keyed rule of ours, and any `--plugin`.
 fn variants(args: &Args, ours_rl: &str, ours_throttle: &str, ours_ip: &str) -> Vec<Variant> {
-    let mut v = crate::load_variants(ours_rl, ours_throttle, ours_ip);
+    let mut v = crate::variants::load_variants(ours_rl, ours_throttle, ours_ip);
     let control = v.pop().expect("the load bench ends with its A/A control");
     v.insert(
         3,
@@ -111,7 +106,10 @@ fn variants(args: &Args, ours_rl: &str, ours_throttle: &str, ours_ip: &str) -> V
             key: "keyed",
             label: "our rate_limit.so, keyed (`--key=ip`)",
             host: "keyed.bench",
-            plugin: format!("@plugin={ours_rl}{}", crate::pparams(KEYED_OPTIONS)),
+            plugin: format!(
+                "@plugin={ours_rl}{}",
+                crate::variants::pparams(KEYED_OPTIONS)
+            ),
         },
     );
     v.insert(
@@ -120,7 +118,10 @@ fn variants(args: &Args, ours_rl: &str, ours_throttle: &str, ours_ip: &str) -> V
             key: "rate-only",
             label: "our rate_limit.so, rate only (`--rate`)",
             host: "rate-only.bench",
-            plugin: format!("@plugin={ours_rl}{}", crate::pparams(RATE_ONLY_OPTIONS)),
+            plugin: format!(
+                "@plugin={ours_rl}{}",
+                crate::variants::pparams(RATE_ONLY_OPTIONS)
+            ),
         },
     );
     for (key, so, opts) in &args.plugins {

@@ -23,11 +23,13 @@ mod micro_icount;
 mod micro_icount_report;
 mod nginx;
 mod queue;
+mod records;
 mod report;
 mod sections;
 mod stats;
 mod sys;
 mod tls;
+mod variants;
 mod wrk;
 
 use std::path::{Path, PathBuf};
@@ -36,24 +38,11 @@ use std::time::Duration;
 
 use ats_tests::{Origin, TrafficServer};
 
-use crate::load::Variant;
 use crate::queue::{Plan, QueueVariant};
+use crate::records::{ATS_RECORDS, ATS_SETTINGS};
 use crate::report::Context;
+use crate::variants::{load_variants, pparams, upstream};
 
-/// Upstream's plugin of the Traffic Server under test (`ATS_PREFIX`; for
-/// Debian's 9.2 from trafficserver-experimental-plugins).
-fn upstream() -> String {
-    ats_tests::ats::upstream_plugin("rate_limit")
-}
-
-/// Options both rate_limit.so get in the load bench: a limit that is never
-/// reached and a queue, so both run their normal admission path (a slot
-/// taken in remap, released at TXN_CLOSE) with queueing configured as a
-/// deployment would have it. With a queue, upstream 9.2 also runs its
-/// 200 ms sweeper; that is part of what it costs.
-const RL_LOAD_OPTIONS: &[&str] = &["--limit=1000000", "--queue=1000"];
-/// throttle.so with a `max` that is never reached.
-const THROTTLE_LOAD_OPTIONS: &[&str] = &["max:1000000"];
 /// Both rate_limit.so in the queue-resume measurement.
 const RL_QUEUE_OPTIONS: &[&str] = &["--limit=1", "--queue=100", "--header=X-Queue-Delay"];
 
@@ -149,56 +138,6 @@ fn parse_args(argv: &[String]) -> Result<Args, String> {
     Ok(a)
 }
 
-pub(crate) fn pparams(options: &[&str]) -> String {
-    options.iter().map(|o| format!(" @pparam={o}")).collect()
-}
-
-pub(crate) fn load_variants(ours_rl: &str, ours_throttle: &str, ours_ip: &str) -> Vec<Variant> {
-    vec![
-        Variant {
-            key: "none",
-            label: "no plugin",
-            host: "none.bench",
-            plugin: String::new(),
-        },
-        Variant {
-            key: "upstream",
-            label: "upstream rate_limit.so (C++)",
-            host: "upstream.bench",
-            plugin: format!("@plugin={}{}", upstream(), pparams(RL_LOAD_OPTIONS)),
-        },
-        Variant {
-            key: "ours",
-            label: "our rate_limit.so",
-            host: "ours.bench",
-            plugin: format!("@plugin={ours_rl}{}", pparams(RL_LOAD_OPTIONS)),
-        },
-        Variant {
-            key: "throttle",
-            label: "our throttle.so",
-            host: "throttle.bench",
-            plugin: format!("@plugin={ours_throttle}{}", pparams(THROTTLE_LOAD_OPTIONS)),
-        },
-        Variant {
-            key: "ip_throttle",
-            label: "our ip_throttle.so",
-            host: "ip-throttle.bench",
-            plugin: format!(
-                "@plugin={ours_ip}{}",
-                pparams(icount_cli::IP_THROTTLE_OPTIONS)
-            ),
-        },
-        // A/A control: the same as "none" under another name. How far it
-        // lands from "none" is the noise floor of the comparison.
-        Variant {
-            key: "control",
-            label: "no plugin, again (A/A control)",
-            host: "control.bench",
-            plugin: String::new(),
-        },
-    ]
-}
-
 const QUEUE_VARIANTS: [QueueVariant; 3] = [
     QueueVariant {
         label: "upstream rate_limit.so (C++)",
@@ -216,19 +155,6 @@ const QUEUE_VARIANTS: [QueueVariant; 3] = [
         sequential: true,
     },
 ];
-
-/// records.config overrides for the bench, and how the report describes them.
-pub(crate) const ATS_RECORDS: &[(&str, &str)] = &[
-    ("proxy.config.diags.debug.enabled", "INT 0"),
-    ("proxy.config.log.logging_enabled", "INT 0"),
-    // The proxied workload's URL has a query string: no cache lookup at all.
-    (
-        "proxy.config.http.cache.cache_urls_that_look_dynamic",
-        "INT 0",
-    ),
-];
-const ATS_SETTINGS: &str = "2 exec threads, debug output and logging off, 8 MB RAM cache, \
-                            `cache_urls_that_look_dynamic 0`";
 
 fn run(args: &Args) -> Result<(), String> {
     let machine = sys::Machine::probe();

@@ -6,10 +6,11 @@
 use std::fmt::Write as _;
 use std::time::{Duration, Instant};
 
+use super::args::Args;
 use super::client::{Hellos, Plan, Py};
 use super::flooder::{flood, Flood, FloodResult};
-use super::report::{int, ms};
-use super::{builder, yaml_flood, Args, Plugin, FLOODER, LIGHT, SNI};
+use super::setup::{builder, yaml_flood, Plugin, FLOODER, LIGHT, SNI};
+use crate::report::grouped as int;
 use crate::stats::percentile;
 use crate::sys;
 
@@ -288,6 +289,14 @@ pub fn measure(args: &Args, plugin: Plugin) -> Result<FloodRun, String> {
         ));
     }
     Ok(res)
+}
+
+fn ms(us: f64) -> String {
+    if us < 10_000.0 {
+        format!("{:.2} ms", us / 1e3)
+    } else {
+        format!("{:.1} ms", us / 1e3)
+    }
 }
 
 /// The flood's part of the section.

@@ -9,8 +9,9 @@
 use std::path::Path;
 use std::time::{Duration, Instant};
 
+use super::args::Args;
 use super::client::{Hellos, Plan, Py};
-use super::{builder, Args, Plugin, CLIENT, HOLDER, SNI};
+use super::setup::{builder, Plugin, CLIENT, HOLDER, SNI};
 use crate::callgrind::{callgrind_control, take_dump, Profile};
 use crate::icount::{counted, QUIET};
 
@@ -45,9 +46,9 @@ impl Config {
 
     fn yaml(&self) -> String {
         if self.refused {
-            super::yaml_refuse()
+            super::setup::yaml_refuse()
         } else {
-            super::yaml_accept()
+            super::setup::yaml_accept()
         }
     }
 }

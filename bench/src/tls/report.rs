@@ -4,14 +4,15 @@
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
 
+use super::args::Args;
 use super::flood::FloodRun;
 use super::icount::Results;
-use super::{Args, Plugin, SNI};
+use super::setup::{Plugin, SNI};
 use crate::attribution::{average, share, Share};
 use crate::report::Context;
 use crate::stats::median;
 
-pub(super) use crate::report::grouped as int;
+use crate::report::grouped as int;
 
 /// −92.6 / +0.5, with a real minus sign as `int` writes it.
 fn pct(x: f64) -> String {
@@ -20,14 +21,6 @@ fn pct(x: f64) -> String {
         format!("−{s}")
     } else {
         format!("+{s}")
-    }
-}
-
-pub(super) fn ms(us: f64) -> String {
-    if us < 10_000.0 {
-        format!("{:.2} ms", us / 1e3)
-    } else {
-        format!("{:.1} ms", us / 1e3)
     }
 }
 
