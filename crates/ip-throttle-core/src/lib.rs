@@ -10,6 +10,7 @@
 
 pub mod ctl;
 pub mod events;
+mod files;
 pub mod lists;
 pub mod options;
 pub mod shared;
@@ -18,8 +19,6 @@ pub mod throttler;
 
 #[cfg(test)]
 mod tests;
-
-use optspec::files::ReadError;
 
 /// Who a request's client is: an address, or `unknown` behind a trusted
 /// proxy that does not name it (one state for all such clients, on no list).
@@ -31,13 +30,3 @@ pub use throttler::{
     Action, Decision, Delayed, Event, ListName, Machine, Request, Scope, Snapshot, Throttler,
     ToStep,
 };
-
-/// The reason a `--config` or list file was refused, as ip_throttle has
-/// always worded it: the OS's message (a directory too, as a read of one
-/// fails), "larger than N bytes", "not UTF-8 text (byte N)".
-pub(crate) fn unreadable(e: ReadError) -> String {
-    match e {
-        ReadError::Directory => e.std_wording(),
-        e => e.to_string(),
-    }
-}

@@ -52,7 +52,7 @@ pub fn load(path: &Path, files: &dyn Files) -> Result<CidrList, String> {
         format!(
             "cannot read {}: {}",
             shorten_to(&shown, 256),
-            crate::unreadable(e)
+            crate::files::unreadable(e)
         )
     })?;
     parse(&file.text, &shown)

@@ -61,7 +61,7 @@ impl Draft {
             format!(
                 "--config cannot read {}: {}",
                 shorten_to(&shown, 256),
-                crate::unreadable(e)
+                crate::files::unreadable(e)
             )
         })?;
         for (n, line) in file.text.lines().enumerate() {
