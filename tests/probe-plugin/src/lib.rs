@@ -1,6 +1,6 @@
-//! probe.so: a test-only remap plugin. (About 480 lines: a test fixture,
-//! one arm of one hook handler per path below, checked best against this
-//! list in one file.) Each request's path selects what the
+//! probe.so: a test-only remap plugin (its process-wide objects are
+//! `globals.rs`; one arm of one hook handler per path below, checked best
+//! against this list in one file). Each request's path selects what the
 //! safe layer is made to do, so integration tests can prove its guarantees
 //! inside a real traffic_server:
 //!
@@ -51,17 +51,21 @@
 //! Any other option fails the rule.
 #![forbid(unsafe_code)]
 
+mod globals;
+
 use std::collections::VecDeque;
-use std::sync::atomic::{AtomicBool, AtomicU64, AtomicU8, Ordering};
-use std::sync::{Arc, Mutex, OnceLock};
+use std::sync::atomic::{AtomicBool, AtomicU8, Ordering};
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use ats::sched::{Pool, Timer};
-use ats::stats::Stat;
-use ats::textlog::TextLog;
 use ats::{
-    Done, EventThread, HomeTxn, Hook, HookCont, HookHandler, HookId, Parked, RemapArgs,
-    RemapPlugin, RemapRequest, RemapStatus, Txn, TxnData,
+    Done, EventThread, HomeTxn, Hook, HookHandler, HookId, Parked, RemapArgs, RemapPlugin,
+    RemapRequest, RemapStatus, Txn,
+};
+
+use crate::globals::{
+    globals, init_globals, parse_table_bits, Globals, GLOBALS, LIVE, MAX_TABLE_BITS, SEQ,
 };
 
 struct Probe {
@@ -109,88 +113,6 @@ static GATE: Mutex<(bool, VecDeque<Waiting>)> = Mutex::new((false, VecDeque::new
 struct Waiting {
     parked: Parked,
     home: Option<EventThread>,
-}
-
-struct Globals {
-    cont: HookCont,
-    state: TxnData<State>,
-    /// The `--slot-table-bits` the `TxnData` was made with (`None`: `TxnData::new`).
-    table_bits: Option<u32>,
-    requests: Stat,
-    states_live: Stat,
-    states_stored: Stat,
-    cancelled_ran: Stat,
-    off_home: Stat,
-    foreign: Stat,
-    log: TextLog,
-}
-
-/// Set by the first rule's `new_instance` (see [`init_globals`]).
-static GLOBALS: OnceLock<Globals> = OnceLock::new();
-/// Serialises the creation of [`GLOBALS`].
-static GLOBALS_INIT: Mutex<()> = Mutex::new(());
-static SEQ: AtomicU64 = AtomicU64::new(0);
-/// States stored in the slot and not dropped yet (`plugin.probe.txn_states_live`
-/// as this process sees it now, not as of the last metric sync).
-static LIVE: AtomicU64 = AtomicU64::new(0);
-
-/// The largest `--slot-table-bits` (`TxnData::with_table_bits` caps there).
-const MAX_TABLE_BITS: u32 = 20;
-
-fn globals() -> &'static Globals {
-    GLOBALS
-        .get()
-        .expect("hooks and DoRemap run only after an instance exists")
-}
-
-/// Creates the globals on the first rule, its `--slot-table-bits` deciding
-/// the slot's table; a later rule may only ask for the table in effect.
-fn init_globals(table_bits: Option<u32>) -> Result<(), String> {
-    let _init = GLOBALS_INIT.lock().unwrap_or_else(|e| e.into_inner());
-    if let Some(g) = GLOBALS.get() {
-        return match table_bits {
-            Some(bits) if g.table_bits != Some(bits) => Err(format!(
-                "--slot-table-bits={bits}: the probe's slot was made by the first probe \
-                 rule, with {}; the option only takes effect on that rule",
-                match g.table_bits {
-                    Some(b) => format!("--slot-table-bits={b}"),
-                    None => "the default table".to_owned(),
-                }
-            )),
-            _ => Ok(()),
-        };
-    }
-    let state = match table_bits {
-        Some(bits) => TxnData::with_table_bits("probe", bits)?,
-        None => TxnData::new("probe")?,
-    };
-    let g = Globals {
-        cont: HookCont::new(Hooks)?,
-        state,
-        table_bits,
-        requests: Stat::find_or_create("plugin.probe.requests")?,
-        states_live: Stat::find_or_create("plugin.probe.txn_states_live")?,
-        states_stored: Stat::find_or_create("plugin.probe.txn_states_stored")?,
-        cancelled_ran: Stat::find_or_create("plugin.probe.cancelled_timer_ran")?,
-        off_home: Stat::find_or_create("plugin.probe.off_home_mutations")?,
-        foreign: Stat::find_or_create("plugin.probe.foreign_resumes")?,
-        log: TextLog::create("probe", true)?,
-    };
-    let _ = GLOBALS.set(g);
-    Ok(())
-}
-
-/// `--slot-table-bits`'s value: decimal digits only, at most [`MAX_TABLE_BITS`].
-fn parse_table_bits(v: &str) -> Result<u32, String> {
-    v.parse::<u32>()
-        .ok()
-        .filter(|b| v.bytes().all(|c| c.is_ascii_digit()) && *b <= MAX_TABLE_BITS)
-        .ok_or_else(|| {
-            format!(
-                "invalid value '{v}' for --slot-table-bits \
-                 (allowed: an integer from 0 to {MAX_TABLE_BITS})"
-            )
-        })
 }
 
 impl State {
