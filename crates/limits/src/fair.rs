@@ -85,8 +85,4 @@ impl<W: Waiter> FlowTry<W> {
 }
 
 #[cfg(test)]
-mod bounds;
-#[cfg(test)]
-mod stress;
-#[cfg(test)]
 mod tests;

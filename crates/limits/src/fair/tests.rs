@@ -5,13 +5,13 @@ use parking_lot::Mutex;
 use std::collections::HashMap;
 use std::sync::Arc;
 
-pub(super) type Log = Arc<Mutex<Vec<(u64, usize)>>>;
-pub(super) type Held = Arc<Mutex<Vec<Permit<Rec>>>>;
+type Log = Arc<Mutex<Vec<(u64, usize)>>>;
+type Held = Arc<Mutex<Vec<Permit<Rec>>>>;
 
 /// Records admissions (flow, id); keeps permits in a shared list so tests
 /// release them; runs the scheduler checks at each admission.
-pub(super) struct Rec {
-    pub(super) id: usize,
+struct Rec {
+    id: usize,
     flow: u64,
     log: Log,
     held: Held,
@@ -68,7 +68,7 @@ impl Checker {
     }
 }
 
-pub(super) fn rec(id: usize, flow: u64, log: &Log, held: &Held) -> Rec {
+fn rec(id: usize, flow: u64, log: &Log, held: &Held) -> Rec {
     Rec {
         id,
         flow,
@@ -79,7 +79,7 @@ pub(super) fn rec(id: usize, flow: u64, log: &Log, held: &Held) -> Rec {
     }
 }
 
-pub(super) fn cfg(flow_slots: Option<u32>, strict: bool, reject_over: bool) -> FairConfig {
+fn cfg(flow_slots: Option<u32>, strict: bool, reject_over: bool) -> FairConfig {
     FairConfig {
         flow_slots,
         strict,
@@ -88,7 +88,7 @@ pub(super) fn cfg(flow_slots: Option<u32>, strict: bool, reject_over: bool) -> F
     }
 }
 
-pub(super) fn go(t: FlowTry<Rec>) -> Permit<Rec> {
+fn go(t: FlowTry<Rec>) -> Permit<Rec> {
     match t {
         FlowTry::Go(p) => p,
         FlowTry::Wait => panic!("expected a slot, got Wait"),
@@ -98,10 +98,13 @@ pub(super) fn go(t: FlowTry<Rec>) -> Permit<Rec> {
 
 /// Releases the oldest held permit outside the list's lock (the hand-off
 /// pushes into it).
-pub(super) fn release_first(held: &Held) {
+fn release_first(held: &Held) {
     let p = held.lock().remove(0);
     drop(p);
 }
+
+mod bounds;
+mod stress;
 
 #[test]
 fn a_freed_slot_goes_to_the_next_flow_not_the_oldest_waiter() {

@@ -1,11 +1,7 @@
 //! Refusals as a waiter joins its flow, and the bounds on the work and
 //! memory of cancels and sweeps (counted in `FairQueue::visits`, not timed).
 
-use super::queue::IDLE_KEPT;
-use super::tests::{cfg, go, rec, Held, Log, Rec};
 use super::*;
-use crate::slots::Slots;
-use std::sync::Arc;
 
 fn visits(s: &Slots<Rec>) -> u64 {
     s.fair.as_ref().expect("fair").lock().visits
