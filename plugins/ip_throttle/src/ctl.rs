@@ -25,7 +25,7 @@ use ip_throttle_core::{Client, ListName, Listed};
 use limits::quote::quote;
 use serde_json::{json, Value};
 
-use crate::Rule;
+use crate::rule::Rule;
 
 /// The rules, with the remap.config load that made them.
 static RULES: Roster<Rule> = Roster::new();

@@ -11,7 +11,7 @@ use ip_throttle_core::{Client, Delayed};
 use limits::{Nanos, NANOS_PER_MS};
 use parking_lot::Mutex;
 
-use crate::Rule;
+use crate::rule::Rule;
 
 /// A delay decided in remap.
 pub(crate) struct Delay {

@@ -40,7 +40,7 @@ use store::url::StoreUrl;
 use store::{Answer, Client, Clients, Completion, Config, SubmitError};
 
 use crate::delay::{self, Delay};
-use crate::Rule;
+use crate::rule::Rule;
 
 /// How often the poller looks for results while any are outstanding.
 const POLL_EVERY: Duration = Duration::from_millis(1);
@@ -404,7 +404,7 @@ fn act(rule: Arc<Rule>, parked: Parked, ip: ip_throttle_core::Client, d: Decisio
         (Action::Pass | Action::Delay(_), counted) => parked.on_home(move |h| {
             // --log-only: a would-be-delayed request counts against
             // --max-concurrent until it completes (dropped at TXN_CLOSE).
-            if let (Some(counted), Some(st)) = (counted, crate::state(&h)) {
+            if let (Some(counted), Some(st)) = (counted, crate::rule::state(&h)) {
                 *st.wait.lock() = Some(Delay {
                     rule,
                     delay: 0,
@@ -419,7 +419,7 @@ fn act(rule: Arc<Rule>, parked: Parked, ip: ip_throttle_core::Client, d: Decisio
         }),
         (Action::TooMany, _) => parked.on_home(|h| {
             h.txn().set_error_body(&error_page(503), "text/html");
-            crate::too_many(h.txn());
+            crate::rule::too_many(h.txn());
             h.fail(503)
         }),
     }
