@@ -24,7 +24,7 @@ use limits::{
     Budget, Clock, FairConfig, Gcra, MonotonicClock, Permit, Slots, Waiter, NANOS_PER_SEC,
 };
 use optspec::files::FsFiles;
-use rate_limit_core::{Admission, Limiter, Limits, Options};
+use rate_limit_core::{Admission, KeyedLimiter, Limits, Options, RuleLimiter};
 use throttle_core::params;
 use throttle_core::{Entry, Gate, Ticket};
 
@@ -192,9 +192,9 @@ fn options_parse(from: &str, args: &[&str]) {
 /// rate_limit.so's per-request decision on an unkeyed `--limit` rule, as in
 /// the load bench: admitted with a permit, which is dropped (TXN_CLOSE).
 #[inline(never)]
-fn admission_limit(l: &Arc<Limiter<Nobody>>) {
+fn admission_limit(l: &RuleLimiter<Nobody>) {
     for _ in 0..N {
-        match l.admit_rule() {
+        match l.admit() {
             Admission::Go(p) => drop(black_box(p)),
             _ => panic!("the high limit admits"),
         }
@@ -204,25 +204,23 @@ fn admission_limit(l: &Arc<Limiter<Nobody>>) {
 /// A keyed rate-only rule's whole decision (hash of the address bytes,
 /// table lookup, GCRA step), as `keyed_admission/1M_keys_1_thread`.
 #[inline(never)]
-fn keyed_admission(l: &Arc<Limiter<Nobody>>, mut i: u32) {
-    let t = l.keys().expect("keyed");
+fn keyed_admission(l: &KeyedLimiter<Nobody>, mut i: u32) {
     for _ in 0..N {
         i = i.wrapping_add(7919);
         let a = (i % KEYS as u32).wrapping_mul(2_654_435_761).to_be_bytes();
-        let k = t.hash(&[0, 0, 4, a[0], a[1], a[2], a[3]]);
-        assert!(matches!(l.admit_key(k), Admission::Go(_)));
+        let k = l.key(&[0, 0, 4, a[0], a[1], a[2], a[3]]);
+        assert!(matches!(l.admit(k, &[]), Admission::Go(_)));
     }
 }
 
 /// The same decision for addresses never seen (a churn attack): each one
 /// inserts a key and evicts an idle one, as `keyed_admission/new_key_at_bound_1_thread`.
 #[inline(never)]
-fn keyed_admission_new_key(l: &Arc<Limiter<Nobody>>, first: u32) {
-    let t = l.keys().expect("keyed");
+fn keyed_admission_new_key(l: &KeyedLimiter<Nobody>, first: u32) {
     for n in 0..N as u32 {
         let a = (first + n).wrapping_mul(2_654_435_761).to_be_bytes();
-        let k = t.hash(&[0, 0, 4, a[0], a[1], a[2], a[3]]);
-        assert!(matches!(l.admit_key(k), Admission::Go(_)));
+        let k = l.key(&[0, 0, 4, a[0], a[1], a[2], a[3]]);
+        assert!(matches!(l.admit(k, &[]), Admission::Go(_)));
     }
 }
 
@@ -304,7 +302,7 @@ fn main() {
         maxage: None,
     };
     op("admission/limit_unkeyed", &admission_limit);
-    admission_limit(&Limiter::new(limits, MonotonicClock));
+    admission_limit(&RuleLimiter::new(limits, MonotonicClock));
 
     let keyed_limits = Limits {
         limit: None,
@@ -312,12 +310,11 @@ fn main() {
         queue: 0,
         maxage: None,
     };
-    let l: Arc<Limiter<Nobody>> = Limiter::keyed(keyed_limits, KEYS, MonotonicClock);
-    let t = l.keys().expect("keyed");
+    let l: KeyedLimiter<Nobody> = KeyedLimiter::new(keyed_limits, KEYS, MonotonicClock);
     for i in 0..KEYS as u32 {
         let a = i.wrapping_mul(2_654_435_761).to_be_bytes();
-        let k = t.hash(&[0, 0, 4, a[0], a[1], a[2], a[3]]);
-        let _ = l.admit_key(k);
+        let k = l.key(&[0, 0, 4, a[0], a[1], a[2], a[3]]);
+        let _ = l.admit(k, &[]);
     }
     op("keyed_admission/100k_keys_1_thread", &keyed_admission);
     keyed_admission(&l, 0);

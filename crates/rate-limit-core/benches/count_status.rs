@@ -6,12 +6,11 @@
 #![forbid(unsafe_code)]
 
 use std::hint::black_box;
-use std::sync::Arc;
 
 use criterion::{criterion_group, criterion_main, Criterion};
 use limits::{MonotonicClock, Permit, Waiter};
 use rate_limit_core::status::StatusList;
-use rate_limit_core::{Admission, Limiter, Limits};
+use rate_limit_core::{Admission, KeyedLimiter, Limits};
 
 const KEYS: u32 = 1_000_000;
 
@@ -44,25 +43,24 @@ fn count_status(c: &mut Criterion) {
         queue: 0,
         maxage: None,
     };
-    let l: Arc<Limiter<Nobody>> = Limiter::keyed(limits, KEYS as usize, MonotonicClock);
+    let l: KeyedLimiter<Nobody> = KeyedLimiter::new(limits, KEYS as usize, MonotonicClock);
     l.set_charge_on_response();
-    let t = l.keys().expect("keyed");
     for i in 0..KEYS {
-        let _ = l.admit_key(t.hash(&addr(i)));
+        let _ = l.admit(l.key(&addr(i)), &[]);
     }
     let mut i = 0u32;
     g.bench_function("check_1M_keys", |b| {
         b.iter(|| {
             i = i.wrapping_add(7919);
-            let key = t.hash(&addr(i % KEYS));
-            black_box(matches!(l.admit_key(key), Admission::Go(_)))
+            let key = l.key(&addr(i % KEYS));
+            black_box(matches!(l.admit(key, &[]), Admission::Go(_)))
         })
     });
     g.bench_function("charge_1M_keys", |b| {
         b.iter(|| {
             i = i.wrapping_add(7919);
-            let key = t.hash(&addr(i % KEYS));
-            black_box(l.charge(Some(key)))
+            let key = l.key(&addr(i % KEYS));
+            black_box(l.charge(key))
         })
     });
     g.finish();

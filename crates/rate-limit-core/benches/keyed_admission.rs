@@ -17,7 +17,7 @@ use std::sync::Arc;
 
 use criterion::{criterion_group, criterion_main, Criterion};
 use limits::{MonotonicClock, Permit, Waiter};
-use rate_limit_core::{Admission, Limiter, Limits};
+use rate_limit_core::{Admission, KeyedLimiter, Limits};
 
 const KEYS: u32 = 1_000_000;
 
@@ -36,14 +36,13 @@ fn addr(i: u32) -> [u8; 7] {
     [0, 0, 4, a[0], a[1], a[2], a[3]]
 }
 
-fn decide(l: &Arc<Limiter<Nobody>>, i: u32) -> bool {
+fn decide(l: &KeyedLimiter<Nobody>, i: u32) -> bool {
     decide_addr(l, i % KEYS)
 }
 
-fn decide_addr(l: &Arc<Limiter<Nobody>>, n: u32) -> bool {
-    let Some(t) = l.keys() else { return false };
-    let key = t.hash(&addr(n));
-    matches!(l.admit_key(key), Admission::Go(_))
+fn decide_addr(l: &KeyedLimiter<Nobody>, n: u32) -> bool {
+    let key = l.key(&addr(n));
+    matches!(l.admit(key, &[]), Admission::Go(_))
 }
 
 fn keyed_admission(c: &mut Criterion) {
@@ -54,7 +53,7 @@ fn keyed_admission(c: &mut Criterion) {
         queue: 0,
         maxage: None,
     };
-    let l: Arc<Limiter<Nobody>> = Limiter::keyed(limits, KEYS as usize, MonotonicClock);
+    let l: KeyedLimiter<Nobody> = KeyedLimiter::new(limits, KEYS as usize, MonotonicClock);
     for i in 0..KEYS {
         decide(&l, i);
     }

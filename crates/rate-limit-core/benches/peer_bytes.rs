@@ -7,11 +7,10 @@
 #![forbid(unsafe_code)]
 
 use std::net::{Ipv4Addr, UdpSocket};
-use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use limits::{MonotonicClock, Permit, Waiter};
-use rate_limit_core::{Admission, Limiter, Limits};
+use rate_limit_core::{Admission, Key, KeyedLimiter, Limits};
 
 struct W;
 
@@ -55,13 +54,12 @@ fn main() {
             queue: 0,
             maxage: None,
         };
-        let l: Arc<Limiter<W, MonotonicClock>> =
-            Limiter::peered(limits, tags * 2, tags, MonotonicClock);
-        let table = l.keys().expect("keyed");
-        let names: Vec<(u64, Vec<u8>)> = (0..tags as u32)
+        let l: KeyedLimiter<W, MonotonicClock> =
+            KeyedLimiter::peered(limits, tags * 2, tags, MonotonicClock);
+        let names: Vec<(Key, Vec<u8>)> = (0..tags as u32)
             .map(|i| {
                 let tag = Ipv4Addr::from(0x0a00_0000 + i).to_string().into_bytes();
-                (table.hash(&tag), tag)
+                (l.key(&tag), tag)
             })
             .collect();
         let before = transport.stats();
@@ -70,7 +68,7 @@ fn main() {
         let start = Instant::now();
         for p in 0..periods {
             for (k, tag) in &names {
-                assert!(matches!(l.admit_key_tagged(*k, tag), Admission::Go(_)));
+                assert!(matches!(l.admit(*k, tag), Admission::Go(_)));
             }
             let t = Instant::now();
             let report = l.peer_report(max_tags);

@@ -18,13 +18,12 @@
 #![forbid(unsafe_code)]
 
 use std::hint::black_box;
-use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use criterion::{criterion_group, criterion_main, Criterion};
 use dthrottle::{Buckets, Config, Decision};
 use limits::{MonotonicClock, Permit, Waiter};
-use rate_limit_core::{Admission, Limiter, Limits};
+use rate_limit_core::{Admission, KeyedLimiter, Limits};
 
 const KEYS: usize = 100_000;
 /// Decisions between two (untimed) reports: a flood of 2x `--keys`
@@ -56,13 +55,12 @@ fn live(i: u64) -> u64 {
     (i.wrapping_mul(2_654_435_761)) % KEYS as u64
 }
 
-type L = Arc<Limiter<Nobody>>;
+type L = KeyedLimiter<Nobody>;
 
 fn admit(l: &L, n: u64) -> bool {
     let mut buf = [0u8; 24];
     let t = tag(n, &mut buf);
-    let Some(table) = l.keys() else { return false };
-    matches!(l.admit_key_tagged(table.hash(t), t), Admission::Go(_))
+    matches!(l.admit(l.key(t), t), Admission::Go(_))
 }
 
 fn limiter() -> L {
@@ -72,7 +70,7 @@ fn limiter() -> L {
         queue: 0,
         maxage: None,
     };
-    let l: L = Limiter::peered(limits, KEYS, 10_000, MonotonicClock);
+    let l: L = KeyedLimiter::peered(limits, KEYS, 10_000, MonotonicClock);
     for n in 0..KEYS as u64 {
         admit(&l, n);
     }

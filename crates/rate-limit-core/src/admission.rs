@@ -13,9 +13,10 @@
 //! bucket, slots and queue for every request, the slots optionally split
 //! between fair flows) or the keyed scope (`key_scope.rs`: a table of
 //! per-key buckets and slots, optionally peered, `peered.rs`). Each holds
-//! only its own state, and each has its admission call:
-//! [`Limiter::admit_rule`], [`Limiter::admit_flow`], [`Limiter::admit_key`],
-//! [`Limiter::admit_key_tagged`].
+//! only its own state. Callers see a limiter as its shape (`shaped.rs`):
+//! [`RuleLimiter`], [`FairLimiter`] or [`KeyedLimiter`], each with only the
+//! calls that fit it, and a request's [`Counted`] (the rule, a [`Flow`] or
+//! a [`Key`]) made by that handle.
 //!
 //! Here: the limiter, its construction, limits and live changes. The
 //! decisions handed back are `decision.rs`, the slot queue `queue.rs`,
@@ -169,6 +170,7 @@ impl<W: Waiter, C: Clock> Limiter<W, C> {
     }
 
     /// The keyed table (with `--key`), for hashing keys and for its counters.
+    #[inline]
     pub fn keys(&self) -> Option<&KeyTable<Keyed<W>>> {
         match &self.scope {
             Scope::Keyed(k) => Some(&k.table),
@@ -201,7 +203,7 @@ impl<W: Waiter, C: Clock> Limiter<W, C> {
     /// first, then a slot (on a fair limiter, in the flow of the empty
     /// value). A keyed limiter refuses it ([`Refused::KeyMissing`]): the
     /// plugin applies `--key-missing` before asking.
-    pub fn admit_rule(self: &Arc<Self>) -> Admission<W, C> {
+    pub(crate) fn admit_rule(self: &Arc<Self>) -> Admission<W, C> {
         match &self.scope {
             Scope::Rule(r) => self.admit_in_rule(r, 0),
             Scope::Keyed(_) => Admission::Reject(Refused::KeyMissing),
@@ -213,7 +215,7 @@ impl<W: Waiter, C: Clock> Limiter<W, C> {
     /// shares its slots between flows. A rule limiter that is not fair
     /// ignores the flow; a keyed limiter refuses ([`Refused::KeyMissing`]):
     /// a flow is no client key.
-    pub fn admit_flow(self: &Arc<Self>, flow: u64) -> Admission<W, C> {
+    pub(crate) fn admit_flow(self: &Arc<Self>, flow: u64) -> Admission<W, C> {
         match &self.scope {
             Scope::Rule(r) => self.admit_in_rule(r, flow),
             Scope::Keyed(_) => Admission::Reject(Refused::KeyMissing),
@@ -227,23 +229,23 @@ impl<W: Waiter, C: Clock> Limiter<W, C> {
     /// rule's limits, which bind every request anyway; a fair one puts it in
     /// flow 0 (the plugin never asks so: `--fair` excludes `--key`, and its
     /// requests come through [`admit_flow`](Self::admit_flow)).
-    pub fn admit_key(self: &Arc<Self>, key: u64) -> Admission<W, C> {
+    #[cfg(test)]
+    pub(crate) fn admit_key(self: &Arc<Self>, key: u64) -> Admission<W, C> {
         self.admit_key_tagged(key, &[])
     }
 
     /// [`admit_key`](Self::admit_key) for a peered limiter: `tag` is the
     /// key's peer tag (whose hash is `key`), kept with the key for its
     /// reports. Other keyed limiters ignore it.
-    pub fn admit_key_tagged(self: &Arc<Self>, key: u64, tag: &[u8]) -> Admission<W, C> {
+    pub(crate) fn admit_key_tagged(self: &Arc<Self>, key: u64, tag: &[u8]) -> Admission<W, C> {
         match &self.scope {
             Scope::Keyed(k) => self.admit_in_key(k, key, tag),
             Scope::Rule(r) => self.admit_in_rule(r, 0),
         }
     }
 
-    /// Tests written against one call for every scope: `key` is the key
-    /// (keyed), the flow (fair) or absent.
-    #[cfg(test)]
+    /// One call for every scope: `key` is the key (keyed), the flow (fair)
+    /// or absent ([`Shaped::admit`], and tests written against every scope).
     pub(crate) fn admit_in_scope(
         self: &Arc<Self>,
         key: Option<u64>,
@@ -265,6 +267,7 @@ mod key_scope;
 mod peered;
 mod queue;
 mod rule_scope;
+mod shaped;
 #[cfg(test)]
 mod tests;
 mod usage;
@@ -274,4 +277,5 @@ pub use key_scope::Keyed;
 use key_scope::KeyedScope;
 pub use peered::MAX_PEER_DEBT;
 use rule_scope::RuleScope;
+pub use shaped::{Counted, FairLimiter, Flow, Key, KeyedLimiter, RuleLimiter, Shaped};
 pub use usage::{KeyUsage, Usage};

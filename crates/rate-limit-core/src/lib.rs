@@ -20,7 +20,8 @@ pub mod store;
 pub mod tag;
 
 pub use admission::{
-    Admission, KeyUsage, Limiter, Limits, RateToken, Refused, SlotWait, Usage, Wait,
+    Admission, Counted, FairLimiter, Flow, Key, KeyUsage, KeyedLimiter, Limiter, Limits, RateToken,
+    Refused, RuleLimiter, Shaped, SlotWait, Usage, Wait,
 };
 pub use options::{OptionError, Options};
 

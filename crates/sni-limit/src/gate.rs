@@ -21,7 +21,7 @@ use std::sync::Arc;
 
 use limits::{Clock, MonotonicClock, Nanos, Permit, Waiter, NANOS_PER_SEC};
 use netaddr::CidrList;
-use rate_limit_core::{Admission, Limiter, Limits, Refused, Wait};
+use rate_limit_core::{Admission, KeyedLimiter, Limits, Refused, RuleLimiter, Wait};
 
 use crate::config::{Config, IpRepConf, PerIpConf, Rate, SelectorConf};
 use crate::sieve::{self, Sieve, SieveParams};
@@ -99,8 +99,8 @@ impl Counts {
 /// What lives on across a reload for a selector of the same SNI: its
 /// connections keep counting against the new limits.
 struct Live<W: Waiter, C: Clock> {
-    limiter: Option<Arc<Limiter<W, C>>>,
-    per_ip: Option<Arc<Limiter<NoWait, C>>>,
+    limiter: Option<RuleLimiter<W, C>>,
+    per_ip: Option<KeyedLimiter<NoWait, C>>,
     /// Connections holding a [`Hold`] of this selector (or its predecessors).
     open: Arc<AtomicU32>,
 }
@@ -248,7 +248,7 @@ impl<W: Waiter, C: Clock + Clone> Selector<W, C> {
         let limiter = old
             .and_then(|o| o.live.limiter.clone())
             .filter(|l| wants && l.reconfigure(limits).is_ok())
-            .or_else(|| wants.then(|| Limiter::new(limits, clock.clone())));
+            .or_else(|| wants.then(|| RuleLimiter::new(limits, clock.clone())));
         let per_ip = conf.per_ip.map(|p| {
             let l = Limits {
                 limit: p.limit,
@@ -259,7 +259,7 @@ impl<W: Waiter, C: Clock + Clone> Selector<W, C> {
             old.filter(|o| o.per_ip_conf.is_some_and(|q| q.keys == p.keys))
                 .and_then(|o| o.live.per_ip.clone())
                 .filter(|t| t.reconfigure(l).is_ok())
-                .unwrap_or_else(|| Limiter::keyed(l, p.keys, clock.clone()))
+                .unwrap_or_else(|| KeyedLimiter::new(l, p.keys, clock.clone()))
         });
         Arc::new(Selector {
             conf: conf.clone(),
@@ -286,7 +286,7 @@ impl<W: Waiter, C: Clock> Selector<W, C> {
     }
 
     /// The selector's limiter (rate, limit, queue); `None` if it has neither.
-    pub fn limiter(&self) -> Option<&Arc<Limiter<W, C>>> {
+    pub fn limiter(&self) -> Option<&RuleLimiter<W, C>> {
         self.live.limiter.as_ref()
     }
 
@@ -341,8 +341,7 @@ impl<W: Waiter, C: Clock> Selector<W, C> {
         }
         let mut per_ip = None;
         if let (Some(table), Some(ip)) = (&self.live.per_ip, ip) {
-            let key = table.keys().map_or(0, |t| t.hash(&address_key(ip)));
-            match table.admit_key(key) {
+            match table.admit(table.key(&address_key(ip)), &[]) {
                 Admission::Go(p) => per_ip = p,
                 Admission::Reject(Refused::KeyTableFull) => {
                     return self.refuse(Refusal::PerIpTable)
@@ -363,7 +362,7 @@ impl<W: Waiter, C: Clock> Selector<W, C> {
             self.counts.admitted.fetch_add(1, Ordering::Relaxed);
             return Verdict::Go(Hold::new(None, per_ip, &self.live.open));
         };
-        match limiter.admit_rule() {
+        match limiter.admit() {
             Admission::Go(slot) => {
                 self.counts.admitted.fetch_add(1, Ordering::Relaxed);
                 Verdict::Go(Hold::new(slot, per_ip, &self.live.open))

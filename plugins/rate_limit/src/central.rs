@@ -31,6 +31,7 @@ use ats::poller::{Drain, Poller};
 use ats::{Done, HomeTxn, Parked, Txn};
 use rate_limit_core::store::Failure;
 use rate_limit_core::Admission;
+use rate_limit_core::Counted;
 use store::redis::{key_base, Decide, Op, Reply};
 use store::{Answer, Completion};
 
@@ -74,7 +75,7 @@ pub(crate) struct Asked {
     parked: Parked,
     base: String,
     member: String,
-    key: Option<u64>,
+    who: Counted,
 }
 
 /// What a `--store` rule keeps on a transaction.
@@ -126,13 +127,13 @@ impl Drop for Lease {
 
 /// DoRemap of a `--store` rule: the transaction will be decided in Redis at
 /// POST_REMAP.
-pub(crate) fn remap(rule: &Arc<Rule>, g: &Globals, txn: Txn<'_>, key: Option<u64>) {
+pub(crate) fn remap(rule: &Arc<Rule>, g: &Globals, txn: Txn<'_>, who: Counted) {
     let Some(rs) = &rule.store else { return };
     let base = crate::client::KEY_BYTES.with(|b| {
         let b = b.borrow();
-        key_base(&rs.opts.namespace, key.map(|_| &b[..]))
+        key_base(&rs.opts.namespace, who.key().map(|_| &b[..]))
     });
-    if let Some(st) = rule.attach(g, txn, Fate::Waiting, None, None, key) {
+    if let Some(st) = rule.attach(g, txn, Fate::Waiting, None, None, who) {
         *st.central.lock() = Some(Box::new(TxnCentral::Pending(base)));
         txn.hook(ats::HookId::PostRemap, &g.hooks);
     }
@@ -155,7 +156,7 @@ fn decide(rule: &Rule, rs: &RuleStore, base: String) -> (Op, String) {
 }
 
 /// POST_REMAP: submits the decision for the parked transaction.
-pub(crate) fn ask(rule: Arc<Rule>, parked: Parked, base: String, key: Option<u64>) {
+pub(crate) fn ask(rule: Arc<Rule>, parked: Parked, base: String, who: Counted) {
     let Some(rs) = &rule.store else {
         return admit(rule, parked, None, None);
     };
@@ -166,7 +167,7 @@ pub(crate) fn ask(rule: Arc<Rule>, parked: Parked, base: String, key: Option<u64
         parked,
         base,
         member,
-        key,
+        who,
     }));
     store.start_waker();
     match store.client.submit(op, token, store.timeout) {
@@ -235,7 +236,7 @@ fn completed(c: Completion<Reply, Token>) {
             });
             admit(a.rule, a.parked, lease, charge);
         }
-        Verdict::Refused(why) => refuse(a.rule, a.parked, a.key, why),
+        Verdict::Refused(why) => refuse(a.rule, a.parked, a.who, why),
         Verdict::Failed => failed(a),
     }
 }
@@ -246,7 +247,7 @@ fn failed(a: Asked) {
     match failure(&a.rule) {
         // Open: the response's charge (--count-status) still goes to Redis.
         Failure::Open => admit(a.rule, a.parked, None, Some(a.base)),
-        Failure::Closed => refuse(a.rule, a.parked, a.key, Reason::StoreFailure),
+        Failure::Closed => refuse(a.rule, a.parked, a.who, Reason::StoreFailure),
         Failure::Local => local(a),
     }
 }
@@ -255,11 +256,11 @@ fn failed(a: Asked) {
 /// `--store` (waiting in its queue included).
 fn local(a: Asked) {
     let Asked {
-        rule, parked, key, ..
+        rule, parked, who, ..
     } = a;
     // Decided here: with --count-status the response charges this
     // proxy's bucket (no `Charged` state).
-    match rule.admit(key, &[]) {
+    match rule.shaped.admit(who, &[]) {
         Admission::Go(permit) => {
             let held = permit.map(|p| Held::new(p, &rule));
             let r = rule.clone();
@@ -277,11 +278,11 @@ fn local(a: Asked) {
                 rate_delay: w.rate_delay,
                 rate: w.rate,
                 holder: Holder::Txn,
-                key,
+                who,
             };
             park(rule, parked, wait);
         }
-        Admission::Reject(why) => refuse(rule, parked, key, why.into()),
+        Admission::Reject(why) => refuse(rule, parked, who, why.into()),
     }
 }
 
@@ -307,10 +308,10 @@ fn resume(h: HomeTxn<'_>, rule: &Rule, lease: Option<Lease>, base: Option<String
     h.resume()
 }
 
-fn refuse(rule: Arc<Rule>, parked: Parked, key: Option<u64>, why: Reason) {
+fn refuse(rule: Arc<Rule>, parked: Parked, who: Counted, why: Reason) {
     parked.on_home(move |h| {
         bump(rule.metrics.rejected, 1);
-        rule.record_refusal(h.txn(), key, why, 0, false);
+        rule.record_refusal(h.txn(), who, why, 0, false);
         if let Some(st) = state(&h, &rule) {
             st.set_fate(Fate::Refused);
         }

@@ -55,14 +55,14 @@ pub(crate) fn response(txn: Txn<'_>, head: &TxnState) {
                     // Not queued (the store is saturated or stopping): this
                     // proxy's limiter, which `--store-failure=local` asks
                     // when Redis cannot answer, keeps the debt at least.
-                    rule.limiter.charge(s.key);
+                    rule.shaped.charge(s.who);
                 }
                 true
             }
             // Already charged (a response header is sent once).
             (Some(_), _) => false,
             // Decided by this proxy's limiter.
-            (None, _) => rule.limiter.charge(s.key),
+            (None, _) => rule.shaped.charge(s.who),
         };
         if charged {
             bump(rule.metrics.status_charged, 1);

@@ -8,9 +8,8 @@ use std::net::IpAddr;
 
 use ats::{Header, RemapRequest, Txn};
 use rate_limit_core::key::{Client, Missing, RequestView};
-use rate_limit_core::Admission;
+use rate_limit_core::{Counted, Shaped};
 
-use crate::queue::Queued;
 use crate::rule::Rule;
 
 impl Rule {
@@ -37,19 +36,24 @@ impl Rule {
         Ok(Some(client))
     }
 
-    /// The client's key with `--key` (hashed: the table keeps nothing else),
-    /// or what the `--key-missing` policy says for a request without one.
+    /// Whose limits the request counts against, as the rule's shape says:
+    /// the rule's, its flow's (`--fair`), or its client key's with `--key`
+    /// (hashed: the table keeps nothing else), or what the `--key-missing`
+    /// policy says for a request without one.
     pub(crate) fn client_key(
         &self,
         txn: Txn<'_>,
         req: &RemapRequest<'_>,
         client: Option<Option<Client>>,
     ) -> ClientKey {
-        if let Some(flow) = self.flow(txn, req) {
-            return ClientKey::Key(flow);
-        }
-        let (Some(spec), Some(table)) = (&self.opts.key, self.limiter.keys()) else {
-            return ClientKey::Rule;
+        let l = match &self.shaped {
+            Shaped::Rule(_) => return ClientKey::Counted(Counted::Rule),
+            Shaped::Fair(l) => return ClientKey::Counted(Counted::Flow(self.flow(l, txn, req))),
+            Shaped::Keyed(l) => l,
+        };
+        // A keyed limiter is built for a rule with `--key` (load.rs).
+        let Some(spec) = &self.opts.key else {
+            return ClientKey::Counted(Counted::Rule);
         };
         let view = KeyView {
             txn,
@@ -63,41 +67,27 @@ impl Rule {
                 buf.clear();
                 return None;
             }
-            if self.limiter.is_peered() {
+            if l.is_peered() {
                 // Peers (and --store-sync) name keys by their tag: the table hashes that.
                 rate_limit_core::peering::to_peer_tag(spec, &mut buf);
             }
-            Some(table.hash(&buf))
+            Some(l.key(&buf))
         });
         match (found, self.opts.key_missing) {
-            (Some(k), _) => ClientKey::Key(k),
+            (Some(k), _) => ClientKey::Counted(Counted::Key(k)),
             // Real keys are never empty (each part has a tag byte).
-            (None, Missing::Shared) => ClientKey::Key(table.hash(&[])),
+            (None, Missing::Shared) => ClientKey::Counted(Counted::Key(l.key(&[]))),
             (None, Missing::Pass) => ClientKey::Pass,
             (None, Missing::Refuse) => ClientKey::Refuse,
         }
     }
 
-    /// Asks the rule's limiter about a request counted as [`client_key`]
-    /// said: `None`, the rule's limits; with `--fair`, the request's flow
-    /// (which `client_key` returns first); else its key, whose peer tag
-    /// (peered limiters) is `tag`.
-    ///
-    /// [`client_key`]: Rule::client_key
-    pub(crate) fn admit(&self, key: Option<u64>, tag: &[u8]) -> Admission<Queued> {
-        match key {
-            None => self.limiter.admit_rule(),
-            Some(flow) if self.opts.fair.is_some() => self.limiter.admit_flow(flow),
-            Some(k) => self.limiter.admit_key_tagged(k, tag),
-        }
-    }
-
     /// Lets `top` show the client's key (just built in `KEY_BYTES`).
-    pub(crate) fn note_name(&self, key: Option<u64>) {
-        if let Some(k) = key {
+    pub(crate) fn note_name(&self, who: Counted) {
+        if let Some(k) = who.key() {
             KEY_BYTES.with(|b| {
                 if let Ok(b) = b.try_borrow() {
-                    self.card.note_name(k, &b);
+                    self.card.note_name(k.hash(), &b);
                 }
             });
         }
@@ -121,10 +111,8 @@ impl Rule {
 
 /// Whose limits a request is counted against.
 pub(crate) enum ClientKey {
-    /// The rule's (no `--key`).
-    Rule,
-    /// Its key's (hashed).
-    Key(u64),
+    /// The rule's, its flow's or its key's.
+    Counted(Counted),
     /// None: no key, and `--key-missing=pass`.
     Pass,
     /// No key, and `--key-missing=refuse`.

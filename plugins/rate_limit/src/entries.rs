@@ -9,6 +9,8 @@ use std::sync::{Arc, OnceLock};
 use ats::{HookId, Txn};
 use parking_lot::Mutex;
 
+use rate_limit_core::Counted;
+
 use crate::rule::{Globals, Rule};
 use crate::state::{Fate, Held, Pending, PerTxn, TxnState};
 
@@ -49,11 +51,11 @@ impl Rule {
         fate: Fate,
         held: Option<Held>,
         wait: Option<Pending>,
-        key: Option<u64>,
+        who: Counted,
     ) -> Option<&'t TxnState> {
         let state = TxnState {
             rule: self.clone(),
-            key,
+            who,
             fate: AtomicU8::new(fate as u8),
             held: Mutex::new(held),
             wait: Mutex::new(wait.map(Box::new)),

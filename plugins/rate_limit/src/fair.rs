@@ -7,7 +7,7 @@ use ats::sched::Periodic;
 use ats::{RemapRequest, Txn};
 use limits::FairStats;
 use rate_limit_core::fair::FlowSource;
-use rate_limit_core::Limiter;
+use rate_limit_core::{FairLimiter, Flow, Limiter};
 
 use crate::client::{KeyView, KEY_BYTES};
 use crate::queue::Queued;
@@ -15,17 +15,22 @@ use crate::rule::Rule;
 use crate::state::Metrics;
 
 impl Rule {
-    /// The request's flow: its session, or the value of its `--fair`
-    /// source. Requests without one (no session, header missing) share the
-    /// flow of the empty value.
-    pub(crate) fn flow(&self, txn: Txn<'_>, req: &RemapRequest<'_>) -> Option<u64> {
-        let fair = self.opts.fair.as_ref()?;
-        let key = match &fair.source {
-            FlowSource::Session => {
+    /// The request's flow on the rule's fair limiter `l`: its session, or
+    /// the value of its `--fair` source. Requests without one (no session,
+    /// header missing) share the flow of the empty value.
+    pub(crate) fn flow(
+        &self,
+        l: &FairLimiter<Queued>,
+        txn: Txn<'_>,
+        req: &RemapRequest<'_>,
+    ) -> Flow {
+        let source = self.opts.fair.as_ref().map(|f| &f.source);
+        match source {
+            None | Some(FlowSource::Session) => {
                 let id = txn.ssn().map_or(0, |s| s.id());
-                self.limiter.flow_key(&id.to_le_bytes())
+                l.flow(&id.to_le_bytes())
             }
-            FlowSource::Key(spec) => {
+            Some(FlowSource::Key(spec)) => {
                 let view = KeyView {
                     txn,
                     hdr: req.request_header(),
@@ -36,11 +41,10 @@ impl Rule {
                     if !spec.key(&view, &mut buf) {
                         buf.clear();
                     }
-                    self.limiter.flow_key(&buf)
+                    l.flow(&buf)
                 })
             }
-        };
-        Some(key)
+        }
     }
 }
 

@@ -57,7 +57,7 @@ use ats::{
     Done, Hook, HookCont, HookHandler, HookId, ReloadStatus, RemapArgs, RemapPlugin, RemapRequest,
     RemapStatus, SsnData, Txn, TxnData,
 };
-use rate_limit_core::{headers, Admission};
+use rate_limit_core::{headers, Admission, Counted};
 
 use crate::client::{ClientKey, KEY_BYTES};
 use crate::entries::Earlier;
@@ -151,36 +151,35 @@ impl RemapPlugin for Rule {
         }
         if self.opts.limit.is_some() && earlier.waits {
             // It would wait behind an earlier entry's wait: no queue for it.
-            self.reject(g, txn, None, Reason::QueueFull);
+            self.reject(g, txn, Counted::Rule, Reason::QueueFull);
             return RemapStatus::NoRemap;
         }
-        let key = match self.client_key(txn, req, client) {
-            ClientKey::Rule => None,
-            ClientKey::Key(k) => Some(k),
+        let who = match self.client_key(txn, req, client) {
+            ClientKey::Counted(who) => who,
             ClientKey::Pass => return RemapStatus::NoRemap,
             ClientKey::Refuse => {
-                self.reject(g, txn, None, Reason::KeyMissing);
+                self.reject(g, txn, Counted::Rule, Reason::KeyMissing);
                 return RemapStatus::NoRemap;
             }
         };
         if self.store.as_ref().is_some_and(|s| s.exact()) {
             if self.dry_run() {
                 // Asked of Redis, never waited for (central.rs).
-                self.note_name(key);
-                crate::central::dry_run(self, g, txn, key);
+                self.note_name(who);
+                crate::central::dry_run(self, g, txn, who);
                 return RemapStatus::NoRemap;
             }
             // Decided in Redis at POST_REMAP (central.rs).
-            crate::central::remap(self, g, txn, key);
+            crate::central::remap(self, g, txn, who);
             return RemapStatus::NoRemap;
         }
         // A peered limiter keeps the key's tag (left in KEY_BYTES by client_key).
         // Only a peered limiter needs the key's bytes (its peer tag): the
         // others skip the thread-local access.
-        let admission = if self.limiter.is_peered() {
-            KEY_BYTES.with(|tag| self.admit(key, &tag.borrow()))
+        let admission = if self.limiter().is_peered() {
+            KEY_BYTES.with(|tag| self.shaped.admit(who, &tag.borrow()))
         } else {
-            self.admit(key, &[])
+            self.shaped.admit(who, &[])
         };
         // No hold and wait across entries: a request waits for one entry's
         // slots at most and never while holding another's, so rules that
@@ -205,7 +204,7 @@ impl RemapPlugin for Rule {
                         // missed the free slot) pass with it.
                         self.resume_session_mates(&s);
                         if self.opts.ratelimit_headers {
-                            self.attach(g, txn, Fate::Admitted, None, None, key);
+                            self.attach(g, txn, Fate::Admitted, None, None, who);
                         }
                     }
                     // Nothing to hold, decorate or charge: no state, no hooks.
@@ -223,7 +222,7 @@ impl RemapPlugin for Rule {
                         }
                     }
                     Holder::Txn => {
-                        self.attach(g, txn, Fate::Admitted, held, None, key);
+                        self.attach(g, txn, Fate::Admitted, held, None, who);
                     }
                 }
             }
@@ -232,8 +231,8 @@ impl RemapPlugin for Rule {
                 // live queue would have refused is a would-be refusal (its
                 // token back, no debt); others spend their token, as the
                 // wait would have. No queue place or slot is held.
-                if let Err(why) = self.limiter.settle_dry_wait(w) {
-                    self.reject(g, txn, key, why.into());
+                if let Err(why) = self.limiter().settle_dry_wait(w) {
+                    self.reject(g, txn, who, why.into());
                     return RemapStatus::NoRemap;
                 }
                 bump(self.metrics.dry_run_queued, 1);
@@ -246,27 +245,27 @@ impl RemapPlugin for Rule {
                 // Decorated, and (`--count-status`) charged as the live
                 // rule would charge it after its wait.
                 if self.needs_response() {
-                    self.attach(g, txn, Fate::Admitted, None, None, key);
+                    self.attach(g, txn, Fate::Admitted, None, None, who);
                 }
             }
             Admission::Wait(w) => {
-                self.note_name(key);
+                self.note_name(who);
                 let wait = Pending {
                     place: self.place(w.place),
                     since: w.since,
                     rate_delay: w.rate_delay,
                     rate: w.rate,
                     holder,
-                    key,
+                    who,
                 };
                 if self
-                    .attach(g, txn, Fate::Waiting, None, Some(wait), key)
+                    .attach(g, txn, Fate::Waiting, None, Some(wait), who)
                     .is_some()
                 {
                     txn.hook(HookId::PostRemap, &g.hooks);
                 }
             }
-            Admission::Reject(why) => self.reject(g, txn, key, why.into()),
+            Admission::Reject(why) => self.reject(g, txn, who, why.into()),
         }
         RemapStatus::NoRemap
     }
@@ -288,10 +287,10 @@ impl HookHandler for Hooks {
                 // A --store entry's decision (one POST_REMAP per entry).
                 let asked = st.chain().find_map(|s| {
                     let base = crate::central::TxnCentral::take_pending(&mut s.central.lock())?;
-                    Some((s.rule.clone(), base, s.key))
+                    Some((s.rule.clone(), base, s.who))
                 });
-                if let Some((rule, base, key)) = asked {
-                    return hook.park(move |p| crate::central::ask(rule, p, base, key));
+                if let Some((rule, base, who)) = asked {
+                    return hook.park(move |p| crate::central::ask(rule, p, base, who));
                 }
                 // One POST_REMAP per waiting entry: each takes the next wait.
                 let pending = st
@@ -330,10 +329,10 @@ fn decorate_response(txn: Txn<'_>, head: &TxnState) {
         .chain()
         .find_map(|s| s.rule.policy.as_ref().map(|p| (s, p)))
     {
-        policy.with(&st.rule.limiter, |v| {
+        policy.with(st.rule.limiter(), |v| {
             resp.set("RateLimit-Policy", v);
         });
-        let (left, quota) = st.rule.limiter.remaining(st.key);
+        let (left, quota) = st.rule.shaped.remaining(st.who);
         if let Some(v) = headers::remaining(left, quota) {
             resp.set("RateLimit", &v);
         }

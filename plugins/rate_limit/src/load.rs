@@ -54,7 +54,7 @@ impl Rule {
             _fair_metrics: fair::metrics(&limiter, &metrics),
             card: ctl::Card::new(from, &opts, &limiter, metrics),
             metrics,
-            limiter,
+            shaped: limiter.shaped(),
             chained,
             followed,
             policy,

@@ -13,6 +13,7 @@ use ats::stats::Stat;
 use ats::{Done, HomeTxn, Parked};
 use limits::{Nanos, Permit, Waiter, NANOS_PER_MS};
 use parking_lot::Mutex;
+use rate_limit_core::Counted;
 use rate_limit_core::SlotWait;
 
 use crate::refusals::Reason;
@@ -38,7 +39,7 @@ pub(crate) fn park(rule: Arc<Rule>, parked: Parked, wait: Pending) {
         rate: wait.rate,
         expiry: Arc::new(OnceLock::new()),
         place: wait.place,
-        key: wait.key,
+        who: wait.who,
     };
     if wait.rate_delay == 0 {
         rule.wait_for_slot(q);
@@ -75,7 +76,7 @@ impl Rule {
     pub(crate) fn wait_for_slot(self: &Arc<Self>, q: Queued) {
         let home = q.parked.home();
         let expiry = q.expiry.clone();
-        let key = q.key;
+        let who = q.who;
         // --conntrack: a stream of a session that got its slot while this
         // one was in DoRemap or its rate wait passes with the session.
         let session = match &q.holder {
@@ -88,7 +89,7 @@ impl Rule {
         {
             return q.join_session();
         }
-        let (ticket, expires_in) = match self.limiter.wait_for_slot(q.since, q, key) {
+        let (ticket, expires_in) = match self.shaped.wait_for_slot(q.since, q, who) {
             SlotWait::Go(q) => return q.resume(None),
             SlotWait::Expired(q) => return q.expire(),
             // Its flow is over its share (`--flow-over=reject`) or has its
@@ -165,7 +166,7 @@ impl Rule {
 
     pub(crate) fn drop_departed(self: &Arc<Self>) {
         let (departed, left) = self
-            .limiter
+            .limiter()
             .remove_departed(WATCH_MAX, |q| q.parked.client_gone());
         for q in departed {
             q.abandon();
@@ -186,7 +187,7 @@ pub(crate) struct Queued {
     pub(crate) rate: Option<RateToken>,
     pub(crate) expiry: Arc<OnceLock<Timer>>,
     pub(crate) place: Place,
-    pub(crate) key: Option<u64>,
+    pub(crate) who: Counted,
 }
 
 impl Waiter for Queued {
@@ -311,7 +312,7 @@ impl Queued {
 }
 
 pub(crate) fn waited_ms(rule: &Rule, since: Nanos) -> u64 {
-    rule.limiter.now().saturating_sub(since) / NANOS_PER_MS
+    rule.limiter().now().saturating_sub(since) / NANOS_PER_MS
 }
 
 /// `rule`'s state on a parked transaction.
@@ -341,8 +342,8 @@ pub(crate) fn refuse(
 ) -> Done {
     bump(counter, 1);
     if let Some(why) = why {
-        let key = state(&h, rule).and_then(|st| st.key);
-        rule.record_refusal(h.txn(), key, why, waited_ms(rule, since), false);
+        let who = state(&h, rule).map_or(Counted::Rule, |st| st.who);
+        rule.record_refusal(h.txn(), who, why, waited_ms(rule, since), false);
     }
     note_delay(&h, rule, since);
     drop((rate, place));

@@ -17,6 +17,7 @@ use limits::{Clock, MonotonicClock};
 use rate_limit_core::key::Client;
 pub(crate) use rate_limit_core::refusal_log::Reason;
 use rate_limit_core::refusal_log::{Event, LogBound, LINES_PER_SECOND};
+use rate_limit_core::Counted;
 use rate_limit_core::Options;
 
 /// A rule's refusal log; without `--log`, recording is a no-op.
@@ -128,14 +129,14 @@ impl crate::rule::Rule {
     pub(crate) fn record_refusal(
         &self,
         txn: ats::Txn<'_>,
-        key: Option<u64>,
+        who: Counted,
         reason: Reason,
         waited_ms: u64,
         dry_run: bool,
     ) {
         self.refusals.record(reason, waited_ms, dry_run, || Who {
             client: self.client_ip(txn),
-            key: key.map(|k| self.key_name(k)),
+            key: who.key().map(|k| self.key_name(k.hash())),
         });
     }
 
@@ -144,14 +145,14 @@ impl crate::rule::Rule {
     pub(crate) fn record_refusal_of(
         &self,
         client: Option<Client>,
-        key: Option<u64>,
+        who: Counted,
         reason: Reason,
         waited_ms: u64,
         dry_run: bool,
     ) {
         self.refusals.record(reason, waited_ms, dry_run, || Who {
             client,
-            key: key.map(|k| self.key_name(k)),
+            key: who.key().map(|k| self.key_name(k.hash())),
         });
     }
 

@@ -11,7 +11,7 @@ use ats::{HookCont, SsnData, Txn, TxnData};
 use limits::BudgetToken;
 use parking_lot::Mutex;
 use rate_limit_core::registry::Registry;
-use rate_limit_core::{headers, Limiter, Options};
+use rate_limit_core::{headers, Counted, Limiter, Options, Shaped};
 
 use crate::queue::Queued;
 use crate::refusals::Reason;
@@ -35,8 +35,9 @@ pub(crate) static REGISTRY: LazyLock<Mutex<Registry<Limiter<Queued>>>> =
 
 pub struct Rule {
     pub(crate) opts: Options,
-    /// Its limiter: its group's, or its own (carried over reloads).
-    pub(crate) limiter: Arc<Limiter<Queued>>,
+    /// Its limiter (its group's, or its own, carried over reloads), as its
+    /// shape: the calls that fit it, decided once at load.
+    pub(crate) shaped: Shaped<Queued>,
     /// A later rate_limit entry on the same remap rule: the transaction may
     /// already carry an earlier entry's state.
     pub(crate) chained: bool,
@@ -69,7 +70,12 @@ impl Rule {
     /// connection admitted by one rule of a group, or by the rule before a
     /// reload, is admitted by the others.
     pub(crate) fn limiter_id(&self) -> u64 {
-        self.limiter.id()
+        self.limiter().id()
+    }
+
+    /// Its limiter, for what every shape has (identity, limits, reports).
+    pub(crate) fn limiter(&self) -> &Arc<Limiter<Queued>> {
+        self.shaped.limiter()
     }
 
     /// A queue place, counted in the `waiting` gauge.
@@ -90,25 +96,19 @@ impl Rule {
     /// Refused in remap: ATS answers with its body-factory page
     /// (Cache-Control: no-store), skipping POST_REMAP and the origin. In a
     /// dry run, counted and logged, and the request goes on.
-    pub(crate) fn reject(
-        self: &Arc<Self>,
-        g: &Globals,
-        txn: Txn<'_>,
-        key: Option<u64>,
-        why: Reason,
-    ) {
-        self.note_name(key);
+    pub(crate) fn reject(self: &Arc<Self>, g: &Globals, txn: Txn<'_>, who: Counted, why: Reason) {
+        self.note_name(who);
         let dry = self.dry_run();
-        self.record_refusal(txn, key, why, 0, dry);
+        self.record_refusal(txn, who, why, 0, dry);
         if dry {
             bump(self.metrics.dry_run_refused, 1);
             if self.opts.ratelimit_headers {
-                self.attach(g, txn, Fate::DryRun, None, None, key);
+                self.attach(g, txn, Fate::DryRun, None, None, who);
             }
             return;
         }
         bump(self.metrics.rejected, 1);
-        self.attach(g, txn, Fate::Refused, None, None, key);
+        self.attach(g, txn, Fate::Refused, None, None, who);
         txn.set_status(self.opts.error);
     }
 

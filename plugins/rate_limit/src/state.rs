@@ -10,6 +10,7 @@ use ats::stats::Stat;
 use limits::{BudgetToken, Nanos, Permit, Ticket};
 use parking_lot::Mutex;
 use rate_limit_core::mates::Mates;
+use rate_limit_core::Counted;
 use rate_limit_core::{metric_name, Options};
 
 use crate::queue::{Queued, RateToken};
@@ -212,8 +213,8 @@ impl PerTxn {
 /// One rate_limit entry's state on a transaction.
 pub(crate) struct TxnState {
     pub(crate) rule: Arc<Rule>,
-    /// The client's key (`--key`), hashed.
-    pub(crate) key: Option<u64>,
+    /// Whose limits it counts against: the rule's, its flow's or its key's.
+    pub(crate) who: Counted,
     pub(crate) fate: AtomicU8,
     /// Slot held by this transaction (not with `--conntrack`): set at
     /// admission, or when a waiter is resumed (on its thread).
@@ -285,7 +286,7 @@ pub(crate) struct Pending {
     pub(crate) rate_delay: Nanos,
     pub(crate) rate: Option<RateToken>,
     pub(crate) holder: Holder,
-    pub(crate) key: Option<u64>,
+    pub(crate) who: Counted,
 }
 
 /// Where a slot goes once admitted.

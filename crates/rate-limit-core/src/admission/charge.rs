@@ -35,7 +35,7 @@ impl<W: Waiter, C: Clock> Limiter<W, C> {
     /// is a hit in the next report, as a request's token is. False if
     /// nothing was charged: no rate, a keyed limiter without a key, or no
     /// room for the key (every key of its shard busy).
-    pub fn charge(&self, key: Option<u64>) -> bool {
+    pub(crate) fn charge(&self, key: Option<u64>) -> bool {
         let now = self.clock.now();
         match (&self.scope, key) {
             (Scope::Keyed(scope), Some(k)) => {

@@ -42,7 +42,7 @@ impl<W: Waiter, C: Clock> Limiter<W, C> {
     /// The flow of a request whose flow source gave `bytes` (the same bytes
     /// as the weights file's entries). 0 on a limiter that is not fair,
     /// which has no flows ([`Limiter::admit_flow`] ignores it).
-    pub fn flow_key(&self, bytes: &[u8]) -> u64 {
+    pub(crate) fn flow_key(&self, bytes: &[u8]) -> u64 {
         self.fair_slots()
             .map_or(0, |(_, seed)| seed.hash_one(bytes))
     }

@@ -126,7 +126,7 @@ impl Peered {
 
 impl<W: Waiter, C: Clock> Limiter<W, C> {
     /// A keyed limiter that joins the peer exchange: its table is keyed by
-    /// peer tags ([`Limiter::admit_key_tagged`]), and it reports and takes hits.
+    /// peer tags ([`KeyedLimiter::admit`](super::KeyedLimiter::admit)), and it reports and takes hits.
     /// `report_tags`: the most tags its reports carry (`--peer-max-tags`),
     /// which also bounds the evicted keys' hits kept for the next report.
     pub fn peered(

@@ -11,7 +11,7 @@ use super::{Limiter, Scope, SlotWait};
 impl<W: Waiter, C: Clock> Limiter<W, C> {
     /// After the rate wait of a request that started waiting at `since`:
     /// expire it, let it go, or queue it for a slot (of its key, if keyed).
-    pub fn wait_for_slot(&self, since: Nanos, waiter: W, key: Option<u64>) -> SlotWait<W> {
+    pub(crate) fn wait_for_slot(&self, since: Nanos, waiter: W, key: Option<u64>) -> SlotWait<W> {
         let mut now = None;
         let slots = match (&self.scope, key) {
             (Scope::Rule(rule), _) => rule.slots().cloned(),

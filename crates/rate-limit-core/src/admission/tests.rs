@@ -84,4 +84,5 @@ fn queue_waiters(
 mod keyed;
 mod reconfigure;
 mod rule;
+mod shaped;
 mod top;

@@ -143,7 +143,7 @@ impl<W: Waiter, C: Clock> Limiter<W, C> {
 
     /// Slots left, and the rate quota, of the rule or of `key`, for
     /// `RateLimit` response fields.
-    pub fn remaining(&self, key: Option<u64>) -> (Option<u32>, Option<Quota>) {
+    pub(crate) fn remaining(&self, key: Option<u64>) -> (Option<u32>, Option<Quota>) {
         let now = self.clock.now();
         let left = |s: &Arc<Slots<W>>| s.limit().saturating_sub(s.active());
         match (&self.scope, key) {

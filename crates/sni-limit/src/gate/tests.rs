@@ -100,7 +100,7 @@ fn limit_then_queue_then_refusal() {
     let queued = sel
         .limiter()
         .unwrap()
-        .wait_for_slot(wait.since, W { got: got.clone() }, None);
+        .wait_for_slot(wait.since, W { got: got.clone() });
     assert!(matches!(queued, SlotWait::Queued { .. }));
     assert_eq!(sel.open(), 1);
     drop(first);

@@ -10,6 +10,7 @@ use ats::poller::Poller;
 use ats::Txn;
 use rate_limit_core::store::Failure;
 use rate_limit_core::Admission;
+use rate_limit_core::Counted;
 use store::redis::{key_base, Reply};
 use store::Answer;
 
@@ -22,7 +23,7 @@ use crate::state::{bump, Fate};
 /// A dry-run request's decision in flight: what its log line needs.
 pub(crate) struct DryAsked {
     rule: Arc<Rule>,
-    key: Option<u64>,
+    who: Counted,
     client: Option<rate_limit_core::key::Client>,
 }
 
@@ -37,16 +38,16 @@ pub(crate) struct DryAsked {
 /// decision on the same client, which keeps their order (in a Cluster both
 /// go to the node of the same key); releasing a lease never granted (a
 /// refusal) removes nothing.
-pub(crate) fn dry_run(rule: &Arc<Rule>, g: &Globals, txn: Txn<'_>, key: Option<u64>) {
+pub(crate) fn dry_run(rule: &Arc<Rule>, g: &Globals, txn: Txn<'_>, who: Counted) {
     let Some(rs) = &rule.store else { return };
     let base = crate::client::KEY_BYTES.with(|b| {
         let b = b.borrow();
-        key_base(&rs.opts.namespace, key.map(|_| &b[..]))
+        key_base(&rs.opts.namespace, who.key().map(|_| &b[..]))
     });
     let (op, member) = decide(rule, rs, base.clone());
     let token = Token::DryRun(Box::new(DryAsked {
         rule: rule.clone(),
-        key,
+        who,
         // Read only for the refusal log.
         client: rule
             .refusals
@@ -79,7 +80,7 @@ pub(crate) fn dry_run(rule: &Arc<Rule>, g: &Globals, txn: Txn<'_>, key: Option<u
     // charged (`--count-status`): the verdict comes later. Without a state
     // the lease is released here, still after its decision.
     if lease.is_some() || rule.opts.ratelimit_headers {
-        if let Some(st) = rule.attach(g, txn, Fate::DryRun, None, None, key) {
+        if let Some(st) = rule.attach(g, txn, Fate::DryRun, None, None, who) {
             if let Some(l) = lease {
                 *st.central.lock() = Some(Box::new(TxnCentral::Lease { _held: l }));
             }
@@ -106,9 +107,9 @@ pub(super) fn dry_failed(d: DryAsked) {
         // Decided as a dry run decides at remap: nothing held, and a wait
         // the live queue would have refused is a would-be refusal that
         // leaves no debt (`settle_dry_wait`, as on the plain path).
-        Failure::Local => match d.rule.admit(d.key, &[]) {
+        Failure::Local => match d.rule.shaped.admit(d.who, &[]) {
             Admission::Go(permit) => drop(permit),
-            Admission::Wait(w) => match d.rule.limiter.settle_dry_wait(w) {
+            Admission::Wait(w) => match d.rule.limiter().settle_dry_wait(w) {
                 Ok(()) => bump(d.rule.metrics.dry_run_queued, 1),
                 Err(why) => dry_refused(&d, why.into()),
             },
@@ -119,5 +120,5 @@ pub(super) fn dry_failed(d: DryAsked) {
 
 fn dry_refused(d: &DryAsked, why: Reason) {
     bump(d.rule.metrics.dry_run_refused, 1);
-    d.rule.record_refusal_of(d.client, d.key, why, 0, true);
+    d.rule.record_refusal_of(d.client, d.who, why, 0, true);
 }

@@ -115,7 +115,7 @@ impl Waiting {
             return self.go(None);
         };
         let cell = self.cell.clone();
-        match limiter.wait_for_slot(self.since, self, None) {
+        match limiter.wait_for_slot(self.since, self) {
             SlotWait::Go(w) => w.go(None),
             SlotWait::Expired(w) => w.refuse(Refusal::Expired),
             // Fair flows only: a selector's slots are plain.
