@@ -144,6 +144,7 @@ impl<W: Waiter, C: Clock> Limiter<W, C> {
     }
 
     /// The peered keyed scope, if this limiter is one.
+    #[inline]
     fn peered_scope(&self) -> Option<(&KeyedScope<W>, &Peered)> {
         match &self.scope {
             Scope::Keyed(k) => Some((k, k.peered.as_ref()?)),
@@ -151,6 +152,7 @@ impl<W: Waiter, C: Clock> Limiter<W, C> {
         }
     }
 
+    #[inline]
     pub fn is_peered(&self) -> bool {
         self.peered_scope().is_some()
     }

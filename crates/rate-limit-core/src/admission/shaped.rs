@@ -211,7 +211,13 @@ impl<W: Waiter, C: Clock> Shaped<W, C> {
     /// handle). Peered, `tag` is the key's peer tag.
     #[inline]
     pub fn admit(&self, who: Counted, tag: &[u8]) -> Admission<W, C> {
-        self.limiter().admit_in_scope(who.raw(), tag)
+        match (self, who) {
+            (Shaped::Rule(l), _) => l.admit(),
+            (Shaped::Fair(l), Counted::Flow(f)) => l.admit(f),
+            (Shaped::Keyed(l), Counted::Key(k)) => l.admit(k, tag),
+            // Made by no handle of this limiter: counted as the scope counts it.
+            (s, who) => s.limiter().admit_in_scope(who.raw(), tag),
+        }
     }
 
     /// After the rate wait of a request counted as `who` that started
