@@ -16,8 +16,6 @@ any crate's src/ (every directory with a Cargo.toml, not under target/):
   - no `tests.rs` or test part (a file under a `tests/` directory of src/)
     of more than 450 lines (split it further by subject).
 A crate's own tests/ beside src/ (cargo's integration tests) is not looked at.
-Files under SIZE_EXEMPT are left out of the two size checks for now; what
-they would break is printed as a note, without failing.
 """
 import os, re, sys
 
@@ -30,15 +28,12 @@ CFG_TEST = re.compile(r'^\s*#\[cfg\(test\)\]\s*$')
 OTHER_MOD = re.compile(r'^\s*(?:pub(?:\([^)]*\))?\s+)?mod (\w+)\s*[;{]')
 MAX_INLINE = 80
 MAX_TEST_FILE = 450
-# Being reworked elsewhere (issue 31): bench/ has inline tests over 80 lines.
-SIZE_EXEMPT = ('bench/',)
 
 bad = []
-notes = []
 
 
 def size(rel, problem):
-    (notes if rel.startswith(SIZE_EXEMPT) else bad).append(f'{rel}{problem}')
+    bad.append(f'{rel}{problem}')
 
 
 for top, dirs, files in os.walk(ROOT):
@@ -83,7 +78,5 @@ for top, dirs, files in os.walk(ROOT):
                     size(f'{rel}:{n + 1}', f': an inline `mod tests` of {end - n - 1} lines, over {MAX_INLINE}; make it the file tests.rs')
 for b in bad:
     print(b)
-for note in notes:
-    print(f'note (exempt for now): {note}')
 print(f'test layout: {len(bad)} problem{"" if len(bad) == 1 else "s"}')
 sys.exit(1 if bad else 0)
