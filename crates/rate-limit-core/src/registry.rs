@@ -262,17 +262,17 @@ impl<L> Registry<L> {
     }
 }
 
+/// Options whose value can change on a live limiter (the tables say which).
+fn live_options() -> Vec<&'static str> {
+    crate::options::live::names(optspec::Live::Reload)
+}
+
 /// The first limiter option (not in `ignore`) whose values differ: its
 /// name, `a`'s value and `b`'s. A limit or rate added or removed counts
 /// even when ignored: that changes the limiter's shape. Of `--count-status`
 /// only its presence is the shape (each rule charges by its own list, see
 /// the plugin's charge.rs): a list change keeps the limiter and its
 /// lock-outs, and rules of a group may list different statuses.
-/// Options whose value can change on a live limiter (the tables say which).
-fn live_options() -> Vec<&'static str> {
-    crate::options::live::names(optspec::Live::Reload)
-}
-
 fn difference(a: &Options, b: &Options, ignore: &[&str]) -> Option<(&'static str, String, String)> {
     if a.limit.is_some() != b.limit.is_some() {
         return Some(render("limit", a, b));

@@ -1,7 +1,8 @@
 //! Exact mode (`--store=redis://…`): each admission is decided in Redis,
 //! exactly across every proxy that shares the store and namespace. Here:
 //! one decision's path, submitted, drained and resumed; the rule's store
-//! client and metrics are `store.rs`, what an answer means `verdict.rs`.
+//! client and metrics are `central/rule_store.rs`, what an answer means
+//! `central/verdict.rs`.
 //!
 //! One transaction:
 //! 1. DoRemap names the limiter's Redis keys, leaves them in the

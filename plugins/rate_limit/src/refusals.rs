@@ -136,7 +136,7 @@ impl crate::rule::Rule {
     ) {
         self.refusals.record(reason, waited_ms, dry_run, || Who {
             client: self.client_ip(txn),
-            key: who.key().map(|k| self.key_name(k.hash())),
+            key: who.hash().map(|k| self.key_name(k)),
         });
     }
 
@@ -152,7 +152,7 @@ impl crate::rule::Rule {
     ) {
         self.refusals.record(reason, waited_ms, dry_run, || Who {
             client,
-            key: who.key().map(|k| self.key_name(k.hash())),
+            key: who.hash().map(|k| self.key_name(k)),
         });
     }
 

@@ -98,7 +98,7 @@ pub(super) unsafe fn arg_set(scope: Scope, obj: *mut c_void, idx: c_int, value: 
 pub(super) enum Scope {
     Txn,
     Ssn,
-    /// A client connection (TLS hooks; see [`VConnData`]).
+    /// A client connection (TLS hooks; see [`crate::VConnData`]).
     VConn,
 }
 

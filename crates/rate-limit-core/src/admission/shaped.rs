@@ -9,10 +9,11 @@
 //! back with its calls through [`Shaped`] (`admit`, `wait_for_slot`,
 //! `charge`, `remaining`). Only a handle makes a [`Key`] or a [`Flow`]
 //! ([`KeyedLimiter::key`], [`FairLimiter::flow`]), and a rule keeps one
-//! shape for its life, so a rule's `Counted` always fits its limiter. (One
-//! that did not would be counted as the limiters always did: a rule scope
-//! applies the rule's limits to any request, a keyed one refuses a request
-//! without a key, `Refused::KeyMissing`.)
+//! shape for its life, so a rule's `Counted` always fits its limiter. One
+//! that did not would count against nobody's key or flow: a keyed limiter
+//! refuses it (`Refused::KeyMissing`), a fair one counts it in the flow of
+//! the empty value, a rule limiter applies the rule's limits as to any
+//! request.
 
 use std::sync::Arc;
 
@@ -55,12 +56,12 @@ impl Counted {
         }
     }
 
-    /// The number the limiter's scope takes (`None`: the rule's).
-    fn raw(self) -> Option<u64> {
+    /// The hash it counts under: the key's, or the flow's (`None`: the
+    /// rule's). What the refusal log names a client by.
+    pub fn hash(self) -> Option<u64> {
         match self {
             Counted::Rule => None,
-            Counted::Flow(Flow(f)) => Some(f),
-            Counted::Key(Key(k)) => Some(k),
+            Counted::Flow(Flow(h)) | Counted::Key(Key(h)) => Some(h),
         }
     }
 }
@@ -207,6 +208,21 @@ impl<W: Waiter, C: Clock> Shaped<W, C> {
         }
     }
 
+    /// The number `who` is for this shape's scope, only where it fits: a
+    /// flow on a fair limiter, a key on a keyed one. A `Counted` that does
+    /// not fit (made by another limiter) is nobody's: a keyed limiter
+    /// refuses it (`Refused::KeyMissing`), a fair one counts it in the flow
+    /// of the empty value. A key is never taken for a flow, nor a flow for
+    /// a key.
+    #[inline]
+    fn raw(&self, who: Counted) -> Option<u64> {
+        match (self, who) {
+            (Shaped::Fair(_), Counted::Flow(Flow(f))) => Some(f),
+            (Shaped::Keyed(_), Counted::Key(Key(k))) => Some(k),
+            _ => None,
+        }
+    }
+
     /// Decides a new request counted as `who` (made by this limiter's
     /// handle). Peered, `tag` is the key's peer tag.
     #[inline]
@@ -215,8 +231,7 @@ impl<W: Waiter, C: Clock> Shaped<W, C> {
             (Shaped::Rule(l), _) => l.admit(),
             (Shaped::Fair(l), Counted::Flow(f)) => l.admit(f),
             (Shaped::Keyed(l), Counted::Key(k)) => l.admit(k, tag),
-            // Made by no handle of this limiter: counted as the scope counts it.
-            (s, who) => s.limiter().admit_in_scope(who.raw(), tag),
+            (s, who) => s.limiter().admit_in_scope(s.raw(who), tag),
         }
     }
 
@@ -224,20 +239,20 @@ impl<W: Waiter, C: Clock> Shaped<W, C> {
     /// waiting at `since`: expire it, let it go, or queue it for a slot.
     #[inline]
     pub fn wait_for_slot(&self, since: Nanos, waiter: W, who: Counted) -> SlotWait<W> {
-        self.limiter().wait_for_slot(since, waiter, who.raw())
+        self.limiter().wait_for_slot(since, waiter, self.raw(who))
     }
 
     /// `--count-status`: charges one token to the bucket `who` counts
     /// against. False if nothing was charged (see [`Limiter::charge`]).
     #[inline]
     pub fn charge(&self, who: Counted) -> bool {
-        self.limiter().charge(who.raw())
+        self.limiter().charge(self.raw(who))
     }
 
     /// Slots left, and the rate quota, of what `who` counts against, for
     /// `RateLimit` response fields.
     #[inline]
     pub fn remaining(&self, who: Counted) -> (Option<u32>, Option<Quota>) {
-        self.limiter().remaining(who.raw())
+        self.limiter().remaining(self.raw(who))
     }
 }

@@ -53,11 +53,23 @@ fn a_key_counts_against_its_own_slots_through_every_call() {
         shaped.admit(Counted::Key(a), &[]),
         Admission::Reject(_)
     ));
-    // A keyed limiter refuses a request counted against nobody's key.
+    // A keyed limiter refuses a request counted against nobody's key, and
+    // a flow (of another limiter) is nobody's key.
     assert!(matches!(
         shaped.admit(Counted::Rule, &[]),
         Admission::Reject(Refused::KeyMissing)
     ));
+    let clock = Arc::new(ManualClock::new(NANOS_PER_SEC));
+    let o = crate::Options::parse("http://a/", &["--limit=2", "--fair=ip"]).unwrap();
+    let fair = Limiter::<W, _>::fair(Limits::of(&o), o.fair.as_ref().unwrap(), clock);
+    let Shaped::Fair(f) = fair.shaped() else {
+        panic!("fair")
+    };
+    assert!(matches!(
+        shaped.admit(Counted::Flow(f.flow(b"a")), &[]),
+        Admission::Reject(Refused::KeyMissing)
+    ));
+    assert!(!shaped.charge(Counted::Flow(f.flow(b"a"))));
     drop(permit);
     assert_eq!(shaped.remaining(Counted::Key(a)).0, Some(1));
 }
