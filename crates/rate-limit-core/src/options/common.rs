@@ -22,10 +22,12 @@ impl std::error::Error for OptionError {}
 
 // The option comes first: ATS keeps only ~1 KB of a diagnostic.
 pub(crate) fn invalid(name: &str, value: &str, allowed: &str) -> OptionError {
-    OptionError(format!(
-        "--{name} has an invalid value {}: allowed {allowed}",
-        quote(value)
-    ))
+    OptionError(invalid_head(name, value) + allowed)
+}
+
+/// What [`invalid`] says before what is allowed (`set` reads it back off).
+pub(crate) fn invalid_head(name: &str, value: &str) -> String {
+    format!("--{name} has an invalid value {}: allowed ", quote(value))
 }
 
 /// In which order a module's options are applied, so the first bad value

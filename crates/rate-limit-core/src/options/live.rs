@@ -11,6 +11,7 @@ use limits::quote::quote;
 use optspec::{Live, Opt, Takes};
 
 use super::args::{Given, OPTIONS, ROLLOUT};
+use super::common::invalid_head;
 use super::{tables, OptionError, Options, DRY_STORE_WHY, MAX_BURST_SECONDS};
 
 /// The options a running instance takes at `at_least` ([`Live::Reload`]:
@@ -115,7 +116,7 @@ fn word(option: &str) -> String {
 /// What an [`invalid`](super::invalid) error of `option` at `value` says
 /// is allowed (the whole message for one worded otherwise).
 fn allowed(option: &str, value: &str, e: &OptionError) -> String {
-    let head = format!("--{option} has an invalid value {}: allowed ", quote(value));
+    let head = invalid_head(option, value);
     e.0.strip_prefix(&head).unwrap_or(&e.0).to_owned()
 }
 
