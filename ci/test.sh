@@ -71,7 +71,7 @@ for v in ATS_INCLUDE_DIR ATS_PLUGIN_DIR; do
     fi
 done
 # The ATS-version-dependent packages; the others are pure and ran in part 1.
-ATS_PACKAGES=(-p ats-sys -p ats -p throttle -p rate_limit -p ip_throttle -p ats-probe -p ats-tests)
+ATS_PACKAGES=(-p ats-sys -p ats -p throttle -p rate_limit -p rate_limit_global -p ip_throttle -p ats-probe -p ats-tests)
 # nginx: the side-by-side test against limit_req (tests/tests/keyed_nginx.rs);
 # redis-server: the store tests (crates/store, tests/tests/store.rs);
 # memcached for ip_throttle's shared state; python3-h2 (the HTTP/2 client of

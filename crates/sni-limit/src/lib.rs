@@ -1,7 +1,7 @@
 //! Pure logic of rate_limit.so's global mode: TLS connections limited per
 //! SNI at the client hello, before the handshake's cost is paid.
 //!
-//! No TS symbols: the plugin (`plugins/rate_limit/src/global.rs`) maps the
+//! No TS symbols: the plugin (`plugins/rate_limit_global`) maps the
 //! decisions to the client-hello hook, parked handshakes and timers. Time
 //! is injected ([`limits::Clock`]).
 //!

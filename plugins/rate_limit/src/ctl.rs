@@ -119,7 +119,7 @@ impl ats::msg::Commands for Ctl {
             Command::Top { target, n } => top(&target, n),
             Command::Set { target, settings } => set(&target, &settings),
             Command::Reload => {
-                crate::global::reload("traffic_ctl plugin msg").map(|msg| ats::msg::Answer {
+                rate_limit_global::reload("traffic_ctl plugin msg").map(|msg| ats::msg::Answer {
                     summary: msg.clone(),
                     body: json!({ "reloaded": true, "message": msg }),
                 })
@@ -212,10 +212,10 @@ fn show(name: Option<&str>) -> Answer {
     let live = REGISTRY.lock().live();
     // A name picks remap limiters, or failing that global-mode selectors.
     let (list, global) = match name {
-        None => (targets(live), crate::global::show::selectors(None)),
+        None => (targets(live), rate_limit_global::show::selectors(None)),
         Some(n) => match pick(live, n) {
             Ok(t) => (vec![t], None),
-            Err(e) => match crate::global::show::selectors(Some(n)) {
+            Err(e) => match rate_limit_global::show::selectors(Some(n)) {
                 Some((file, sels)) if !sels.is_empty() => (Vec::new(), Some((file, sels))),
                 _ => return Err(e),
             },
@@ -228,7 +228,7 @@ fn show(name: Option<&str>) -> Answer {
         summary.push_str(&format!(", {} selector(s)", sels.len()));
         body["global"] = json!({
             "file": file,
-            "ats_connections": crate::global::show::ats_connections(),
+            "ats_connections": rate_limit_global::show::ats_connections(),
             "selectors": sels,
         });
     }

@@ -27,8 +27,8 @@
 //!    the slot and admits the next waiter.
 //!
 //! The global mode (plugin.config's `rate_limit.so FILE.yaml`: TLS
-//! connections per SNI at the client hello) is `global.rs`, a path of its
-//! own. Beside the remap path: `rule.rs` is a rule as loaded (and the
+//! connections per SNI at the client hello) is a path of its own, the
+//! `rate_limit_global` crate. Beside the remap path: `rule.rs` is a rule as loaded (and the
 //! process-wide objects), `load.rs` makes one and commits reloads, `client.rs`
 //! finds the client and its key, `entries.rs` chains several entries on one
 //! rule, `queue.rs` parks waiters, `central.rs` asks Redis, `exchange.rs` runs the
@@ -43,7 +43,6 @@ mod ctl;
 mod entries;
 mod exchange;
 mod fair;
-mod global;
 mod load;
 mod queue;
 mod refusals;
@@ -83,7 +82,11 @@ impl RemapPlugin for Rule {
     }
 
     fn global_init(args: &[&str]) -> Result<(), String> {
-        global::init(args)
+        if rate_limit_global::init(args)? {
+            // Its `show` and `reload` answer here (ctl.rs).
+            ctl::init();
+        }
+        Ok(())
     }
 
     fn new_instance(args: &RemapArgs<'_>) -> Result<Self, String> {

@@ -1,7 +1,9 @@
-//! Global mode: `rate_limit.so FILE.yaml` in plugin.config limits TLS
-//! connections per SNI at the client hello, before the handshake is paid
-//! for (docs/rate_limit.md, "Global mode"). The file is upstream's YAML;
-//! its logic is `sni_limit`.
+//! rate_limit.so's global mode: `rate_limit.so FILE.yaml` in plugin.config
+//! limits TLS connections per SNI at the client hello, before the handshake
+//! is paid for (docs/rate_limit.md, "Global mode"). The file is upstream's
+//! YAML; its logic is `sni_limit`. A crate of its own because its path is a
+//! connection's, not a remap transaction's (plugins/rate_limit, which links
+//! it and answers `traffic_ctl plugin msg` for both).
 //!
 //! One connection, top to bottom:
 //! 1. CLIENT_HELLO ([`Hello::on_client_hello`]): the selector of its SNI
@@ -33,7 +35,7 @@ use parking_lot::Mutex;
 use sni_limit::{config, Config, Hold, Refusal, Selectors, Verdict};
 
 mod queue;
-pub(crate) mod show;
+pub mod show;
 
 use queue::Waiting;
 
@@ -50,7 +52,7 @@ struct Global {
 static GLOBAL: OnceLock<Global> = OnceLock::new();
 
 /// One loaded file.
-pub(crate) struct Loaded {
+pub struct Loaded {
     selectors: Selectors<Waiting>,
     /// The plugin's side of each selector, by its index.
     sels: Vec<Arc<Sel>>,
@@ -155,10 +157,10 @@ impl Drop for ConnHold {
 }
 
 /// Starts the global mode from plugin.config's arguments (none: the line
-/// only pins the .so). An error stops traffic_server.
-pub(crate) fn init(args: &[&str]) -> Result<(), String> {
+/// only pins the .so; then `Ok(false)`). An error stops traffic_server.
+pub fn init(args: &[&str]) -> Result<bool, String> {
     let file = match args {
-        [] => return Ok(()),
+        [] => return Ok(false),
         [f] => resolve(f),
         _ => {
             return Err(format!(
@@ -185,12 +187,11 @@ pub(crate) fn init(args: &[&str]) -> Result<(), String> {
     ats::mgmt::on_config_reload("rate_limit", &file, || {
         let _ = reload("traffic_ctl config reload");
     })?;
-    crate::ctl::init();
     log::info!("global mode: {}: {}", file.display(), summary(&config));
     for w in &config.warnings {
         log::warn!("global mode: {w}");
     }
-    Ok(())
+    Ok(true)
 }
 
 /// A relative file name is in Traffic Server's configuration directory.
@@ -248,7 +249,7 @@ fn build(config: &Config, metrics: Vec<Option<Metrics>>, old: Option<&Loaded>) -
 
 /// Rereads the file: the new one serves if it passes every check, else the
 /// old one goes on. Returns what happened, as logged.
-pub(crate) fn reload(why: &str) -> Result<String, String> {
+pub fn reload(why: &str) -> Result<String, String> {
     let g = GLOBAL.get().ok_or_else(|| {
         "global mode is off: list `rate_limit.so FILE.yaml` in plugin.config".to_owned()
     })?;

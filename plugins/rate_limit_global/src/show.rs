@@ -12,7 +12,7 @@ use super::Sel;
 /// The selectors `name` picks (by SNI or alias; `*` or `default`: the
 /// catch-all; `""` cannot be typed: `show` lists it), or all of them;
 /// `None` if the global mode is off. Also the file's name.
-pub(crate) fn selectors(name: Option<&str>) -> Option<(String, Vec<Value>)> {
+pub fn selectors(name: Option<&str>) -> Option<(String, Vec<Value>)> {
     let (file, loaded) = super::loaded()?;
     let picked = loaded.sels.iter().filter(|s| match name {
         None => true,
@@ -28,7 +28,7 @@ pub(crate) fn selectors(name: Option<&str>) -> Option<(String, Vec<Value>)> {
 /// Client connections Traffic Server has open now: every selector's
 /// `active` is part of it (a larger sum means connections whose close the
 /// plugin never saw; see docs/rate_limit.md, "A connection's path").
-pub(crate) fn ats_connections() -> Option<i64> {
+pub fn ats_connections() -> Option<i64> {
     ats::mgmt::record_int("proxy.process.net.connections_currently_open")
 }
 
