@@ -14,6 +14,8 @@ use optspec::Opt;
 use crate::key::{KeySpec, Source};
 use crate::options::common::{apply_given, invalid, uint, OptionError, Order};
 
+pub mod exchange;
+
 pub const DEFAULT_LISTEN: SocketAddr = SocketAddr::new(IpAddr::V4(Ipv4Addr::UNSPECIFIED), 7412);
 pub const DEFAULT_PERIOD_MS: u64 = 1000;
 pub const MIN_PERIOD_MS: u64 = 10;
