@@ -14,7 +14,8 @@
 
 use limits::{Clock, Waiter};
 
-use super::{Limiter, Scope};
+use super::key_scope::Keyed;
+use super::limiter::{Limiter, Scope};
 
 impl<W: Waiter, C: Clock> Limiter<W, C> {
     /// Makes the rate check-then-charge. Called once, when the limiter is
@@ -72,7 +73,7 @@ impl<W: Waiter, C: Clock> Limiter<W, C> {
     }
 }
 
-impl<W: Waiter> super::Keyed<W> {
+impl<W: Waiter> Keyed<W> {
     /// Charges refuse the key until `until` (a box, allocated only for a
     /// key that failures locked out).
     fn lock_until(&mut self, until: limits::Nanos) {

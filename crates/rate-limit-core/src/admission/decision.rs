@@ -6,7 +6,7 @@ use std::sync::Arc;
 
 use limits::{BudgetToken, Clock, MonotonicClock, Nanos, Permit, Ticket, Waiter};
 
-use super::{Limiter, Scope};
+use super::limiter::{Limiter, Scope};
 
 /// The decision for a new request.
 pub enum Admission<W: Waiter, C: Clock = MonotonicClock> {

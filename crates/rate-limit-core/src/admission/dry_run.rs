@@ -3,7 +3,8 @@
 
 use limits::{Clock, Waiter};
 
-use super::{Limiter, Refused, Scope, Wait};
+use super::decision::{Refused, Wait};
+use super::limiter::{Limiter, Scope};
 
 impl<W: Waiter, C: Clock> Limiter<W, C> {
     /// Dry run: settles a decided wait without waiting. A rate wait longer

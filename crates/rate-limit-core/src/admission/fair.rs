@@ -8,8 +8,9 @@ use std::sync::Arc;
 
 use limits::{Clock, FairStats, Slots, Waiter};
 
+use super::bounds::Limits;
+use super::limiter::{Limiter, Scope};
 use super::rule_scope::{RuleScope, RuleSlots};
-use super::{Limiter, Limits, Scope};
 use crate::fair::FairOptions;
 
 impl<W: Waiter, C: Clock> Limiter<W, C> {

@@ -1,6 +1,7 @@
 //! The keyed scope (`--key`): each key's own bucket, slots and queue
-//! places, held in the limiter's [`KeyTable`], and the admission of a
-//! request under its key.
+//! places, held in the limiter's [`KeyTable`], and what a peered scope
+//! adds to them (worked by `peered.rs`). Its state only; a request's
+//! decision under its key is `admit/key.rs`.
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU32, Ordering};
@@ -9,12 +10,9 @@ use std::sync::{Arc, Weak};
 use parking_lot::Mutex;
 
 use keyed::{KeyState, KeyTable};
-use limits::{
-    Budget, BudgetToken, Clock, GcraParams, LiveParams, Nanos, Reservation, Slots, Waiter,
-};
+use limits::{Budget, BudgetToken, GcraParams, LiveParams, Nanos, Slots, Waiter};
 
-use super::peered::{PeerKey, Peered};
-use super::{Admission, Limiter, Limits, Refused, Wait};
+use super::bounds::Limits;
 
 /// The state of a keyed limiter.
 pub(super) struct KeyedScope<W: Waiter> {
@@ -50,6 +48,21 @@ pub(super) struct KeyQueues<W: Waiter> {
     /// `--count-status`: until when charges keep the key refused (0: never
     /// locked out). Forgetting it would hand the client a fresh burst.
     pub(super) locked_until: Nanos,
+}
+
+/// What a peered keyed scope adds: the unreported hits of keys evicted
+/// since the last report, per shard of the key table (bounded, see
+/// `dthrottle::evicted`).
+pub(super) struct Peered {
+    pub(super) evicted_hits: dthrottle::ShardedEvictedHits,
+}
+
+/// A peered key's tag and the hits served here since the last report.
+pub(super) struct PeerKey {
+    pub(super) tag: Box<[u8]>,
+    pub(super) hits: u32,
+    /// Until when the bucket is below zero (0: not in debt).
+    pub(super) debt_until: Nanos,
 }
 
 impl<W: Waiter> KeyedScope<W> {
@@ -178,154 +191,5 @@ impl<W: Waiter> KeyState for Keyed<W> {
         self.queues
             .as_ref()
             .is_some_and(|q| q.peer.as_ref().is_some_and(|p| p.sticky(now)) || q.locked_until > now)
-    }
-}
-
-/// The per-key resources a decision works with, taken under the key's lock.
-pub(super) struct KeyGrab<W: Waiter> {
-    rate: KeyRate,
-    slots: Option<Arc<Slots<W>>>,
-    place: Option<BudgetToken>,
-}
-
-pub(super) enum KeyRate {
-    /// No rate limit, or a token was taken now.
-    Go,
-    Wait(Nanos),
-    Reject,
-}
-
-impl<W: Waiter, C: Clock> Limiter<W, C> {
-    pub(super) fn admit_in_key(
-        self: &Arc<Self>,
-        scope: &KeyedScope<W>,
-        key: u64,
-        tag: &[u8],
-    ) -> Admission<W, C> {
-        let table = &scope.table;
-        let now = self.clock.now();
-        let peered = scope.peered.is_some();
-        let on_response = self.charges_on_response();
-        let max_wait = self.max_wait();
-        let params = scope.params();
-        // Read under the key's shard lock, never before it: `reconfigure`
-        // stores new values and then visits every shard under its lock, so
-        // a key created meanwhile gets the new values or is visited.
-        let queue = || scope.queue();
-        // The key's bucket, and clones of its slots and queue places, under
-        // its shard lock; slots are taken after, as for the rule-wide limiter.
-        // `now` also goes to `sticky` during this call's evictions.
-        let grabbed = table.with_evicted_at(
-            key,
-            now,
-            |st| {
-                let mut taken_place = None;
-                let tat_before = st.tat;
-                let rate = match params {
-                    None => KeyRate::Go,
-                    // Checked only; the response charges it (no rate wait).
-                    Some(p) if on_response => match p.check(st.tat, now) {
-                        Ok(()) => {
-                            if peered {
-                                // The charge reports under the key's tag.
-                                st.note_tag(tag, &p);
-                            }
-                            KeyRate::Go
-                        }
-                        Err(_) => KeyRate::Reject,
-                    },
-                    Some(p) => match p.reserve(st.tat, now, None) {
-                        (Reservation::Now, next) => {
-                            st.tat = next;
-                            KeyRate::Go
-                        }
-                        (Reservation::Denied(wait), _) if wait <= max_wait => {
-                            match st.place(queue()) {
-                                None => KeyRate::Reject,
-                                Some(token) => match p.reserve(st.tat, now, Some(max_wait)) {
-                                    (Reservation::Now, next) => {
-                                        st.tat = next;
-                                        taken_place = Some(token);
-                                        KeyRate::Go
-                                    }
-                                    (Reservation::After(d), next) => {
-                                        st.tat = next;
-                                        taken_place = Some(token);
-                                        KeyRate::Wait(d)
-                                    }
-                                    (Reservation::Denied(_), _) => KeyRate::Reject,
-                                },
-                            }
-                        }
-                        _ => KeyRate::Reject,
-                    },
-                };
-                if peered && st.tat != tat_before {
-                    if let Some(p) = params {
-                        // A token was taken: one hit for the next report.
-                        st.hit(tag, &p);
-                    }
-                }
-                let slots = match rate {
-                    KeyRate::Reject => None,
-                    _ => scope.limit().map(|l| st.slots(l)),
-                };
-                KeyGrab {
-                    rate,
-                    slots,
-                    place: taken_place,
-                }
-            },
-            |st| scope.carry(table.shard_index(key), st),
-        );
-        let Ok(g) = grabbed else {
-            return Admission::Reject(Refused::KeyTableFull);
-        };
-        if matches!(g.rate, KeyRate::Reject) {
-            // Nothing was taken for this request.
-            return Admission::Reject(Refused::Rate);
-        }
-        // The token taken (if any) becomes a `RateToken` only for a request
-        // that waits: admitted requests keep theirs without touching the
-        // shared limiter's reference count.
-        match g.rate {
-            KeyRate::Reject => Admission::Reject(Refused::Rate),
-            KeyRate::Wait(delay) => match g.place {
-                Some(place) => Admission::Wait(Wait {
-                    place,
-                    since: now,
-                    rate_delay: delay,
-                    rate: self.rate_token(Some(key)),
-                }),
-                None => {
-                    self.refund_rate(Some(key));
-                    Admission::Reject(Refused::Rate)
-                }
-            },
-            KeyRate::Go => {
-                let Some(slots) = g.slots else {
-                    return Admission::Go(None);
-                };
-                if let Some(permit) = slots.try_acquire() {
-                    return Admission::Go(Some(permit));
-                }
-                let place = g
-                    .place
-                    .or_else(|| table.get(key, |st| st.place(queue())).flatten());
-                match place {
-                    Some(place) => Admission::Wait(Wait {
-                        place,
-                        since: now,
-                        rate_delay: 0,
-                        rate: self.rate_token(Some(key)),
-                    }),
-                    None => {
-                        // Nothing taken after all: the key's token goes back.
-                        self.refund_rate(Some(key));
-                        Admission::Reject(Refused::QueueFull)
-                    }
-                }
-            }
-        }
     }
 }

@@ -1,5 +1,7 @@
 //! A peered keyed scope: a keyed limiter in DThrottle's peer exchange
-//! (`--peers`, issue 13), whose buckets take debt from peers' hits.
+//! (`--peers`, issue 13), whose buckets take debt from peers' hits. What
+//! it adds to the keyed state (a key's `PeerKey`, the scope's `Peered`) is
+//! declared in `key_scope.rs`, which holds it; here is how it is worked.
 //!
 //! **How a peer's hits reach a key.** A keyed limiter's bucket is GCRA: one
 //! theoretical arrival time (TAT) per key. `h` hits served by a peer advance
@@ -36,26 +38,12 @@
 
 pub use dthrottle::MAX_PEER_DEBT;
 use dthrottle::{debt, Report};
+use keyed::KeyTable;
 use limits::{Clock, GcraParams, Nanos, Waiter};
 
-use super::{Keyed, KeyedScope, Limiter, Scope};
-use crate::Limits;
-use keyed::KeyTable;
-
-/// What a peered keyed scope adds: the unreported hits of keys evicted
-/// since the last report, per shard of the key table (bounded, see
-/// `dthrottle::evicted`).
-pub(super) struct Peered {
-    pub(super) evicted_hits: dthrottle::ShardedEvictedHits,
-}
-
-/// A peered key's tag and the hits served here since the last report.
-pub(super) struct PeerKey {
-    tag: Box<[u8]>,
-    hits: u32,
-    /// Until when the bucket is below zero (0: not in debt).
-    debt_until: Nanos,
-}
+use super::bounds::Limits;
+use super::key_scope::{Keyed, KeyedScope, PeerKey, Peered};
+use super::limiter::{Limiter, Scope};
 
 impl PeerKey {
     /// In debt at `now` (the time of the table call that evicts).

@@ -5,8 +5,9 @@ use std::sync::Arc;
 
 use limits::{Clock, FlowRefused, Nanos, Slots, Waiter};
 
+use super::decision::SlotWait;
+use super::limiter::{Limiter, Scope};
 use super::rule_scope::RuleSlots;
-use super::{Limiter, Scope, SlotWait};
 
 impl<W: Waiter, C: Clock> Limiter<W, C> {
     /// After the rate wait of a request that started waiting at `since`:

@@ -19,7 +19,9 @@ use std::sync::Arc;
 
 use limits::{Clock, MonotonicClock, Nanos, Quota, Waiter};
 
-use super::{Admission, Limiter, Limits, Scope, SlotWait};
+use super::bounds::Limits;
+use super::decision::{Admission, SlotWait};
+use super::limiter::{Limiter, Scope};
 
 /// A client key (`--key`), hashed by its keyed limiter's table.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]

@@ -4,10 +4,11 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use limits::{ManualClock, Nanos, Permit, Ticket, Waiter, NANOS_PER_MS, NANOS_PER_SEC};
+use limits::{Clock, ManualClock, Nanos, Permit, Ticket, Waiter, NANOS_PER_MS, NANOS_PER_SEC};
 use parking_lot::Mutex;
 use proptest::prelude::*;
 
+use super::limiter::Scope;
 use super::*;
 
 /// A waiter that keeps the permit it is given in a shared list (or declines).

@@ -7,7 +7,7 @@ use std::sync::Arc;
 
 use limits::{Clock, Nanos, Quota, Slots, Waiter};
 
-use super::{Limiter, Scope};
+use super::limiter::{Limiter, Scope};
 
 /// What a limiter holds right now (for `show`).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
