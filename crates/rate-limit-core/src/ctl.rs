@@ -8,6 +8,8 @@
 
 use limits::quote::quote;
 
+pub mod answer;
+
 /// The plugin's name: a message's target is it, or it and `.VERB`.
 pub const PLUGIN: &str = "rate_limit";
 /// Longest command accepted.

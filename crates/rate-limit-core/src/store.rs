@@ -11,6 +11,8 @@ use optspec::Opt;
 
 use crate::options::common::{apply_given, invalid, uint, OptionError, Order};
 
+pub mod ledger;
+
 pub const MIN_SYNC_MS: u64 = 10;
 pub const MAX_SYNC_MS: u64 = 60_000;
 

@@ -27,103 +27,38 @@
 //! the wake channel closes with the poller.
 
 use std::sync::Arc;
+use std::time::Duration;
 
-use ats::poller::{Drain, Poller};
 use ats::{Done, HomeTxn, Parked, Txn};
+use rate_limit_core::refusal_log::Reason;
 use rate_limit_core::store::Failure;
 use rate_limit_core::Admission;
 use rate_limit_core::Counted;
-use store::redis::{key_base, Decide, Op, Reply};
-use store::{Answer, Completion};
+use store::redis::{key_base, Reply};
+use store::Answer;
 
+use crate::metrics::bump;
 use crate::queue::{error_page, park, state};
-use crate::refusals::Reason;
 use crate::rule::{Globals, Rule};
-use crate::state::{bump, Fate, Held, Holder, Pending};
-
-/// Most completions handled per drainer run.
-const DRAIN_MAX: usize = 4096;
+use crate::state::{Fate, Held, Holder, Pending};
+use rule_store::{Asked, Lease, TxnCentral};
+use verdict::{failure, Verdict};
 
 mod dry;
-mod rule_store;
+pub(crate) mod rule_store;
 pub(crate) mod sync;
 mod verdict;
 
 pub(crate) use dry::dry_run;
-use dry::DryAsked;
-pub(crate) use rule_store::{done, RuleStore, Store, StoreMetrics};
-use verdict::{failure, Verdict};
+pub(crate) use rule_store::done;
 
-/// What a completion resumes. Safety: the client's I/O thread drops what
-/// is still queued when it exits, so a token that carries a parked
-/// transaction must keep the client alive (`Asked`'s rule holds its
-/// store; a `Sync` holds its syncer, which holds its store): the client
-/// then never exits with such a token queued.
-pub(crate) enum Token {
-    Decide(Box<Asked>),
-    /// A dry run's decision: counted and logged when it comes back; no
-    /// transaction waits for it.
-    DryRun(Box<DryAsked>),
-    Release(StoreMetrics),
-    /// `--count-status`: a response's charge (nothing waits for it).
-    Charge(StoreMetrics),
-    /// `--store-sync`: a key's exchange (its tag and the hits sent).
-    Sync(Arc<sync::Syncer>, Box<[u8]>, u32),
-}
-
-pub(crate) struct Asked {
+/// A decision in flight: the parked transaction its completion resumes.
+struct Decision {
     rule: Arc<Rule>,
     parked: Parked,
     base: String,
     member: String,
     who: Counted,
-}
-
-/// What a `--store` rule keeps on a transaction.
-pub(crate) enum TxnCentral {
-    /// Named in DoRemap, to be asked at POST_REMAP.
-    Pending(String),
-    /// Admitted with a concurrency lease, given back when dropped.
-    Lease { _held: Lease },
-    /// `--count-status`, admitted by the store: the keys its response
-    /// charges ([`RuleStore::charge`]), and its lease if any.
-    Charged { base: String, _held: Option<Lease> },
-}
-
-impl TxnCentral {
-    /// The keys to ask about, if the decision is still to be asked.
-    pub(crate) fn take_pending(slot: &mut Option<Box<TxnCentral>>) -> Option<String> {
-        match slot.take().map(|b| *b) {
-            Some(TxnCentral::Pending(base)) => Some(base),
-            other => {
-                *slot = other.map(Box::new);
-                None
-            }
-        }
-    }
-}
-
-pub(crate) struct Lease {
-    store: Arc<Store>,
-    base: String,
-    member: String,
-    metrics: StoreMetrics,
-}
-
-impl Drop for Lease {
-    /// At TXN_CLOSE (an ATS thread): the `ZREM` goes to the I/O thread. If
-    /// it cannot (the queue is full), the lease expires after `--lease-ttl`.
-    fn drop(&mut self) {
-        let op = Op::Release {
-            base: std::mem::take(&mut self.base),
-            member: std::mem::take(&mut self.member),
-        };
-        let s = &self.store;
-        match s.client.submit(op, Token::Release(self.metrics), s.timeout) {
-            Ok(()) => Poller::arm(s),
-            Err(_) => bump(self.metrics.errors, 1),
-        }
-    }
 }
 
 /// DoRemap of a `--store` rule: the transaction will be decided in Redis at
@@ -140,111 +75,48 @@ pub(crate) fn remap(rule: &Arc<Rule>, g: &Globals, txn: Txn<'_>, who: Counted) {
     }
 }
 
-/// The decision to ask of Redis for `base`, and its lease member.
-fn decide(rule: &Rule, rs: &RuleStore, base: String) -> (Op, String) {
-    let o = &rule.opts;
-    let member = rs.store.ids.next();
-    let op = Op::Decide(Decide {
-        base,
-        interval_us: o.rate.map_or(0, |r| (1e6 / r).round().max(1.0) as u64),
-        burst: o.burst,
-        limit: o.limit.unwrap_or(0),
-        member: member.clone(),
-        lease_ttl_ms: rs.opts.lease_ttl_s * 1000,
-        check_only: o.count_status.is_some(),
-    });
-    (op, member)
-}
-
 /// POST_REMAP: submits the decision for the parked transaction.
 pub(crate) fn ask(rule: Arc<Rule>, parked: Parked, base: String, who: Counted) {
     let Some(rs) = &rule.store else {
         return admit(rule, parked, None, None);
     };
-    let (op, member) = decide(&rule, rs, base.clone());
-    let store = rs.store.clone();
-    let token = Token::Decide(Box::new(Asked {
+    let (op, member) = rs.decide(&rule.opts, base.clone());
+    let d = Decision {
         rule: rule.clone(),
         parked,
         base,
         member,
         who,
-    }));
-    store.start_waker();
-    match store.client.submit(op, token, store.timeout) {
-        Ok(()) => Poller::arm(&store),
-        Err((Token::Decide(a), _)) => {
-            bump(rs.metrics.errors, 1);
-            failed(*a);
-        }
-        Err(_) => {}
-    }
+    };
+    rs.ask(op, Box::new(d));
 }
 
-impl Store {
-    /// On a net thread (POST_REMAP), once: the I/O thread wakes this
-    /// thread through a socket ATS polls (`ats::wake`) whenever it has
-    /// handed back completions, so a decision resumes its transaction within
-    /// microseconds. The timer drainer stays as the fallback.
-    fn start_waker(self: &Arc<Self>) {
-        Poller::open_wake(self, |notify| {
-            self.client.set_notify(notify);
-        });
-    }
-}
-
-impl Drain for Store {
-    fn poller(&self) -> &Poller {
-        &self.poller
-    }
-
-    /// On a net thread: handles what completed (at most [`DRAIN_MAX`]).
-    fn drain(&self) {
-        self.client.drain(DRAIN_MAX, completed);
-    }
-
-    fn outstanding(&self) -> bool {
-        self.client.outstanding() > 0
-    }
-}
-
-fn completed(c: Completion<Reply, Token>) {
-    let waited = c.submitted.elapsed();
-    let a = match c.token {
-        Token::Release(m) | Token::Charge(m) => {
-            match c.answer {
-                Answer::Reply(_) => {}
-                Answer::Error(_) => bump(m.errors, 1),
-                Answer::Timeout => bump(m.timeouts, 1),
+impl Asked for Decision {
+    /// On the drainer's thread.
+    fn completed(self: Box<Self>, waited: Duration, answer: Answer<Reply>) {
+        let a = *self;
+        let Some(rs) = &a.rule.store else {
+            return admit(a.rule, a.parked, None, None);
+        };
+        match rs.verdict(waited, answer) {
+            Verdict::Admitted => {
+                let charge = a.rule.opts.count_status.map(|_| a.base.clone());
+                let lease = (a.rule.opts.limit.is_some()).then(|| rs.lease(a.base, a.member));
+                admit(a.rule, a.parked, lease, charge);
             }
-            return;
+            Verdict::Refused(why) => refuse(a.rule, a.parked, a.who, why),
+            Verdict::Failed => failed(a),
         }
-        Token::Decide(a) => *a,
-        Token::DryRun(d) => return dry::dry_completed(*d, waited, c.answer),
-        Token::Sync(s, tag, hits) => return s.completed(tag, hits, c.answer),
-    };
-    let Some(rs) = &a.rule.store else {
-        return admit(a.rule, a.parked, None, None);
-    };
-    match rs.verdict(waited, c.answer) {
-        Verdict::Admitted => {
-            let charge = a.rule.opts.count_status.map(|_| a.base.clone());
-            let lease = (a.rule.opts.limit.is_some()).then(|| Lease {
-                store: rs.store.clone(),
-                base: a.base,
-                member: a.member,
-                metrics: rs.metrics,
-            });
-            admit(a.rule, a.parked, lease, charge);
-        }
-        Verdict::Refused(why) => refuse(a.rule, a.parked, a.who, why),
-        Verdict::Failed => failed(a),
+    }
+
+    fn failed(self: Box<Self>) {
+        failed(*self);
     }
 }
 
 /// The store failed or did not answer in time: `--store-failure`.
 /// (On the drainer's thread, or on the transaction's if the queue was full.)
-fn failed(a: Asked) {
+fn failed(a: Decision) {
     match failure(&a.rule) {
         // Open: the response's charge (--count-status) still goes to Redis.
         Failure::Open => admit(a.rule, a.parked, None, Some(a.base)),
@@ -255,8 +127,8 @@ fn failed(a: Asked) {
 
 /// `--store-failure=local`: this proxy's own limiter decides, as without
 /// `--store` (waiting in its queue included).
-fn local(a: Asked) {
-    let Asked {
+fn local(a: Decision) {
+    let Decision {
         rule, parked, who, ..
     } = a;
     // Decided here: with --count-status the response charges this

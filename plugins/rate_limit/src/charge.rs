@@ -18,8 +18,9 @@
 
 use ats::Txn;
 
-use crate::central::TxnCentral;
-use crate::state::{bump, Fate, TxnState};
+use crate::central::rule_store::TxnCentral;
+use crate::metrics::bump;
+use crate::state::{Fate, TxnState};
 
 /// Charges what the response's status calls for.
 pub(crate) fn response(txn: Txn<'_>, head: &TxnState) {

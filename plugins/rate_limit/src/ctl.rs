@@ -10,90 +10,17 @@
 //! limit admits waiters. The registry's lock is shared with configuration
 //! loads only.
 
-use std::collections::{HashMap, VecDeque};
-use std::sync::{Arc, Weak};
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
 
-use ats::msg::Roster;
 use limits::quote::shorten;
-use parking_lot::Mutex;
-use rate_limit_core::ctl::{self, Command};
-use rate_limit_core::key::KeySpec;
+use rate_limit_core::ctl::{self, answer, Command};
 use rate_limit_core::{Limiter, Limits, Options};
 use serde_json::{json, Value};
 
+use crate::card::{Card, CARDS};
 use crate::queue::Queued;
 use crate::rule::REGISTRY;
-use crate::state::Metrics;
-
-/// What `show` and `top` tell about one rule. Held by the rule; listed
-/// weakly here, so a rule gone with a reload drops out.
-pub(crate) struct Card {
-    from: String,
-    metrics_name: String,
-    metrics: Metrics,
-    limiter: Weak<Limiter<Queued>>,
-    key: Option<KeySpec>,
-    /// Readable names of keys seen waiting or refused, for `top` (the key
-    /// table keeps only hashes). Bounded; filled only when uncontended.
-    names: Mutex<Names>,
-    /// The rule's dry run: `--dry-run`, then `set … dry_run=on|off`.
-    pub(crate) dry_run: std::sync::atomic::AtomicBool,
-}
-
-static CARDS: Roster<Card> = Roster::new();
-
-/// Most key names a rule remembers for `top`.
-const NAMES: usize = 1024;
-
-#[derive(Default)]
-struct Names {
-    by_key: HashMap<u64, String>,
-    order: VecDeque<u64>,
-}
-
-impl Card {
-    pub(crate) fn new(
-        from: &str,
-        o: &Options,
-        limiter: &Arc<Limiter<Queued>>,
-        metrics: Metrics,
-    ) -> Arc<Card> {
-        let card = Arc::new(Card {
-            from: from.to_owned(),
-            metrics_name: format!("{}.remap.{}", o.prefix, o.metric_tag),
-            metrics,
-            limiter: Arc::downgrade(limiter),
-            key: o.key.clone(),
-            names: Mutex::new(Names::default()),
-            dry_run: std::sync::atomic::AtomicBool::new(o.dry_run),
-        });
-        CARDS.enlist(&card);
-        card
-    }
-
-    /// Remembers how to show `key` (written as `bytes` by `--key`). Called
-    /// for waiting and refused requests only, and skipped under contention.
-    pub(crate) fn note_name(&self, key: u64, bytes: &[u8]) {
-        let Some(spec) = &self.key else { return };
-        let Some(mut n) = self.names.try_lock() else {
-            return;
-        };
-        if n.by_key.contains_key(&key) {
-            return;
-        }
-        if n.order.len() >= NAMES {
-            if let Some(old) = n.order.pop_front() {
-                n.by_key.remove(&old);
-            }
-        }
-        n.order.push_back(key);
-        n.by_key.insert(key, spec.display(bytes));
-    }
-
-    pub(crate) fn name(&self, key: u64) -> Option<String> {
-        self.names.lock().by_key.get(&key).cloned()
-    }
-}
 
 /// Serves `traffic_ctl plugin msg rate_limit …` (once per process).
 pub(crate) fn init() {
@@ -145,7 +72,7 @@ fn targets(live: Live) -> Vec<Target> {
         .map(|(id, limiter, opts)| Target {
             cards: cards
                 .iter()
-                .filter(|c| std::ptr::eq(c.limiter.as_ptr(), Arc::as_ptr(&limiter)))
+                .filter(|c| c.limiter_id == limiter.id())
                 .cloned()
                 .collect(),
             id,
@@ -170,17 +97,6 @@ impl Target {
     fn rules(&self, name: &str) -> Vec<&Arc<Card>> {
         let all = self.by_group(name);
         self.cards.iter().filter(|c| all || c.named(name)).collect()
-    }
-}
-
-impl Card {
-    fn named(&self, name: &str) -> bool {
-        self.from == name
-            || self.metrics_name == name
-            || self
-                .metrics_name
-                .strip_suffix(name)
-                .is_some_and(|s| s.ends_with(".remap."))
     }
 }
 
@@ -236,49 +152,21 @@ fn show(name: Option<&str>) -> Answer {
 }
 
 fn describe(t: &Target) -> Value {
-    let o = &t.opts;
-    let u = t.limiter.usage();
-    let rules: Vec<Value> = t
+    let get = |s: Option<ats::stats::Stat>| s.map(|s| s.get());
+    let rules: Vec<answer::Rule<'_>> = t
         .cards
         .iter()
         .map(|c| {
             let m = &c.metrics;
-            let get = |s: Option<ats::stats::Stat>| s.map(|s| s.get());
-            json!({
-                "from": c.from,
-                "metrics": c.metrics_name,
-                "admitted": get(m.admitted),
-                "queued": get(m.queued),
-                "rejected": get(m.rejected),
-                "expired": get(m.expired),
-                "abandoned": get(m.abandoned),
-                "dry_run": c.dry_run.load(std::sync::atomic::Ordering::Relaxed),
-            })
+            answer::Rule {
+                from: &c.from,
+                metrics: &c.metrics_name,
+                counts: [m.admitted, m.queued, m.rejected, m.expired, m.abandoned].map(get),
+                dry_run: c.dry_run.load(Ordering::Relaxed),
+            }
         })
         .collect();
-    json!({
-        "id": t.id,
-        "group": o.group,
-        "limit": o.limit,
-        "rate": o.rate,
-        "burst": o.rate.map(|_| o.burst),
-        "queue": o.queue,
-        "maxage_ms": o.maxage_ms,
-        "key": o.key.as_ref().map(|k| k.describe_sources()),
-        "active": u.active,
-        "waiting": u.waiting,
-        "keys": u.keys,
-        "evicted": u.evicted,
-        "fair": o.fair.as_ref().zip(t.limiter.fair_stats()).map(|(f, s)| json!({
-            "source": f.describe_source(),
-            "flow_slots": f.flow_slots,
-            "strict": f.strict,
-            "flows": s.flows,
-            "borrowed": s.borrowed,
-            "flow_rejected": s.flow_rejected,
-        })),
-        "rules": rules,
-    })
+    answer::limiter(&t.id, &t.opts, &t.limiter, &rules)
 }
 
 fn top(name: &str, n: usize) -> Answer {
@@ -286,33 +174,10 @@ fn top(name: &str, n: usize) -> Answer {
     if t.opts.key.is_none() {
         return Err(format!("top: {} has no --key: use show", t.id));
     }
-    let keys: Vec<Value> = t
-        .limiter
-        .top(n)
-        .into_iter()
-        .map(|k| {
-            let shown = t
-                .cards
-                .iter()
-                .find_map(|c| c.name(k.key))
-                .unwrap_or_else(|| format!("#{:016x}", k.key));
-            json!({
-                "key": shown,
-                "active": k.active,
-                "waiting": k.waiting,
-                "over_rate_ms": k.over_rate / limits::NANOS_PER_MS,
-            })
-        })
-        .collect();
-    let first = keys
-        .first()
-        .and_then(|k| k["key"].as_str())
-        .unwrap_or("none")
-        .to_owned();
-    answer(
-        format!("{}: {} key(s), first {first}", t.id, keys.len()),
-        json!({ "id": t.id, "keys": keys }),
-    )
+    let (summary, body) = answer::top(&t.id, &t.limiter.top(n), |k| {
+        t.cards.iter().find_map(|c| c.name(k))
+    });
+    answer(summary, body)
 }
 
 fn set(name: &str, settings: &[ctl::Setting]) -> Answer {
@@ -336,51 +201,22 @@ fn set(name: &str, settings: &[ctl::Setting]) -> Answer {
         reg.set_live(&t.id, new.clone());
     }
     drop(reg);
-    let mut changed: Vec<(&str, String, String)> = t
-        .opts
-        .limiter_options()
-        .into_iter()
-        .zip(new.limiter_options())
-        .filter(|((_, a), (_, b))| a != b)
-        .map(|((name, a), (_, b))| (name, a, b))
-        .collect();
+    let mut changed = answer::changes(&t.opts, &new);
     // A dry run is each rule's: set on the rules TARGET names, every rule
     // of the group if it names the group (the last dry_run= given wins),
     // until remap.config is next loaded.
-    let dry = settings.iter().rev().find_map(ctl::Setting::switch_value);
-    if let Some(d) = dry {
-        let old: Vec<bool> = t
+    if let Some(d) = settings.iter().rev().find_map(ctl::Setting::switch_value) {
+        let before: Vec<bool> = t
             .rules(name)
             .into_iter()
-            .map(|c| c.dry_run.swap(d, std::sync::atomic::Ordering::Relaxed))
+            .map(|c| c.dry_run.swap(d, Ordering::Relaxed))
             .collect();
-        let was = if old.iter().all(|&o| o) {
-            "on"
-        } else if old.iter().any(|&o| o) {
-            "mixed"
-        } else {
-            "off"
-        };
-        let now = if d { "on" } else { "off" };
-        if was != now {
-            changed.push(("dry-run", was.to_owned(), now.to_owned()));
-        }
+        changed.extend(answer::dry_run(&before, d));
     }
-    let list: Vec<String> = changed
-        .iter()
-        .map(|(n, a, b)| format!("--{n} {a} -> {b}"))
-        .collect();
+    let (list, body) = answer::set(&t.id, &changed);
     log::info!(
-        "{}: set live: {} (until remap.config is next loaded)",
-        t.id,
-        list.join(", ")
+        "{}: set live: {list} (until remap.config is next loaded)",
+        t.id
     );
-    let values: Vec<Value> = changed
-        .iter()
-        .map(|(n, a, b)| json!({ "option": n, "old": a, "new": b }))
-        .collect();
-    answer(
-        format!("{}: {}", t.id, list.join(", ")),
-        json!({ "id": t.id, "changed": values }),
-    )
+    answer(format!("{}: {list}", t.id), body)
 }

@@ -36,6 +36,7 @@
 //! `traffic_ctl plugin msg`.
 #![forbid(unsafe_code)]
 
+mod card;
 mod central;
 mod charge;
 mod client;
@@ -44,6 +45,7 @@ mod entries;
 mod exchange;
 mod fair;
 mod load;
+mod metrics;
 mod queue;
 mod refusals;
 mod rule;
@@ -60,10 +62,11 @@ use rate_limit_core::{headers, Admission, Counted, Shaped};
 
 use crate::client::{ClientKey, KEY_BYTES};
 use crate::entries::Earlier;
+use crate::metrics::bump;
 use crate::queue::park;
-use crate::refusals::Reason;
 use crate::rule::{Globals, Rule, GLOBALS, REGISTRY};
-use crate::state::{bump, Fate, Held, Holder, Pending, PerTxn, SessionSlots, TxnState};
+use crate::state::{Fate, Held, Holder, Pending, PerTxn, SessionSlots, TxnState};
+use rate_limit_core::refusal_log::Reason;
 
 impl RemapPlugin for Rule {
     const NAME: &'static str = "rate_limit";
@@ -293,7 +296,9 @@ impl HookHandler for Hooks {
             HookId::PostRemap => {
                 // A --store entry's decision (one POST_REMAP per entry).
                 let asked = st.chain().find_map(|s| {
-                    let base = crate::central::TxnCentral::take_pending(&mut s.central.lock())?;
+                    let base = crate::central::rule_store::TxnCentral::take_pending(
+                        &mut s.central.lock(),
+                    )?;
                     Some((s.rule.clone(), base, s.who))
                 });
                 if let Some((rule, base, who)) = asked {

@@ -4,19 +4,19 @@
 //! Runs on ATS's configuration thread, never on a request's path.
 
 use std::sync::atomic::AtomicBool;
-use std::sync::Arc;
-use std::time::Duration;
+use std::sync::{Arc, Weak};
 
-use ats::sched::Periodic;
 use ats::{ReloadStatus, RemapArgs};
 use limits::MonotonicClock;
+use rate_limit_core::peering::exchange::Member;
 use rate_limit_core::registry::{Change, Registry};
 use rate_limit_core::{Limiter, Limits, Options};
 
+use crate::central::rule_store::RuleStore;
+use crate::metrics::Metrics;
 use crate::queue::Queued;
 use crate::rule::{Rule, REGISTRY};
-use crate::state::{self, Metrics};
-use crate::{central, ctl, exchange, fair, refusals};
+use crate::{central, exchange, metrics, refusals};
 
 impl Rule {
     pub(crate) fn new(args: &RemapArgs<'_>) -> Result<Rule, String> {
@@ -42,18 +42,19 @@ impl Rule {
             (limiter, place > 1, followed, policy)
         };
         let peers = exchange::join(&opts, &limiter)?;
-        let metrics = Metrics::new(&opts);
-        let store = crate::central::RuleStore::new(&opts, &limiter)?;
-        let live = Arc::new(state::Live::new(&metrics));
+        let m = Metrics::new(&opts);
+        let member: Weak<dyn Member> = Arc::downgrade(&limiter) as Weak<Limiter<Queued>>;
+        let store = RuleStore::new(&opts, member)?;
+        let live = Arc::new(metrics::Live::new(&m));
         let refusals = refusals::Refusals::new(&opts)?;
         Ok(Rule {
             refusals,
             store,
             live,
-            _key_metrics: key_metrics(&limiter, &metrics),
-            _fair_metrics: fair::metrics(&limiter, &metrics),
-            card: ctl::Card::new(from, &opts, &limiter, metrics),
-            metrics,
+            _key_metrics: metrics::keys(&limiter, &m),
+            _fair_metrics: metrics::fair(&limiter, &m),
+            card: crate::card::Card::new(from, &opts, limiter.id(), m),
+            metrics: m,
             shaped: limiter.shaped(),
             chained,
             followed,
@@ -113,28 +114,6 @@ pub(crate) fn commit(status: ReloadStatus) {
         }
     }
 }
-
-/// Every second, adds what changed in the key table to the `keys` gauge and
-/// the `evicted` counter. Holds the limiter weakly, so a reloaded-away rule
-/// stops publishing and takes its keys back out of the shared gauge.
-fn key_metrics(limiter: &Arc<Limiter<Queued>>, m: &Metrics) -> Option<Periodic> {
-    limiter.keys()?;
-    let weak = Arc::downgrade(limiter);
-    let read = move || {
-        let l = weak.upgrade()?;
-        let t = l.keys()?;
-        Some((t.len() as i64, t.evicted()))
-    };
-    match ats::stats::publish_deltas(KEY_METRICS_EVERY, m.keys, m.evicted, read) {
-        Ok(p) => Some(p),
-        Err(e) => {
-            log::error!("cannot start the keys/evicted metrics task: {e}");
-            None
-        }
-    }
-}
-
-pub(crate) const KEY_METRICS_EVERY: Duration = Duration::from_secs(1);
 
 /// Builds the limiter a rule's options describe (the registry calls it when
 /// no live one fits).

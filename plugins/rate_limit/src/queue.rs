@@ -16,9 +16,10 @@ use parking_lot::Mutex;
 use rate_limit_core::Counted;
 use rate_limit_core::SlotWait;
 
-use crate::refusals::Reason;
+use crate::metrics::bump;
 use crate::rule::{Rule, GLOBALS};
-use crate::state::{bump, Fate, Held, Holder, Pending, Place, SessionSlots, TxnState};
+use crate::state::{Fate, Held, Holder, Pending, Place, SessionSlots, TxnState};
+use rate_limit_core::refusal_log::Reason;
 
 pub(crate) type RateToken = rate_limit_core::RateToken<Queued>;
 

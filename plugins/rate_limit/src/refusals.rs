@@ -15,9 +15,7 @@ use ats::sched::{Periodic, Pool};
 use ats::textlog::TextLog;
 use limits::{Clock, MonotonicClock};
 use rate_limit_core::key::Client;
-pub(crate) use rate_limit_core::refusal_log::Reason;
-use rate_limit_core::refusal_log::{Event, LogBound, LINES_PER_SECOND};
-use rate_limit_core::Counted;
+use rate_limit_core::refusal_log::{Event, LogBound, Reason, LINES_PER_SECOND};
 use rate_limit_core::Options;
 
 /// A rule's refusal log; without `--log`, recording is a no-op.
@@ -118,46 +116,5 @@ impl Refusals {
             };
             let _ = l.file.write(&e.line());
         }
-    }
-}
-
-impl crate::rule::Rule {
-    /// Records a refusal of `txn` (an expiry, or a dry run's would-be
-    /// refusal) in the refusal log, within the rule's line budget. Every
-    /// refusal goes through here; metrics are the caller's. On the
-    /// transaction's thread.
-    pub(crate) fn record_refusal(
-        &self,
-        txn: ats::Txn<'_>,
-        who: Counted,
-        reason: Reason,
-        waited_ms: u64,
-        dry_run: bool,
-    ) {
-        self.refusals.record(reason, waited_ms, dry_run, || Who {
-            client: self.client_ip(txn),
-            key: who.hash().map(|k| self.key_name(k)),
-        });
-    }
-
-    /// [`Rule::record_refusal`] away from the transaction (a `--store`
-    /// dry run's reply), with the client's address read before.
-    pub(crate) fn record_refusal_of(
-        &self,
-        client: Option<Client>,
-        who: Counted,
-        reason: Reason,
-        waited_ms: u64,
-        dry_run: bool,
-    ) {
-        self.refusals.record(reason, waited_ms, dry_run, || Who {
-            client,
-            key: who.hash().map(|k| self.key_name(k)),
-        });
-    }
-
-    /// A key as `top` shows it, or its hash if its name was not kept.
-    fn key_name(&self, k: u64) -> String {
-        self.card.name(k).unwrap_or_else(|| format!("#{k:016x}"))
     }
 }

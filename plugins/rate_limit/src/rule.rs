@@ -10,13 +10,16 @@ use ats::sched::Periodic;
 use ats::{HookCont, SsnData, Txn, TxnData};
 use limits::BudgetToken;
 use parking_lot::Mutex;
+use rate_limit_core::key::Client;
+use rate_limit_core::refusal_log::Reason;
 use rate_limit_core::registry::Registry;
 use rate_limit_core::{headers, Counted, Limiter, Options, Shaped};
 
+use crate::metrics::{bump, Metrics};
 use crate::queue::Queued;
-use crate::refusals::Reason;
-use crate::state::{bump, Fate, Metrics, PerTxn, Place, SessionSlots};
-use crate::{ctl, exchange, refusals, state};
+use crate::refusals::Who;
+use crate::state::{Fate, PerTxn, Place, SessionSlots};
+use crate::{exchange, refusals};
 
 /// Process-wide objects, created once in `init`.
 pub(crate) struct Globals {
@@ -46,19 +49,19 @@ pub struct Rule {
     pub(crate) followed: Arc<AtomicBool>,
     pub(crate) metrics: Metrics,
     /// `active` and `admitted`, published every second.
-    pub(crate) live: Arc<state::Live>,
+    pub(crate) live: Arc<crate::metrics::Live>,
     /// With `--key`: publishes the `keys` gauge and `evicted` counter.
     pub(crate) _key_metrics: Option<Periodic>,
     /// With `--fair`: publishes `flows`, `borrowed` and `flow_rejected`.
     pub(crate) _fair_metrics: Vec<Periodic>,
     /// What `traffic_ctl plugin msg rate_limit` shows of the rule.
-    pub(crate) card: Arc<ctl::Card>,
+    pub(crate) card: Arc<crate::card::Card>,
     /// `--ratelimit-headers`: the RateLimit-Policy value, following live changes.
     pub(crate) policy: Option<headers::Policy>,
     /// A check for departed waiters is armed (only while anyone waits).
     pub(crate) watching: AtomicBool,
     /// `--store`: decided in Redis (see central.rs).
-    pub(crate) store: Option<crate::central::RuleStore>,
+    pub(crate) store: Option<crate::central::rule_store::RuleStore>,
     /// `--peers`: the exchange runs while a rule holds it.
     pub(crate) _peers: Option<Arc<exchange::Exchange>>,
     /// `--log`: the refusal log.
@@ -115,5 +118,46 @@ impl Rule {
     /// In a dry run (`--dry-run`, or `set … dry_run=on`).
     pub(crate) fn dry_run(&self) -> bool {
         self.card.dry_run.load(Ordering::Relaxed)
+    }
+}
+
+impl Rule {
+    /// Records a refusal of `txn` (an expiry, or a dry run's would-be
+    /// refusal) in the refusal log, within the rule's line budget. Every
+    /// refusal goes through here; metrics are the caller's. On the
+    /// transaction's thread.
+    pub(crate) fn record_refusal(
+        &self,
+        txn: Txn<'_>,
+        who: Counted,
+        reason: Reason,
+        waited_ms: u64,
+        dry_run: bool,
+    ) {
+        self.refusals.record(reason, waited_ms, dry_run, || Who {
+            client: self.client_ip(txn),
+            key: who.hash().map(|k| self.key_name(k)),
+        });
+    }
+
+    /// [`Rule::record_refusal`] away from the transaction (a `--store`
+    /// dry run's reply), with the client's address read before.
+    pub(crate) fn record_refusal_of(
+        &self,
+        client: Option<Client>,
+        who: Counted,
+        reason: Reason,
+        waited_ms: u64,
+        dry_run: bool,
+    ) {
+        self.refusals.record(reason, waited_ms, dry_run, || Who {
+            client,
+            key: who.hash().map(|k| self.key_name(k)),
+        });
+    }
+
+    /// A key as `top` shows it, or its hash if its name was not kept.
+    fn key_name(&self, k: u64) -> String {
+        self.card.name(k).unwrap_or_else(|| format!("#{k:016x}"))
     }
 }

@@ -2,142 +2,18 @@
 //! in it whose `Drop` gives back what a transaction held: a slot (`Held`),
 //! a queue place (`Place`); each keeps its gauge exact.
 
-use std::sync::atomic::{AtomicBool, AtomicI64, AtomicU64, AtomicU8, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU8, Ordering};
 use std::sync::{Arc, OnceLock};
 
-use ats::sched::Periodic;
 use ats::stats::Stat;
 use limits::{BudgetToken, Nanos, Permit, Ticket};
 use parking_lot::Mutex;
 use rate_limit_core::mates::Mates;
 use rate_limit_core::Counted;
-use rate_limit_core::{metric_name, Options};
 
+use crate::metrics::{bump, Live};
 use crate::queue::{Queued, RateToken};
 use crate::rule::Rule;
-
-/// A rule's metrics; one that could not be created is skipped (and logged).
-#[derive(Clone, Copy)]
-pub(crate) struct Metrics {
-    pub(crate) queued: Option<Stat>,
-    pub(crate) rejected: Option<Stat>,
-    pub(crate) expired: Option<Stat>,
-    pub(crate) resumed: Option<Stat>,
-    pub(crate) admitted: Option<Stat>,
-    pub(crate) abandoned: Option<Stat>,
-    pub(crate) active: Option<Stat>,
-    pub(crate) waiting: Option<Stat>,
-    /// With `--key`: keys held (gauge) and keys evicted (counter).
-    pub(crate) keys: Option<Stat>,
-    pub(crate) evicted: Option<Stat>,
-    /// With `--count-status`: responses that charged the rate.
-    pub(crate) status_charged: Option<Stat>,
-    /// With `--fair`: flows holding or waiting (gauge), slots borrowed and
-    /// requests refused over their flow's slots (counters).
-    pub(crate) flows: Option<Stat>,
-    pub(crate) borrowed: Option<Stat>,
-    pub(crate) flow_rejected: Option<Stat>,
-    /// What a dry run let through that would have been refused or queued
-    /// (every rule: `set` can start a dry run).
-    pub(crate) dry_run_refused: Option<Stat>,
-    pub(crate) dry_run_queued: Option<Stat>,
-    /// With `--exempt`: requests of exempt clients.
-    pub(crate) exempt: Option<Stat>,
-}
-
-pub(crate) fn bump(stat: Option<Stat>, n: i64) {
-    if let Some(s) = stat {
-        s.add(n);
-    }
-}
-
-impl Metrics {
-    pub(crate) fn new(o: &Options) -> Metrics {
-        let make = |m: &str| match Stat::find_or_create(&metric_name(&o.prefix, &o.metric_tag, m)) {
-            Ok(s) => Some(s),
-            Err(e) => {
-                log::error!("{e}");
-                None
-            }
-        };
-        Metrics {
-            queued: make("queued"),
-            rejected: make("rejected"),
-            expired: make("expired"),
-            resumed: make("resumed"),
-            admitted: make("admitted"),
-            abandoned: make("abandoned"),
-            active: make("active"),
-            waiting: make("waiting"),
-            keys: o.key.as_ref().and_then(|_| make("keys")),
-            evicted: o.key.as_ref().and_then(|_| make("evicted")),
-            status_charged: o.count_status.and_then(|_| make("status_charged")),
-            flows: o.fair.as_ref().and_then(|_| make("flows")),
-            borrowed: o.fair.as_ref().and_then(|_| make("borrowed")),
-            flow_rejected: o.fair.as_ref().and_then(|_| make("flow_rejected")),
-            dry_run_refused: make("dry_run_refused"),
-            dry_run_queued: make("dry_run_queued"),
-            exempt: o.exempt.as_ref().and_then(|_| make("exempt")),
-        }
-    }
-}
-
-/// A rule's `active` level and `admitted` count, kept in its own atomics
-/// and added to its metrics every second (`ats::stats::publish_deltas`, as
-/// deltas: rules may share a metric name). Changing the metrics themselves
-/// cost three `TSStatIntIncrement` per admitted transaction: on ATS 10 ~40
-/// instructions each (docs/changelog.md, the 10.1 steps).
-/// Operators read metrics seconds apart, and 9.2 shows them ~10 s late
-/// anyway.
-///
-/// The rule and every held slot keep it, and with it its publisher: after a
-/// reload, slots still held under the old rule stay in `active` until they
-/// are given back, as when each slot changed the metric itself.
-pub(crate) struct Live {
-    counts: Arc<Counts>,
-    _publisher: Option<Periodic>,
-}
-
-#[derive(Default)]
-struct Counts {
-    active: AtomicI64,
-    admitted: AtomicU64,
-}
-
-/// How often a rule's `active` and `admitted` reach its metrics.
-const LIVE_EVERY: std::time::Duration = std::time::Duration::from_secs(1);
-
-impl Live {
-    pub(crate) fn new(m: &Metrics) -> Live {
-        let counts = Arc::new(Counts::default());
-        // The publisher reads the counts strongly: when it stops (the last
-        // holder of Live is gone), its final look still sees them.
-        let c = counts.clone();
-        let read = move || {
-            // `admitted` first (Acquire): the slots of the admissions it
-            // counts are in the `active` read after it.
-            let admitted = c.admitted.load(Ordering::Acquire);
-            Some((c.active.load(Ordering::Relaxed), admitted))
-        };
-        let publisher = match ats::stats::publish_deltas(LIVE_EVERY, m.active, m.admitted, read) {
-            Ok(p) => Some(p),
-            Err(e) => {
-                log::error!("cannot start the active/admitted metrics task: {e}");
-                None
-            }
-        };
-        Live {
-            counts,
-            _publisher: publisher,
-        }
-    }
-
-    /// Counts an admitted transaction, after its slot (if any) was taken:
-    /// once `admitted` shows it, `active` shows the slot.
-    pub(crate) fn admit(&self) {
-        self.counts.admitted.fetch_add(1, Ordering::Release);
-    }
-}
 
 /// A held slot, counted in its rule's `active` level.
 pub(crate) struct Held {
@@ -147,7 +23,7 @@ pub(crate) struct Held {
 
 impl Held {
     pub(crate) fn new(permit: Permit<Queued>, rule: &Rule) -> Held {
-        rule.live.counts.active.fetch_add(1, Ordering::Relaxed);
+        rule.live.hold(1);
         Held {
             _permit: permit,
             live: rule.live.clone(),
@@ -157,7 +33,7 @@ impl Held {
 
 impl Drop for Held {
     fn drop(&mut self) {
-        self.live.counts.active.fetch_sub(1, Ordering::Relaxed);
+        self.live.hold(-1);
     }
 }
 
@@ -230,7 +106,7 @@ pub(crate) struct TxnState {
     /// Boxed, like `wait`: a rule without a store keeps the state small
     /// (unboxed, its metrics and strings made every state ~3 copies of
     /// memcpy dearer: +87 instructions a request).
-    pub(crate) central: Mutex<Option<Box<crate::central::TxnCentral>>>,
+    pub(crate) central: Mutex<Option<Box<crate::central::rule_store::TxnCentral>>>,
 }
 
 impl TxnState {

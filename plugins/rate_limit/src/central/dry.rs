@@ -6,22 +6,22 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use ats::poller::Poller;
 use ats::Txn;
+use rate_limit_core::refusal_log::Reason;
 use rate_limit_core::store::Failure;
 use rate_limit_core::Admission;
 use rate_limit_core::Counted;
 use store::redis::{key_base, Reply};
 use store::Answer;
 
+use super::rule_store::{Asked, TxnCentral};
 use super::verdict::{failure, Verdict};
-use super::{decide, Lease, Token, TxnCentral};
-use crate::refusals::Reason;
+use crate::metrics::bump;
 use crate::rule::{Globals, Rule};
-use crate::state::{bump, Fate};
+use crate::state::Fate;
 
 /// A dry-run request's decision in flight: what its log line needs.
-pub(crate) struct DryAsked {
+struct DryAsked {
     rule: Arc<Rule>,
     who: Counted,
     client: Option<rate_limit_core::key::Client>,
@@ -44,38 +44,22 @@ pub(crate) fn dry_run(rule: &Arc<Rule>, g: &Globals, txn: Txn<'_>, who: Counted)
         let b = b.borrow();
         key_base(&rs.opts.namespace, who.key().map(|_| &b[..]))
     });
-    let (op, member) = decide(rule, rs, base.clone());
-    let token = Token::DryRun(Box::new(DryAsked {
-        rule: rule.clone(),
-        who,
-        // Read only for the refusal log.
-        client: rule
-            .refusals
-            .enabled()
-            .then(|| rule.client_ip(txn))
-            .flatten(),
-    }));
-    let store = rs.store.clone();
-    store.start_waker();
-    let asked = match store.client.submit(op, token, store.timeout) {
-        Ok(()) => {
-            Poller::arm(&store);
-            true
-        }
-        Err((Token::DryRun(d), _)) => {
-            bump(rs.metrics.errors, 1);
-            dry_failed(*d);
-            false
-        }
-        Err(_) => false,
-    };
+    let (op, member) = rs.decide(&rule.opts, base.clone());
+    let asked = rs.ask(
+        op,
+        Box::new(DryAsked {
+            rule: rule.clone(),
+            who,
+            // Read only for the refusal log.
+            client: rule
+                .refusals
+                .enabled()
+                .then(|| rule.client_ip(txn))
+                .flatten(),
+        }),
+    );
     // Only a decision asked can have granted a lease.
-    let lease = (asked && rule.opts.limit.is_some()).then(|| Lease {
-        store: rs.store.clone(),
-        base,
-        member,
-        metrics: rs.metrics,
-    });
+    let lease = (asked && rule.opts.limit.is_some()).then(|| rs.lease(base, member));
     // Decorated (`--ratelimit-headers`) like an admitted request, never
     // charged (`--count-status`): the verdict comes later. Without a state
     // the lease is released here, still after its decision.
@@ -88,33 +72,36 @@ pub(crate) fn dry_run(rule: &Arc<Rule>, g: &Globals, txn: Txn<'_>, who: Counted)
     }
 }
 
-/// A dry run's decision came back (on an ATS thread).
-pub(super) fn dry_completed(d: DryAsked, waited: Duration, answer: Answer<Reply>) {
-    let Some(rs) = &d.rule.store else { return };
-    match rs.verdict(waited, answer) {
-        // Its lease (`--limit`) is the transaction's, released at TXN_CLOSE.
-        Verdict::Admitted => {}
-        Verdict::Refused(why) => dry_refused(&d, why),
-        Verdict::Failed => dry_failed(d),
+impl Asked for DryAsked {
+    /// A dry run's decision came back (on an ATS thread).
+    fn completed(self: Box<Self>, waited: Duration, answer: Answer<Reply>) {
+        let Some(rs) = &self.rule.store else { return };
+        match rs.verdict(waited, answer) {
+            // Its lease (`--limit`) is the transaction's, released at TXN_CLOSE.
+            Verdict::Admitted => {}
+            Verdict::Refused(why) => dry_refused(&self, why),
+            Verdict::Failed => self.failed(),
+        }
     }
-}
 
-/// A dry run's store failed: what `--store-failure` would have done.
-pub(super) fn dry_failed(d: DryAsked) {
-    match failure(&d.rule) {
-        Failure::Open => {}
-        Failure::Closed => dry_refused(&d, Reason::StoreFailure),
-        // Decided as a dry run decides at remap: nothing held, and a wait
-        // the live queue would have refused is a would-be refusal that
-        // leaves no debt (`settle_dry_wait`, as on the plain path).
-        Failure::Local => match d.rule.shaped.admit(d.who, &[]) {
-            Admission::Go(permit) => drop(permit),
-            Admission::Wait(w) => match d.rule.limiter().settle_dry_wait(w) {
-                Ok(()) => bump(d.rule.metrics.dry_run_queued, 1),
-                Err(why) => dry_refused(&d, why.into()),
+    /// A dry run's store failed: what `--store-failure` would have done.
+    fn failed(self: Box<Self>) {
+        let d = &*self;
+        match failure(&d.rule) {
+            Failure::Open => {}
+            Failure::Closed => dry_refused(d, Reason::StoreFailure),
+            // Decided as a dry run decides at remap: nothing held, and a wait
+            // the live queue would have refused is a would-be refusal that
+            // leaves no debt (`settle_dry_wait`, as on the plain path).
+            Failure::Local => match d.rule.shaped.admit(d.who, &[]) {
+                Admission::Go(permit) => drop(permit),
+                Admission::Wait(w) => match d.rule.limiter().settle_dry_wait(w) {
+                    Ok(()) => bump(d.rule.metrics.dry_run_queued, 1),
+                    Err(why) => dry_refused(d, why.into()),
+                },
+                Admission::Reject(why) => dry_refused(d, why.into()),
             },
-            Admission::Reject(why) => dry_refused(&d, why.into()),
-        },
+        }
     }
 }
 

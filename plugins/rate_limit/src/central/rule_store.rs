@@ -1,24 +1,27 @@
 //! A rule's store (`--store`): the client it shares with every rule naming
 //! the same store URL and `--store-timeout` (one I/O thread and connection,
-//! found or started in `STORES`), the store's metrics, and a response's
-//! charge (`--count-status`). The decision's path is `central.rs`.
+//! found or started in `STORES`), what goes to it and comes back (`Token`),
+//! the store's metrics, a transaction's lease, and a response's charge
+//! (`--count-status`). The decision's path is `central.rs`.
 
-use std::sync::Arc;
+use std::sync::{Arc, Weak};
 use std::time::Duration;
 
-use ats::poller::Poller;
+use ats::poller::{Drain, Poller};
 use ats::stats::Stat;
+use rate_limit_core::peering::exchange::Member;
 use rate_limit_core::store::StoreOptions;
 use rate_limit_core::{metric_name, Options};
-use store::redis::{LeaseIds, Op, Redis};
-use store::{Client, Clients, Config};
+use store::redis::{Decide, LeaseIds, Op, Redis, Reply};
+use store::{Answer, Client, Clients, Completion, Config};
 
-use super::{sync, Token};
-use crate::queue::Queued;
-use crate::state::bump;
+use super::sync;
+use crate::metrics::bump;
 
 /// How often the drainer looks for completions while any are outstanding.
 const DRAIN_EVERY: Duration = Duration::from_millis(1);
+/// Most completions handled per drainer run.
+const DRAIN_MAX: usize = 4096;
 /// Upper bounds of the `store_latency.le_*` buckets, in ms (then `le_inf`).
 const LATENCY_MS: [u64; 7] = [1, 2, 5, 10, 20, 50, 100];
 
@@ -32,8 +35,8 @@ pub(crate) struct Store {
     pub(super) timeout: Duration,
     pub(super) client: Client<Redis, Token>,
     /// Brings completions back: the wake channel, a timer as the fallback.
-    pub(super) poller: Poller,
-    pub(super) ids: LeaseIds,
+    poller: Poller,
+    ids: LeaseIds,
 }
 
 /// A rule's share of the store (`--store`): its client and metrics.
@@ -43,6 +46,77 @@ pub(crate) struct RuleStore {
     pub(super) metrics: StoreMetrics,
     /// `--store-sync`: the exchange runs while a rule holds it.
     _sync: Option<Arc<sync::Syncer>>,
+}
+
+/// What a completion resumes. Safety: the client's I/O thread drops what
+/// is still queued when it exits, so a token that carries a parked
+/// transaction must keep the client alive (an `Asked`'s rule holds its
+/// store; a `Sync` holds its syncer, which holds its store): the client
+/// then never exits with such a token queued.
+pub(crate) enum Token {
+    /// A decision: a parked transaction's (central.rs), or a dry run's,
+    /// counted and logged when it comes back (dry.rs).
+    Asked(Box<dyn Asked>),
+    Release(StoreMetrics),
+    /// `--count-status`: a response's charge (nothing waits for it).
+    Charge(StoreMetrics),
+    /// `--store-sync`: a key's exchange (its tag and the hits sent).
+    Sync(Arc<sync::Syncer>, Box<[u8]>, u32),
+}
+
+/// A decision in flight: what its completion resumes or logs.
+pub(crate) trait Asked: Send {
+    /// The store answered or timed out (on the drainer's thread).
+    fn completed(self: Box<Self>, waited: Duration, answer: Answer<Reply>);
+    /// It could not be queued (on the asking thread).
+    fn failed(self: Box<Self>);
+}
+
+/// What a `--store` rule keeps on a transaction.
+pub(crate) enum TxnCentral {
+    /// Named in DoRemap, to be asked at POST_REMAP.
+    Pending(String),
+    /// Admitted with a concurrency lease, given back when dropped.
+    Lease { _held: Lease },
+    /// `--count-status`, admitted by the store: the keys its response
+    /// charges ([`RuleStore::charge`]), and its lease if any.
+    Charged { base: String, _held: Option<Lease> },
+}
+
+impl TxnCentral {
+    /// The keys to ask about, if the decision is still to be asked.
+    pub(crate) fn take_pending(slot: &mut Option<Box<TxnCentral>>) -> Option<String> {
+        match slot.take().map(|b| *b) {
+            Some(TxnCentral::Pending(base)) => Some(base),
+            other => {
+                *slot = other.map(Box::new);
+                None
+            }
+        }
+    }
+}
+
+pub(crate) struct Lease {
+    store: Arc<Store>,
+    base: String,
+    member: String,
+    metrics: StoreMetrics,
+}
+
+impl Drop for Lease {
+    /// At TXN_CLOSE (an ATS thread): the `ZREM` goes to the I/O thread. If
+    /// it cannot (the queue is full), the lease expires after `--lease-ttl`.
+    fn drop(&mut self) {
+        let op = Op::Release {
+            base: std::mem::take(&mut self.base),
+            member: std::mem::take(&mut self.member),
+        };
+        let s = &self.store;
+        match s.client.submit(op, Token::Release(self.metrics), s.timeout) {
+            Ok(()) => Poller::arm(s),
+            Err(_) => bump(self.metrics.errors, 1),
+        }
+    }
 }
 
 #[derive(Clone, Copy)]
@@ -90,10 +164,7 @@ impl StoreMetrics {
 impl RuleStore {
     /// The rule's store client (shared with every rule naming the same
     /// store and timeout), started with the first.
-    pub(crate) fn new(
-        o: &Options,
-        limiter: &Arc<rate_limit_core::Limiter<Queued>>,
-    ) -> Result<Option<RuleStore>, String> {
+    pub(crate) fn new(o: &Options, limiter: Weak<dyn Member>) -> Result<Option<RuleStore>, String> {
         let Some(s) = &o.store else { return Ok(None) };
         let url = s.url();
         let timeout = Duration::from_millis(s.timeout_ms);
@@ -123,6 +194,50 @@ impl RuleStore {
         }))
     }
 
+    /// The decision to ask of Redis for `base` under `o`, and its lease member.
+    pub(crate) fn decide(&self, o: &Options, base: String) -> (Op, String) {
+        let member = self.store.ids.next();
+        let op = Op::Decide(Decide {
+            base,
+            interval_us: o.rate.map_or(0, |r| (1e6 / r).round().max(1.0) as u64),
+            burst: o.burst,
+            limit: o.limit.unwrap_or(0),
+            member: member.clone(),
+            lease_ttl_ms: self.opts.lease_ttl_s * 1000,
+            check_only: o.count_status.is_some(),
+        });
+        (op, member)
+    }
+
+    /// Submits a decision; false (counted, and `asked` told) if it could
+    /// not be queued.
+    pub(crate) fn ask(&self, op: Op, asked: Box<dyn Asked>) -> bool {
+        let store = &self.store;
+        store.start_waker();
+        match store.client.submit(op, Token::Asked(asked), store.timeout) {
+            Ok(()) => {
+                Poller::arm(store);
+                true
+            }
+            Err((Token::Asked(a), _)) => {
+                bump(self.metrics.errors, 1);
+                a.failed();
+                false
+            }
+            Err(_) => false,
+        }
+    }
+
+    /// The lease Redis granted `member` at `base`, given back when dropped.
+    pub(crate) fn lease(&self, base: String, member: String) -> Lease {
+        Lease {
+            store: self.store.clone(),
+            base,
+            member,
+            metrics: self.metrics,
+        }
+    }
+
     /// One decision in Redis per request (not `--store-sync`).
     pub(crate) fn exact(&self) -> bool {
         self.opts.sync_ms.is_none()
@@ -150,6 +265,45 @@ impl RuleStore {
                 false
             }
         }
+    }
+}
+
+impl Store {
+    /// On a net thread (POST_REMAP), once: the I/O thread wakes this
+    /// thread through a socket ATS polls (`ats::wake`) whenever it has
+    /// handed back completions, so a decision resumes its transaction within
+    /// microseconds. The timer drainer stays as the fallback.
+    pub(super) fn start_waker(self: &Arc<Self>) {
+        Poller::open_wake(self, |notify| {
+            self.client.set_notify(notify);
+        });
+    }
+}
+
+impl Drain for Store {
+    fn poller(&self) -> &Poller {
+        &self.poller
+    }
+
+    /// On a net thread: handles what completed (at most [`DRAIN_MAX`]).
+    fn drain(&self) {
+        self.client.drain(DRAIN_MAX, completed);
+    }
+
+    fn outstanding(&self) -> bool {
+        self.client.outstanding() > 0
+    }
+}
+
+fn completed(c: Completion<Reply, Token>) {
+    match c.token {
+        Token::Release(m) | Token::Charge(m) => match c.answer {
+            Answer::Reply(_) => {}
+            Answer::Error(_) => bump(m.errors, 1),
+            Answer::Timeout => bump(m.timeouts, 1),
+        },
+        Token::Asked(a) => a.completed(c.submitted.elapsed(), c.answer),
+        Token::Sync(s, tag, hits) => s.completed(tag, hits, c.answer),
     }
 }
 

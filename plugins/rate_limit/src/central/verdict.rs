@@ -8,10 +8,10 @@ use rate_limit_core::store::Failure;
 use store::redis::Reply;
 use store::Answer;
 
-use super::RuleStore;
-use crate::refusals::Reason;
+use super::rule_store::RuleStore;
+use crate::metrics::bump;
 use crate::rule::Rule;
-use crate::state::bump;
+use rate_limit_core::refusal_log::Reason;
 
 /// What the store's answer to a decision means, live or in a dry run.
 pub(super) enum Verdict {

@@ -1,0 +1,145 @@
+//! What `show`, `top` and `set` answer, as JSON (one object per line in
+//! `rate_limit_ctl.log`) with a one-line summary. The plugin finds the
+//! limiters and rules a command names and runs it; the words are here.
+
+use limits::{Clock, Waiter, NANOS_PER_MS};
+use serde_json::{json, Value};
+
+use crate::{KeyUsage, Limiter, Options};
+
+/// One rule of a limiter, as `show` lists it.
+pub struct Rule<'a> {
+    pub from: &'a str,
+    /// Its metrics' name, `PREFIX.remap.TAG`.
+    pub metrics: &'a str,
+    /// Its counters: admitted, queued, rejected, expired, abandoned.
+    pub counts: [Option<i64>; 5],
+    pub dry_run: bool,
+}
+
+/// `show`: a limiter `id` with its options in force, its state and rules.
+pub fn limiter<W: Waiter, C: Clock>(
+    id: &str,
+    o: &Options,
+    l: &Limiter<W, C>,
+    rules: &[Rule<'_>],
+) -> Value {
+    let u = l.usage();
+    let rules: Vec<Value> = rules
+        .iter()
+        .map(|r| {
+            let [admitted, queued, rejected, expired, abandoned] = r.counts;
+            json!({
+                "from": r.from,
+                "metrics": r.metrics,
+                "admitted": admitted,
+                "queued": queued,
+                "rejected": rejected,
+                "expired": expired,
+                "abandoned": abandoned,
+                "dry_run": r.dry_run,
+            })
+        })
+        .collect();
+    json!({
+        "id": id,
+        "group": o.group,
+        "limit": o.limit,
+        "rate": o.rate,
+        "burst": o.rate.map(|_| o.burst),
+        "queue": o.queue,
+        "maxage_ms": o.maxage_ms,
+        "key": o.key.as_ref().map(|k| k.describe_sources()),
+        "active": u.active,
+        "waiting": u.waiting,
+        "keys": u.keys,
+        "evicted": u.evicted,
+        "fair": o.fair.as_ref().zip(l.fair_stats()).map(|(f, s)| json!({
+            "source": f.describe_source(),
+            "flow_slots": f.flow_slots,
+            "strict": f.strict,
+            "flows": s.flows,
+            "borrowed": s.borrowed,
+            "flow_rejected": s.flow_rejected,
+        })),
+        "rules": rules,
+    })
+}
+
+/// `top`: the keys of limiter `id`, each shown by `name` (as `--key`
+/// writes it) or, if its name was not kept, by its hash.
+pub fn top(id: &str, keys: &[KeyUsage], name: impl Fn(u64) -> Option<String>) -> (String, Value) {
+    let keys: Vec<Value> = keys
+        .iter()
+        .map(|k| {
+            json!({
+                "key": name(k.key).unwrap_or_else(|| format!("#{:016x}", k.key)),
+                "active": k.active,
+                "waiting": k.waiting,
+                "over_rate_ms": k.over_rate / NANOS_PER_MS,
+            })
+        })
+        .collect();
+    let first = keys
+        .first()
+        .and_then(|k| k["key"].as_str())
+        .unwrap_or("none")
+        .to_owned();
+    (
+        format!("{id}: {} key(s), first {first}", keys.len()),
+        json!({ "id": id, "keys": keys }),
+    )
+}
+
+/// One option `set` changed: its name, old and new value.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Change {
+    pub option: &'static str,
+    pub old: String,
+    pub new: String,
+}
+
+/// The limiter options that differ between `old` and `new`.
+pub fn changes(old: &Options, new: &Options) -> Vec<Change> {
+    old.limiter_options()
+        .into_iter()
+        .zip(new.limiter_options())
+        .filter(|((_, a), (_, b))| a != b)
+        .map(|((option, old), (_, new))| Change { option, old, new })
+        .collect()
+}
+
+/// A dry run switched to `now` on rules that were `before`: "mixed" if
+/// they disagreed. None if nothing changed.
+pub fn dry_run(before: &[bool], now: bool) -> Option<Change> {
+    let was = if before.iter().all(|&b| b) {
+        "on"
+    } else if before.iter().any(|&b| b) {
+        "mixed"
+    } else {
+        "off"
+    };
+    let now = if now { "on" } else { "off" };
+    (was != now).then(|| Change {
+        option: "dry-run",
+        old: was.to_owned(),
+        new: now.to_owned(),
+    })
+}
+
+/// `set` on limiter `id`: the list for the summary and log line
+/// (`--limit 10 -> 20, …`), and the JSON.
+pub fn set(id: &str, changed: &[Change]) -> (String, Value) {
+    let list: Vec<String> = changed
+        .iter()
+        .map(|c| format!("--{} {} -> {}", c.option, c.old, c.new))
+        .collect();
+    let values: Vec<Value> = changed
+        .iter()
+        .map(|c| json!({ "option": c.option, "old": c.old, "new": c.new }))
+        .collect();
+    (list.join(", "), json!({ "id": id, "changed": values }))
+}
+
+#[cfg(test)]
+mod tests;
