@@ -25,11 +25,12 @@
 //! hands back; then the limiter's calls, each an `impl Limiter` block:
 //! `admit.rs` (a new request, in each scope: `admit/`), `queue.rs` (the
 //! slot queue), `fair.rs`, `peered.rs`, `charge.rs`, `dry_run.rs`,
-//! `usage.rs` (reports); last `shaped.rs`, the handles. This file only
-//! re-exports.
+//! `usage.rs` (reports), `build.rs` (one from a rule's options); last
+//! `shaped.rs`, the handles. This file only re-exports.
 
 mod admit;
 mod bounds;
+mod build;
 mod charge;
 mod decision;
 mod dry_run;

@@ -15,6 +15,7 @@ pub mod options;
 pub mod peering;
 pub mod refusal_log;
 pub mod registry;
+pub mod session;
 pub mod status;
 pub mod store;
 pub mod tag;

@@ -73,6 +73,45 @@ pub enum Change {
     },
 }
 
+impl Change {
+    /// What the log says of it (a warning if live state was lost), if
+    /// anything.
+    pub fn message(&self) -> Option<(log::Level, String)> {
+        match self {
+            Change::Created {
+                id,
+                restarted: Some(option),
+            } => Some((
+                log::Level::Warn,
+                format!(
+                    "{id}: --{option} changed, which live state cannot follow: its slots, \
+                     waiters and buckets start anew (the old rules keep theirs until they end)"
+                ),
+            )),
+            Change::Created { .. } => None,
+            Change::Changed {
+                id,
+                values,
+                overrode_live,
+            } => {
+                let list: Vec<String> = values
+                    .iter()
+                    .map(|(name, old, new)| format!("--{name} {old} -> {new}"))
+                    .collect();
+                let why = if *overrode_live {
+                    " (remap.config overrides the values set live by traffic_ctl plugin msg)"
+                } else {
+                    ""
+                };
+                Some((
+                    log::Level::Info,
+                    format!("{id}: applied live: {}{why}", list.join(", ")),
+                ))
+            }
+        }
+    }
+}
+
 impl<L> Default for Registry<L> {
     fn default() -> Self {
         Registry {

@@ -2,7 +2,8 @@
 //! Traffic Server: one exchange per process (`rate_limit_core::peering::
 //! exchange`: its socket, members and tick), shared by every peered rule,
 //! each under its `--group` name. A periodic task on ATS's task pool
-//! ([`TICK`]) runs its tick and moves the metrics (only ever from there).
+//! ([`TICK`]) runs its tick and moves the metrics (only ever from there):
+//! `plugin.rate_limiter.peer_*`, process-wide ([`Tick::counts`]).
 //!
 //! The socket's settings come from the first peered rule loaded; every
 //! later rule must name the same ones (a different one fails the rule,
@@ -31,26 +32,11 @@ use rate_limit_core::peering::exchange::{self, Member, Tick};
 use rate_limit_core::{Limiter, Options};
 use store::Clients;
 
+use crate::metrics::bump;
+
 /// How often received reports are applied and due reports sent: adds at
 /// most this to the exchange's delay d.
 const TICK: Duration = Duration::from_millis(10);
-
-/// The process-wide metrics, `plugin.rate_limiter.<name>`: one socket serves
-/// every peered rule, and a rejected datagram belongs to none. `peer_bound`
-/// is how many exchanges of the process hold their socket (0 or 1; every
-/// copy of the plugin adds to the same metric).
-const METRICS: [&str; 10] = [
-    "peer_reports_sent",
-    "peer_reports_received",
-    "peer_hits_applied",
-    "peer_rejected",
-    "peer_tags_dropped",
-    "peer_inbound_dropped",
-    "peer_outbound_dropped",
-    "peer_send_errors",
-    "peer_senders_dropped",
-    "peer_bound",
-];
 
 /// The running exchange, if a peered rule holds it.
 static EXCHANGE: Clients<Exchange> = Clients::new();
@@ -67,8 +53,10 @@ pub(crate) struct Exchange {
 
 struct Shared {
     exchange: exchange::Exchange,
-    metrics: [Option<Stat>; 10],
-    /// Counted in `peer_bound`.
+    /// [`Tick::counts`]' metrics, in order.
+    metrics: [Option<Stat>; 9],
+    /// `peer_bound`, and whether this exchange is counted in it.
+    bound_metric: Option<Stat>,
     bound: AtomicBool,
 }
 
@@ -97,14 +85,15 @@ fn start(p: &rate_limit_core::peering::PeerOptions) -> Result<Exchange, String> 
         ats::config_dir().join(secret)
     };
     let exchange = exchange::Exchange::start(p, &secret, Instant::now())?;
-    let metrics = METRICS.map(|m| {
+    let stat = |m: &str| {
         Stat::find_or_create(&format!("{}.{m}", rate_limit_core::options::DEFAULT_PREFIX))
             .map_err(|e| log::error!("{e}"))
             .ok()
-    });
+    };
     let shared = Arc::new(Shared {
         exchange,
-        metrics,
+        metrics: Tick::default().counts().map(|(name, _)| stat(name)),
+        bound_metric: stat(exchange::BOUND),
         bound: AtomicBool::new(false),
     });
     let s = shared.clone();
@@ -119,42 +108,13 @@ impl Shared {
     /// On an ATS task thread: the exchange's tick, then its counts.
     fn tick(&self) {
         let t = self.exchange.tick(Instant::now());
-        let Tick {
-            reports_sent,
-            received,
-            applied,
-            rejected,
-            tags_dropped,
-            inbound_dropped,
-            outbound_dropped,
-            send_errors,
-            senders_dropped,
-            bound,
-        } = t;
-        let counts = [
-            reports_sent,
-            received,
-            applied,
-            rejected,
-            tags_dropped,
-            inbound_dropped,
-            outbound_dropped,
-            send_errors,
-            senders_dropped,
-        ];
-        for (stat, n) in self.metrics.iter().zip(counts) {
+        for (stat, (_, n)) in self.metrics.iter().zip(t.counts()) {
             if let (Some(s), true) = (stat, n > 0) {
                 s.add(i64::try_from(n).unwrap_or(i64::MAX));
             }
         }
-        if bound && !self.bound.swap(true, Ordering::Relaxed) {
-            self.add_bound(1);
-        }
-    }
-
-    fn add_bound(&self, n: i64) {
-        if let Some(s) = self.metrics[9] {
-            s.add(n);
+        if t.bound && !self.bound.swap(true, Ordering::Relaxed) {
+            bump(self.bound_metric, 1);
         }
     }
 }
@@ -164,7 +124,7 @@ impl Drop for Shared {
     /// thread: metrics move only on ATS threads).
     fn drop(&mut self) {
         if *self.bound.get_mut() {
-            self.add_bound(-1);
+            bump(self.bound_metric, -1);
         }
     }
 }

@@ -16,7 +16,7 @@ use crate::central::rule_store::RuleStore;
 use crate::metrics::Metrics;
 use crate::queue::Queued;
 use crate::rule::{Rule, REGISTRY};
-use crate::{central, exchange, metrics, refusals};
+use crate::{exchange, metrics, refusals};
 
 impl Rule {
     pub(crate) fn new(args: &RemapArgs<'_>) -> Result<Rule, String> {
@@ -31,7 +31,9 @@ impl Rule {
             let place = reg.place(from, to);
             let followed = reg.followed(from, to);
             let id = Registry::<Limiter<Queued>>::identity(&opts, from, to, place);
-            let limiter = reg.join(&id, &opts, from, new_limiter)?;
+            let limiter = reg.join(&id, &opts, from, |o| {
+                Limiter::for_options(o, MonotonicClock)
+            })?;
             // Under the registry lock: no live `set` between the two reads.
             let policy = opts
                 .ratelimit_headers
@@ -85,61 +87,7 @@ pub(crate) fn commit(status: ReloadStatus) {
             limiter.set_fair(f);
         }
     });
-    for c in changes {
-        match c {
-            Change::Created {
-                id,
-                restarted: Some(option),
-            } => log::warn!(
-                "{id}: --{option} changed, which live state cannot follow: its slots, \
-                 waiters and buckets start anew (the old rules keep theirs until they end)"
-            ),
-            Change::Created { .. } => {}
-            Change::Changed {
-                id,
-                values,
-                overrode_live,
-            } => {
-                let list: Vec<String> = values
-                    .iter()
-                    .map(|(name, old, new)| format!("--{name} {old} -> {new}"))
-                    .collect();
-                let why = if overrode_live {
-                    " (remap.config overrides the values set live by traffic_ctl plugin msg)"
-                } else {
-                    ""
-                };
-                log::info!("{id}: applied live: {}{why}", list.join(", "));
-            }
-        }
-    }
-}
-
-/// Builds the limiter a rule's options describe (the registry calls it when
-/// no live one fits).
-pub(crate) fn new_limiter(o: &Options) -> Arc<Limiter<Queued>> {
-    let limiter = build_limiter(o);
-    if o.count_status.is_some() {
-        limiter.set_charge_on_response();
-    }
-    limiter
-}
-
-fn build_limiter(o: &Options) -> Arc<Limiter<Queued>> {
-    let limits = Limits::of(o);
-    if let Some(f) = &o.fair {
-        return Limiter::fair(limits, f, MonotonicClock);
-    }
-    match o.key {
-        // --store-sync exchanges counts as peers do (central/sync.rs).
-        Some(_) if o.peer.is_some() || o.store.as_ref().is_some_and(|s| s.sync_ms.is_some()) => {
-            let report_tags = o
-                .peer
-                .as_ref()
-                .map_or(central::sync::MAX_KEYS_PER_SYNC, |p| p.max_tags);
-            Limiter::peered(limits, o.keys, report_tags, MonotonicClock)
-        }
-        Some(_) => Limiter::keyed(limits, o.keys, MonotonicClock),
-        None => Limiter::new(limits, MonotonicClock),
+    for (level, msg) in changes.iter().filter_map(Change::message) {
+        log::log!(level, "{msg}");
     }
 }

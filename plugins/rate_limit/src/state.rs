@@ -6,9 +6,8 @@ use std::sync::atomic::{AtomicBool, AtomicU8, Ordering};
 use std::sync::{Arc, OnceLock};
 
 use ats::stats::Stat;
-use limits::{BudgetToken, Nanos, Permit, Ticket};
+use limits::{BudgetToken, Nanos, Permit};
 use parking_lot::Mutex;
-use rate_limit_core::mates::Mates;
 use rate_limit_core::Counted;
 
 use crate::metrics::{bump, Live};
@@ -172,64 +171,4 @@ pub(crate) enum Holder {
 }
 
 /// Slots held by a client session (`--conntrack`), released at SSN_CLOSE.
-/// Its transactions (HTTP/2 streams) may run on several threads: each part
-/// has its own lock; `waiting`'s is taken before a queue's, never after,
-/// and neither is held while a transaction is resumed.
-#[derive(Default)]
-pub(crate) struct SessionSlots {
-    /// By limiter id.
-    pub(crate) held: Mutex<Vec<(u64, Option<Held>)>>,
-    /// Its transactions waiting for a slot, to pass with the one that gets it.
-    waiting: Mutex<Mates<Queued>>,
-    /// Limiters whose dry run let it through as a would-be waiter: it
-    /// passes them only while they are still in a dry run.
-    dry: Mutex<Vec<u64>>,
-}
-
-impl SessionSlots {
-    /// Holds a slot of any limiter.
-    pub(crate) fn holds_any(&self) -> bool {
-        self.held.lock().iter().any(|(_, h)| h.is_some())
-    }
-
-    pub(crate) fn admitted(&self, limiter: u64) -> bool {
-        self.held.lock().iter().any(|(r, _)| *r == limiter)
-    }
-
-    /// Let through by `limiter`'s dry run (see `dry`).
-    pub(crate) fn dry_admitted(&self, limiter: u64) -> bool {
-        self.dry.lock().contains(&limiter)
-    }
-
-    pub(crate) fn keep_dry(&self, limiter: u64) {
-        let mut v = self.dry.lock();
-        if !v.contains(&limiter) {
-            v.push(limiter);
-        }
-    }
-
-    pub(crate) fn keep(&self, rule: u64, held: Option<Held>) {
-        let mut v = self.held.lock();
-        if !v.iter().any(|(r, _)| *r == rule) {
-            v.push((rule, held));
-            return;
-        }
-        // Two transactions of one session raced for a slot: give the second
-        // back, outside the lock (dropping it may admit a waiter).
-        drop(v);
-        drop(held);
-    }
-
-    /// Notes a transaction waiting in `limiter`'s queue (before it looks at
-    /// `admitted` once more: whoever keeps the slot after that look finds
-    /// it in `take_waiting`), unless the session tracks too many.
-    pub(crate) fn add_waiting(&self, limiter: u64, t: &Ticket<Queued>) {
-        self.waiting.lock().add(limiter, t);
-    }
-
-    /// Takes the session's waiters out of `limiter`'s queue (after the
-    /// session kept its slot there): O(its waiters).
-    pub(crate) fn take_waiting(&self, limiter: u64) -> Vec<Queued> {
-        self.waiting.lock().take(limiter)
-    }
-}
+pub(crate) type SessionSlots = rate_limit_core::session::SessionSlots<Held, Queued>;

@@ -110,6 +110,29 @@ pub struct Tick {
     pub bound: bool,
 }
 
+/// The metric (`plugin.rate_limiter.peer_bound`) of the sockets bound:
+/// every copy of the plugin adds to it.
+pub const BOUND: &str = "peer_bound";
+
+impl Tick {
+    /// The counts, by their process-wide metric's name
+    /// (`plugin.rate_limiter.NAME`: one socket serves every peered rule, and
+    /// a rejected datagram belongs to none).
+    pub fn counts(&self) -> [(&'static str, u64); 9] {
+        [
+            ("peer_reports_sent", self.reports_sent),
+            ("peer_reports_received", self.received),
+            ("peer_hits_applied", self.applied),
+            ("peer_rejected", self.rejected),
+            ("peer_tags_dropped", self.tags_dropped),
+            ("peer_inbound_dropped", self.inbound_dropped),
+            ("peer_outbound_dropped", self.outbound_dropped),
+            ("peer_send_errors", self.send_errors),
+            ("peer_senders_dropped", self.senders_dropped),
+        ]
+    }
+}
+
 impl Exchange {
     /// Binds the socket for `p`, whose `--peer-secret-file` is `secret`
     /// (resolved by the caller). A port in use is tried again from

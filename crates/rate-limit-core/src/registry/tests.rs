@@ -367,3 +367,36 @@ fn a_count_status_list_change_carries_the_limiter_over() {
         "{changes:?}"
     );
 }
+
+#[test]
+fn a_change_tells_the_log_what_happened() {
+    let lost = Change::Created {
+        id: "api".into(),
+        restarted: Some("key"),
+    };
+    let (level, msg) = lost.message().unwrap();
+    assert_eq!(level, log::Level::Warn);
+    assert!(
+        msg.starts_with("api: --key changed, which live state cannot follow"),
+        "{msg}"
+    );
+    let new = Change::Created {
+        id: "api".into(),
+        restarted: None,
+    };
+    assert_eq!(new.message(), None);
+    let changed = Change::Changed {
+        id: "api".into(),
+        values: vec![("limit", "2".into(), "3".into())],
+        overrode_live: true,
+    };
+    assert_eq!(
+        changed.message(),
+        Some((
+            log::Level::Info,
+            "api: applied live: --limit 2 -> 3 (remap.config overrides the values set live by \
+             traffic_ctl plugin msg)"
+                .to_owned()
+        ))
+    );
+}

@@ -5,6 +5,8 @@
 
 use std::collections::HashMap;
 
+/// Most keys exchanged per period; the heaviest first.
+pub const MAX_KEYS_PER_SYNC: usize = 4096;
 /// Most keys remembered (own hits of the last periods).
 pub const MAX_REMEMBERED: usize = 200_000;
 

@@ -25,15 +25,12 @@ use ats::sched::{Periodic, Pool};
 use ats::stats::Stat;
 use parking_lot::Mutex;
 use rate_limit_core::peering::exchange::Member;
-use rate_limit_core::store::ledger::Ledger;
+use rate_limit_core::store::ledger::{Ledger, MAX_KEYS_PER_SYNC};
 use store::redis::{key_base, Op, Reply};
 use store::{Answer, Clients};
 
 use super::rule_store::{Store, StoreMetrics, Token};
 use crate::metrics::bump;
-
-/// Most keys exchanged per period; the heaviest first.
-pub(crate) const MAX_KEYS_PER_SYNC: usize = 4096;
 
 /// One per limiter and store settings, held by the rules that use it (a
 /// group's rules share it) and by its exchanges in flight: it stops with
