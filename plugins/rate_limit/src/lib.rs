@@ -28,12 +28,14 @@
 //!
 //! The global mode (plugin.config's `rate_limit.so FILE.yaml`: TLS
 //! connections per SNI at the client hello) is a path of its own, the
-//! `rate_limit_global` crate. Beside the remap path: `rule.rs` is a rule as loaded (and the
-//! process-wide objects), `load.rs` makes one and commits reloads, `client.rs`
-//! finds the client and its key, `entries.rs` chains several entries on one
-//! rule, `queue.rs` parks waiters, `central.rs` asks Redis, `exchange.rs` runs the
-//! peer exchange, `refusals.rs` writes the refusal log, `ctl.rs` answers
-//! `traffic_ctl plugin msg`.
+//! `rate_limit_global` crate. Beside the remap path: `rule.rs` is a rule as
+//! loaded (and the process-wide objects), `load.rs` makes one and commits
+//! reloads, `client.rs` finds the client and its key, `entries.rs` chains
+//! several entries on one rule, `state.rs` is what a transaction holds,
+//! `queue.rs` parks waiters, `central.rs` asks Redis (its client:
+//! `central/rule_store.rs`), `metrics.rs` publishes a rule's metrics,
+//! `refusals.rs` writes the refusal log, `exchange.rs` runs the peer
+//! exchange, `card.rs` and `ctl.rs` answer `traffic_ctl plugin msg`.
 #![forbid(unsafe_code)]
 
 mod card;
