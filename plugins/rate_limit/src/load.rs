@@ -46,7 +46,7 @@ impl Rule {
         let peers = exchange::join(&opts, &limiter)?;
         let m = Metrics::new(&opts);
         let member: Weak<dyn Member> = Arc::downgrade(&limiter) as Weak<Limiter<Queued>>;
-        let store = RuleStore::new(&opts, member)?;
+        let store = RuleStore::new(&opts, limiter.id(), member)?;
         let live = Arc::new(metrics::Live::new(&m));
         let refusals = refusals::Refusals::new(&opts)?;
         Ok(Rule {

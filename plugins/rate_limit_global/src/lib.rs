@@ -22,6 +22,7 @@
 //! reload` rereads the file; a file that fails any check is refused and the
 //! one loaded keeps serving. A selector of the same SNI keeps its live
 //! state (open connections, parked handshakes, buckets).
+#![forbid(unsafe_code)]
 
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, OnceLock};

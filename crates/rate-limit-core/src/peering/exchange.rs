@@ -15,10 +15,8 @@ use std::path::Path;
 use std::sync::{OnceLock, Weak};
 use std::time::{Duration, Instant};
 
-use limits::Clock;
+use limits::{Clock, Waiter};
 use parking_lot::Mutex;
-
-use limits::Waiter;
 
 use super::PeerOptions;
 use crate::Limiter;
@@ -86,7 +84,7 @@ struct Entry {
     next: Instant,
 }
 
-/// A member's group name and the member, alive.
+/// A member, alive (for one tick).
 type Live = std::sync::Arc<dyn Member>;
 
 /// What one tick did, for the metrics: counts since the last tick.

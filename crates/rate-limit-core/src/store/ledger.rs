@@ -27,7 +27,8 @@ struct KeySync {
 impl Ledger {
     /// A key's sync came back: `hits` were sent in `period`, and `previous`
     /// holds the totals of the two periods before it (the last first).
-    /// Returns the others' hits not applied yet, if any.
+    /// Returns the others' hits not applied yet, if any. The numbers come
+    /// from the store's reply: arithmetic saturates.
     pub fn synced(
         &mut self,
         tag: &[u8],
@@ -37,7 +38,8 @@ impl Ledger {
     ) -> Option<u64> {
         if self.keys.len() >= MAX_REMEMBERED && !self.keys.contains_key(tag) {
             // Forget the keys not synced in the last two periods.
-            self.keys.retain(|_, k| k.own[0].0 + 2 >= period);
+            self.keys
+                .retain(|_, k| k.own[0].0.saturating_add(2) >= period);
         }
         let k = self.keys.entry(tag.into()).or_default();
         k.record(period, u64::from(hits));
@@ -56,7 +58,7 @@ impl Ledger {
 impl KeySync {
     fn record(&mut self, period: u64, hits: u64) {
         if let Some(o) = self.own.iter_mut().find(|(p, _)| *p == period) {
-            o.1 += hits;
+            o.1 = o.1.saturating_add(hits);
         } else if period > self.own[0].0 {
             self.own.rotate_right(1);
             self.own[0] = (period, hits);
@@ -80,7 +82,7 @@ impl KeySync {
                 .iter()
                 .find(|(p, _)| *p == q)
                 .map_or(0, |(_, h)| *h);
-            others += total.saturating_sub(own);
+            others = total.saturating_sub(own).saturating_add(others);
         }
         Some(others).filter(|&n| n > 0)
     }

@@ -64,7 +64,9 @@ pub(crate) enum Token {
     Sync(Arc<sync::Syncer>, Box<[u8]>, u32),
 }
 
-/// A decision in flight: what its completion resumes or logs.
+/// A decision in flight: what its completion resumes or logs. An
+/// implementor that carries a parked transaction must keep the store's
+/// client alive (see [`Token`]): both hold the rule, whose `store` holds it.
 pub(crate) trait Asked: Send {
     /// The store answered or timed out (on the drainer's thread).
     fn completed(self: Box<Self>, waited: Duration, answer: Answer<Reply>);
@@ -164,7 +166,11 @@ impl StoreMetrics {
 impl RuleStore {
     /// The rule's store client (shared with every rule naming the same
     /// store and timeout), started with the first.
-    pub(crate) fn new(o: &Options, limiter: Weak<dyn Member>) -> Result<Option<RuleStore>, String> {
+    pub(crate) fn new(
+        o: &Options,
+        limiter_id: u64,
+        limiter: Weak<dyn Member>,
+    ) -> Result<Option<RuleStore>, String> {
         let Some(s) = &o.store else { return Ok(None) };
         let url = s.url();
         let timeout = Duration::from_millis(s.timeout_ms);
@@ -183,7 +189,14 @@ impl RuleStore {
         })?;
         let metrics = StoreMetrics::new(o);
         let sync = match s.sync_ms {
-            Some(ms) => Some(sync::join(&store, limiter, &s.namespace, ms, metrics)?),
+            Some(ms) => Some(sync::join(
+                &store,
+                limiter_id,
+                limiter,
+                &s.namespace,
+                ms,
+                metrics,
+            )?),
             None => None,
         };
         Ok(Some(RuleStore {

@@ -65,12 +65,13 @@ static SYNCERS: Clients<Syncer> = Clients::new();
 /// one started here.
 pub(super) fn join(
     store: &Arc<Store>,
+    limiter_id: u64,
     limiter: Weak<dyn Member>,
     namespace: &str,
     period_ms: u64,
     metrics: StoreMetrics,
 ) -> Result<Arc<Syncer>, String> {
-    let id = limiter.upgrade().map_or(0, |l| l.id());
+    let id = limiter_id;
     let same = |s: &Syncer| {
         s.limiter_id == id
             && Arc::ptr_eq(&s.store, store)

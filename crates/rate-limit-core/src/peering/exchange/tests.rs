@@ -12,6 +12,8 @@ use crate::peering::PeerOptions;
 struct Fake {
     id: u64,
     report: Mutex<Vec<(Box<[u8]>, u32)>>,
+    /// Reported as left out of each report.
+    dropped_tags: u64,
     applied: Mutex<Vec<(Vec<u8>, u32)>>,
 }
 
@@ -25,6 +27,7 @@ impl Fake {
                     .map(|(t, h)| (t.as_bytes().into(), *h))
                     .collect(),
             ),
+            dropped_tags: 5,
             applied: Mutex::default(),
         })
     }
@@ -41,6 +44,7 @@ impl Member for Fake {
     fn report(&self, _max_tags: usize) -> dthrottle::Report {
         dthrottle::Report {
             entries: std::mem::take(&mut *self.report.lock()),
+            dropped_tags: self.dropped_tags,
             ..Default::default()
         }
     }
@@ -126,13 +130,38 @@ fn joining_twice_keeps_one_entry_and_a_dropped_member_is_skipped() {
     e.join(&o, "g", member(&m), t0);
     e.join(&o, "g", member(&m), t0);
     assert_eq!(e.members.lock().len(), 1);
+    // Reported when due (its left-out tags counted), skipped once dropped.
+    assert_eq!(e.tick(t0 + Duration::from_secs(1)).tags_dropped, 5);
     drop(m);
-    let t = e.tick(t0 + Duration::from_secs(1));
-    assert_eq!(t.tags_dropped, 0);
+    assert_eq!(e.tick(t0 + Duration::from_secs(2)).tags_dropped, 0);
     // Forgotten at the next join.
     let n = Fake::new(8, &[]);
     e.join(&o, "g", member(&n), t0);
     assert_eq!(e.members.lock().len(), 1);
+}
+
+#[test]
+fn the_counts_keep_their_metric_names() {
+    let names: Vec<&str> = super::Tick::default()
+        .counts()
+        .iter()
+        .map(|(n, _)| *n)
+        .collect();
+    assert_eq!(
+        names,
+        [
+            "peer_reports_sent",
+            "peer_reports_received",
+            "peer_hits_applied",
+            "peer_rejected",
+            "peer_tags_dropped",
+            "peer_inbound_dropped",
+            "peer_outbound_dropped",
+            "peer_send_errors",
+            "peer_senders_dropped",
+        ]
+    );
+    assert_eq!(super::BOUND, "peer_bound");
 }
 
 #[test]

@@ -33,7 +33,7 @@ fn a_full_ledger_forgets_the_keys_not_synced_lately() {
     // A new key past the bound: the stale ones go, the fresh one stays.
     assert_eq!(l.synced(b"new", 2, 13, [5, 0]), Some(5));
     assert_eq!(l.len(), 2);
-    // Period 11's total of 3 for key 0 is applied once, less nothing of ours.
+    // Period 12's total of 3 for key 0 comes after 12 was applied (as 0).
     assert_eq!(
         l.synced(&0u64.to_le_bytes(), 1, 13, [3, 0]),
         None,
