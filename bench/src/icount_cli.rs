@@ -17,9 +17,9 @@ usage: ats-bench icount [--requests N] [--warmup N] [--reps N] [--out FILE] [--d
   --reps N       repetitions of every configuration and workload (default 3)
   --out FILE     update the generated icount section of FILE (e.g. BENCHMARKS.md)
   --dumps DIR    keep callgrind's dump files there (default: a temp dir, removed)
-  --only K,K,..  measure only these configurations (always also `none` and every
-                 --plugin): upstream, ours, rate-only, keyed, throttle, ip_throttle,
-                 control
+  --only K,K,..  measure only these configurations (always also `none`, `floor`
+                 and every --plugin): upstream, ours, rate-only, keyed, throttle,
+                 ip_throttle, control
   --plugin 'KEY=/path/to/plugin.so [--opt ...]'
                  one more configuration (repeatable), e.g. a plugin built from
                  another branch: --plugin 'branch=/tmp/rate_limit.so --limit=1000000'
@@ -95,8 +95,12 @@ pub const RATE_ONLY_OPTIONS: &[&str] = &["--rate=1000000", "--queue=1000"];
 /// Our keyed rule: the same limits, per client address.
 pub const KEYED_OPTIONS: &[&str] = &["--limit=1000000", "--queue=1000", "--key=ip"];
 
-/// The configurations of `ats-bench icount`: the load bench's, plus a
-/// rate-only and a keyed rule of ours, and any `--plugin`.
+/// The floor (issue 32, `bench/floor/floor.c`): the least a remap
+/// concurrency limiter must do, built for the line under test.
+pub const FLOOR_SO: &str = env!("ATS_BENCH_FLOOR_SO");
+
+/// The configurations of `ats-bench icount`: the load bench's, plus the
+/// floor, a rate-only and a keyed rule of ours, and any `--plugin`.
 fn variants(args: &Args, ours_rl: &str, ours_throttle: &str, ours_ip: &str) -> Vec<Variant> {
     let mut v = crate::variants::load_variants(ours_rl, ours_throttle, ours_ip);
     let control = v.pop().expect("the load bench ends with its A/A control");
@@ -124,6 +128,15 @@ fn variants(args: &Args, ours_rl: &str, ours_throttle: &str, ours_ip: &str) -> V
             ),
         },
     );
+    v.insert(
+        1,
+        Variant {
+            key: "floor",
+            label: "floor (minimal C limiter)",
+            host: "floor.bench",
+            plugin: format!("@plugin={FLOOR_SO}"),
+        },
+    );
     for (key, so, opts) in &args.plugins {
         // Leaked once per run: Variant holds 'static names, like the load bench's.
         let key: &'static str = Box::leak(key.clone().into_boxed_str());
@@ -141,10 +154,11 @@ fn variants(args: &Args, ours_rl: &str, ours_throttle: &str, ours_ip: &str) -> V
     }
     v.push(control);
     if let Some(only) = &args.only {
-        // `none` is what the others are measured against; a --plugin was
-        // asked for by name.
+        // `none` and `floor` are what the others are measured against; a
+        // --plugin was asked for by name.
         v.retain(|x| {
             x.key == "none"
+                || x.key == "floor"
                 || only.iter().any(|k| k == x.key)
                 || args.plugins.iter().any(|(k, _, _)| k == x.key)
         });

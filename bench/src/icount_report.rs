@@ -145,7 +145,10 @@ pub fn section(ctx: &Context, r: &Results) -> String {
          repetitions, the configuration order rotating. With no request at all the process \
          executes {} Ir/s (timers), about {} Ir per request at this pace: already in every \
          figure, and the same in all. **added** = the configuration minus the no-plugin rule \
-         of the same repetition; its split (means over repetitions): **own code** in the \
+         of the same repetition; **over floor** = added minus the floor's (a C remap plugin \
+         doing the least a concurrency limiter must: an atomic add at remap, a TXN_CLOSE \
+         hook, an atomic sub and a re-enable at close; `bench/floor/floor.c`). The split \
+         of added (means over repetitions): **own code** in the \
          plugin's object, **TS API** calls it makes (inclusive; `TSHttpTxnReenable` own \
          instructions only), **runtime** calls it makes (`__tls_get_addr`, malloc/free, \
          clock, libstdc++), **ATS** = the rest (remap plugin call, hook registration and \
@@ -162,13 +165,18 @@ pub fn section(ctx: &Context, r: &Results) -> String {
         let reps_hdr: String = (1..=a.reps).map(|i| format!(" rep {i} |")).collect();
         let _ = writeln!(
             s,
-            "| configuration | Ir/request |{reps_hdr} spread | added | added, min–max | own code | TS API | runtime | ATS |"
+            "| configuration | Ir/request |{reps_hdr} spread | added | over floor | added, min–max | own code | TS API | runtime | ATS |"
         );
         let _ = writeln!(
             s,
-            "|---|--:|{}--:|--:|--:|--:|--:|--:|--:|",
+            "|---|--:|{}--:|--:|--:|--:|--:|--:|--:|--:|",
             "--:|".repeat(a.reps)
         );
+        let floor = r
+            .variants
+            .iter()
+            .position(|v| v.key == "floor")
+            .map(|fi| mean(&row(r, fi, w).added));
         for (vi, v) in r.variants.iter().enumerate() {
             let x = row(r, vi, w);
             let m = mean(&x.reps);
@@ -183,7 +191,7 @@ pub fn section(ctx: &Context, r: &Results) -> String {
             if vi == 0 {
                 let _ = writeln!(
                     s,
-                    "| {} | {} |{reps} {spread} | — | — | — | — | — | — |",
+                    "| {} | {} |{reps} {spread} | — | — | — | — | — | — | — |",
                     v.label,
                     int(m, false)
                 );
@@ -194,9 +202,14 @@ pub fn section(ctx: &Context, r: &Results) -> String {
             let amax = x.added.iter().copied().fold(f64::NEG_INFINITY, f64::max);
             let sh = &x.share;
             let ats = added - sh.own - sh.api - sh.runtime;
+            let over = match floor {
+                Some(_) if v.key == "floor" => "—".to_owned(),
+                Some(f) => int(added - f, true),
+                None => "—".to_owned(),
+            };
             let _ = writeln!(
                 s,
-                "| {} | {} |{reps} {spread} | **{}** | {} – {} | {} | {} | {} | {} |",
+                "| {} | {} |{reps} {spread} | **{}** | {over} | {} – {} | {} | {} | {} | {} |",
                 v.label,
                 int(m, false),
                 int(added, true),
