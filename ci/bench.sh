@@ -24,7 +24,8 @@
 #                          callgrind window, a 2.5 s flood; fails if a handshake
 #                          does not end as its configuration says).
 #   ci/bench.sh icount     instructions per request of traffic_server under
-#                          callgrind for every configuration (issue 15, ~5 min),
+#                          callgrind for every configuration and the floor (a
+#                          minimal C limiter, bench/floor; issue 15, ~5 min),
 #                          and the micro-benchmarks' counts; updates BENCHMARKS.md.
 #   ci/bench.sh tls        rate_limit.so's global mode (issue 29): instructions
 #                          per TLS connection under callgrind (no plugin, ours
