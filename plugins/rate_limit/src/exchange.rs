@@ -20,16 +20,14 @@
 //! registry: its exchange finds the port still bound by the old copy's, and
 //! binds once it is free.
 
-use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Weak};
 use std::time::{Duration, Instant};
 
 use ats::sched::{Periodic, Pool};
 use ats::stats::Stat;
-use limits::Waiter;
 use rate_limit_core::peering::exchange::{self, Member, Tick};
-use rate_limit_core::{Limiter, Options};
+use rate_limit_core::Options;
 use store::Clients;
 
 use crate::metrics::bump;
@@ -63,27 +61,22 @@ struct Shared {
 /// Adds a peered rule's limiter to the exchange, starting the exchange with
 /// the first one. The rule keeps what this returns: the exchange runs as
 /// long as a rule holds it.
-pub(crate) fn join<W: Waiter + 'static>(
+pub(crate) fn join(
     opts: &Options,
-    limiter: &Arc<Limiter<W>>,
+    limiter: Weak<dyn Member>,
 ) -> Result<Option<Arc<Exchange>>, String> {
     let (Some(p), Some(group)) = (&opts.peer, &opts.group) else {
         return Ok(None);
     };
     let e = EXCHANGE.get_or_start(|_| true, || start(p).map(Arc::new))?;
     e.shared.exchange.agrees(p)?;
-    let member: Weak<dyn Member> = Arc::downgrade(limiter) as Weak<Limiter<W>>;
-    e.shared.exchange.join(p, group, member, Instant::now());
+    e.shared.exchange.join(p, group, limiter, Instant::now());
     Ok(Some(e))
 }
 
 fn start(p: &rate_limit_core::peering::PeerOptions) -> Result<Exchange, String> {
-    let secret = PathBuf::from(&p.secret_file);
-    let secret = if secret.is_absolute() {
-        secret
-    } else {
-        ats::config_dir().join(secret)
-    };
+    // Relative to ATS's configuration directory (`join` keeps an absolute path).
+    let secret = ats::config_dir().join(&p.secret_file);
     let exchange = exchange::Exchange::start(p, &secret, Instant::now())?;
     let stat = |m: &str| {
         Stat::find_or_create(&format!("{}.{m}", rate_limit_core::options::DEFAULT_PREFIX))

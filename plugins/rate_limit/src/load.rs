@@ -43,9 +43,10 @@ impl Rule {
                 .flatten();
             (limiter, place > 1, followed, policy)
         };
-        let peers = exchange::join(&opts, &limiter)?;
-        let m = Metrics::new(&opts);
+        // What the peer exchange and the store's syncer see of the limiter.
         let member: Weak<dyn Member> = Arc::downgrade(&limiter) as Weak<Limiter<Queued>>;
+        let peers = exchange::join(&opts, member.clone())?;
+        let m = Metrics::new(&opts);
         let store = RuleStore::new(&opts, limiter.id(), member)?;
         let live = Arc::new(metrics::Live::new(&m));
         let refusals = refusals::Refusals::new(&opts)?;

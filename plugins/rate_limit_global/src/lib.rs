@@ -24,7 +24,7 @@
 //! state (open connections, parked handshakes, buckets).
 #![forbid(unsafe_code)]
 
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::sync::{Arc, OnceLock};
 
 use arc_swap::ArcSwap;
@@ -195,14 +195,10 @@ pub fn init(args: &[&str]) -> Result<bool, String> {
     Ok(true)
 }
 
-/// A relative file name is in Traffic Server's configuration directory.
+/// A relative file name is in Traffic Server's configuration directory
+/// (`join` keeps an absolute one as it is).
 fn resolve(f: &str) -> PathBuf {
-    let p = Path::new(f);
-    if p.is_absolute() {
-        p.to_owned()
-    } else {
-        ats::config_dir().join(p)
-    }
+    ats::config_dir().join(f)
 }
 
 fn summary(c: &Config) -> String {
