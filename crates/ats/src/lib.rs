@@ -12,6 +12,9 @@
 //!   stopped any unwind. A parked transaction is read and changed only on
 //!   its own thread ([`Parked::on_home`] → [`HomeTxn`]).
 //! - [`HookCont`]/[`HookHandler`]: hook continuations with one generic trampoline.
+//! - [`CloseHook`]/[`CloseHandler`]: a TXN_CLOSE hook shared by the
+//!   transactions it was added to, freed after the last (a rule's slot
+//!   release, with no per-transaction state).
 //! - [`TxnData`]/[`SsnData`]/[`VConnData`]: per-transaction/session/connection
 //!   state dropped at close.
 //! - [`vconn`]: TLS connections at the client hello (global hooks): resolve,
@@ -30,6 +33,7 @@ pub use ats_sys as sys;
 
 use std::os::unix::ffi::OsStrExt;
 
+mod close_hook;
 mod cont;
 mod event_thread;
 mod global_arg;
@@ -50,6 +54,7 @@ mod user_arg;
 pub mod vconn;
 pub mod wake;
 
+pub use close_hook::{CloseHandler, CloseHook};
 pub use cont::{HookCont, HookHandler};
 pub use event_thread::EventThread;
 pub use hdr::Header;

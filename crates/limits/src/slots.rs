@@ -163,6 +163,15 @@ impl<W: Waiter> Slots<W> {
         })
     }
 
+    /// [`Slots::try_acquire`] without the permit: as if it were
+    /// [`detach`](Permit::detach)ed at once (the caller owes one
+    /// [`Slots::release_detached`] if this returns true). Never on a fair
+    /// limiter, and never while anyone waits (FIFO holds): then `false`,
+    /// and the caller takes the path that can queue.
+    pub fn try_acquire_detached(&self) -> bool {
+        self.waiting.load(Ordering::SeqCst) == 0 && self.try_inc()
+    }
+
     /// [`Slots::try_acquire`] with waiters, or on a fair limiter (as flow
     /// 0; its `waiting` always has [`FAIR_BIT`]): out of the fast path.
     #[cold]
@@ -231,9 +240,15 @@ impl<W: Waiter> Slots<W> {
     }
 }
 
+/// A detached permit's `flow` (see [`Permit::detach`]): never a fair
+/// limiter's, whose permits cannot be detached (its flows are hashes).
+const DETACHED: u64 = u64::MAX;
+
 impl<W: Waiter> Drop for Permit<W> {
     fn drop(&mut self) {
-        self.slots.release(self.flow);
+        if self.flow != DETACHED || self.slots.fair.is_some() {
+            self.slots.release(self.flow);
+        }
     }
 }
 
@@ -241,6 +256,29 @@ impl<W: Waiter> Permit<W> {
     /// The limiter this permit belongs to.
     pub fn slots(&self) -> &Arc<Slots<W>> {
         &self.slots
+    }
+
+    /// Gives the permit up without freeing its slot: the caller now owes
+    /// the limiter exactly one [`Slots::release_detached`]. For a holder
+    /// whose end is an event that knows the limiter (ATS's TXN_CLOSE hook
+    /// of one rule) rather than a value's drop. A fair limiter's permit
+    /// (which gives its slot back to its flow) is handed back.
+    pub fn detach(mut self) -> Result<(), Self> {
+        if self.slots.fair.is_some() {
+            return Err(self);
+        }
+        self.flow = DETACHED;
+        Ok(())
+    }
+}
+
+impl<W: Waiter> Slots<W> {
+    /// Frees the slot of a permit [`detach`](Permit::detach)ed from this
+    /// limiter, as dropping the permit would have (admitting the next
+    /// waiter). Once per detached permit: more would free slots that others
+    /// hold.
+    pub fn release_detached(self: &Arc<Self>) {
+        self.release(0);
     }
 }
 

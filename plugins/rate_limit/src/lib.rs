@@ -67,7 +67,7 @@ use crate::entries::Earlier;
 use crate::metrics::bump;
 use crate::queue::park;
 use crate::rule::{Globals, Rule, GLOBALS, REGISTRY};
-use crate::state::{Fate, Held, Holder, Pending, PerTxn, SessionSlots, TxnState};
+use crate::state::{Fate, Held, Holder, Pending, PerTxn, SessionSlots, SlotRelease, TxnState};
 use rate_limit_core::refusal_log::Reason;
 
 impl RemapPlugin for Rule {
@@ -116,6 +116,15 @@ impl RemapPlugin for Rule {
     }
 
     fn do_remap(self: &Arc<Self>, txn: Txn<'_>, req: &mut RemapRequest<'_>) -> RemapStatus {
+        // The common case first: a free slot is all the rule asks, and the
+        // rule's TXN_CLOSE hook gives it back (state.rs). A later entry on
+        // the remap rule may have appeared since load (`followed`); a full
+        // limiter or a queue goes the whole way below.
+        if let (true, Some(release)) = (self.bare, &self.release) {
+            if !self.followed.load(Ordering::Relaxed) && SlotRelease::try_hold(release, txn) {
+                return RemapStatus::NoRemap;
+            }
+        }
         let Some(g) = GLOBALS.get() else {
             return RemapStatus::NoRemap;
         };
@@ -207,11 +216,10 @@ impl RemapPlugin for Rule {
         };
         match admission {
             Admission::Go(permit) => {
-                let held = permit.map(|p| Held::new(p, self));
                 self.live.admit();
                 match holder {
                     Holder::Session(s) => {
-                        s.keep(self.limiter_id(), held);
+                        s.keep(self.limiter_id(), permit.map(|p| Held::new(p, self)));
                         // Its streams already waiting in the queue (they
                         // missed the free slot) pass with it.
                         self.resume_session_mates(&s);
@@ -220,20 +228,20 @@ impl RemapPlugin for Rule {
                         }
                     }
                     // Nothing to hold, decorate or charge: no state, no hooks.
-                    Holder::Txn if held.is_none() && !self.needs_response() => {}
+                    Holder::Txn if permit.is_none() && !self.needs_response() => {}
                     // Alone on its rule, nothing to decorate: only the slot
-                    // to keep until TXN_CLOSE (if the slot is taken, the
-                    // value comes back and dropping it frees the slot).
+                    // to give back at TXN_CLOSE (state.rs).
                     Holder::Txn
                         if !self.needs_response()
                             && !self.chained
                             && !self.followed.load(Ordering::Relaxed) =>
                     {
-                        if let Some(h) = held {
-                            let _ = g.txn.set(txn, PerTxn::Held { _slot: h });
+                        if let Some(p) = permit {
+                            self.hold_until_close(g, txn, p);
                         }
                     }
                     Holder::Txn => {
+                        let held = permit.map(|p| Held::new(p, self));
                         self.attach(g, txn, Fate::Admitted, held, None, who);
                     }
                 }

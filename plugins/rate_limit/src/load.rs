@@ -10,12 +10,13 @@ use ats::{ReloadStatus, RemapArgs};
 use limits::MonotonicClock;
 use rate_limit_core::peering::exchange::Member;
 use rate_limit_core::registry::{Change, Registry};
-use rate_limit_core::{Limiter, Limits, Options};
+use rate_limit_core::{Limiter, Limits, Options, Shaped};
 
 use crate::central::rule_store::RuleStore;
 use crate::metrics::Metrics;
 use crate::queue::Queued;
 use crate::rule::{Rule, REGISTRY};
+use crate::state::SlotRelease;
 use crate::{exchange, metrics, refusals};
 
 impl Rule {
@@ -50,7 +51,23 @@ impl Rule {
         let store = RuleStore::new(&opts, limiter.id(), member)?;
         let live = Arc::new(metrics::Live::new(&m));
         let refusals = refusals::Refusals::new(&opts)?;
+        // Used where an admitted request keeps only its slot (lib.rs): not
+        // with `--conntrack` (the session keeps it) or a response to see.
+        let release = match limiter.slots() {
+            Some(slots) if !opts.conntrack && !opts.ratelimit_headers && opts.count_status.is_none() => {
+                Some(ats::CloseHook::new(SlotRelease::new(slots.clone(), live.clone()))?)
+            }
+            _ => None,
+        };
+        let bare = release.is_some()
+            && matches!(limiter.shaped(), Shaped::Rule(_))
+            && opts.rate.is_none()
+            && opts.exempt.is_none()
+            && opts.store.is_none()
+            && !chained;
         Ok(Rule {
+            release,
+            bare,
             refusals,
             store,
             live,

@@ -66,6 +66,13 @@ pub struct Rule {
     pub(crate) _peers: Option<Arc<exchange::Exchange>>,
     /// `--log`: the refusal log.
     pub(crate) refusals: refusals::Refusals,
+    /// With rule-wide slots: the TXN_CLOSE hook that gives back the slots
+    /// of requests that keep nothing else (`Rule::hold_until_close`).
+    pub(crate) release: Option<ats::CloseHook<crate::state::SlotRelease>>,
+    /// A free slot is all that admits a request (`Rule::bare`, load.rs):
+    /// no rate, key, flow, exemption, store, session or response to see,
+    /// and no other entry on the remap rule before it.
+    pub(crate) bare: bool,
 }
 
 impl Rule {
