@@ -1,5 +1,5 @@
 //! `ats-bench icount`'s command line: options, the configurations it
-//! measures (the load bench's, a rate-only and a keyed rule of ours,
+//! measures (the load bench's, a rate-only, a keyed and a keyed-rate rule of ours,
 //! any `--plugin` given), and the report.
 
 use std::path::PathBuf;
@@ -18,7 +18,7 @@ usage: ats-bench icount [--requests N] [--warmup N] [--reps N] [--out FILE] [--d
   --out FILE     update the generated icount section of FILE (e.g. BENCHMARKS.md)
   --dumps DIR    keep callgrind's dump files there (default: a temp dir, removed)
   --only K,K,..  measure only these configurations (always also `none`, `floor`
-                 and every --plugin): upstream, ours, rate-only, keyed, throttle,
+                 and every --plugin): upstream, ours, rate-only, keyed-rate, keyed, throttle,
                  ip_throttle, control
   --plugin 'KEY=/path/to/plugin.so [--opt ...]'
                  one more configuration (repeatable), e.g. a plugin built from
@@ -94,13 +94,15 @@ pub fn parse_args(argv: &[String]) -> Result<Args, String> {
 pub const RATE_ONLY_OPTIONS: &[&str] = &["--rate=1000000", "--queue=1000"];
 /// Our keyed rule: the same limits, per client address.
 pub const KEYED_OPTIONS: &[&str] = &["--limit=1000000", "--queue=1000", "--key=ip"];
+/// Our keyed rate: a bucket per client address (issue 32's `--key=ip --rate`).
+pub const KEYED_RATE_OPTIONS: &[&str] = &["--rate=1000000", "--queue=1000", "--key=ip"];
 
 /// The floor (issue 32, `bench/floor/floor.c`): the least a remap
 /// concurrency limiter must do, built for the line under test.
 pub const FLOOR_SO: &str = env!("ATS_BENCH_FLOOR_SO");
 
 /// The configurations of `ats-bench icount`: the load bench's, plus the
-/// floor, a rate-only and a keyed rule of ours, and any `--plugin`.
+/// floor, a rate-only, a keyed-rate and a keyed rule of ours, and any `--plugin`.
 fn variants(args: &Args, ours_rl: &str, ours_throttle: &str, ours_ip: &str) -> Vec<Variant> {
     let mut v = crate::variants::load_variants(ours_rl, ours_throttle, ours_ip);
     let control = v.pop().expect("the load bench ends with its A/A control");
@@ -113,6 +115,18 @@ fn variants(args: &Args, ours_rl: &str, ours_throttle: &str, ours_ip: &str) -> V
             plugin: format!(
                 "@plugin={ours_rl}{}",
                 crate::variants::pparams(KEYED_OPTIONS)
+            ),
+        },
+    );
+    v.insert(
+        3,
+        Variant {
+            key: "keyed-rate",
+            label: "our rate_limit.so, keyed rate (`--key=ip --rate`)",
+            host: "keyed-rate.bench",
+            plugin: format!(
+                "@plugin={ours_rl}{}",
+                crate::variants::pparams(KEYED_RATE_OPTIONS)
             ),
         },
     );

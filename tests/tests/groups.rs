@@ -187,7 +187,11 @@ fn twenty_reloads_under_load_never_exceed_the_limit_at_the_origin() {
     // Each replaced rule's TXN_CLOSE hook (its slots' release) is freed
     // once the rule and its last transaction are gone: 20 generations of 3
     // rules replaced (a debug line each; none twice, or ATS would abort).
-    let freed = || ts.diags().matches("TXN_CLOSE hook of a rule now gone").count();
+    let freed = || {
+        ts.diags()
+            .matches("TXN_CLOSE hook of a rule now gone")
+            .count()
+    };
     assert!(
         wait_until(Duration::from_secs(60), || freed() >= 60),
         "{} of 60 freed",

@@ -164,8 +164,7 @@ unsafe extern "C" fn closed<H: CloseHandler>(
 ) -> c_int {
     // SAFETY: the data was set in `new` to a live Shared<H>, freed only
     // after the last transaction holding the hook (this one) closed.
-    let Some(shared) = NonNull::new(unsafe { sys::TSContDataGet(cont) }.cast::<Shared<H>>())
-    else {
+    let Some(shared) = NonNull::new(unsafe { sys::TSContDataGet(cont) }.cast::<Shared<H>>()) else {
         return 0;
     };
     // SAFETY: as above.

@@ -54,8 +54,13 @@ impl Rule {
         // Used where an admitted request keeps only its slot (lib.rs): not
         // with `--conntrack` (the session keeps it) or a response to see.
         let release = match limiter.slots() {
-            Some(slots) if !opts.conntrack && !opts.ratelimit_headers && opts.count_status.is_none() => {
-                Some(ats::CloseHook::new(SlotRelease::new(slots.clone(), live.clone()))?)
+            Some(slots)
+                if !opts.conntrack && !opts.ratelimit_headers && opts.count_status.is_none() =>
+            {
+                Some(ats::CloseHook::new(SlotRelease::new(
+                    slots.clone(),
+                    live.clone(),
+                ))?)
             }
             _ => None,
         };
