@@ -7,6 +7,7 @@
 
 pub mod admission;
 pub mod ctl;
+pub mod enforce;
 pub mod fair;
 pub mod headers;
 pub mod key;

@@ -71,6 +71,10 @@ pub struct Options {
     /// `--dry-run`: decide, count and log, but let every request through
     /// (the rule's starting value; `set` can change it live).
     pub dry_run: bool,
+    /// `--enforce`: the share of clients (percent) refused for real; the
+    /// others are a dry run (see `crate::enforce`). The rule's starting
+    /// value; `set` can change it live.
+    pub enforce: u8,
     /// `--exempt`: clients never limited by this rule.
     pub exempt: Option<Exempt>,
     /// `--log`: the refusal log's name (`<logdir>/<name>.log`).

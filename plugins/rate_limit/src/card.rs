@@ -25,6 +25,9 @@ pub(crate) struct Card {
     names: Mutex<Names>,
     /// The rule's dry run: `--dry-run`, then `set … dry_run=on|off`.
     pub(crate) dry_run: std::sync::atomic::AtomicBool,
+    /// The share of clients refused for real: `--enforce`, then `set …
+    /// enforce=N`.
+    pub(crate) enforce: std::sync::atomic::AtomicU8,
 }
 
 /// Every live rule's card (weakly: a rule gone with a reload drops out).
@@ -49,6 +52,7 @@ impl Card {
             key: o.key.clone(),
             names: Mutex::new(Names::default()),
             dry_run: std::sync::atomic::AtomicBool::new(o.dry_run),
+            enforce: std::sync::atomic::AtomicU8::new(o.enforce),
         });
         CARDS.enlist(&card);
         card

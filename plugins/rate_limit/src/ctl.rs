@@ -163,6 +163,7 @@ fn describe(t: &Target) -> Value {
                 metrics: &c.metrics_name,
                 counts: [m.admitted, m.queued, m.rejected, m.expired, m.abandoned].map(get),
                 dry_run: c.dry_run.load(Ordering::Relaxed),
+                enforce: c.enforce.load(Ordering::Relaxed),
             }
         })
         .collect();
@@ -184,9 +185,10 @@ fn set(name: &str, settings: &[ctl::Setting]) -> Answer {
     // Under the registry lock, so a configuration load cannot interleave.
     let mut reg = REGISTRY.lock();
     let t = pick(reg.live(), name)?;
-    // The only flag `set` takes is the rules' dry run.
-    let dry_only = settings.iter().all(|s| s.switch_value().is_some());
-    if t.opts.store.is_some() && !dry_only {
+    // The rules' own settings (the dry run, the share enforced) leave the
+    // limiter alone.
+    let rules_only = settings.iter().all(ctl::Setting::of_the_rule);
+    if t.opts.store.is_some() && !rules_only {
         return Err(format!(
             "set: {} is decided in Redis (--store) with the values of remap.config, which a \
              live change would not reach: nothing changed (edit remap.config and reload)",
@@ -194,7 +196,7 @@ fn set(name: &str, settings: &[ctl::Setting]) -> Answer {
         ));
     }
     let new = ctl::apply(&t.opts, settings)?;
-    if !dry_only {
+    if !rules_only {
         t.limiter
             .reconfigure(Limits::of(&new))
             .map_err(|o| format!("set: {o} cannot change live"))?;
@@ -212,6 +214,15 @@ fn set(name: &str, settings: &[ctl::Setting]) -> Answer {
             .map(|c| c.dry_run.swap(d, Ordering::Relaxed))
             .collect();
         changed.extend(answer::dry_run(&before, d));
+    }
+    // So is the share enforced (the last enforce= given wins).
+    if let Some(e) = settings.iter().rev().find_map(ctl::Setting::enforce_value) {
+        let before: Vec<u8> = t
+            .rules(name)
+            .into_iter()
+            .map(|c| c.enforce.swap(e, Ordering::Relaxed))
+            .collect();
+        changed.extend(answer::enforce(&before, e));
     }
     let (list, body) = answer::set(&t.id, &changed);
     log::info!(

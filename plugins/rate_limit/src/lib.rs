@@ -3,10 +3,12 @@
 //! One transaction, top to bottom:
 //! 1. `do_remap`: an `--exempt` client passes untouched (`client.rs`); then
 //!    the rate bucket (if `--rate`; with `--count-status` only checked),
-//!    then a concurrency slot (if a limit). In a dry run (`--dry-run`) every
-//!    would-be wait or refusal is counted and logged, and the request goes
-//!    on. Admitted: the slot goes into per-transaction (or, with
-//!    `--conntrack`, per-session) state and is released when ATS closes it.
+//!    then a concurrency slot (if a limit). In a dry run (`--dry-run`, or
+//!    for a client `--enforce` leaves out) every would-be wait or refusal
+//!    is counted and logged, and the request goes on. Admitted: the slot
+//!    goes into per-transaction (or, with `--conntrack`, per-session) state,
+//!    or (the rule's only entry, nothing to decorate) the rule's own
+//!    TXN_CLOSE hook gives it back; either way when ATS closes it.
 //!    Must wait: a queue place is taken and the transaction parks at
 //!    POST_REMAP. Otherwise: rejected in remap, so ATS answers with its
 //!    error page.
@@ -159,7 +161,7 @@ impl RemapPlugin for Rule {
                     // A connection already admitted by this rule passes.
                     // One a dry run let through passes only while it lasts.
                     let id = self.limiter_id();
-                    if slots.admitted(id) || (self.dry_run() && slots.dry_admitted(id)) {
+                    if slots.admitted(id) || (self.partly_dry() && slots.dry_admitted(id)) {
                         return RemapStatus::NoRemap;
                     }
                     holder = Holder::Session(slots);
@@ -180,7 +182,7 @@ impl RemapPlugin for Rule {
             }
         };
         if self.store.as_ref().is_some_and(|s| s.exact()) {
-            if self.dry_run() {
+            if self.dry_for(who) {
                 // Asked of Redis, never waited for (central.rs).
                 self.note_name(who);
                 crate::central::dry_run(self, g, txn, who);
@@ -246,7 +248,7 @@ impl RemapPlugin for Rule {
                     }
                 }
             }
-            Admission::Wait(w) if self.dry_run() => {
+            Admission::Wait(w) if self.dry_for(who) => {
                 // Nothing waits, so the queue never fills: a rate wait the
                 // live queue would have refused is a would-be refusal (its
                 // token back, no debt); others spend their token, as the

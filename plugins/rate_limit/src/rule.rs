@@ -13,7 +13,7 @@ use parking_lot::Mutex;
 use rate_limit_core::key::Client;
 use rate_limit_core::refusal_log::Reason;
 use rate_limit_core::registry::Registry;
-use rate_limit_core::{headers, Counted, Limiter, Options, Shaped};
+use rate_limit_core::{enforce, headers, Counted, Limiter, Options, Shaped};
 
 use crate::metrics::{bump, Metrics};
 use crate::queue::Queued;
@@ -108,7 +108,7 @@ impl Rule {
     /// dry run, counted and logged, and the request goes on.
     pub(crate) fn reject(self: &Arc<Self>, g: &Globals, txn: Txn<'_>, who: Counted, why: Reason) {
         self.note_name(who);
-        let dry = self.dry_run();
+        let dry = self.dry_for(who);
         self.record_refusal(txn, who, why, 0, dry);
         if dry {
             bump(self.metrics.dry_run_refused, 1);
@@ -125,6 +125,29 @@ impl Rule {
     /// In a dry run (`--dry-run`, or `set … dry_run=on`).
     pub(crate) fn dry_run(&self) -> bool {
         self.card.dry_run.load(Ordering::Relaxed)
+    }
+
+    /// A dry run for some clients at least: the rule's, or `--enforce`
+    /// below 100.
+    pub(crate) fn partly_dry(&self) -> bool {
+        self.dry_run() || self.card.enforce.load(Ordering::Relaxed) < enforce::ALL
+    }
+
+    /// A would-be refusal or wait of `who` is a dry run: the rule's, or
+    /// (`--enforce`) `who` is outside the share refused for real, by its
+    /// key's hash (the same every time), or per request without a key.
+    pub(crate) fn dry_for(&self, who: Counted) -> bool {
+        if self.dry_run() {
+            return true;
+        }
+        let share = self.card.enforce.load(Ordering::Relaxed);
+        if share >= enforce::ALL {
+            return false;
+        }
+        !match who.key() {
+            Some(k) => enforce::chosen(k.hash(), share),
+            None => enforce::chosen_now(share),
+        }
     }
 }
 

@@ -15,6 +15,8 @@ pub struct Rule<'a> {
     /// Its counters: admitted, queued, rejected, expired, abandoned.
     pub counts: [Option<i64>; 5],
     pub dry_run: bool,
+    /// `--enforce`: the share of its clients refused for real (percent).
+    pub enforce: u8,
 }
 
 /// `show`: a limiter `id` with its options in force, its state and rules.
@@ -38,6 +40,7 @@ pub fn limiter<W: Waiter, C: Clock>(
                 "expired": expired,
                 "abandoned": abandoned,
                 "dry_run": r.dry_run,
+                "enforce": r.enforce,
             })
         })
         .collect();
@@ -124,6 +127,22 @@ pub fn dry_run(before: &[bool], now: bool) -> Option<Change> {
         option: "dry-run",
         old: was.to_owned(),
         new: now.to_owned(),
+    })
+}
+
+/// The share enforced set to `now` on rules that had `before`: "mixed"
+/// if they disagreed. None if nothing changed.
+pub fn enforce(before: &[u8], now: u8) -> Option<Change> {
+    let was = match before.split_first() {
+        Some((first, rest)) if rest.iter().all(|b| b == first) => first.to_string(),
+        Some(_) => "mixed".to_owned(),
+        None => return None,
+    };
+    let now = now.to_string();
+    (was != now).then_some(Change {
+        option: "enforce",
+        old: was,
+        new: now,
     })
 }
 

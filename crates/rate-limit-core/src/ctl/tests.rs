@@ -59,7 +59,14 @@ fn bad_commands_say_what_was_wrong() {
     assert!(e("rate_limit", "set api limit=-1").contains("an integer from 1"));
     assert!(e("rate_limit", "set api rate=abc").contains("rate= a number"));
     assert!(e("rate_limit", "set api speed=3")
-        .contains("allowed limit=, queue=, maxage=, rate=, burst= or dry_run="));
+        .contains("allowed limit=, queue=, maxage=, rate=, burst=, dry_run= or enforce="));
+    assert_eq!(
+        e("rate_limit", "set api enforce=101"),
+        "set: 'enforce=101' is invalid: allowed enforce= an integer from 0 to 100"
+    );
+    assert_eq!(set("enforce=25").enforce_value(), Some(25));
+    assert!(set("enforce=25").of_the_rule() && set("dry_run=on").of_the_rule());
+    assert!(!set("limit=3").of_the_rule());
     assert_eq!(
         cmd("rate_limit", "set api dry_run=on dry_run=off"),
         Ok(Command::Set {

@@ -86,6 +86,7 @@ impl Given {
                 store: None,
                 fair: None,
                 dry_run: false,
+                enforce: crate::enforce::ALL,
                 exempt: None,
                 log: None,
                 count_status: None,
@@ -279,6 +280,15 @@ pub(super) static ROLLOUT: &[Opt<Given, (), OptionError>] = &[
         "decide, count and log, but refuse nobody",
         |g: &mut Given, _: &()| {
             g.o.dry_run = true;
+            Ok(())
+        },
+    )
+    .live(Live::Set),
+    Opt::value(
+        "enforce",
+        "the share of clients refused, in percent; the others are a dry run",
+        |g: &mut Given, v: &str, _: &()| {
+            g.o.enforce = uint("enforce", v, 0, 100, "")? as u8;
             Ok(())
         },
     )

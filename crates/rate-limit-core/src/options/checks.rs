@@ -176,6 +176,13 @@ pub(super) fn combine(from_url: &str, given: Given) -> Result<Options, OptionErr
             "--dry-run cannot be combined with --store and --count-status: {DRY_STORE_WHY}"
         )));
     }
+    if o.enforce < crate::enforce::ALL && o.store_counts_status() {
+        return Err(OptionError(format!(
+            "--enforce={} cannot be combined with --store and --count-status: the clients \
+             left out are a dry run, and {DRY_STORE_WHY}",
+            o.enforce
+        )));
+    }
     if o.store.is_some() && queue.is_some_and(|q| q > 0) {
         o.warnings.push(
             "with --store a request over the limit is refused at once (Redis keeps no queue): \

@@ -152,6 +152,11 @@ impl Options {
                     .as_ref()
                     .map_or(String::new(), |s| format!(" store={}", s.describe()))
                 + if self.dry_run { " dry-run" } else { "" }
+                + &if self.enforce < crate::enforce::ALL {
+                    format!(" enforce={}%", self.enforce)
+                } else {
+                    String::new()
+                }
                 + &self.exempt.as_ref().map_or(String::new(), |e| {
                     format!(" exempt={} network(s)", e.nets.len())
                 })

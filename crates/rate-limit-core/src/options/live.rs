@@ -106,6 +106,19 @@ impl Setting {
             Value::Text(_) => None,
         }
     }
+
+    /// An `enforce=` value: like the dry run, each rule's own.
+    pub fn enforce_value(&self) -> Option<u8> {
+        match &self.value {
+            Value::Text(v) if self.opt.name == "enforce" => v.parse().ok(),
+            _ => None,
+        }
+    }
+
+    /// Each rule's own (`dry_run=`, `enforce=`), not its limiter's.
+    pub fn of_the_rule(&self) -> bool {
+        self.switch_value().is_some() || self.enforce_value().is_some()
+    }
 }
 
 /// An option's name as `set` writes it.
@@ -160,6 +173,13 @@ pub fn apply(current: &Options, settings: &[Setting]) -> Result<Options, String>
         return Err(format!(
             "set: dry_run=on on a limiter with --store and --count-status: {DRY_STORE_WHY}: \
              nothing changed"
+        ));
+    }
+    if o.enforce < crate::enforce::ALL && o.store_counts_status() {
+        return Err(format!(
+            "set: enforce={} on a limiter with --store and --count-status: the clients left \
+             out are a dry run, and {DRY_STORE_WHY}: nothing changed",
+            o.enforce
         ));
     }
     if let Some(r) = o.rate {

@@ -3,7 +3,7 @@ use std::sync::Arc;
 use limits::{ManualClock, Permit, Waiter};
 use serde_json::json;
 
-use super::{changes, dry_run, limiter, set, top, Change, Rule};
+use super::{changes, dry_run, enforce, limiter, set, top, Change, Rule};
 use crate::{KeyUsage, Limiter, Limits, Options};
 
 struct W;
@@ -24,6 +24,7 @@ fn show_lists_the_options_the_state_and_the_rules() {
         metrics: "plugin.rate_limiter.remap.a",
         counts: [Some(3), None, Some(1), Some(0), Some(0)],
         dry_run: true,
+        enforce: 40,
     };
     let v = limiter("api", &o, &l, &[rule]);
     assert_eq!(v["id"], "api");
@@ -41,6 +42,22 @@ fn show_lists_the_options_the_state_and_the_rules() {
     assert_eq!(r["admitted"], 3);
     assert!(r["queued"].is_null(), "a metric that could not be made");
     assert_eq!(r["dry_run"], true);
+    assert_eq!(r["enforce"], 40);
+}
+
+#[test]
+fn set_enforce_says_what_the_rules_had() {
+    let c = |old: &str, new: &str| {
+        Some(Change {
+            option: "enforce",
+            old: old.into(),
+            new: new.into(),
+        })
+    };
+    assert_eq!(enforce(&[100, 100], 50), c("100", "50"));
+    assert_eq!(enforce(&[100, 20], 50), c("mixed", "50"));
+    assert_eq!(enforce(&[50], 50), None, "nothing changed");
+    assert_eq!(enforce(&[], 50), None, "no rule");
 }
 
 #[test]
