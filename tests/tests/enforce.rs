@@ -35,13 +35,13 @@ fn round(ts: &TrafficServer, host: &str) -> Vec<u16> {
 #[test]
 fn a_share_of_the_keys_is_refused_the_same_ones_each_time_and_raising_it_adds_keys() {
     let origin = Origin::start();
-    // One token per client and none after it for 100 s: each client's
+    // One token per client and none after it for 1000 s: each client's
     // second request is over its rate.
     let ts = TrafficServer::builder()
         .remap(rule(
             "k.test",
             &origin,
-            "--key=header:X-Client --rate=0.01 --burst=1 --queue=0 --enforce=50 \
+            "--key=header:X-Client --rate=0.001 --burst=1 --queue=0 --enforce=50 \
              --prefix=enf --tag=keyed",
         ))
         .with_manager()
@@ -103,7 +103,7 @@ fn without_a_key_the_share_is_per_request() {
         .remap(rule(
             "r.test",
             &origin,
-            "--rate=0.01 --burst=1 --queue=0 --enforce=50 --prefix=enf --tag=rule",
+            "--rate=0.001 --burst=1 --queue=0 --enforce=50 --prefix=enf --tag=rule",
         ))
         .start()
         .expect("start");

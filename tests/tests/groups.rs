@@ -186,7 +186,8 @@ fn twenty_reloads_under_load_never_exceed_the_limit_at_the_origin() {
     assert!(!ts.diags().contains("FATAL"));
     // Each replaced rule's TXN_CLOSE hook (its slots' release) is freed
     // once the rule and its last transaction are gone: 20 generations of 3
-    // rules replaced (a debug line each; none twice, or ATS would abort).
+    // rules replaced, a debug line each, by the rule's drop or by the last
+    // close, and none twice.
     let freed = || {
         ts.diags()
             .matches("TXN_CLOSE hook of a rule now gone")
@@ -197,6 +198,13 @@ fn twenty_reloads_under_load_never_exceed_the_limit_at_the_origin() {
         "{} of 60 freed",
         freed()
     );
+    thread::sleep(Duration::from_secs(2));
+    let d = ts.diags();
+    let (by_owner, by_close) = (
+        d.matches("freed (no transaction held it)").count(),
+        d.matches("freed (its last transaction closed)").count(),
+    );
+    assert_eq!(by_owner + by_close, 60, "{by_owner} + {by_close}");
 }
 
 #[test]

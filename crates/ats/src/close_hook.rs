@@ -10,9 +10,11 @@
 //! across reloads). Its continuation must outlive every transaction it was
 //! added to, so it counts them: the one that makes the count zero after its
 //! owner dropped it destroys the continuation, from its own TXN_CLOSE
-//! callback (ATS's `INKContInternal` frees a continuation destroyed inside
-//! its TXN_CLOSE callback once the callback returns) or from the owner's
-//! `Drop` if no transaction is left.
+//! callback (ATS frees it inside `TSContDestroy` there, which is safe
+//! because neither ATS nor the callback touches it after) or from the
+//! owner's `Drop` if no transaction is left. On 10.x the remap rule (the
+//! usual owner) outlives its transactions (`~HttpSM` drops the remap
+//! table after TXN_CLOSE), so the owner's `Drop` is the usual end.
 
 use std::ffi::{c_int, c_void};
 use std::ptr::NonNull;
@@ -46,8 +48,9 @@ impl Holders {
         Holders(AtomicUsize::new(0))
     }
 
-    /// One more transaction holds the hook. Relaxed: only the owner adds,
-    /// before it retires (the retiring read-modify-write orders after it).
+    /// One more transaction holds the hook. Relaxed: every add happens
+    /// through a `&CloseHook`, so before the owner's `Drop` (whose `&mut`
+    /// comes after them), and the retiring read-modify-write reads them.
     fn add(&self) {
         self.0.fetch_add(ONE, Ordering::Relaxed);
     }
@@ -121,6 +124,24 @@ impl<H: CloseHandler> Drop for CloseHook<H> {
     fn drop(&mut self) {
         // SAFETY: not yet retired, so alive.
         if unsafe { self.shared.as_ref() }.holders.retire() {
+            if crate::EventThread::current().is_none() {
+                // Off ATS's threads (a plugin thread dropped the owner),
+                // 9.x's continuation allocator would dereference a null
+                // thread: the continuation is left (no callback can come)
+                // and only its data is freed.
+                crate::log::debug(
+                    "a TXN_CLOSE hook dropped off ATS's threads: its continuation is left",
+                );
+                guard::catch(
+                    "TXN_CLOSE hook (freeing)",
+                    || (),
+                    || {
+                        // SAFETY: leaked in `new`; no callback can come (count zero, retired).
+                        drop(unsafe { Box::from_raw(self.shared.as_ptr()) });
+                    },
+                );
+                return;
+            }
             // SAFETY: retired with no transaction holding the hook: no
             // callback can come any more.
             unsafe {
@@ -140,10 +161,11 @@ impl<H: CloseHandler> Drop for CloseHook<H> {
 /// No callback of `cont` can run any more (retired, count zero), or this
 /// is its last callback and nothing touches `shared` after this call.
 unsafe fn destroy<H: CloseHandler>(cont: sys::TSCont, shared: NonNull<Shared<H>>, why: &str) {
-    // SAFETY: per the contract. Inside the continuation's own TXN_CLOSE
-    // callback ATS frees it once the callback returns; elsewhere at once,
-    // or through an event on this thread if it was never called (or lost
-    // on a thread that is not an event thread).
+    // SAFETY: per the contract. ATS frees it here, at once, unless another
+    // call of it is in flight (none is: the count is zero) or it was never
+    // called (then through an immediate event on this thread, which no
+    // longer calls the handler). On an event thread (the owner's `Drop`
+    // checks).
     unsafe { sys::TSContDestroy(cont) };
     crate::log::debug(why);
     // The handler's drop is plugin code: guarded like any.
@@ -162,22 +184,25 @@ unsafe extern "C" fn closed<H: CloseHandler>(
     ev: sys::TSEvent,
     edata: *mut c_void,
 ) -> c_int {
-    // SAFETY: the data was set in `new` to a live Shared<H>, freed only
-    // after the last transaction holding the hook (this one) closed.
-    let Some(shared) = NonNull::new(unsafe { sys::TSContDataGet(cont) }.cast::<Shared<H>>()) else {
-        return 0;
-    };
-    // SAFETY: as above.
-    let s = unsafe { shared.as_ref() };
     let txn = match ev {
         // SAFETY: TXN_CLOSE's event data is the transaction.
         sys::TSEvent::TS_EVENT_HTTP_TXN_CLOSE => unsafe { Txn::from_raw(edata.cast()) },
         _ => None,
     };
     let Some(txn) = txn else {
+        // Only ever added as a TXN_CLOSE hook.
         crate::log::error(&format!("TXN_CLOSE hook got unexpected event {}", ev.0));
         return 0;
     };
+    // SAFETY: the data was set in `new` to a live Shared<H>, freed only
+    // after the last transaction holding the hook (this one) closed.
+    let Some(shared) = NonNull::new(unsafe { sys::TSContDataGet(cont) }.cast::<Shared<H>>()) else {
+        // SAFETY: suspended at this hook: never left hanging.
+        unsafe { sys::TSHttpTxnReenable(txn.as_ptr(), sys::TSEvent::TS_EVENT_HTTP_CONTINUE) };
+        return 0;
+    };
+    // SAFETY: as above.
+    let s = unsafe { shared.as_ref() };
     guard::catch("TXN_CLOSE hook", || (), || s.handler.closed(txn));
     // Always continue at close, panic or not.
     // SAFETY: the transaction is suspended at this hook, re-enabled once.

@@ -278,6 +278,7 @@ impl<W: Waiter> Slots<W> {
     /// waiter). Once per detached permit: more would free slots that others
     /// hold.
     pub fn release_detached(self: &Arc<Self>) {
+        debug_assert!(self.fair.is_none(), "a fair permit is never detached");
         self.release(0);
     }
 }

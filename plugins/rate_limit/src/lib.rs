@@ -161,17 +161,12 @@ impl RemapPlugin for Rule {
                     // A connection already admitted by this rule passes.
                     // One a dry run let through passes only while it lasts.
                     let id = self.limiter_id();
-                    if slots.admitted(id) || (self.partly_dry() && slots.dry_admitted(id)) {
+                    if slots.admitted(id) || (self.dry_run() && slots.dry_admitted(id)) {
                         return RemapStatus::NoRemap;
                     }
                     holder = Holder::Session(slots);
                 }
             }
-        }
-        if self.opts.limit.is_some() && earlier.waits {
-            // It would wait behind an earlier entry's wait: no queue for it.
-            self.reject(g, txn, Counted::Rule, Reason::QueueFull);
-            return RemapStatus::NoRemap;
         }
         let who = match self.client_key(txn, req, client) {
             ClientKey::Counted(who) => who,
@@ -181,6 +176,12 @@ impl RemapPlugin for Rule {
                 return RemapStatus::NoRemap;
             }
         };
+        if self.opts.limit.is_some() && earlier.waits {
+            // It would wait behind an earlier entry's wait: no queue for it
+            // (refused as its key, which `--enforce` chooses by).
+            self.reject(g, txn, who, Reason::QueueFull);
+            return RemapStatus::NoRemap;
+        }
         if self.store.as_ref().is_some_and(|s| s.exact()) {
             if self.dry_for(who) {
                 // Asked of Redis, never waited for (central.rs).
@@ -218,10 +219,12 @@ impl RemapPlugin for Rule {
         };
         match admission {
             Admission::Go(permit) => {
-                self.live.admit();
+                // `admitted` after `active` (Held::new, hold_until_close): a
+                // reader that sees the admission sees its slot.
                 match holder {
                     Holder::Session(s) => {
                         s.keep(self.limiter_id(), permit.map(|p| Held::new(p, self)));
+                        self.live.admit();
                         // Its streams already waiting in the queue (they
                         // missed the free slot) pass with it.
                         self.resume_session_mates(&s);
@@ -230,7 +233,7 @@ impl RemapPlugin for Rule {
                         }
                     }
                     // Nothing to hold, decorate or charge: no state, no hooks.
-                    Holder::Txn if permit.is_none() && !self.needs_response() => {}
+                    Holder::Txn if permit.is_none() && !self.needs_response() => self.live.admit(),
                     // Alone on its rule, nothing to decorate: only the slot
                     // to give back at TXN_CLOSE (state.rs).
                     Holder::Txn
@@ -241,9 +244,11 @@ impl RemapPlugin for Rule {
                         if let Some(p) = permit {
                             self.hold_until_close(g, txn, p);
                         }
+                        self.live.admit();
                     }
                     Holder::Txn => {
                         let held = permit.map(|p| Held::new(p, self));
+                        self.live.admit();
                         self.attach(g, txn, Fate::Admitted, held, None, who);
                     }
                 }

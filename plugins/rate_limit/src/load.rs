@@ -51,11 +51,18 @@ impl Rule {
         let store = RuleStore::new(&opts, limiter.id(), member)?;
         let live = Arc::new(metrics::Live::new(&m));
         let refusals = refusals::Refusals::new(&opts)?;
-        // Used where an admitted request keeps only its slot (lib.rs): not
-        // with `--conntrack` (the session keeps it) or a response to see.
+        // Used where an admitted request keeps only its rule-wide slot
+        // (lib.rs): not with `--fair` (a flow's slot), Redis deciding
+        // (`--store` without `--store-sync`), `--conntrack` (the session
+        // keeps it) or a response to see.
+        let exact_store = opts.store.as_ref().is_some_and(|s| s.sync_ms.is_none());
         let release = match limiter.slots() {
             Some(slots)
-                if !opts.conntrack && !opts.ratelimit_headers && opts.count_status.is_none() =>
+                if matches!(limiter.shaped(), Shaped::Rule(_))
+                    && !exact_store
+                    && !opts.conntrack
+                    && !opts.ratelimit_headers
+                    && opts.count_status.is_none() =>
             {
                 Some(ats::CloseHook::new(SlotRelease::new(
                     slots.clone(),

@@ -127,12 +127,6 @@ impl Rule {
         self.card.dry_run.load(Ordering::Relaxed)
     }
 
-    /// A dry run for some clients at least: the rule's, or `--enforce`
-    /// below 100.
-    pub(crate) fn partly_dry(&self) -> bool {
-        self.dry_run() || self.card.enforce.load(Ordering::Relaxed) < enforce::ALL
-    }
-
     /// A would-be refusal or wait of `who` is a dry run: the rule's, or
     /// (`--enforce`) `who` is outside the share refused for real, by its
     /// key's hash (the same every time), or per request without a key.

@@ -83,8 +83,9 @@ impl SlotRelease {
         if !r.slots.try_acquire_detached() {
             return false;
         }
-        r.live.admit();
+        // `active` before `admitted`, as everywhere (lib.rs).
         r.live.hold(1);
+        r.live.admit();
         hook.add(txn);
         true
     }

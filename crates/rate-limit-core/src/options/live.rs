@@ -117,7 +117,7 @@ impl Setting {
 
     /// Each rule's own (`dry_run=`, `enforce=`), not its limiter's.
     pub fn of_the_rule(&self) -> bool {
-        self.switch_value().is_some() || self.enforce_value().is_some()
+        matches!(self.opt.name, "dry-run" | "enforce")
     }
 }
 
