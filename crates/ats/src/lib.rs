@@ -69,6 +69,16 @@ pub const TS_VERSION: &str = match std::ffi::CStr::from_bytes_with_nul(sys::TS_V
     Err(_) => "unknown",
 };
 
+/// The release the plugins belong to (the workspace's version).
+pub const VERSION: &str = env!("CARGO_PKG_VERSION");
+
+/// The line a plugin logs at load (note level): its release and the Traffic
+/// Server it was built for. A build for the other major line never gets this
+/// far: the dynamic loader refuses the .so first (README, Supported versions).
+pub(crate) fn loaded_line(name: &str) -> String {
+    format!("{name}.so {VERSION}, built for Traffic Server {TS_VERSION}")
+}
+
 /// ATS's configuration directory (`TSConfigDirGet`), where relative plugin
 /// configuration file names are resolved.
 pub fn config_dir() -> std::path::PathBuf {
