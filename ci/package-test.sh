@@ -96,9 +96,10 @@ changed="$(dpkg -V trafficserver-experimental-plugins)"
 getent passwd dthrottled >/dev/null || { echo "error: no dthrottled user after install" >&2; exit 1; }
 
 # Debian's 9.2 (ATS_PREFIX unset): the deb_* tests. The test binary is the
-# harness's (tests/), built in cargo's debug profile as ci/test.sh builds it.
-cargo test --locked -p ats-tests --test package --no-run
-run_tests 3 cargo test --locked -p ats-tests --test package -- --ignored deb_
+# harness's (tests/); --workspace resolves features as ci/test.sh's
+# `cargo test --workspace` did, so only this test target compiles.
+cargo test --locked --workspace --test package --no-run
+run_tests 3 cargo test --locked --workspace --test package -- --ignored --nocapture deb_
 
 echo "== ATS 10 tarball: $tarball"
 (cd "$dist" && sha256sum -c "$tarball.sha256")
@@ -116,7 +117,7 @@ for d in libexec/trafficserver etc/trafficserver; do
         [ -e "$prefix/$d/$(basename "$e")" ] || ln -s "$e" "$prefix/$d/"
     done
 done
-run_tests 1 env ATS_PREFIX="$prefix" cargo test --locked -p ats-tests --test package -- --ignored tarball_
+run_tests 1 env ATS_PREFIX="$prefix" cargo test --locked --workspace --test package -- --ignored --nocapture tarball_
 
 echo "== remove"
 dpkg -r ats-throttle-plugins dthrottled 2>&1 | tee "$tmp/remove"

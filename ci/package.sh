@@ -43,7 +43,7 @@ if [ -z "$version" ]; then
 fi
 debrev=1
 arch="$(dpkg --print-architecture)"
-export SOURCE_DATE_EPOCH="${SOURCE_DATE_EPOCH:-$(git log -1 --format=%ct 2>/dev/null || date +%s)}"
+epoch="${SOURCE_DATE_EPOCH:-$(git log -1 --format=%ct 2>/dev/null || date +%s)}"
 maintainer="${DEBFULLNAME:-$(git log -1 --format=%an 2>/dev/null || echo maintainers)} <${DEBEMAIL:-$(git log -1 --format=%ae 2>/dev/null || echo root@localhost)}>"
 # The module subdirectory: beside upstream's plugins, clashing with none
 # (upstream's rate_limit.so is in trafficserver-experimental-plugins).
@@ -85,6 +85,10 @@ echo "== release build for $ats_flavour"
 cargo build --release --locked -p throttle -p rate_limit -p ip_throttle
 unset ATS_PREFIX CARGO_TARGET_DIR
 if [ -n "$had_target" ]; then export CARGO_TARGET_DIR="$saved_target"; fi
+
+# Exported only now: cargo reruns ats-sys's build script (the cc crate
+# watches it) when it changes, which would rebuild the plugins the bench built.
+export SOURCE_DATE_EPOCH="$epoch"
 
 # ---- helpers ----------------------------------------------------------------
 # install_file MODE SRC DEST: copies, sets the mode.
