@@ -256,7 +256,7 @@ fn deb_dthrottled_starts_from_the_installed_binary_and_config() {
         }
     }
     let answers = (|| -> std::io::Result<String> {
-        let mut c = TcpStream::connect(&listen)?;
+        let mut c = TcpStream::connect(listen)?;
         c.set_read_timeout(Some(Duration::from_secs(5)))?;
         c.write_all("package-test\n".repeat(burst + 1).as_bytes())?;
         let mut buf = vec![0u8; 3 * (burst + 1)];

@@ -41,6 +41,7 @@ pub mod msg;
 mod net;
 mod origin;
 pub mod poller;
+mod release;
 pub mod remap;
 pub mod sched;
 pub mod stats;
@@ -60,24 +61,7 @@ pub use vconn::{
     hook_client_hello, ClientHello, ClientHelloHandler, HomeHello, ParkedHello, VConn,
 };
 
-/// The Traffic Server version the bindings were generated from.
-pub const TS_VERSION: &str = match std::ffi::CStr::from_bytes_with_nul(sys::TS_VERSION_STRING) {
-    Ok(c) => match c.to_str() {
-        Ok(s) => s,
-        Err(_) => "unknown",
-    },
-    Err(_) => "unknown",
-};
-
-/// The release the plugins belong to (the workspace's version).
-pub const VERSION: &str = env!("CARGO_PKG_VERSION");
-
-/// The line a plugin logs at load (note level): its release and the Traffic
-/// Server it was built for. A build for the other major line never gets this
-/// far: the dynamic loader refuses the .so first (README, Supported versions).
-pub(crate) fn loaded_line(name: &str) -> String {
-    format!("{name}.so {VERSION}, built for Traffic Server {TS_VERSION}")
-}
+pub use release::{TS_VERSION, VERSION};
 
 /// ATS's configuration directory (`TSConfigDirGet`), where relative plugin
 /// configuration file names are resolved.
