@@ -575,7 +575,11 @@ fn bad_input_refuses_the_rule_with_a_message_naming_it() {
                                 let line = e
                                     .diags
                                     .lines()
-                                    .find(|l| l.contains("[throttle]"))
+                                    // ATS's refusal, not the load's note.
+                                    .find(|l| {
+                                        l.contains("[throttle]")
+                                            && l.contains("failed to create instance")
+                                    })
                                     .unwrap_or("");
                                 if !(has_in_order(line, want)
                                     && line.contains("remap.config line 1"))

@@ -45,6 +45,7 @@ pub mod msg;
 mod net;
 mod origin;
 pub mod poller;
+mod release;
 pub mod remap;
 pub mod sched;
 pub mod stats;
@@ -65,14 +66,7 @@ pub use vconn::{
     hook_client_hello, ClientHello, ClientHelloHandler, HomeHello, ParkedHello, VConn,
 };
 
-/// The Traffic Server version the bindings were generated from.
-pub const TS_VERSION: &str = match std::ffi::CStr::from_bytes_with_nul(sys::TS_VERSION_STRING) {
-    Ok(c) => match c.to_str() {
-        Ok(s) => s,
-        Err(_) => "unknown",
-    },
-    Err(_) => "unknown",
-};
+pub use release::{TS_VERSION, VERSION};
 
 /// ATS's configuration directory (`TSConfigDirGet`), where relative plugin
 /// configuration file names are resolved.

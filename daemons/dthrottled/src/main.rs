@@ -4,7 +4,7 @@
 //! authenticated UDP (crates/peer), so a client behind a load balancer gets
 //! the configured rate across the fleet, not per machine.
 //!
-//! Usage: `dthrottled [--config FILE] [--check]`. Startup lines on stderr
+//! Usage: `dthrottled [--config FILE] [--check] [--version]`. Startup lines on stderr
 //! say where it listens (`listening on tcp 127.0.0.1:7411`), which tests
 //! and supervisors read.
 
@@ -22,7 +22,8 @@ use std::time::{Duration, Instant};
 use dthrottled::config::{self, Config};
 use dthrottled::server::Server;
 
-const DEFAULT_CONFIG: &str = "/etc/dthrottled.conf";
+/// Where the Debian package installs it (ci/package.sh).
+const DEFAULT_CONFIG: &str = "/etc/dthrottled/dthrottled.conf";
 
 fn main() {
     if let Err(e) = run() {
@@ -40,7 +41,13 @@ fn run() -> Result<(), String> {
             "--config" | "-c" => path = args.next().ok_or("--config needs a FILE")?,
             "--check" => check = true,
             "--help" | "-h" => {
-                println!("usage: dthrottled [--config FILE (default {DEFAULT_CONFIG})] [--check]");
+                println!(
+                    "usage: dthrottled [--config FILE (default {DEFAULT_CONFIG})] [--check] [--version]"
+                );
+                return Ok(());
+            }
+            "--version" | "-V" => {
+                println!("dthrottled {}", env!("CARGO_PKG_VERSION"));
                 return Ok(());
             }
             _ => return Err(format!("unknown argument {a:?} (see --help)")),

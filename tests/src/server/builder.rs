@@ -27,7 +27,8 @@ impl TsBuilder {
         self
     }
 
-    /// An extra file in the config directory (e.g. a plugin's config file).
+    /// An extra file in the config directory (e.g. a plugin's config
+    /// file); `name` may hold subdirectories (`ats-throttle/x.config`).
     pub fn config_file(mut self, name: &str, contents: &str) -> Self {
         self.files.push((name.to_owned(), contents.to_owned()));
         self

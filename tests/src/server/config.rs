@@ -150,7 +150,12 @@ impl TsBuilder {
         fs::copy(defaults.join("ip_allow.yaml"), etc.join("ip_allow.yaml"))?;
         copy_dir(&defaults.join("body_factory"), &etc.join("body_factory"))?;
         for (name, contents) in &self.files {
-            fs::write(etc.join(name), contents)?;
+            // A name may hold a subdirectory (a package's own, ats-throttle/).
+            let path = etc.join(name);
+            if let Some(dir) = path.parent() {
+                fs::create_dir_all(dir)?;
+            }
+            fs::write(path, contents)?;
         }
         Ok(())
     }

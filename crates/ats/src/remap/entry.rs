@@ -47,6 +47,7 @@ pub unsafe fn init<P: RemapPlugin>(
         "TSRemapInit",
         || Err("internal error (panic) during init; see diags.log".to_owned()),
         || {
+            log::note(&crate::release::loaded_line(P::NAME));
             // SAFETY: ATS passes a valid pointer or null.
             let api = unsafe { api.as_ref() }.ok_or("missing TSRemapInterface")?;
             let needed = std::mem::size_of::<sys::TSRemapInterface>();
@@ -273,6 +274,7 @@ pub unsafe fn plugin_init<P: RemapPlugin>(argc: c_int, argv: *mut *const c_char)
         "TSPluginInit",
         || Err("internal error (panic) during TSPluginInit; see diags.log".to_owned()),
         || {
+            log::note(&crate::release::loaded_line(P::NAME));
             crate::textlog::prepare();
             let name = std::ffi::CString::new(P::NAME).unwrap_or_default();
             let info = sys::TSPluginRegistrationInfo {
