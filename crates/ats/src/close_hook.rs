@@ -169,8 +169,8 @@ unsafe extern "C" fn closed<H: CloseHandler>(
     };
     // SAFETY: as above.
     let s = unsafe { shared.as_ref() };
-    // SAFETY: TXN_CLOSE's event data is the transaction.
     let txn = match ev {
+        // SAFETY: TXN_CLOSE's event data is the transaction.
         sys::TSEvent::TS_EVENT_HTTP_TXN_CLOSE => unsafe { Txn::from_raw(edata.cast()) },
         _ => None,
     };
