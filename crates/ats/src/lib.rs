@@ -39,6 +39,7 @@ mod event_thread;
 mod global_arg;
 pub mod guard;
 mod hdr;
+mod inbox;
 pub mod log;
 pub mod mgmt;
 pub mod msg;

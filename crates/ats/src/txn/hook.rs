@@ -62,6 +62,8 @@ impl<'a> Hook<'a> {
             return self.error(500);
         };
         self.resolved.set(true);
+        // Whoever resolves it from another thread hands it back here.
+        crate::inbox::ensure_here();
         keep(Parked::new(self.txn, home, self.id.can_answer()));
         Done(())
     }

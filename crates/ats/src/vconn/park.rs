@@ -78,6 +78,8 @@ impl ClientHello<'_> {
             }
         }
         self.resolved.set(true);
+        // Whoever resolves it from another thread hands it back here.
+        crate::inbox::ensure_here();
         keep(ParkedHello {
             shared: Some(shared),
         });
