@@ -592,6 +592,10 @@ fn bad_options_refuse_the_rule_naming_option_value_and_allowed() {
             "unknown option '--bogus=1'; known options: --limit",
         ),
         ("--burst=3", "--burst needs --rate"),
+        (
+            "--rate=1 --enforce=101",
+            "--enforce has an invalid value '101': allowed an integer from 0 to 100",
+        ),
     ] {
         let err = TrafficServer::builder()
             .remap(rule("a.test", &origin, params))
