@@ -14,8 +14,9 @@
 //! queue and a wake channel ([`crate::wake`]) opened on that thread. Another
 //! thread pushes the task and writes a byte; the target's epoll wakes, and
 //! the channel's callback drains the inbox as an event scheduled on its own
-//! thread (queued locally, with no signal, so never retried). No mutex is
-//! shared between the two threads. Until a thread's inbox is open, or when
+//! thread (queued locally, with no signal, so never retried). No ATS mutex
+//! is shared between the two threads (only the inbox's own queue lock,
+//! never held across a task or a TS call). Until a thread's inbox is open, or when
 //! it is full, [`crate::sched::run_on`] falls back to
 //! `TSContScheduleOnThread`.
 
@@ -95,6 +96,8 @@ pub(crate) fn ensure_here() {
         return;
     }
     let Some(here) = EventThread::current() else {
+        // Not an event thread: forget the attempt (hooks never get here).
+        let _ = OPENING.try_with(|o| o.set(None));
         return;
     };
     // Same thread: queued locally, no retry (see the module's doc).

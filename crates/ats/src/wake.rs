@@ -7,9 +7,10 @@
 //! (`TSVConnFdCreate` + `TSVConnRead`), so its epoll wakes the net thread
 //! that owns it, which runs the plugin's callback.
 //!
-//! Only [`crate::poller`] opens channels, from an event it scheduled on the
-//! net pool: `TSVConnFdCreate` uses the calling thread's net handler, which
-//! only ET_NET threads have. Timeouts are cancelled (and cancelled again if
+//! [`crate::poller`] opens channels from an event it scheduled on the net
+//! pool, and [`crate::inbox`] from an event on the net thread that parked a
+//! transaction or handshake: `TSVConnFdCreate` uses the calling thread's
+//! net handler, which only ET_NET threads have (hooks run there). Timeouts are cancelled (and cancelled again if
 //! ATS still sends one); if ATS ends the connection (EOS, an error), the
 //! channel is closed and freed and `on_end` runs, so the poller can open a
 //! new one while its timer carries on.

@@ -61,9 +61,11 @@ impl<'a> Hook<'a> {
             crate::log::error("cannot park a transaction off an event thread: answering 500");
             return self.error(500);
         };
-        self.resolved.set(true);
         // Whoever resolves it from another thread hands it back here.
+        // Before `resolved`: if this panicked, the trampoline fails the
+        // unresolved hook safe.
         crate::inbox::ensure_here();
+        self.resolved.set(true);
         keep(Parked::new(self.txn, home, self.id.can_answer()));
         Done(())
     }

@@ -77,9 +77,10 @@ impl ClientHello<'_> {
                 }
             }
         }
-        self.resolved.set(true);
         // Whoever resolves it from another thread hands it back here.
+        // Before `resolved`: if this panicked, the hook is failed safe.
         crate::inbox::ensure_here();
+        self.resolved.set(true);
         keep(ParkedHello {
             shared: Some(shared),
         });
