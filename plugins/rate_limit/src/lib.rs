@@ -219,12 +219,12 @@ impl RemapPlugin for Rule {
         };
         match admission {
             Admission::Go(permit) => {
-                // `admitted` after `active` (Held::new, hold_until_close): a
-                // reader that sees the admission sees its slot.
+                // `admitted` (below) after `active` (Held::new,
+                // hold_until_close): a reader that sees the admission sees
+                // its slot.
                 match holder {
                     Holder::Session(s) => {
                         s.keep(self.limiter_id(), permit.map(|p| Held::new(p, self)));
-                        self.live.admit();
                         // Its streams already waiting in the queue (they
                         // missed the free slot) pass with it.
                         self.resume_session_mates(&s);
@@ -233,7 +233,7 @@ impl RemapPlugin for Rule {
                         }
                     }
                     // Nothing to hold, decorate or charge: no state, no hooks.
-                    Holder::Txn if permit.is_none() && !self.needs_response() => self.live.admit(),
+                    Holder::Txn if permit.is_none() && !self.needs_response() => {}
                     // Alone on its rule, nothing to decorate: only the slot
                     // to give back at TXN_CLOSE (state.rs).
                     Holder::Txn
@@ -244,14 +244,13 @@ impl RemapPlugin for Rule {
                         if let Some(p) = permit {
                             self.hold_until_close(g, txn, p);
                         }
-                        self.live.admit();
                     }
                     Holder::Txn => {
                         let held = permit.map(|p| Held::new(p, self));
-                        self.live.admit();
                         self.attach(g, txn, Fate::Admitted, held, None, who);
                     }
                 }
+                self.live.admit();
             }
             Admission::Wait(w) if self.dry_for(who) => {
                 // Nothing waits, so the queue never fills: a rate wait the
