@@ -185,6 +185,9 @@ fn server(
 const STORE_CONNECTIONS: usize = 2;
 const WAKE_ENDS: usize = 2 * 2;
 const PEER_SOCKETS: usize = 1;
+/// What a copy logs (debug) for each net thread's inbox it closes when its
+/// last rule goes (`ats::inbox`).
+const INBOX_CLOSED: &str = "inbox closed (no rule of this copy is left)";
 
 fn assert_plugin_sockets(pid: u32, store: &Redis, peer_port: u16, l: &Level) {
     assert_eq!(
@@ -342,15 +345,23 @@ fn removing_the_store_rule_closes_its_connections() {
         "still {:?} connections to the store",
         r.clients()
     );
-    // The store connections, the wake channels and the UDP socket are
-    // gone, and the plugins' threads: nothing else changed.
+    // Each plugin closes the inboxes its parked transactions opened, one
+    // socket pair per net thread (the harness runs two), and says so.
+    steady(pid);
+    let inboxes = ts.diags().matches(INBOX_CLOSED).count();
+    assert!(
+        (2..=4).contains(&inboxes),
+        "{inboxes} inboxes closed (each plugin parked on one or two net threads)"
+    );
+    // The store connections, the wake channels, the inboxes and the UDP
+    // socket are gone, and the plugins' threads: nothing else changed.
     let mut want = before;
     for t in ["rl-store", "ipt-store", "dthrottle-peer"] {
         want.threads.remove(t);
     }
     for (kind, n) in [
         ("tcp", STORE_CONNECTIONS),
-        ("unix", WAKE_ENDS),
+        ("unix", WAKE_ENDS + 2 * inboxes),
         ("udp", PEER_SOCKETS),
     ] {
         let left = want.sockets.get(kind).copied().unwrap_or(0);

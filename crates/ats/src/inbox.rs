@@ -19,6 +19,10 @@
 //! never held across a task or a TS call). Until a thread's inbox is open, or when
 //! it is full, [`crate::sched::run_on`] falls back to
 //! `TSContScheduleOnThread`.
+//!
+//! The inboxes belong to this copy of the .so: when its last rule goes
+//! ([`retire`]) they close, so a replaced copy leaves no socket behind, and
+//! the next rule it makes lets hooks open them again ([`serve`]).
 
 use std::cell::Cell;
 use std::collections::VecDeque;
@@ -50,6 +54,9 @@ struct Inbox {
 
 /// The open inboxes, by thread (a handful: one per net thread).
 static INBOXES: RwLock<Vec<Arc<Inbox>>> = RwLock::new(Vec::new());
+/// This copy has no rule left: hooks of transactions still in flight do
+/// not open inboxes (their hand-offs are scheduled instead).
+static RETIRED: AtomicBool = AtomicBool::new(false);
 
 thread_local! {
     /// On a net thread: its inbox is open or being opened, or when it
@@ -81,6 +88,9 @@ pub(crate) fn send(thread: EventThread, task: Task) -> Result<(), Task> {
 /// opening it from an event of its own on this thread the first time
 /// (again at most once per [`RETRY_OPEN`] after a failure or an end).
 pub(crate) fn ensure_here() {
+    if RETIRED.load(Ordering::Relaxed) {
+        return;
+    }
     let now = Instant::now();
     let go = OPENING
         .try_with(|o| match o.get() {
@@ -130,21 +140,28 @@ fn open(here: EventThread) {
             }
         }
     };
+    // Strong: a retired inbox, gone from `INBOXES`, still runs what was
+    // queued before its channel ended (no cycle: the channel owns this).
     let ended = {
-        let inbox = Arc::downgrade(&inbox);
-        move || {
-            if let Some(i) = inbox.upgrade() {
-                end(i);
-            }
-        }
+        let inbox = inbox.clone();
+        move || end(inbox.clone())
     };
     // SAFETY: `ensure_here` runs in a hook of a transaction or connection,
     // i.e. on an ET_NET thread, and schedules this on that same thread,
     // which is what `wake::start` requires.
     match unsafe { crate::wake::start(woken, ended) } {
         Ok(w) => {
+            // Under the lock `retire` takes: either it closes this inbox
+            // or this sees the copy retired and closes the channel itself
+            // (its end, on this thread, then finds no waker: retired).
+            let mut open = INBOXES.write();
+            if RETIRED.load(Ordering::SeqCst) {
+                drop(open);
+                drop(w);
+                return;
+            }
             *inbox.waker.lock() = Some(w);
-            INBOXES.write().push(inbox);
+            open.push(inbox);
         }
         Err(e) => failed(&e),
     }
@@ -163,14 +180,37 @@ fn drain(inbox: &Inbox) {
     }
 }
 
+/// This copy's last rule is gone (`TSRemapDone`, any thread): closes every
+/// inbox. Senders fall back from now on; each channel's end, on its own
+/// thread, runs what was queued before it.
+pub(crate) fn retire() {
+    RETIRED.store(true, Ordering::SeqCst);
+    let closing = std::mem::take(&mut *INBOXES.write());
+    for inbox in closing {
+        // Closing our end of the socket pair ends the channel (`wake`).
+        drop(inbox.waker.lock().take());
+    }
+}
+
+/// This copy made a rule: hooks may open inboxes again.
+pub(crate) fn serve() {
+    RETIRED.store(false, Ordering::SeqCst);
+}
+
 /// ATS ended the channel (on its thread): no more sends; what is queued
 /// runs from an event of its own; the next hook opens a new inbox.
 fn end(inbox: Arc<Inbox>) {
     INBOXES.write().retain(|i| !Arc::ptr_eq(i, &inbox));
     let left = inbox.queue.lock().take().unwrap_or_default();
-    drop(inbox.waker.lock().take());
-    crate::log::error("a net thread's inbox ended: reopened at its next hook");
-    let _ = OPENING.try_with(|o| o.set(Some((false, Instant::now()))));
+    // Taken by `retire` already when the copy's rules are gone: expected.
+    let retired = inbox.waker.lock().take().is_none();
+    if retired {
+        crate::log::debug("a net thread's inbox closed (no rule of this copy is left)");
+        let _ = OPENING.try_with(|o| o.set(None));
+    } else {
+        crate::log::error("a net thread's inbox ended: reopened at its next hook");
+        let _ = OPENING.try_with(|o| o.set(Some((false, Instant::now()))));
+    }
     if left.is_empty() {
         return;
     }

@@ -157,6 +157,7 @@ unsafe extern "C" fn new_instance_here<P: RemapPlugin>(
             // reference goes to ATS until TSRemapDeleteInstance.
             unsafe { *ih = Arc::into_raw(rule) as *mut c_void };
             lifecycle().made();
+            crate::inbox::serve();
             sys::TSReturnCode::TS_SUCCESS
         }
         Err(msg) => {
@@ -230,6 +231,8 @@ extern "C" fn done_here<P: RemapPlugin>() {
     }
     log::debug(&format!("{}: the last rule of this copy is gone", P::NAME));
     guard::catch("TSRemapDone", || (), P::done);
+    // A replaced copy leaves no socket pair behind on the net threads.
+    crate::inbox::retire();
 }
 
 /// Called by ATS as `TSRemapPostConfigReload`.
