@@ -300,6 +300,7 @@ fn main() {
         rate: None,
         queue: 1000,
         maxage: None,
+        block: None,
     };
     op("admission/limit_unkeyed", &admission_limit);
     admission_limit(&RuleLimiter::new(limits, MonotonicClock));
@@ -309,6 +310,7 @@ fn main() {
         rate: Some((1e6, 1_000_000)),
         queue: 0,
         maxage: None,
+        block: None,
     };
     let l: KeyedLimiter<Nobody> = KeyedLimiter::new(keyed_limits, KEYS, MonotonicClock);
     for i in 0..KEYS as u32 {

@@ -42,6 +42,7 @@ fn count_status(c: &mut Criterion) {
         rate: Some((1e6, 1_000_000)),
         queue: 0,
         maxage: None,
+        block: None,
     };
     let l: KeyedLimiter<Nobody> = KeyedLimiter::new(limits, KEYS as usize, MonotonicClock);
     l.set_charge_on_response();

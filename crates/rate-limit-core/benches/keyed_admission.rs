@@ -52,6 +52,7 @@ fn keyed_admission(c: &mut Criterion) {
         rate: Some((1e6, 1_000_000)),
         queue: 0,
         maxage: None,
+        block: None,
     };
     let l: KeyedLimiter<Nobody> = KeyedLimiter::new(limits, KEYS as usize, MonotonicClock);
     for i in 0..KEYS {

@@ -53,6 +53,7 @@ fn main() {
             rate: Some((10.0, 20)),
             queue: 0,
             maxage: None,
+            block: None,
         };
         let l: KeyedLimiter<W, MonotonicClock> =
             KeyedLimiter::peered(limits, tags * 2, tags, MonotonicClock);

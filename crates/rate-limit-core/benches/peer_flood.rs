@@ -69,6 +69,7 @@ fn limiter() -> L {
         rate: Some((1e6, 1_000_000)),
         queue: 0,
         maxage: None,
+        block: None,
     };
     let l: L = KeyedLimiter::peered(limits, KEYS, 10_000, MonotonicClock);
     for n in 0..KEYS as u64 {

@@ -19,7 +19,7 @@
 //! a [`Key`]) made by that handle.
 //!
 //! The files, each using only those listed before it (so no import loop):
-//! `bounds.rs` the [`Limits`]; `rule_scope.rs` and `key_scope.rs` each
+//! `bounds.rs` the [`Limits`]; `block.rs` what `--block` keeps; `rule_scope.rs` and `key_scope.rs` each
 //! scope's state; `limiter.rs` the [`Limiter`] holding one, its
 //! construction, limits and live changes; `decision.rs` what a decision
 //! hands back; then the limiter's calls, each an `impl Limiter` block:
@@ -29,6 +29,7 @@
 //! `shaped.rs`, the handles. This file only re-exports.
 
 mod admit;
+mod block;
 mod bounds;
 mod build;
 mod charge;

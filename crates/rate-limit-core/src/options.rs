@@ -79,6 +79,9 @@ pub struct Options {
     pub exempt: Option<Exempt>,
     /// `--log`: the refusal log's name (`<logdir>/<name>.log`).
     pub log: Option<String>,
+    /// `--block`: seconds a key (or the rule) refused for its rate stays
+    /// refused; 0: no block.
+    pub block_s: u32,
     /// `--count-status`: the rate bucket is charged by responses with these
     /// statuses (at SEND_RESPONSE_HDR) and only checked when requests start.
     pub count_status: Option<crate::status::StatusList>,
@@ -107,6 +110,9 @@ impl Exempt {
         client.addr().is_some_and(|ip| self.covers(ip))
     }
 }
+
+/// Longest `--block`: a day.
+pub const MAX_BLOCK_SECONDS: u64 = 86_400;
 
 /// Longest `--log` name.
 pub const MAX_LOG_NAME_LEN: usize = 64;
@@ -188,6 +194,11 @@ impl Options {
         let mut given = args::Given::new();
         args::read(args, &mut given)?;
         checks::combine(from_url, given)
+    }
+
+    /// `--block`'s length in nanoseconds, if any.
+    pub fn block_nanos(&self) -> Option<u64> {
+        (self.block_s > 0).then(|| u64::from(self.block_s) * limits::NANOS_PER_SEC)
     }
 
     /// Max queue wait in nanoseconds, if bounded.

@@ -38,10 +38,14 @@ pub enum Reason {
     StoreFailure,
     /// `--key-missing=refuse`: the request has no key.
     KeyMissing,
+    /// `--block`: over the rate, and a block of its key (or the rule)
+    /// started. One line per block: requests refused while it holds are
+    /// counted in the `blocked` metric, not logged.
+    Blocked,
 }
 
 impl Reason {
-    pub const ALL: [Reason; 7] = [
+    pub const ALL: [Reason; 8] = [
         Reason::QueueFull,
         Reason::Rate,
         Reason::Maxage,
@@ -49,6 +53,7 @@ impl Reason {
         Reason::FlowOver,
         Reason::StoreFailure,
         Reason::KeyMissing,
+        Reason::Blocked,
     ];
 
     /// As written in the log.
@@ -61,6 +66,7 @@ impl Reason {
             Reason::FlowOver => "flow_over",
             Reason::StoreFailure => "store_failure",
             Reason::KeyMissing => "key_missing",
+            Reason::Blocked => "blocked",
         }
     }
 
@@ -77,6 +83,7 @@ impl From<Refused> for Reason {
             Refused::KeyTableFull => Reason::KeyTableFull,
             Refused::FlowOver => Reason::FlowOver,
             Refused::KeyMissing => Reason::KeyMissing,
+            Refused::BlockStarted | Refused::Blocked => Reason::Blocked,
         }
     }
 }

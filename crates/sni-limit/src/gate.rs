@@ -243,6 +243,7 @@ impl<W: Waiter, C: Clock + Clone> Selector<W, C> {
                 .queue
                 .and_then(|q| q.max_age)
                 .map(|s| u64::from(s) * NANOS_PER_SEC),
+            block: None,
         };
         let wants = conf.limit.is_some() || conf.rate.is_some();
         let limiter = old
@@ -255,6 +256,7 @@ impl<W: Waiter, C: Clock + Clone> Selector<W, C> {
                 rate: p.rate.map(|Rate { per_second, burst }| (per_second, burst)),
                 queue: 0,
                 maxage: None,
+                block: None,
             };
             old.filter(|o| o.per_ip_conf.is_some_and(|q| q.keys == p.keys))
                 .and_then(|o| o.live.per_ip.clone())

@@ -291,7 +291,7 @@ impl RemapPlugin for Rule {
                     txn.hook(HookId::PostRemap, &g.hooks);
                 }
             }
-            Admission::Reject(why) => self.reject(g, txn, who, why.into()),
+            Admission::Reject(why) => self.refuse(g, txn, who, why),
         }
         RemapStatus::NoRemap
     }

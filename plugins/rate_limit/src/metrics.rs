@@ -37,6 +37,11 @@ pub(crate) struct Metrics {
     pub(crate) dry_run_queued: Option<Stat>,
     /// With `--exempt`: requests of exempt clients.
     pub(crate) exempt: Option<Stat>,
+    /// Rules that can block (`--rate` or `--key`: `--block`, or the
+    /// `block` command): blocks started by a refusal, and requests refused
+    /// by a block in force.
+    pub(crate) blocks: Option<Stat>,
+    pub(crate) blocked: Option<Stat>,
 }
 
 pub(crate) fn bump(stat: Option<Stat>, n: i64) {
@@ -54,6 +59,7 @@ impl Metrics {
                 None
             }
         };
+        let can_block = o.rate.is_some() || o.key.is_some();
         Metrics {
             queued: make("queued"),
             rejected: make("rejected"),
@@ -72,6 +78,8 @@ impl Metrics {
             dry_run_refused: make("dry_run_refused"),
             dry_run_queued: make("dry_run_queued"),
             exempt: o.exempt.as_ref().and_then(|_| make("exempt")),
+            blocks: can_block.then(|| make("blocks")).flatten(),
+            blocked: can_block.then(|| make("blocked")).flatten(),
         }
     }
 }

@@ -13,7 +13,7 @@ use parking_lot::Mutex;
 use rate_limit_core::key::Client;
 use rate_limit_core::refusal_log::Reason;
 use rate_limit_core::registry::Registry;
-use rate_limit_core::{enforce, headers, Counted, Limiter, Options, Shaped};
+use rate_limit_core::{enforce, headers, Counted, Limiter, Options, Refused, Shaped};
 
 use crate::metrics::{bump, Metrics};
 use crate::queue::Queued;
@@ -107,9 +107,39 @@ impl Rule {
     /// (Cache-Control: no-store), skipping POST_REMAP and the origin. In a
     /// dry run, counted and logged, and the request goes on.
     pub(crate) fn reject(self: &Arc<Self>, g: &Globals, txn: Txn<'_>, who: Counted, why: Reason) {
+        self.reject_logged(g, txn, who, why, true);
+    }
+
+    /// The limiter's refusal: [`Rule::reject`], but a block (`--block`)
+    /// writes one log line when it starts, none while it holds.
+    pub(crate) fn refuse(self: &Arc<Self>, g: &Globals, txn: Txn<'_>, who: Counted, why: Refused) {
+        let log = match why {
+            Refused::BlockStarted => {
+                bump(self.metrics.blocks, 1);
+                true
+            }
+            Refused::Blocked => {
+                bump(self.metrics.blocked, 1);
+                false
+            }
+            _ => true,
+        };
+        self.reject_logged(g, txn, who, why.into(), log);
+    }
+
+    fn reject_logged(
+        self: &Arc<Self>,
+        g: &Globals,
+        txn: Txn<'_>,
+        who: Counted,
+        why: Reason,
+        log: bool,
+    ) {
         self.note_name(who);
         let dry = self.dry_for(who);
-        self.record_refusal(txn, who, why, 0, dry);
+        if log {
+            self.record_refusal(txn, who, why, 0, dry);
+        }
         if dry {
             bump(self.metrics.dry_run_refused, 1);
             if self.opts.ratelimit_headers {

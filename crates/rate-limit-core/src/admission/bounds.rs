@@ -14,6 +14,9 @@ pub struct Limits {
     pub queue: u32,
     /// Longest wait; `None`: unbounded.
     pub maxage: Option<Nanos>,
+    /// `--block`: how long a key (or the rule) refused for its rate stays
+    /// refused; `None`: no block.
+    pub block: Option<Nanos>,
 }
 
 impl Limits {
@@ -23,6 +26,7 @@ impl Limits {
             rate: o.rate.map(|r| (r, o.burst)),
             queue: o.queue,
             maxage: o.maxage_nanos(),
+            block: o.block_nanos(),
         }
     }
 }

@@ -34,6 +34,12 @@ pub enum Refused {
     /// Keyed, and the request has no key (the plugin applies
     /// `--key-missing` before asking, so it never sees this).
     KeyMissing,
+    /// `--block`: over the rate, and this refusal starts a block of its
+    /// key (or of the rule).
+    BlockStarted,
+    /// `--block`: its key (or the rule) is blocked; the bucket was not
+    /// touched.
+    Blocked,
 }
 
 /// A decided wait: its queue place, when it started, and the rate token it

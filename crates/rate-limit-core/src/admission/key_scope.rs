@@ -48,6 +48,9 @@ pub(super) struct KeyQueues<W: Waiter> {
     /// `--count-status`: until when charges keep the key refused (0: never
     /// locked out). Forgetting it would hand the client a fresh burst.
     pub(super) locked_until: Nanos,
+    /// `--block`: until when the key is refused at once (0: not blocked;
+    /// see `block.rs`).
+    pub(super) blocked_until: Nanos,
 }
 
 /// What a peered keyed scope adds: the unreported hits of keys evicted
@@ -146,6 +149,7 @@ impl<W: Waiter> Keyed<W> {
                 budget: None,
                 peer: None,
                 locked_until: 0,
+                blocked_until: 0,
             })
         })
     }
@@ -184,12 +188,14 @@ impl<W: Waiter> KeyState for Keyed<W> {
         })
     }
 
-    /// Peered, in debt, or locked out by `--count-status` charges: kept
-    /// while an idle key can go instead (a peered key's unreported hits do
-    /// not keep it: they are carried, see `peered.rs`).
+    /// Peered, in debt, locked out by `--count-status` charges or blocked
+    /// (`--block`): kept while an idle key can go instead (a peered key's
+    /// unreported hits do not keep it: they are carried, see `peered.rs`).
     fn sticky(&self, now: Nanos) -> bool {
-        self.queues
-            .as_ref()
-            .is_some_and(|q| q.peer.as_ref().is_some_and(|p| p.sticky(now)) || q.locked_until > now)
+        self.queues.as_ref().is_some_and(|q| {
+            q.peer.as_ref().is_some_and(|p| p.sticky(now))
+                || q.locked_until > now
+                || q.blocked_until > now
+        })
     }
 }

@@ -28,6 +28,8 @@ pub struct Limiter<W: Waiter, C: Clock = MonotonicClock> {
     changes: AtomicU64,
     /// `--maxage`; `Nanos::MAX`: unbounded.
     maxage: AtomicU64,
+    /// `--block`; 0: none (see `block.rs`).
+    pub(super) block: AtomicU64,
     /// `--count-status`: the rate is only checked at admission and charged
     /// by responses ([`Limiter::charge`], see `charge.rs`). Part of the
     /// limiter's shape: set once, before it decides anything.
@@ -74,6 +76,7 @@ impl<W: Waiter, C: Clock> Limiter<W, C> {
             limits: Mutex::new(limits),
             changes: AtomicU64::new(0),
             maxage: AtomicU64::new(limits.maxage.unwrap_or(Nanos::MAX)),
+            block: AtomicU64::new(limits.block.unwrap_or(0)),
             on_response: AtomicBool::new(false),
             scope,
             clock,
@@ -117,6 +120,7 @@ impl<W: Waiter, C: Clock> Limiter<W, C> {
         drop(cur);
         self.maxage
             .store(new.maxage.unwrap_or(Nanos::MAX), Ordering::Relaxed);
+        self.block.store(new.block.unwrap_or(0), Ordering::Relaxed);
         let params = new.rate.map(|(r, b)| GcraParams::per_second(r, b));
         let limit = new.limit.unwrap_or(u32::MAX);
         match &self.scope {

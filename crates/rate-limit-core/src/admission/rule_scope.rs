@@ -7,6 +7,7 @@ use std::sync::Arc;
 
 use limits::{Budget, Gcra, GcraParams, Slots, Waiter};
 
+use super::block::Block;
 use super::bounds::Limits;
 
 /// The state of a rule-scoped limiter.
@@ -15,6 +16,8 @@ pub(super) struct RuleScope<W: Waiter> {
     pub(super) slots: RuleSlots<W>,
     /// Places for requests waiting (for the rate or a slot).
     pub(super) budget: Arc<Budget>,
+    /// `--block` without `--key`: the whole rule's.
+    pub(super) block: Block,
 }
 
 /// The rule's concurrency limit, if any.
@@ -41,6 +44,7 @@ impl<W: Waiter> RuleScope<W> {
                 .limit
                 .map_or(RuleSlots::None, |l| RuleSlots::Plain(Slots::new(l))),
             budget: Budget::new(limits.queue),
+            block: Block::new(),
         }
     }
 

@@ -8,8 +8,8 @@ use optspec::{Live, Opt, Repeats, Tokens};
 
 use super::{
     invalid, log_name_ok, tables, uint, OptionError, Options, DEFAULT_ERROR, DEFAULT_KEYS,
-    DEFAULT_PREFIX, FAIR, LOG_NAMES_ALLOWED, MAX_GROUP_LEN, MAX_KEYS, MAX_RATE, PEERS,
-    ROLLOUT_TABLE, RULE, STORE,
+    DEFAULT_PREFIX, FAIR, LOG_NAMES_ALLOWED, MAX_BLOCK_SECONDS, MAX_GROUP_LEN, MAX_KEYS, MAX_RATE,
+    PEERS, ROLLOUT_TABLE, RULE, STORE,
 };
 
 /// The options as given, each checked on its own; the rule-wide values are
@@ -90,6 +90,7 @@ impl Given {
                 exempt: None,
                 log: None,
                 count_status: None,
+                block_s: 0,
                 warnings: Vec::new(),
             },
             limit: None,
@@ -270,6 +271,14 @@ pub(super) static OPTIONS: &[Opt<Given, (), OptionError>] = &[
         },
     ),
     Opt::value("group", "rules of a group share one limiter", set_group),
+    Opt::value(
+        "block",
+        "seconds a client refused for its rate stays refused",
+        |g, v, _| {
+            g.o.block_s = uint("block", v, 1, MAX_BLOCK_SECONDS, "")? as u32;
+            Ok(())
+        },
+    ),
 ];
 
 /// The rule's rollout options: a table of their own, listed after the

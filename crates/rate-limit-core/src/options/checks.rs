@@ -211,6 +211,9 @@ pub(super) fn combine(from_url: &str, given: Given) -> Result<Options, OptionErr
                 .to_owned(),
         );
     }
+    if o.block_s > 0 {
+        block_fits(&o)?;
+    }
     if o.queue == 0 {
         if o.maxage_ms > 0 {
             o.warnings
@@ -222,4 +225,20 @@ pub(super) fn combine(from_url: &str, given: Given) -> Result<Options, OptionErr
         }
     }
     Ok(o)
+}
+
+/// `--block` starts when the rate refuses, in this proxy's own state.
+fn block_fits(o: &Options) -> Result<(), OptionError> {
+    let why = if o.rate.is_none() {
+        "it needs --rate: a block starts when the rate refuses a client"
+    } else if o.peer.is_some() {
+        "it cannot be combined with --peers yet: the peers' reports do not carry blocks, so \
+         a block would refuse the client on this proxy only"
+    } else if o.store.is_some() {
+        "it cannot be combined with --store yet: Redis does not keep blocks, so a block \
+         would refuse the client on this proxy only"
+    } else {
+        return Ok(());
+    };
+    Err(OptionError(format!("--block={}: {why}", o.block_s)))
 }

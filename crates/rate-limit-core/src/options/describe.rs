@@ -20,6 +20,7 @@ impl Options {
             ),
             ("queue", self.queue.to_string()),
             ("maxage", self.maxage_ms.to_string()),
+            ("block", self.block_s.to_string()),
             ("conntrack", self.conntrack.to_string()),
             ("key", key.map_or_else(none, |k| k.describe_sources())),
             (
@@ -151,6 +152,11 @@ impl Options {
                     .store
                     .as_ref()
                     .map_or(String::new(), |s| format!(" store={}", s.describe()))
+                + &if self.block_s > 0 {
+                    format!(" block={}s", self.block_s)
+                } else {
+                    String::new()
+                }
                 + if self.dry_run { " dry-run" } else { "" }
                 + &if self.enforce < crate::enforce::ALL {
                     format!(" enforce={}%", self.enforce)

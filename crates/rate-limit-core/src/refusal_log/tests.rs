@@ -52,7 +52,8 @@ fn reason_names_are_the_documented_set() {
             "key_table_full",
             "flow_over",
             "store_failure",
-            "key_missing"
+            "key_missing",
+            "blocked"
         ]
     );
     for (i, r) in Reason::ALL.iter().enumerate() {

@@ -21,7 +21,8 @@ enum KeyRate {
     /// No rate limit, or a token was taken now.
     Go,
     Wait(Nanos),
-    Reject,
+    /// Refused: over the rate, a block started, or a block holds.
+    Reject(Refused),
 }
 
 impl<W: Waiter, C: Clock> Limiter<W, C> {
@@ -37,6 +38,7 @@ impl<W: Waiter, C: Clock> Limiter<W, C> {
         let on_response = self.charges_on_response();
         let max_wait = self.max_wait();
         let params = scope.params();
+        let block = self.block_length();
         // Read under the key's shard lock, never before it: `reconfigure`
         // stores new values and then visits every shard under its lock, so
         // a key created meanwhile gets the new values or is visited.
@@ -49,6 +51,15 @@ impl<W: Waiter, C: Clock> Limiter<W, C> {
             now,
             |st| {
                 let mut taken_place = None;
+                if st.blocked(now) {
+                    // Refused before the bucket is looked at (block.rs;
+                    // `block` commands block keys of any rule).
+                    return KeyGrab {
+                        rate: KeyRate::Reject(Refused::Blocked),
+                        slots: None,
+                        place: None,
+                    };
+                }
                 let tat_before = st.tat;
                 let rate = match params {
                     None => KeyRate::Go,
@@ -61,7 +72,7 @@ impl<W: Waiter, C: Clock> Limiter<W, C> {
                             }
                             KeyRate::Go
                         }
-                        Err(_) => KeyRate::Reject,
+                        Err(_) => KeyRate::Reject(Refused::Rate),
                     },
                     Some(p) => match p.reserve(st.tat, now, None) {
                         (Reservation::Now, next) => {
@@ -70,7 +81,7 @@ impl<W: Waiter, C: Clock> Limiter<W, C> {
                         }
                         (Reservation::Denied(wait), _) if wait <= max_wait => {
                             match st.place(queue()) {
-                                None => KeyRate::Reject,
+                                None => KeyRate::Reject(Refused::Rate),
                                 Some(token) => match p.reserve(st.tat, now, Some(max_wait)) {
                                     (Reservation::Now, next) => {
                                         st.tat = next;
@@ -82,12 +93,19 @@ impl<W: Waiter, C: Clock> Limiter<W, C> {
                                         taken_place = Some(token);
                                         KeyRate::Wait(d)
                                     }
-                                    (Reservation::Denied(_), _) => KeyRate::Reject,
+                                    (Reservation::Denied(_), _) => KeyRate::Reject(Refused::Rate),
                                 },
                             }
                         }
-                        _ => KeyRate::Reject,
+                        _ => KeyRate::Reject(Refused::Rate),
                     },
+                };
+                let rate = match rate {
+                    KeyRate::Reject(Refused::Rate) if block > 0 => {
+                        st.block_until(now.saturating_add(block));
+                        KeyRate::Reject(Refused::BlockStarted)
+                    }
+                    other => other,
                 };
                 if peered && st.tat != tat_before {
                     if let Some(p) = params {
@@ -96,7 +114,7 @@ impl<W: Waiter, C: Clock> Limiter<W, C> {
                     }
                 }
                 let slots = match rate {
-                    KeyRate::Reject => None,
+                    KeyRate::Reject(_) => None,
                     _ => scope.limit().map(|l| st.slots(l)),
                 };
                 KeyGrab {
@@ -110,15 +128,15 @@ impl<W: Waiter, C: Clock> Limiter<W, C> {
         let Ok(g) = grabbed else {
             return Admission::Reject(Refused::KeyTableFull);
         };
-        if matches!(g.rate, KeyRate::Reject) {
+        if let KeyRate::Reject(why) = g.rate {
             // Nothing was taken for this request.
-            return Admission::Reject(Refused::Rate);
+            return Admission::Reject(why);
         }
         // The token taken (if any) becomes a `RateToken` only for a request
         // that waits: admitted requests keep theirs without touching the
         // shared limiter's reference count.
         match g.rate {
-            KeyRate::Reject => Admission::Reject(Refused::Rate),
+            KeyRate::Reject(why) => Admission::Reject(why),
             KeyRate::Wait(delay) => match g.place {
                 Some(place) => Admission::Wait(Wait {
                     place,

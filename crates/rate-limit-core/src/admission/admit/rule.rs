@@ -21,19 +21,24 @@ impl<W: Waiter, C: Clock> Limiter<W, C> {
         let mut place = None;
         if let Some(bucket) = &rule.bucket {
             let now = *now.insert(self.clock.now());
+            if rule.block.holds(now) {
+                // Refused before the bucket is looked at (block.rs).
+                return Admission::Reject(Refused::Blocked);
+            }
+            let over = || Admission::Reject(rule.block.refuse(now, self.block_length()));
             if self.charges_on_response() {
                 // Checked only; the response charges it (no rate wait).
                 if bucket.check(now).is_err() {
-                    return Admission::Reject(Refused::Rate);
+                    return over();
                 }
             } else if let Reservation::Denied(wait) = bucket.reserve(now, None) {
                 // Over the rate: wait if a queue place is free and maxage allows the wait.
                 let max_wait = self.max_wait();
                 if wait > max_wait {
-                    return Admission::Reject(Refused::Rate);
+                    return over();
                 }
                 let Some(p) = rule.budget.try_take() else {
-                    return Admission::Reject(Refused::Rate);
+                    return over();
                 };
                 match bucket.reserve(now, Some(max_wait)) {
                     Reservation::Now => place = Some(p),
@@ -45,7 +50,7 @@ impl<W: Waiter, C: Clock> Limiter<W, C> {
                             rate: self.rate_token(None),
                         });
                     }
-                    Reservation::Denied(_) => return Admission::Reject(Refused::Rate),
+                    Reservation::Denied(_) => return over(),
                 }
             }
         }

@@ -18,6 +18,7 @@ fn limits() -> Limits {
         rate: Some((1.0, 1)),
         queue: 1,
         maxage: None,
+        block: None,
     }
 }
 

@@ -25,6 +25,7 @@ fn peered(rate: f64, burst: u32, clock: &Arc<ManualClock>) -> L {
         rate: Some((rate, burst)),
         queue: 0,
         maxage: None,
+        block: None,
     };
     Limiter::peered(limits, 1000, 5000, clock.clone())
 }
@@ -114,6 +115,7 @@ fn reports_keep_the_heaviest_tags_and_debt_keys_yield_last() {
             rate: Some((1.0, 2)),
             queue: 0,
             maxage: None,
+            block: None,
         },
         2,
         100,
@@ -172,6 +174,7 @@ fn evicted_hits_beyond_the_bound_are_counted() {
         rate: Some((1.0, 5)),
         queue: 0,
         maxage: None,
+        block: None,
     };
     let a: L = Limiter::peered(limits, 100, 100, clock.clone());
     for i in 0..400u32 {
@@ -268,6 +271,7 @@ fn evictions_take_only_their_shards_buffer() {
         rate: Some((1.0, 5)),
         queue: 0,
         maxage: None,
+        block: None,
     };
     let a: L = Limiter::peered(limits, 4096, 4096, clock.clone());
     let shards = a.keys().map_or(0, |t| t.shards());
@@ -308,6 +312,7 @@ fn only_a_peered_scope_exchanges_hits() {
         rate: Some((1.0, 5)),
         queue: 0,
         maxage: None,
+        block: None,
     };
     let keyed: L = Limiter::keyed(limits, 100, clock.clone());
     let rule: L = Limiter::new(limits, clock.clone());

@@ -198,6 +198,7 @@ fn a_keyed_limiter_refuses_a_request_without_a_key() {
         rate: Some((1.0, 1)),
         queue: 1,
         maxage: None,
+        block: None,
     };
     let (l, _clock) = keyed(limits, 10);
     assert!(matches!(

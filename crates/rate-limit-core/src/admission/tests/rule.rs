@@ -181,6 +181,7 @@ proptest! {
             rate: rate.map(|(r, b)| (f64::from(r), b)),
             queue,
             maxage: maxage_ms.map(|m| m * NANOS_PER_MS),
+            block: None,
         };
         let (l, clock) = limiter(limits);
         let start = clock.now();
@@ -288,6 +289,7 @@ fn a_rule_limiter_counts_keys_and_flows_against_the_rule() {
         rate: Some((1.0, 3)),
         queue: 0,
         maxage: None,
+        block: None,
     };
     let (l, _clock) = limiter(limits);
     assert_eq!(l.flow_key(b"a"), 0, "not fair: no flows");

@@ -1,0 +1,215 @@
+use std::sync::Arc;
+use std::time::Duration;
+
+use limits::{ManualClock, Nanos, Permit, Waiter, NANOS_PER_MS, NANOS_PER_SEC};
+use proptest::prelude::*;
+
+use crate::{Admission, Limiter, Options, Refused};
+
+struct W;
+
+impl Waiter for W {
+    fn admit(self, permit: Permit<Self>) -> Result<(), Permit<Self>> {
+        Err(permit)
+    }
+}
+
+type L = Arc<Limiter<W, Arc<ManualClock>>>;
+
+const S: Nanos = NANOS_PER_SEC;
+
+fn build(args: &[&str]) -> (L, Arc<ManualClock>) {
+    let o = Options::parse("http://x/", args).unwrap();
+    let clock = Arc::new(ManualClock::new(100 * S));
+    (Limiter::for_options(&o, clock.clone()), clock)
+}
+
+/// The decision for one request of `key` (`None`: the rule's).
+fn ask(l: &L, key: Option<u64>) -> Result<(), Refused> {
+    match l.admit_in_scope(key, &[]) {
+        Admission::Go(_) => Ok(()),
+        Admission::Wait(_) => panic!("--queue=0: nothing waits"),
+        Admission::Reject(why) => Err(why),
+    }
+}
+
+const KEYED: &[&str] = &[
+    "--key=ip",
+    "--rate=1",
+    "--burst=1",
+    "--queue=0",
+    "--block=3",
+];
+const RULE: &[&str] = &["--rate=1", "--burst=1", "--queue=0", "--block=3"];
+
+#[test]
+fn a_key_over_its_rate_stays_refused_for_the_block_then_gets_a_full_burst() {
+    let (l, clock) = build(KEYED);
+    assert_eq!(ask(&l, Some(7)), Ok(()));
+    assert_eq!(ask(&l, Some(7)), Err(Refused::BlockStarted));
+    // Its bucket refilled after 1 s: still refused, and not charged.
+    clock.advance(Duration::from_nanos(1_500 * NANOS_PER_MS));
+    assert_eq!(ask(&l, Some(7)), Err(Refused::Blocked));
+    assert_eq!(l.blocked_for(Some(7)), Some(1_500 * NANOS_PER_MS));
+    // Others are not blocked.
+    assert_eq!(ask(&l, Some(8)), Ok(()));
+    clock.advance(Duration::from_nanos(1_500 * NANOS_PER_MS));
+    assert_eq!(l.blocked_for(Some(7)), None);
+    assert_eq!(ask(&l, Some(7)), Ok(()), "served once the block ends");
+    assert_eq!(
+        ask(&l, Some(7)),
+        Err(Refused::BlockStarted),
+        "over again: a new block"
+    );
+}
+
+#[test]
+fn without_a_key_the_whole_rule_is_blocked_once() {
+    let (l, clock) = build(RULE);
+    assert_eq!(ask(&l, None), Ok(()));
+    assert_eq!(ask(&l, None), Err(Refused::BlockStarted));
+    // One block: the requests refused while it holds do not start another.
+    for _ in 0..5 {
+        assert_eq!(ask(&l, None), Err(Refused::Blocked));
+    }
+    clock.advance(Duration::from_nanos(2 * S));
+    assert_eq!(ask(&l, None), Err(Refused::Blocked));
+    clock.advance(Duration::from_nanos(S));
+    assert_eq!(ask(&l, None), Ok(()));
+}
+
+#[test]
+fn without_block_a_rate_refusal_is_only_that() {
+    let (l, _) = build(&["--key=ip", "--rate=1", "--burst=1", "--queue=0"]);
+    assert_eq!(ask(&l, Some(1)), Ok(()));
+    assert_eq!(ask(&l, Some(1)), Err(Refused::Rate));
+    assert_eq!(ask(&l, Some(1)), Err(Refused::Rate));
+    let (l, _) = build(&["--rate=1", "--burst=1", "--queue=0"]);
+    assert_eq!(ask(&l, None), Ok(()));
+    assert_eq!(ask(&l, None), Err(Refused::Rate));
+}
+
+#[test]
+fn a_count_status_refusal_starts_a_block() {
+    let (l, clock) = build(&[
+        "--key=ip",
+        "--rate=1",
+        "--burst=1",
+        "--count-status=401",
+        "--block=5",
+    ]);
+    assert_eq!(ask(&l, Some(3)), Ok(()));
+    assert!(l.charge(Some(3)));
+    assert_eq!(ask(&l, Some(3)), Err(Refused::BlockStarted));
+    clock.advance(Duration::from_nanos(4 * S));
+    assert_eq!(ask(&l, Some(3)), Err(Refused::Blocked));
+    clock.advance(Duration::from_nanos(S));
+    assert_eq!(ask(&l, Some(3)), Ok(()));
+}
+
+#[test]
+fn block_and_unblock_by_command() {
+    let (l, clock) = build(KEYED);
+    // A key never seen is added, blocked.
+    assert!(l.block(Some(42), 10 * S));
+    assert_eq!(ask(&l, Some(42)), Err(Refused::Blocked));
+    assert_eq!(l.blocked_for(Some(42)), Some(10 * S));
+    assert!(l.unblock(Some(42)));
+    assert_eq!(ask(&l, Some(42)), Ok(()));
+    assert!(!l.unblock(Some(42)), "nothing held any more");
+    assert!(!l.unblock(Some(99)), "a key never seen");
+    // A key blocked by its rate is freed early.
+    assert_eq!(ask(&l, Some(1)), Ok(()));
+    assert_eq!(ask(&l, Some(1)), Err(Refused::BlockStarted));
+    clock.advance(Duration::from_nanos(S));
+    assert!(l.unblock(Some(1)));
+    assert_eq!(ask(&l, Some(1)), Ok(()));
+    // The rule-wide block.
+    let (l, _) = build(RULE);
+    assert!(l.block(None, 10 * S));
+    assert_eq!(ask(&l, None), Err(Refused::Blocked));
+    assert!(l.unblock(None));
+    assert_eq!(ask(&l, None), Ok(()));
+}
+
+#[test]
+fn a_rule_without_block_honours_a_block_by_command() {
+    let (l, _) = build(&["--key=ip", "--rate=1", "--burst=5"]);
+    assert!(l.block(Some(5), 2 * S));
+    assert_eq!(ask(&l, Some(5)), Err(Refused::Blocked));
+    assert_eq!(ask(&l, Some(6)), Ok(()));
+}
+
+#[test]
+fn blocked_keys_yield_to_new_clients_in_a_full_table() {
+    let (l, _) = build(&[
+        "--key=ip",
+        "--rate=1",
+        "--burst=1",
+        "--queue=0",
+        "--block=60",
+        "--keys=2",
+    ]);
+    for k in [1, 2] {
+        assert_eq!(ask(&l, Some(k)), Ok(()));
+        assert_eq!(ask(&l, Some(k)), Err(Refused::BlockStarted));
+    }
+    // Both held keys are blocked (sticky): a new client evicts one rather
+    // than be refused for a full table.
+    assert_eq!(ask(&l, Some(3)), Ok(()));
+    assert_eq!(l.keys().map(|t| t.len()), Some(2));
+}
+
+#[test]
+fn a_reload_changes_the_length_of_blocks_to_come() {
+    let (l, clock) = build(KEYED);
+    let o = Options::parse(
+        "http://x/",
+        &[
+            "--key=ip",
+            "--rate=1",
+            "--burst=1",
+            "--queue=0",
+            "--block=10",
+        ],
+    )
+    .unwrap();
+    l.reconfigure(crate::Limits::of(&o)).unwrap();
+    assert_eq!(ask(&l, Some(1)), Ok(()));
+    assert_eq!(ask(&l, Some(1)), Err(Refused::BlockStarted));
+    clock.advance(Duration::from_nanos(9 * S));
+    assert_eq!(ask(&l, Some(1)), Err(Refused::Blocked));
+    clock.advance(Duration::from_nanos(S));
+    assert_eq!(ask(&l, Some(1)), Ok(()));
+}
+
+proptest! {
+    /// Any sequence of requests and pauses: a block starts only on a
+    /// refusal while none holds, every request in a block is refused as
+    /// blocked, and the bucket gives exactly what an unblocked bucket
+    /// would once the block is over (it was not charged meanwhile).
+    #[test]
+    fn blocks_refuse_everything_they_cover_and_nothing_else(
+        steps in proptest::collection::vec((0u64..4_000, 1usize..4), 1..40),
+        block in 1u32..5,
+    ) {
+        let args = ["--key=ip", "--rate=1", "--burst=2", "--queue=0", &format!("--block={block}")];
+        let (l, clock) = build(&args);
+        let mut until: Option<Nanos> = None;
+        for (pause_ms, n) in steps {
+            clock.advance(Duration::from_nanos(pause_ms * NANOS_PER_MS));
+            for _ in 0..n {
+                let now = limits::Clock::now(&*clock);
+                let r = ask(&l, Some(9));
+                match until {
+                    Some(u) if u > now => prop_assert_eq!(r, Err(Refused::Blocked)),
+                    _ => match r {
+                        Ok(()) => {}
+                        Err(Refused::BlockStarted) => until = Some(now + u64::from(block) * S),
+                        Err(other) => prop_assert!(false, "{other:?} outside a block"),
+                    },
+                }
+            }
+        }
+    }
+}
