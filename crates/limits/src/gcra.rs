@@ -326,6 +326,11 @@ impl Gcra {
         }
     }
 
+    /// Fills the bucket (an operator forgot what it owed).
+    pub fn reset(&self) {
+        self.tat.store(0, Ordering::Release);
+    }
+
     /// What is left at `now`, without taking anything.
     pub fn quota(&self, now: Nanos) -> Quota {
         self.params().quota(self.tat.load(Ordering::Acquire), now)

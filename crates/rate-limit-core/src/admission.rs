@@ -19,13 +19,13 @@
 //! a [`Key`]) made by that handle.
 //!
 //! The files, each using only those listed before it (so no import loop):
-//! `bounds.rs` the [`Limits`]; `block.rs` what `--block` keeps; `rule_scope.rs` and `key_scope.rs` each
-//! scope's state; `limiter.rs` the [`Limiter`] holding one, its
+//! `bounds.rs` the [`Limits`]; `key_scope.rs`, `block.rs` (what `--block`
+//! keeps) and `rule_scope.rs` each scope's state; `limiter.rs` the [`Limiter`] holding one, its
 //! construction, limits and live changes; `decision.rs` what a decision
 //! hands back; then the limiter's calls, each an `impl Limiter` block:
 //! `admit.rs` (a new request, in each scope: `admit/`), `queue.rs` (the
 //! slot queue), `fair.rs`, `peered.rs`, `charge.rs`, `dry_run.rs`,
-//! `usage.rs` (reports), `build.rs` (one from a rule's options); last
+//! `control.rs` (per-key commands), `usage.rs` (reports), `build.rs` (one from a rule's options); last
 //! `shaped.rs`, the handles. This file only re-exports.
 
 mod admit;
@@ -33,6 +33,7 @@ mod block;
 mod bounds;
 mod build;
 mod charge;
+mod control;
 mod decision;
 mod dry_run;
 mod fair;

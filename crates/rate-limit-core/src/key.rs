@@ -256,6 +256,41 @@ impl KeySpec {
         }
     }
 
+    /// The key an operator names in a command (`key`, `block`, …), as
+    /// [`KeySpec::key`] writes it: its one source's value as
+    /// [`value_key`](Self::value_key) takes it, or as
+    /// [`display`](Self::display) shows it (`ip=192.0.2.7`,
+    /// `ip=2001:db8::/64`, `ip=unknown`, `header:X-User='alice'`: a quoted
+    /// value without escapes). False for anything else, and for keys of
+    /// several sources (`top`'s `#HASH` names those).
+    pub fn named_key(&self, text: &str, out: &mut Vec<u8>) -> bool {
+        let [src] = self.sources.as_slice() else {
+            out.clear();
+            return false;
+        };
+        let name = src.name();
+        let value = text
+            .strip_prefix(name.as_str())
+            .and_then(|v| v.strip_prefix('='))
+            .unwrap_or(text);
+        match src {
+            Source::Ip if value == Client::Unknown.to_string() => {
+                out.clear();
+                push_part(out, 0, UNKNOWN_CLIENT);
+                true
+            }
+            // `display`'s prefix: the address is aggregated again anyway.
+            Source::Ip => self.value_key(value.split_once('/').map_or(value, |(a, _)| a), out),
+            _ => {
+                let unquoted = value
+                    .strip_prefix('\'')
+                    .and_then(|v| v.strip_suffix('\''))
+                    .filter(|v| !v.contains('\\'));
+                self.value_key(unquoted.unwrap_or(value), out)
+            }
+        }
+    }
+
     /// A readable form of a key written by [`KeySpec::key`], for operators
     /// (`top`): `ip=192.0.2.7`, `ip=2001:db8::/64`, `ip=unknown`,
     /// `header:X-User="alice"`.

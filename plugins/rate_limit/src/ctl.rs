@@ -43,7 +43,45 @@ impl ats::msg::Commands for Ctl {
     fn run(&self, cmd: Command) -> Answer {
         match cmd {
             Command::Show { target } => show(target.as_deref()),
-            Command::Top { target, n } => top(&target, n),
+            Command::Top { target, n } | Command::Keys { target, n } => top(&target, n),
+            Command::Key { target, key } => per_key("key", &target, &key, |t, k, shown| {
+                let (summary, body) = answer::key(&t.id, shown, t.limiter.key_usage(k).as_ref());
+                answer(summary, body)
+            }),
+            Command::Block {
+                target,
+                key,
+                seconds,
+            } => per_key("block", &target, &key, |t, k, shown| {
+                local_only("block", t)?;
+                let length = u64::from(seconds) * limits::NANOS_PER_SEC;
+                if !t.limiter.block(k, length) {
+                    return Err(format!(
+                        "block: no room for {shown} in {}'s key table (every key of its shard \
+                         holds slots or waiters): nothing changed",
+                        t.id
+                    ));
+                }
+                log::info!("{}: {shown} blocked for {seconds} s by traffic_ctl", t.id);
+                let (summary, body) = answer::block(&t.id, shown, seconds);
+                answer(summary, body)
+            }),
+            Command::Unblock { target, key } => per_key("unblock", &target, &key, |t, k, shown| {
+                let held = t.limiter.unblock(k);
+                if held {
+                    log::info!("{}: {shown} unblocked by traffic_ctl", t.id);
+                }
+                let (summary, body) = answer::unblock(&t.id, shown, held);
+                answer(summary, body)
+            }),
+            Command::Forget { target, key } => per_key("forget", &target, &key, |t, k, shown| {
+                let held = t.limiter.forget(k);
+                if held {
+                    log::info!("{}: {shown} forgotten by traffic_ctl", t.id);
+                }
+                let (summary, body) = answer::forget(&t.id, shown, held);
+                answer(summary, body)
+            }),
             Command::Set { target, settings } => set(&target, &settings),
             Command::Reload => {
                 rate_limit_global::reload("traffic_ctl plugin msg").map(|msg| ats::msg::Answer {
@@ -179,6 +217,89 @@ fn top(name: &str, n: usize) -> Answer {
         t.cards.iter().find_map(|c| c.name(k))
     });
     answer(summary, body)
+}
+
+/// Runs a per-key command on the key `key` names in the limiter `name`
+/// names (`None`: a rule-wide limiter's own state, KEY `*`), shown as the
+/// rules know it or as the operator wrote it.
+fn per_key(
+    verb: &str,
+    name: &str,
+    key: &str,
+    run: impl FnOnce(&Target, Option<u64>, &str) -> Answer,
+) -> Answer {
+    let t = pick(REGISTRY.lock().live(), name)?;
+    if t.opts.store.as_ref().is_some_and(|s| s.sync_ms.is_none()) {
+        return Err(format!(
+            "{verb}: {} is decided in Redis (--store): its keys' state is Redis's, which \
+             the per-key commands do not reach: nothing changed",
+            t.id
+        ));
+    }
+    let k = match (&t.opts.key, t.limiter.keys(), key) {
+        (None, _, ctl::WHOLE_RULE) => None,
+        (None, _, _) => {
+            return Err(format!(
+                "{verb}: {} has no --key: its own state is KEY {}",
+                t.id,
+                ctl::WHOLE_RULE
+            ))
+        }
+        (Some(spec), Some(table), k) => {
+            let hash = k
+                .strip_prefix('#')
+                .filter(|h| h.len() == 16)
+                .and_then(|h| u64::from_str_radix(h, 16).ok());
+            let mut bytes = Vec::new();
+            match hash {
+                Some(h) => Some(h),
+                None if spec.named_key(k, &mut bytes) => {
+                    let hash = table.hash(&bytes);
+                    // Named from now on, as a client's key is once seen.
+                    for c in &t.cards {
+                        c.note_name(hash, &bytes);
+                    }
+                    Some(hash)
+                }
+                None => {
+                    return Err(format!(
+                        "{verb}: {} is not a key of {} (--key={}): allowed its value (for ip an \
+                         address), the key as top shows it, or top's #HASH",
+                        limits::quote::quote(k),
+                        t.id,
+                        spec.describe_sources()
+                    ))
+                }
+            }
+        }
+        (Some(_), None, _) => return Err(format!("{verb}: {} holds no keys", t.id)),
+    };
+    if k.is_none() && t.opts.rate.is_none() && verb == "block" {
+        return Err(format!(
+            "block: {} has neither --key nor --rate: a block of the whole rule needs --rate \
+             (it is checked with the bucket)",
+            t.id
+        ));
+    }
+    let shown = k
+        .and_then(|k| t.cards.iter().find_map(|c| c.name(k)))
+        .unwrap_or_else(|| key.to_owned());
+    run(&t, k, &shown)
+}
+
+/// A block made here would hold on this proxy only: refused where the
+/// limits are the fleet's (as `--block` is).
+fn local_only(verb: &str, t: &Target) -> Result<(), String> {
+    let fleet = match (&t.opts.peer, &t.opts.store) {
+        (Some(_), _) => "--peers",
+        (None, Some(_)) => "--store-sync",
+        (None, None) => return Ok(()),
+    };
+    Err(format!(
+        "{verb}: {} shares its limits with {fleet}, which does not carry blocks yet: a block \
+         would refuse the client on this proxy only; nothing changed",
+        t.id
+    ))
 }
 
 fn set(name: &str, settings: &[ctl::Setting]) -> Answer {

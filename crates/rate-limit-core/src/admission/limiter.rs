@@ -130,6 +130,12 @@ impl<W: Waiter, C: Clock> Limiter<W, C> {
         Ok(())
     }
 
+    /// `--block`'s length; 0: none.
+    #[inline]
+    pub(super) fn block_length(&self) -> Nanos {
+        self.block.load(Ordering::Relaxed)
+    }
+
     pub(super) fn max_wait(&self) -> Nanos {
         self.maxage.load(Ordering::Relaxed)
     }

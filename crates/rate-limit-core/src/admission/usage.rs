@@ -5,8 +5,9 @@ use std::cmp::{Ordering as CmpOrdering, Reverse};
 use std::collections::BinaryHeap;
 use std::sync::Arc;
 
-use limits::{Clock, Nanos, Quota, Slots, Waiter};
+use limits::{Clock, GcraParams, Nanos, Quota, Slots, Waiter};
 
+use super::key_scope::Keyed;
 use super::limiter::{Limiter, Scope};
 
 /// What a limiter holds right now (for `show`).
@@ -22,7 +23,7 @@ pub struct Usage {
     pub evicted: Option<u64>,
 }
 
-/// One key's state (for `top`).
+/// One key's state (for `top`, `keys` and `key`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct KeyUsage {
     pub key: u64,
@@ -31,19 +32,26 @@ pub struct KeyUsage {
     /// How far the key's bucket is past empty: the wait a request would
     /// have now (0: it conforms).
     pub over_rate: Nanos,
+    /// Requests its bucket would let through now; `None`: no `--rate`.
+    pub tokens: Option<u32>,
+    /// How long its block (`--block`, or the `block` command) still holds
+    /// (0: none).
+    pub blocked: Nanos,
 }
 
 /// A [`KeyUsage`] ordered for `top`: more slots and waiters first, then
-/// further over the rate, then the smaller key (so the order is total).
+/// further over the rate, then blocked longer, then the smaller key (so the
+/// order is total).
 #[derive(PartialEq, Eq)]
 struct Ranked(KeyUsage);
 
 impl Ranked {
-    fn rank(&self) -> (u64, Nanos, Reverse<u64>) {
+    fn rank(&self) -> (u64, Nanos, Nanos, Reverse<u64>) {
         let k = &self.0;
         (
             u64::from(k.active) + u64::from(k.waiting),
             k.over_rate,
+            k.blocked,
             Reverse(k.key),
         )
     }
@@ -94,8 +102,33 @@ impl<W: Waiter, C: Clock> Limiter<W, C> {
         }
     }
 
+    /// One key's state, if the table holds it; on a rule-scoped limiter
+    /// (`key` ignored), the rule's, as key 0. Never adds the key.
+    pub fn key_usage(&self, key: Option<u64>) -> Option<KeyUsage> {
+        let now = self.clock.now();
+        match (&self.scope, key) {
+            (Scope::Keyed(scope), Some(k)) => {
+                let params = scope.params();
+                scope.table.get(k, |st| usage_of(k, st, now, params))
+            }
+            (Scope::Keyed(_), None) => None,
+            (Scope::Rule(rule), _) => Some(KeyUsage {
+                key: 0,
+                active: rule.slots().map_or(0, |s| s.active()),
+                waiting: rule.budget.used(),
+                over_rate: rule
+                    .bucket
+                    .as_ref()
+                    .map_or(0, |b| b.check(now).err().unwrap_or(0)),
+                tokens: rule.bucket.as_ref().map(|b| b.quota(now).remaining),
+                blocked: rule.block.until(now).map_or(0, |until| until - now),
+            }),
+        }
+    }
+
     /// The `n` keys holding the most slots and waiters, then furthest over
-    /// their rate (keyed; empty otherwise), ties by key. Visits every key, one
+    /// their rate, then blocked longest (keyed; empty otherwise), ties by
+    /// key; keys with none of these are left out. Visits every key, one
     /// shard's lock at a time (off request paths), and keeps only the best
     /// `n` in a heap: memory is O(n) however many keys there are.
     pub fn top(&self, n: usize) -> Vec<KeyUsage> {
@@ -111,22 +144,11 @@ impl<W: Waiter, C: Clock> Limiter<W, C> {
         // A min-heap (by rank) of the best n so far: its root is the weakest.
         let mut best: BinaryHeap<Reverse<Ranked>> = BinaryHeap::with_capacity(n + 1);
         t.for_each(|key, st| {
-            let (active, waiting) = st.queues.as_ref().map_or((0, 0), |q| {
-                (
-                    q.slots.as_ref().map_or(0, |s| s.active()),
-                    q.budget.as_ref().map_or(0, |b| b.used()),
-                )
-            });
-            let over_rate = params.map_or(0, |p| p.reserve(st.tat, now, None).0.wait());
-            if active + waiting == 0 && over_rate == 0 {
+            let u = usage_of(key, st, now, params);
+            if u.active + u.waiting == 0 && u.over_rate == 0 && u.blocked == 0 {
                 return;
             }
-            let k = Ranked(KeyUsage {
-                key,
-                active,
-                waiting,
-                over_rate,
-            });
+            let k = Ranked(u);
             if best.len() < n {
                 best.push(Reverse(k));
             } else if best.peek().is_some_and(|Reverse(weakest)| k > *weakest) {
@@ -165,5 +187,28 @@ impl<W: Waiter, C: Clock> Limiter<W, C> {
                 rule.bucket.as_ref().map(|b| b.quota(now)),
             ),
         }
+    }
+}
+
+/// What `key`'s state `st` holds at `now`.
+fn usage_of<W: Waiter>(
+    key: u64,
+    st: &Keyed<W>,
+    now: Nanos,
+    params: Option<GcraParams>,
+) -> KeyUsage {
+    let (active, waiting) = st.queues.as_ref().map_or((0, 0), |q| {
+        (
+            q.slots.as_ref().map_or(0, |s| s.active()),
+            q.budget.as_ref().map_or(0, |b| b.used()),
+        )
+    });
+    KeyUsage {
+        key,
+        active,
+        waiting,
+        over_rate: params.map_or(0, |p| p.reserve(st.tat, now, None).0.wait()),
+        tokens: params.map(|p| p.quota(st.tat, now).remaining),
+        blocked: st.block_ends(now).map_or(0, |until| until - now),
     }
 }

@@ -52,6 +52,9 @@ pub fn limiter<W: Waiter, C: Clock>(
         "burst": o.rate.map(|_| o.burst),
         "queue": o.queue,
         "maxage_ms": o.maxage_ms,
+        "block_s": (o.block_s > 0).then_some(o.block_s),
+        // A rule-wide block in force (keys show theirs in `keys`).
+        "blocked_ms": l.keys().is_none().then(|| l.blocked_for(None).map_or(0, |b| b / NANOS_PER_MS)),
         "key": o.key.as_ref().map(|k| k.describe_sources()),
         "active": u.active,
         "waiting": u.waiting,
@@ -69,19 +72,12 @@ pub fn limiter<W: Waiter, C: Clock>(
     })
 }
 
-/// `top`: the keys of limiter `id`, each shown by `name` (as `--key`
-/// writes it) or, if its name was not kept, by its hash.
+/// `top` and `keys`: the keys of limiter `id`, each shown by `name` (as
+/// `--key` writes it) or, if its name was not kept, by its hash.
 pub fn top(id: &str, keys: &[KeyUsage], name: impl Fn(u64) -> Option<String>) -> (String, Value) {
     let keys: Vec<Value> = keys
         .iter()
-        .map(|k| {
-            json!({
-                "key": name(k.key).unwrap_or_else(|| format!("#{:016x}", k.key)),
-                "active": k.active,
-                "waiting": k.waiting,
-                "over_rate_ms": k.over_rate / NANOS_PER_MS,
-            })
-        })
+        .map(|k| key_value(shown(k.key, &name), k))
         .collect();
     let first = keys
         .first()
@@ -92,6 +88,82 @@ pub fn top(id: &str, keys: &[KeyUsage], name: impl Fn(u64) -> Option<String>) ->
         format!("{id}: {} key(s), first {first}", keys.len()),
         json!({ "id": id, "keys": keys }),
     )
+}
+
+/// A key as the answers name it: by `name`, or by its hash (`#…`, which
+/// the per-key commands take back).
+pub fn shown(key: u64, name: impl Fn(u64) -> Option<String>) -> String {
+    name(key).unwrap_or_else(|| format!("#{key:016x}"))
+}
+
+/// A key's state, as `top`, `keys` and `key` show it.
+fn key_value(shown: String, k: &KeyUsage) -> Value {
+    json!({
+        "key": shown,
+        "active": k.active,
+        "waiting": k.waiting,
+        "over_rate_ms": k.over_rate / NANOS_PER_MS,
+        "tokens": k.tokens,
+        "blocked_ms": k.blocked / NANOS_PER_MS,
+    })
+}
+
+/// `key`: the state of `key` (as the operator named it) in limiter `id`,
+/// or that it holds none.
+pub fn key(id: &str, key: &str, state: Option<&KeyUsage>) -> (String, Value) {
+    let Some(k) = state else {
+        return (
+            format!("{id}: {key} is not held (a full bucket, no block)"),
+            json!({ "id": id, "key": key, "held": false }),
+        );
+    };
+    let rate = match (k.tokens, k.over_rate) {
+        (_, over) if over > 0 => format!(", {} ms over its rate", over / NANOS_PER_MS),
+        (Some(t), _) => format!(", {t} token(s)"),
+        (None, _) => String::new(),
+    };
+    let block = match k.blocked {
+        0 => String::new(),
+        b => format!(", blocked for {} ms more", b / NANOS_PER_MS),
+    };
+    let mut body = key_value(key.to_owned(), k);
+    body["id"] = json!(id);
+    body["held"] = json!(true);
+    (
+        format!(
+            "{id}: {key}: {} active, {} waiting{rate}{block}",
+            k.active, k.waiting
+        ),
+        body,
+    )
+}
+
+/// `block`: `key` of limiter `id` is refused for `seconds`.
+pub fn block(id: &str, key: &str, seconds: u32) -> (String, Value) {
+    (
+        format!("{id}: {key} blocked for {seconds} s"),
+        json!({ "id": id, "key": key, "blocked_s": seconds }),
+    )
+}
+
+/// `unblock`: whether a block of `key` held.
+pub fn unblock(id: &str, key: &str, held: bool) -> (String, Value) {
+    let summary = if held {
+        format!("{id}: {key} unblocked")
+    } else {
+        format!("{id}: {key} was not blocked: nothing changed")
+    };
+    (summary, json!({ "id": id, "key": key, "unblocked": held }))
+}
+
+/// `forget`: whether the table held `key`.
+pub fn forget(id: &str, key: &str, held: bool) -> (String, Value) {
+    let summary = if held {
+        format!("{id}: {key} forgotten (a full bucket, no block, no lock-out)")
+    } else {
+        format!("{id}: {key} is not held: nothing to forget")
+    };
+    (summary, json!({ "id": id, "key": key, "forgotten": held }))
 }
 
 /// One option `set` changed: its name, old and new value.

@@ -127,3 +127,64 @@ fn a_dry_run_is_refused_on_a_store_rule_with_count_status() {
     let local = parse(&["--rate=5", "--count-status=401"]);
     assert!(apply(&local, &[set("dry_run=on")]).is_ok_and(|n| n.dry_run));
 }
+
+#[test]
+fn per_key_commands_parse() {
+    let t = || ("api".to_owned(), "192.0.2.7".to_owned());
+    assert_eq!(
+        cmd("rate_limit", "keys api"),
+        Ok(Command::Keys {
+            target: "api".into(),
+            n: KEYS_DEFAULT
+        })
+    );
+    assert_eq!(
+        cmd("rate_limit.keys", "api 3"),
+        Ok(Command::Keys {
+            target: "api".into(),
+            n: 3
+        })
+    );
+    let (target, key) = t();
+    assert_eq!(
+        cmd("rate_limit", "key api 192.0.2.7"),
+        Ok(Command::Key {
+            target: target.clone(),
+            key: key.clone()
+        })
+    );
+    assert_eq!(
+        cmd("rate_limit", "block api 192.0.2.7 30"),
+        Ok(Command::Block {
+            target: target.clone(),
+            key: key.clone(),
+            seconds: 30
+        })
+    );
+    assert_eq!(
+        cmd("rate_limit", "unblock api 192.0.2.7"),
+        Ok(Command::Unblock {
+            target: target.clone(),
+            key: key.clone()
+        })
+    );
+    assert_eq!(
+        cmd("rate_limit", "forget api 192.0.2.7"),
+        Ok(Command::Forget { target, key })
+    );
+}
+
+#[test]
+fn bad_per_key_commands_say_what_was_wrong() {
+    let e = |d: &str| cmd("rate_limit", d).expect_err("must fail");
+    assert!(e("keys").starts_with("keys: wrong arguments"));
+    assert!(e("keys api 0").starts_with("keys: N has an invalid value '0': allowed 1 to 1000"));
+    assert!(e("key api").starts_with("key: wrong arguments 'api'"));
+    assert!(e("block api 192.0.2.7").starts_with("block: wrong arguments"));
+    assert!(e("block api 192.0.2.7 0")
+        .starts_with("block: SECONDS has an invalid value '0': allowed 1 to 86400"));
+    assert!(e("block api 192.0.2.7 86401").starts_with("block: SECONDS has an invalid value"));
+    assert!(e("block api 192.0.2.7 soon").starts_with("block: SECONDS has an invalid value 'soon'"));
+    assert!(e("unblock api").starts_with("unblock: wrong arguments"));
+    assert!(e("forget api a b").starts_with("forget: wrong arguments"));
+}

@@ -369,3 +369,42 @@ fn keys_display_for_operators() {
     assert_eq!(v6.display(&[0, 0xff, 0xff, 1]), "ip='\\u{1}'");
     assert_eq!(v6.display(&[]), "");
 }
+
+/// What a command names a key by: its value, or `top`'s display of it.
+#[test]
+fn commands_name_keys_as_top_shows_them_or_by_value() {
+    let named = |s: &KeySpec, text: &str| {
+        let mut out = Vec::new();
+        s.named_key(text, &mut out).then_some(out)
+    };
+    let ip = KeySpec {
+        v4_prefix: 24,
+        ..spec("ip", "")
+    };
+    let req = Req {
+        remote: Some("192.0.2.77".parse().unwrap()),
+        ..Req::default()
+    };
+    let k = key(&ip, &req).unwrap();
+    assert_eq!(ip.display(&k), "ip=192.0.2.0/24");
+    for text in ["192.0.2.77", "192.0.2.1", "ip=192.0.2.0/24", "192.0.2.0/24"] {
+        assert_eq!(named(&ip, text).as_ref(), Some(&k), "{text}");
+    }
+    assert_ne!(named(&ip, "192.0.3.1").as_ref(), Some(&k));
+    let mut unknown = Vec::new();
+    push_part(&mut unknown, 0, UNKNOWN_CLIENT);
+    assert_eq!(named(&ip, "ip=unknown"), Some(unknown));
+    assert_eq!(named(&ip, "alice"), None, "not an address");
+    let user = spec("header:X-User", "");
+    let req = Req {
+        headers: vec![("X-User", b"alice".to_vec())],
+        ..Req::default()
+    };
+    let k = key(&user, &req).unwrap();
+    assert_eq!(user.display(&k), "header:X-User='alice'");
+    for text in ["alice", "header:X-User='alice'", "'alice'"] {
+        assert_eq!(named(&user, text).as_ref(), Some(&k), "{text}");
+    }
+    // Several sources: only `#HASH`, which the plugin reads.
+    assert_eq!(named(&spec("ip,header:X-User", ""), "192.0.2.1"), None);
+}

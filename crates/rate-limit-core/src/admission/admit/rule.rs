@@ -25,7 +25,17 @@ impl<W: Waiter, C: Clock> Limiter<W, C> {
                 // Refused before the bucket is looked at (block.rs).
                 return Admission::Reject(Refused::Blocked);
             }
-            let over = || Admission::Reject(rule.block.refuse(now, self.block_length()));
+            // Over the rate: a refusal, which may start a block.
+            let over = || {
+                let length = self.block_length();
+                Admission::Reject(if length == 0 {
+                    Refused::Rate
+                } else if rule.block.start(now, length) {
+                    Refused::BlockStarted
+                } else {
+                    Refused::Blocked
+                })
+            };
             if self.charges_on_response() {
                 // Checked only; the response charges it (no rate wait).
                 if bucket.check(now).is_err() {

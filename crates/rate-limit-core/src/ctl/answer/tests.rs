@@ -3,7 +3,9 @@ use std::sync::Arc;
 use limits::{ManualClock, Permit, Waiter};
 use serde_json::json;
 
-use super::{changes, dry_run, enforce, limiter, set, top, Change, Rule};
+use super::{
+    block, changes, dry_run, enforce, forget, key, limiter, set, top, unblock, Change, Rule,
+};
 use crate::{KeyUsage, Limiter, Limits, Options};
 
 struct W;
@@ -68,18 +70,24 @@ fn top_shows_a_key_by_its_name_or_its_hash() {
             active: 2,
             waiting: 1,
             over_rate: 3_500_000,
+            tokens: Some(0),
+            blocked: 0,
         },
         KeyUsage {
             key: 0xab,
             active: 0,
             waiting: 0,
             over_rate: 0,
+            tokens: Some(4),
+            blocked: 2_000_000_000,
         },
     ];
     let (summary, v) = top("api", &keys, |k| (k == 1).then(|| "10.0.0.1".to_owned()));
     assert_eq!(summary, "api: 2 key(s), first 10.0.0.1");
     assert_eq!(v["keys"][0]["over_rate_ms"], 3);
     assert_eq!(v["keys"][1]["key"], "#00000000000000ab");
+    assert_eq!(v["keys"][1]["blocked_ms"], 2000);
+    assert_eq!(v["keys"][1]["tokens"], 4);
     assert_eq!(top("api", &[], |_| None).0, "api: 0 key(s), first none");
 }
 
@@ -115,4 +123,52 @@ fn a_dry_run_change_says_what_it_was_mixed_included() {
         ("dry-run", "mixed", "on")
     );
     assert_eq!(dry_run(&[true], false).unwrap().old, "on");
+}
+
+#[test]
+fn per_key_answers_say_what_happened_also_for_a_key_not_held() {
+    let k = KeyUsage {
+        key: 7,
+        active: 1,
+        waiting: 0,
+        over_rate: 0,
+        tokens: Some(3),
+        blocked: 1_500_000_000,
+    };
+    let (s, v) = key("api", "ip=192.0.2.7", Some(&k));
+    assert_eq!(
+        s,
+        "api: ip=192.0.2.7: 1 active, 0 waiting, 3 token(s), blocked for 1500 ms more"
+    );
+    assert_eq!(
+        (v["held"].clone(), v["blocked_ms"].clone()),
+        (json!(true), json!(1500))
+    );
+    let over = KeyUsage {
+        over_rate: 2_000_000,
+        tokens: Some(0),
+        blocked: 0,
+        ..k
+    };
+    assert_eq!(
+        key("api", "x", Some(&over)).0,
+        "api: x: 1 active, 0 waiting, 2 ms over its rate"
+    );
+    let (s, v) = key("api", "ip=192.0.2.8", None);
+    assert_eq!(s, "api: ip=192.0.2.8 is not held (a full bucket, no block)");
+    assert_eq!(v["held"], json!(false));
+    assert_eq!(block("api", "x", 30).0, "api: x blocked for 30 s");
+    assert_eq!(unblock("api", "x", true).0, "api: x unblocked");
+    assert_eq!(
+        unblock("api", "x", false).0,
+        "api: x was not blocked: nothing changed"
+    );
+    assert_eq!(
+        forget("api", "x", false).0,
+        "api: x is not held: nothing to forget"
+    );
+    assert_eq!(
+        forget("api", "x", true).1,
+        json!({ "id": "api", "key": "x", "forgotten": true })
+    );
 }
