@@ -2,13 +2,15 @@
 //! commands against a real traffic_server: a client over its rate stays
 //! refused after its bucket refills, then is served; `unblock` frees it
 //! early, `block` refuses a client never seen, `keys` lists the hottest
-//! keys, and bad commands change nothing.
+//! keys, and bad commands change nothing. With `--store`, a block made
+//! on one proxy refuses the client on another at once.
 
 use std::net::Ipv4Addr;
 use std::thread::sleep;
 use std::time::{Duration, Instant};
 
 use ats_tests::client::Conn;
+use ats_tests::redis::Redis;
 use ats_tests::{Origin, TrafficServer};
 use serde_json::Value;
 
@@ -192,4 +194,36 @@ fn operators_block_unblock_forget_and_list_keys_and_bad_commands_change_nothing(
         ts.is_running(),
         "traffic_server neither crashed nor restarted"
     );
+}
+
+/// Exact `--store`: the block lives in Redis, so the other proxy refuses
+/// the client at its next request (no delay: the same script decides).
+#[test]
+fn a_block_in_redis_refuses_the_client_on_every_proxy() {
+    let redis = Redis::start().expect("redis-server");
+    let origin = Origin::start();
+    let params = format!(
+        "--key=ip --rate=1 --burst=1 --block=3 --queue=0 --prefix=blk --tag=fleet \
+         --store={} --store-failure=closed",
+        redis.url()
+    );
+    let start = || {
+        TrafficServer::builder()
+            .remap(rule("s.test", &origin, &params))
+            .with_manager()
+            .start()
+            .expect("start")
+    };
+    let (one, two) = (start(), start());
+    assert_eq!(get(&one, "s.test", A), 200);
+    assert_eq!(get(&one, "s.test", A), 429, "over its rate on one: blocked");
+    let started = Instant::now();
+    assert_eq!(get(&two, "s.test", A), 429, "the other proxy refuses it");
+    sleep(Duration::from_millis(1500));
+    assert_eq!(get(&two, "s.test", A), 429, "still, with a full bucket");
+    assert_eq!(get(&two, "s.test", B), 200, "another client is served");
+    sleep(Duration::from_secs(3).saturating_sub(started.elapsed()) + Duration::from_millis(200));
+    assert_eq!(get(&two, "s.test", A), 200, "the block expired in Redis");
+    assert_eq!(one.wait_metric("blk.remap.fleet.blocks", 1), Ok(1));
+    assert_eq!(two.wait_metric("blk.remap.fleet.blocked", 2), Ok(2));
 }

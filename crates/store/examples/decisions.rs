@@ -59,6 +59,7 @@ fn main() -> Result<(), String> {
                 member: ids.next(),
                 lease_ttl_ms: 1000,
                 check_only: false,
+                block_us: 0,
             });
             if c.submit(op, (), Duration::from_secs(1)).is_err() {
                 break;
@@ -93,6 +94,7 @@ fn main() -> Result<(), String> {
             member: ids.next(),
             lease_ttl_ms: 1000,
             check_only: false,
+            block_us: 0,
         });
         let s = Instant::now();
         c.submit(op, (), Duration::from_secs(1))

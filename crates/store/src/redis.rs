@@ -11,6 +11,10 @@
 //! 3. admits: stores the new arrival time and adds a lease (`ZADD`) scored
 //!    with its expiry (server time + the lease TTL).
 //!
+//! With a block length (`--block`), a block in force (`:block`, a string
+//! of its end that expires with it) refuses first, touching nothing else,
+//! and a rate refusal starts one: every proxy sees it at its next decision.
+//!
 //! A lease is removed (`ZREM`) when its transaction closes; a proxy that
 //! dies leaves its leases to expire. If the script is missing (`NOSCRIPT`:
 //! a restart, `SCRIPT FLUSH`), it is loaded again and the decisions retried
@@ -38,11 +42,13 @@ use crate::resp::server_error;
 pub use crate::resp::MAX_REPLY;
 pub use store_url::{Addr, Target};
 
-/// The decision script. ARGV: emission interval in µs (0: no rate), burst,
-/// concurrency limit (0: none), lease member, lease TTL in ms, and (6) `1`
-/// to only check the rate (`--count-status`: the response charges it with
-/// [`CHARGE`]; the limit takes its lease as usual). Returns
-/// `{admitted (0/1), retry-after µs, why (0 admitted, 1 concurrency, 2 rate), leases held}`.
+/// The decision script. KEYS: the bucket, the leases, the block. ARGV:
+/// emission interval in µs (0: no rate), burst, concurrency limit (0:
+/// none), lease member, lease TTL in ms, (6) `1` to only check the rate
+/// (`--count-status`: the response charges it with [`CHARGE`]; the limit
+/// takes its lease as usual), and (7) the block length in µs (0: none).
+/// Returns `{admitted (0/1), retry-after µs, why (0 admitted, 1
+/// concurrency, 2 rate, 3 blocked, 4 a block started), leases held}`.
 pub const DECIDE: &str = r#"
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000000 + tonumber(t[2])
@@ -50,7 +56,14 @@ local interval = tonumber(ARGV[1])
 local burst = tonumber(ARGV[2])
 local limit = tonumber(ARGV[3])
 local ttl_ms = tonumber(ARGV[5])
+local block = tonumber(ARGV[7])
 local held = 0
+if block > 0 then
+  local ends = tonumber(redis.call('GET', KEYS[3]) or '0')
+  if ends > now then
+    return {0, ends - now, 3, 0}
+  end
+end
 if limit > 0 then
   redis.call('ZREMRANGEBYSCORE', KEYS[2], '-inf', now)
   held = redis.call('ZCARD', KEYS[2])
@@ -64,6 +77,10 @@ if interval > 0 then
   local new_tat = tat + interval
   local allow_at = new_tat - interval * burst
   if allow_at > now then
+    if block > 0 then
+      redis.call('SET', KEYS[3], string.format('%.0f', now + block), 'PX', math.ceil(block / 1000))
+      return {0, block, 4, held}
+    end
     return {0, allow_at - now, 2, held}
   end
   if ARGV[6] ~= '1' then
@@ -152,6 +169,8 @@ pub struct Decide {
     pub lease_ttl_ms: u64,
     /// Only check the rate, taking nothing from it (`--count-status`).
     pub check_only: bool,
+    /// `--block`: how long a rate refusal blocks the key, µs; 0: no block.
+    pub block_us: u64,
 }
 
 #[derive(Debug, Clone)]
@@ -190,6 +209,12 @@ pub enum Reply {
     /// Over the rate: the next request fits after this long.
     TooSoon {
         retry_after: Duration,
+    },
+    /// Blocked (`--block`) for this long still; `started`: by this
+    /// decision, which was over the rate.
+    Blocked {
+        retry_after: Duration,
+        started: bool,
     },
     Released,
     Charged,
@@ -274,12 +299,15 @@ fn parse_decision(v: &Value) -> Result<Reply, String> {
         return Err(format!("unexpected answer {v:?}"));
     };
     let leases = held.max(0) as u64;
+    let retry_after = Duration::from_micros(retry_us.max(0) as u64);
     Ok(match (admitted, why) {
         (1, _) => Reply::Admitted { leases },
         (_, 1) => Reply::Busy { leases },
-        _ => Reply::TooSoon {
-            retry_after: Duration::from_micros(retry_us.max(0) as u64),
+        (_, 3 | 4) => Reply::Blocked {
+            retry_after,
+            started: why == 4,
         },
+        _ => Reply::TooSoon { retry_after },
     })
 }
 
@@ -307,15 +335,17 @@ impl Redis {
                     let gcra = format!("{}:gcra", d.base);
                     let mut c = redis::cmd("EVALSHA");
                     c.arg(&self.sha)
-                        .arg(2)
+                        .arg(3)
                         .arg(&gcra)
                         .arg(format!("{}:leases", d.base))
+                        .arg(format!("{}:block", d.base))
                         .arg(d.interval_us)
                         .arg(d.burst)
                         .arg(d.limit)
                         .arg(&d.member)
                         .arg(d.lease_ttl_ms)
-                        .arg(if d.check_only { 1 } else { 0 });
+                        .arg(if d.check_only { 1 } else { 0 })
+                        .arg(d.block_us);
                     Routed::new(gcra.as_bytes(), &c)
                 }
                 Op::Charge {

@@ -48,6 +48,7 @@ fn decide(base: &str, rate: Option<(f64, u32)>, limit: u32, member: String) -> O
         member,
         lease_ttl_ms: 10_000,
         check_only: false,
+        block_us: 0,
     })
 }
 

@@ -67,6 +67,7 @@ impl Probe for Decisions {
             member: format!("m{token}"),
             lease_ttl_ms: 10_000,
             check_only: false,
+            block_us: 0,
         });
         self.0.submit(op, token, T).is_ok()
     }

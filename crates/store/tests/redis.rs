@@ -46,6 +46,7 @@ fn decide(base: &str, rate: Option<(f64, u32)>, limit: u32, member: String, ttl_
         member,
         lease_ttl_ms: ttl_ms,
         check_only: false,
+        block_us: 0,
     })
 }
 
@@ -447,4 +448,64 @@ fn check_takes_nothing_and_charges_empty_the_bucket() {
         vec![decide(&other, Some((1.0, 3)), 0, ids.next(), 1000)],
     );
     assert!(admitted(&got[0]), "{got:?}");
+}
+
+/// `--block`: a rate refusal starts a block that every proxy sees, which
+/// refuses before the bucket and the leases are touched, then expires.
+#[test]
+fn a_block_starts_on_a_rate_refusal_refuses_everyone_then_expires() {
+    let s = Server::start().unwrap();
+    let (a, b) = (client(s.port()), client(s.port()));
+    let base = key_base("blk", Some(b"client-a"));
+    let ids = LeaseIds::default();
+    let blocking = |ids: &LeaseIds| {
+        let Op::Decide(mut d) = decide(&base, Some((10.0, 1)), 2, ids.next(), 1000) else {
+            unreachable!()
+        };
+        d.block_us = 400_000;
+        Op::Decide(d)
+    };
+    let got = ask(&a, vec![blocking(&ids), blocking(&ids)]);
+    assert!(admitted(&got[0]), "{got:?}");
+    let Answer::Reply(Reply::Blocked {
+        started: true,
+        retry_after,
+    }) = got[1]
+    else {
+        panic!("the refusal starts the block: {got:?}");
+    };
+    assert_eq!(retry_after, Duration::from_millis(400));
+    // Another proxy: refused by the block even once the bucket refilled
+    // (100 ms), and nothing is taken (the lease count stays at one).
+    std::thread::sleep(Duration::from_millis(150));
+    let got = ask(&b, vec![blocking(&ids)]);
+    let Answer::Reply(Reply::Blocked {
+        started: false,
+        retry_after,
+    }) = got[0]
+    else {
+        panic!("held: {got:?}");
+    };
+    assert!(retry_after <= Duration::from_millis(250), "{retry_after:?}");
+    assert_eq!(s.int(&["ZCARD", &format!("{base}:leases")]).unwrap(), 1);
+    assert!(
+        s.int(&["PTTL", &format!("{base}:block")]).unwrap() > 0,
+        "it expires"
+    );
+    std::thread::sleep(Duration::from_millis(300));
+    let got = ask(&b, vec![blocking(&ids)]);
+    assert!(admitted(&got[0]), "the block is over: {got:?}");
+    // Without a block length, the same refusal blocks nothing.
+    let plain = key_base("blk", Some(b"client-b"));
+    let got = ask(
+        &a,
+        (0..2)
+            .map(|_| decide(&plain, Some((10.0, 1)), 0, ids.next(), 1000))
+            .collect(),
+    );
+    assert!(
+        matches!(got[1], Answer::Reply(Reply::TooSoon { .. })),
+        "{got:?}"
+    );
+    assert_eq!(s.int(&["EXISTS", &format!("{plain}:block")]).unwrap(), 0);
 }

@@ -104,7 +104,10 @@ impl Asked for Decision {
                 let lease = (a.rule.opts.limit.is_some()).then(|| rs.lease(a.base, a.member));
                 admit(a.rule, a.parked, lease, charge);
             }
-            Verdict::Refused(why) => refuse(a.rule, a.parked, a.who, why),
+            Verdict::Refused(why) => {
+                let logged = a.rule.refused(why);
+                refuse(a.rule, a.parked, a.who, logged);
+            }
             Verdict::Failed => failed(a),
         }
     }
@@ -120,7 +123,7 @@ fn failed(a: Decision) {
     match failure(&a.rule) {
         // Open: the response's charge (--count-status) still goes to Redis.
         Failure::Open => admit(a.rule, a.parked, None, Some(a.base)),
-        Failure::Closed => refuse(a.rule, a.parked, a.who, Reason::StoreFailure),
+        Failure::Closed => refuse(a.rule, a.parked, a.who, Some(Reason::StoreFailure)),
         Failure::Local => local(a),
     }
 }
@@ -155,7 +158,10 @@ fn local(a: Decision) {
             };
             park(rule, parked, wait);
         }
-        Admission::Reject(why) => refuse(rule, parked, who, why.into()),
+        Admission::Reject(why) => {
+            let logged = rule.refused(why);
+            refuse(rule, parked, who, logged);
+        }
     }
 }
 
@@ -181,10 +187,14 @@ fn resume(h: HomeTxn<'_>, rule: &Rule, lease: Option<Lease>, base: Option<String
     h.resume()
 }
 
-fn refuse(rule: Arc<Rule>, parked: Parked, who: Counted, why: Reason) {
+/// `why`: the refusal log's reason; `None` for a refusal by a block in
+/// force (not logged).
+fn refuse(rule: Arc<Rule>, parked: Parked, who: Counted, why: Option<Reason>) {
     parked.on_home(move |h| {
         bump(rule.metrics.rejected, 1);
-        rule.record_refusal(h.txn(), who, why, 0, false);
+        if let Some(why) = why {
+            rule.record_refusal(h.txn(), who, why, 0, false);
+        }
         if let Some(st) = state(&h, &rule) {
             st.set_fate(Fate::Refused);
         }

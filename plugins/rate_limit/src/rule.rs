@@ -113,18 +113,23 @@ impl Rule {
     /// The limiter's refusal: [`Rule::reject`], but a block (`--block`)
     /// writes one log line when it starts, none while it holds.
     pub(crate) fn refuse(self: &Arc<Self>, g: &Globals, txn: Txn<'_>, who: Counted, why: Refused) {
-        let log = match why {
-            Refused::BlockStarted => {
-                bump(self.metrics.blocks, 1);
-                true
-            }
+        let logged = self.refused(why);
+        self.reject_logged(g, txn, who, why.into(), logged.is_some());
+    }
+
+    /// The refusal log's reason for a limiter's (or Redis's) refusal, with
+    /// a block's counted in `blocks` or `blocked`; `None` for one a block
+    /// in force refused (one line per block, none per refusal).
+    pub(crate) fn refused(&self, why: Refused) -> Option<Reason> {
+        match why {
+            Refused::BlockStarted => bump(self.metrics.blocks, 1),
             Refused::Blocked => {
                 bump(self.metrics.blocked, 1);
-                false
+                return None;
             }
-            _ => true,
-        };
-        self.reject_logged(g, txn, who, why.into(), log);
+            _ => {}
+        }
+        Some(why.into())
     }
 
     fn reject_logged(

@@ -79,7 +79,7 @@ impl Asked for DryAsked {
         match rs.verdict(waited, answer) {
             // Its lease (`--limit`) is the transaction's, released at TXN_CLOSE.
             Verdict::Admitted => {}
-            Verdict::Refused(why) => dry_refused(&self, why),
+            Verdict::Refused(why) => dry_refused(&self, self.rule.refused(why)),
             Verdict::Failed => self.failed(),
         }
     }
@@ -89,7 +89,7 @@ impl Asked for DryAsked {
         let d = &*self;
         match failure(&d.rule) {
             Failure::Open => {}
-            Failure::Closed => dry_refused(d, Reason::StoreFailure),
+            Failure::Closed => dry_refused(d, Some(Reason::StoreFailure)),
             // Decided as a dry run decides at remap: nothing held, and a wait
             // the live queue would have refused is a would-be refusal that
             // leaves no debt (`settle_dry_wait`, as on the plain path).
@@ -97,15 +97,18 @@ impl Asked for DryAsked {
                 Admission::Go(permit) => drop(permit),
                 Admission::Wait(w) => match d.rule.limiter().settle_dry_wait(w) {
                     Ok(()) => bump(d.rule.metrics.dry_run_queued, 1),
-                    Err(why) => dry_refused(d, why.into()),
+                    Err(why) => dry_refused(d, d.rule.refused(why)),
                 },
-                Admission::Reject(why) => dry_refused(d, why.into()),
+                Admission::Reject(why) => dry_refused(d, d.rule.refused(why)),
             },
         }
     }
 }
 
-fn dry_refused(d: &DryAsked, why: Reason) {
+/// `why`: as `central::refuse`'s (`None`: a block in force, not logged).
+fn dry_refused(d: &DryAsked, why: Option<Reason>) {
     bump(d.rule.metrics.dry_run_refused, 1);
-    d.rule.record_refusal_of(d.client, d.who, why, 0, true);
+    if let Some(why) = why {
+        d.rule.record_refusal_of(d.client, d.who, why, 0, true);
+    }
 }

@@ -218,6 +218,7 @@ impl RuleStore {
             member: member.clone(),
             lease_ttl_ms: self.opts.lease_ttl_s * 1000,
             check_only: o.count_status.is_some(),
+            block_us: o.block_nanos().map_or(0, |n| n / 1000),
         });
         (op, member)
     }

@@ -11,13 +11,13 @@ use store::Answer;
 use super::rule_store::RuleStore;
 use crate::metrics::bump;
 use crate::rule::Rule;
-use rate_limit_core::refusal_log::Reason;
+use rate_limit_core::Refused;
 
 /// What the store's answer to a decision means, live or in a dry run.
 pub(super) enum Verdict {
     Admitted,
-    /// Over the rate, or at `--limit` (for the refusal log).
-    Refused(Reason),
+    /// Over the rate, at `--limit`, or blocked (`--block`).
+    Refused(Refused),
     /// An error or no answer in time: `--store-failure` decides.
     Failed,
 }
@@ -36,11 +36,19 @@ impl RuleStore {
             }
             Answer::Reply(Reply::TooSoon { .. }) => {
                 bump(m.decisions, 1);
-                Verdict::Refused(Reason::Rate)
+                Verdict::Refused(Refused::Rate)
+            }
+            Answer::Reply(Reply::Blocked { started, .. }) => {
+                bump(m.decisions, 1);
+                Verdict::Refused(if started {
+                    Refused::BlockStarted
+                } else {
+                    Refused::Blocked
+                })
             }
             Answer::Reply(_) => {
                 bump(m.decisions, 1);
-                Verdict::Refused(Reason::QueueFull)
+                Verdict::Refused(Refused::QueueFull)
             }
             Answer::Error(e) => {
                 bump(m.errors, 1);

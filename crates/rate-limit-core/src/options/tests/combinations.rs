@@ -339,6 +339,9 @@ fn block_needs_the_rate_and_this_proxys_own_state() {
     let o = parse(&["--rate=1", "--key=ip", "--block=30"]).unwrap();
     assert_eq!(o.block_nanos(), Some(30 * limits::NANOS_PER_SEC));
     assert_eq!(parse(&["--rate=1"]).unwrap().block_nanos(), None);
+    // Exact --store keeps blocks in Redis.
+    let o = parse(&["--rate=1", "--store=redis://127.0.0.1:6379", "--block=3"]).unwrap();
+    assert_eq!(o.block_s, 3);
     for (args, want) in [
         (
             &["--limit=5", "--block=3"][..],
@@ -356,8 +359,14 @@ fn block_needs_the_rate_and_this_proxys_own_state() {
             "--block=3: it cannot be combined with --peers yet",
         ),
         (
-            &["--rate=1", "--store=redis://127.0.0.1:6379", "--block=3"][..],
-            "--block=3: it cannot be combined with --store yet",
+            &[
+                "--rate=1",
+                "--key=ip",
+                "--store=redis://127.0.0.1:6379",
+                "--store-sync=100",
+                "--block=3",
+            ][..],
+            "--block=3: it cannot be combined with --store-sync yet",
         ),
         (
             &["--rate=1", "--block=0"][..],
