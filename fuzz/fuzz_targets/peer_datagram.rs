@@ -3,8 +3,8 @@
 //! is:
 //! - 0: a datagram as received: `wire::open` (almost always a bad MAC);
 //! - 1: a datagram's body, signed here with the key, then opened: the
-//!   parser behind the MAC. What opens re-encodes to a datagram that opens
-//!   to the same;
+//!   parser behind the MAC. What opens (hits or blocks) re-encodes, as its
+//!   kind, to a datagram that opens to the same;
 //! - 2: a sequence of datagrams to one `Receiver`, each `[flags][len][body]`
 //!   (flags: bit 0 signs it, bits 1-2 pick the source, bits 3-7 move the
 //!   clock on). No sender and sequence number is accepted twice, nor a
@@ -96,12 +96,13 @@ fuzz_target!(|data: &[u8]| {
             let Ok(dg) = wire::open(&key, &d) else { return };
             assert!(d.len() <= MAX_DATAGRAM);
             let mut seq = dg.seq;
-            let out = wire::encode(
+            let out = wire::encode_kind(
                 &key,
                 dg.sender,
                 &mut seq,
                 dg.sent_ms,
                 &dg.group,
+                dg.kind,
                 &dg.entries,
             );
             if dg.entries.is_empty() {

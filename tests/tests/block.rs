@@ -227,3 +227,67 @@ fn a_block_in_redis_refuses_the_client_on_every_proxy() {
     assert_eq!(one.wait_metric("blk.remap.fleet.blocks", 1), Ok(1));
     assert_eq!(two.wait_metric("blk.remap.fleet.blocked", 2), Ok(2));
 }
+
+/// `--peers`: a block started on one proxy (by a refusal, or the `block`
+/// command) reaches the other in the next report (`--peer-period`), and
+/// refuses the client there after its bucket has refilled.
+#[test]
+fn a_block_reaches_the_peers_in_the_next_report() {
+    const SECRET: &str = "integration-test-secret-0123456789";
+    let origin = Origin::start();
+    let port = || {
+        std::net::UdpSocket::bind("127.0.0.1:0")
+            .and_then(|s| s.local_addr())
+            .map(|a| a.port())
+            .expect("udp port")
+    };
+    let (p1, p2) = (port(), port());
+    let start = |listen: u16, peer: u16| {
+        let params = format!(
+            "--key=ip --rate=1 --burst=1 --queue=0 --block=4 --prefix=blk --tag=peered \
+             --group=pb --peers=127.0.0.1:{peer} --peer-listen=127.0.0.1:{listen} \
+             --peer-period=100 --peer-secret-file=peer.secret"
+        );
+        TrafficServer::builder()
+            .config_file("peer.secret", &format!("{SECRET}\n"))
+            .remap(rule("p.test", &origin, &params))
+            .with_manager()
+            .start()
+            .expect("start")
+    };
+    let (one, two) = (start(p1, p2), start(p2, p1));
+    assert_eq!(get(&one, "p.test", A), 200);
+    assert_eq!(get(&one, "p.test", A), 429, "over its rate on one: blocked");
+    let started = Instant::now();
+    // Past the refill of its bucket (and of the peer's hit): only the
+    // block refuses it on two, which never refused it itself.
+    sleep(Duration::from_millis(2200));
+    assert_eq!(get(&two, "p.test", A), 429, "two heard of the block");
+    assert_eq!(get(&two, "p.test", B), 200, "another client is served");
+    assert_eq!(two.wait_metric("blk.remap.peered.blocked", 1), Ok(1));
+    assert_eq!(
+        two.wait_metric("plugin.rate_limiter.peer_blocks_applied", 1),
+        Ok(1)
+    );
+    sleep(Duration::from_secs(4).saturating_sub(started.elapsed()) + Duration::from_millis(300));
+    assert_eq!(get(&two, "p.test", A), 200, "the block is over on two");
+
+    // A block by command is told to the peers too.
+    let a = json(&one.plugin_msg("rate_limit", "block peered 127.0.0.4 30"));
+    assert_eq!(a["blocked_s"], 30, "{a}");
+    let heard = ats_tests::wait_until(Duration::from_secs(10), || {
+        two.plugin_msg("rate_limit", "key peered 127.0.0.4")
+            .contains("\"held\":true")
+    });
+    assert!(heard, "two never heard of the block");
+    assert_eq!(get(&two, "p.test", [127, 0, 0, 4]), 429);
+    // Unblocking is each proxy's own.
+    let a = json(&two.plugin_msg("rate_limit", "unblock peered 127.0.0.4"));
+    assert_eq!(a["unblocked"], true, "{a}");
+    assert_eq!(get(&two, "p.test", [127, 0, 0, 4]), 200);
+    assert_eq!(
+        get(&one, "p.test", [127, 0, 0, 4]),
+        429,
+        "still blocked on one"
+    );
+}

@@ -24,4 +24,4 @@ mod tests;
 pub use auth::Key;
 pub use receiver::{Policy, Receiver};
 pub use transport::{unix_ms, Config, Outgoing, Stats, Transport};
-pub use wire::{Datagram, Entry, Reject, MAX_DATAGRAM};
+pub use wire::{Datagram, Entry, Kind, Reject, MAX_DATAGRAM};

@@ -7,7 +7,7 @@ use std::time::{Duration, Instant};
 use proptest::prelude::*;
 
 use crate::transport::{Config, Outgoing, Transport};
-use crate::wire::{self, Entry, Reject, MAX_DATAGRAM, MIN_DATAGRAM};
+use crate::wire::{self, Entry, Kind, Reject, MAX_DATAGRAM, MIN_DATAGRAM};
 use crate::{Key, Policy, Receiver};
 
 const NOW: u64 = 1_800_000_000_000;

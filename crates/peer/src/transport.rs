@@ -20,7 +20,7 @@ use socket2::{Domain, Protocol, Socket, Type};
 
 use crate::auth::Key;
 use crate::receiver::{Policy, Receiver};
-use crate::wire::{self, Datagram, Entry, Reject};
+use crate::wire::{self, Datagram, Entry, Kind, Reject};
 
 /// How often the thread looks at its outbound queue and stop flag when no
 /// datagram arrives: a report waits at most this long to leave.
@@ -52,6 +52,7 @@ pub struct Config {
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Outgoing {
     pub group: Box<[u8]>,
+    pub kind: Kind,
     pub entries: Vec<Entry>,
 }
 
@@ -271,12 +272,13 @@ fn run(socket: UdpSocket, config: Config, id: u64, inner: &Inner) {
     let c = &inner.counters;
     while !inner.stop.load(Ordering::Relaxed) {
         while let Some(report) = inner.outbound.pop() {
-            let dgs = wire::encode(
+            let dgs = wire::encode_kind(
                 &config.key,
                 id,
                 &mut seq,
                 unix_ms(),
                 &report.group,
+                report.kind,
                 &report.entries,
             );
             bump(&c.reports_sent, 1);

@@ -1,18 +1,24 @@
-//! The datagram format, version 1. All integers big-endian.
+//! The datagram format, versions 1 (hits) and 2 (blocks). All integers
+//! big-endian.
 //!
 //! ```text
 //! offset  size  field
 //! 0       2     magic "DT"
-//! 2       1     version (1)
+//! 2       1     version: 1 a report of hits, 2 a report of blocks
 //! 3       1     group length g (1..=64)
 //! 4       8     sender id (random per process start)
 //! 12      8     sequence number (per sender, from 0, +1 per datagram)
 //! 20      8     sent at, milliseconds since the Unix epoch
 //! 28      g     group name (rules/limiters sharing one socket)
 //! 28+g    2     entry count
-//! ...           entries: tag length (1 byte, 1..=255), tag, hits (LEB128, 1..=5 bytes, > 0)
+//! ...           entries: tag length (1 byte, 1..=255), tag, value (LEB128, 1..=5 bytes, > 0):
+//!               hits (version 1), or the block's milliseconds left (version 2)
 //! end-32  32    HMAC-SHA256 of every byte before it, keyed by the shared secret
 //! ```
+//!
+//! Blocks (rate_limit's `--block`) are their own version so that a receiver
+//! built before them drops them whole (counted as another version) instead
+//! of taking a block's milliseconds for hits.
 //!
 //! A datagram is at most [`MAX_DATAGRAM`] bytes and self-contained: a report
 //! is split over as many datagrams as it needs, and losing one loses only
@@ -24,6 +30,8 @@ use crate::auth::Key;
 /// IP and UDP headers, with room for tunnels).
 pub const MAX_DATAGRAM: usize = 1400;
 pub const VERSION: u8 = 1;
+/// The version of a report of blocks.
+pub const BLOCKS_VERSION: u8 = 2;
 pub const MAGIC: [u8; 2] = *b"DT";
 pub const MAX_GROUP_LEN: usize = 64;
 pub const MAX_TAG_LEN: usize = 255;
@@ -63,6 +71,25 @@ pub enum Reject {
     Own,
 }
 
+/// What a report's entries count.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum Kind {
+    /// Requests served (version 1).
+    #[default]
+    Hits,
+    /// Blocks started, each with its milliseconds left (version 2).
+    Blocks,
+}
+
+impl Kind {
+    fn version(self) -> u8 {
+        match self {
+            Kind::Hits => VERSION,
+            Kind::Blocks => BLOCKS_VERSION,
+        }
+    }
+}
+
 /// Header fields of an authenticated datagram.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Datagram {
@@ -70,6 +97,7 @@ pub struct Datagram {
     pub seq: u64,
     pub sent_ms: u64,
     pub group: Box<[u8]>,
+    pub kind: Kind,
     pub entries: Vec<Entry>,
 }
 
@@ -104,6 +132,19 @@ pub fn encode(
     group: &[u8],
     entries: &[Entry],
 ) -> Vec<Vec<u8>> {
+    encode_kind(key, sender, seq, sent_ms, group, Kind::Hits, entries)
+}
+
+/// [`encode`] for a report of `kind`.
+pub fn encode_kind(
+    key: &Key,
+    sender: u64,
+    seq: &mut u64,
+    sent_ms: u64,
+    group: &[u8],
+    kind: Kind,
+    entries: &[Entry],
+) -> Vec<Vec<u8>> {
     debug_assert!((1..=MAX_GROUP_LEN).contains(&group.len()));
     let group = &group[..group.len().min(MAX_GROUP_LEN)];
     let mut out = Vec::new();
@@ -130,7 +171,7 @@ pub fn encode(
         }
         if dg.is_empty() {
             dg.extend_from_slice(&MAGIC);
-            dg.push(VERSION);
+            dg.push(kind.version());
             dg.push(group.len() as u8);
             dg.extend_from_slice(&sender.to_be_bytes());
             dg.extend_from_slice(&seq.to_be_bytes());
@@ -159,7 +200,7 @@ pub fn precheck(data: &[u8]) -> Result<(), Reject> {
     if data[..2] != MAGIC {
         return Err(Reject::Garbage);
     }
-    if data[2] != VERSION {
+    if data[2] != VERSION && data[2] != BLOCKS_VERSION {
         return Err(Reject::WrongVersion);
     }
     Ok(())
@@ -211,6 +252,11 @@ fn parse(body: &[u8]) -> Option<Datagram> {
         seq: u64_at(body, 12)?,
         sent_ms: u64_at(body, 20)?,
         group: Box::from(group),
+        kind: if body[2] == BLOCKS_VERSION {
+            Kind::Blocks
+        } else {
+            Kind::Hits
+        },
         entries,
     })
 }

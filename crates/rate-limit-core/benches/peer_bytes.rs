@@ -75,6 +75,7 @@ fn main() {
             let report = l.peer_report(max_tags);
             build += t.elapsed();
             transport.send(peer::Outgoing {
+                kind: peer::Kind::Hits,
                 group: Box::from(&b"api"[..]),
                 entries: report.entries,
             });

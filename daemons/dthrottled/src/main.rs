@@ -87,7 +87,9 @@ fn run() -> Result<(), String> {
         let now = Instant::now();
         if let Some(t) = &transport {
             while let Some(dg) = t.recv() {
-                if *dg.group == *config.peer_name.as_bytes() {
+                // rate_limit's blocks (`--block`) have no meaning for the
+                // daemon's buckets: only hits are applied.
+                if *dg.group == *config.peer_name.as_bytes() && dg.kind == peer::Kind::Hits {
                     for (tag, hits) in &dg.entries {
                         server.buckets.apply_peer(tag, *hits);
                     }
@@ -102,6 +104,7 @@ fn run() -> Result<(), String> {
                 if !r.entries.is_empty() {
                     t.send(peer::Outgoing {
                         group: config.peer_name.as_bytes().into(),
+                        kind: peer::Kind::Hits,
                         entries: r.entries,
                     });
                 }

@@ -45,6 +45,7 @@ impl ats::msg::Commands for Ctl {
             Command::Show { target } => show(target.as_deref()),
             Command::Top { target, n } | Command::Keys { target, n } => top(&target, n),
             Command::Key { target, key } => per_key("key", &target, &key, |t, k, shown| {
+                let k = k.hash;
                 let (summary, body) = answer::key(&t.id, shown, t.limiter.key_usage(k).as_ref());
                 answer(summary, body)
             }),
@@ -55,7 +56,19 @@ impl ats::msg::Commands for Ctl {
             } => per_key("block", &target, &key, |t, k, shown| {
                 local_only("block", t)?;
                 let length = u64::from(seconds) * limits::NANOS_PER_SEC;
-                if !t.limiter.block(k, length) {
+                let blocked = match (&t.opts.peer, &k.tag) {
+                    // Its peers are told in the next report.
+                    (Some(_), Some(tag)) => t.limiter.block_peer(tag, length),
+                    (Some(_), None) => {
+                        return Err(format!(
+                            "block: {} shares its limits with --peers, which are told a block \
+                             by the key's value: name {shown} by it, not by its #HASH",
+                            t.id
+                        ))
+                    }
+                    (None, _) => t.limiter.block(k.hash, length),
+                };
+                if !blocked {
                     return Err(format!(
                         "block: no room for {shown} in {}'s key table (every key of its shard \
                          holds slots or waiters): nothing changed",
@@ -67,7 +80,8 @@ impl ats::msg::Commands for Ctl {
                 answer(summary, body)
             }),
             Command::Unblock { target, key } => per_key("unblock", &target, &key, |t, k, shown| {
-                let held = t.limiter.unblock(k);
+                // Here only: each proxy lifts its own copy of a peer's block.
+                let held = t.limiter.unblock(k.hash);
                 if held {
                     log::info!("{}: {shown} unblocked by traffic_ctl", t.id);
                 }
@@ -75,7 +89,7 @@ impl ats::msg::Commands for Ctl {
                 answer(summary, body)
             }),
             Command::Forget { target, key } => per_key("forget", &target, &key, |t, k, shown| {
-                let held = t.limiter.forget(k);
+                let held = t.limiter.forget(k.hash);
                 if held {
                     log::info!("{}: {shown} forgotten by traffic_ctl", t.id);
                 }
@@ -219,14 +233,22 @@ fn top(name: &str, n: usize) -> Answer {
     answer(summary, body)
 }
 
+/// A key as a per-key command names it.
+struct Named {
+    /// Its hash in the limiter's table; `None`: a rule-wide limiter's own
+    /// state (KEY `*`).
+    hash: Option<u64>,
+    /// A peered limiter's peer tag, when named by value (not `#HASH`).
+    tag: Option<Vec<u8>>,
+}
+
 /// Runs a per-key command on the key `key` names in the limiter `name`
-/// names (`None`: a rule-wide limiter's own state, KEY `*`), shown as the
-/// rules know it or as the operator wrote it.
+/// names, shown as the rules know it or as the operator wrote it.
 fn per_key(
     verb: &str,
     name: &str,
     key: &str,
-    run: impl FnOnce(&Target, Option<u64>, &str) -> Answer,
+    run: impl FnOnce(&Target, Named, &str) -> Answer,
 ) -> Answer {
     let t = pick(REGISTRY.lock().live(), name)?;
     if t.opts.store.as_ref().is_some_and(|s| s.sync_ms.is_none()) {
@@ -236,6 +258,7 @@ fn per_key(
             t.id
         ));
     }
+    let mut tag = None;
     let k = match (&t.opts.key, t.limiter.keys(), key) {
         (None, _, ctl::WHOLE_RULE) => None,
         (None, _, _) => {
@@ -254,10 +277,16 @@ fn per_key(
             match hash {
                 Some(h) => Some(h),
                 None if spec.named_key(k, &mut bytes) => {
+                    let named = bytes.clone();
+                    if t.limiter.is_peered() {
+                        // A peered table is keyed by the peer tag.
+                        rate_limit_core::peering::to_peer_tag(spec, &mut bytes);
+                        tag = Some(bytes.clone());
+                    }
                     let hash = table.hash(&bytes);
                     // Named from now on, as a client's key is once seen.
                     for c in &t.cards {
-                        c.note_name(hash, &bytes);
+                        c.note_name(hash, &named);
                     }
                     Some(hash)
                 }
@@ -284,20 +313,18 @@ fn per_key(
     let shown = k
         .and_then(|k| t.cards.iter().find_map(|c| c.name(k)))
         .unwrap_or_else(|| key.to_owned());
-    run(&t, k, &shown)
+    run(&t, Named { hash: k, tag }, &shown)
 }
 
 /// A block made here would hold on this proxy only: refused where the
-/// limits are the fleet's (as `--block` is).
+/// limits are shared through `--store-sync` (as `--block` is).
 fn local_only(verb: &str, t: &Target) -> Result<(), String> {
-    let fleet = match (&t.opts.peer, &t.opts.store) {
-        (Some(_), _) => "--peers",
-        (None, Some(_)) => "--store-sync",
-        (None, None) => return Ok(()),
-    };
+    if t.opts.store.is_none() {
+        return Ok(());
+    }
     Err(format!(
-        "{verb}: {} shares its limits with {fleet}, which does not carry blocks yet: a block \
-         would refuse the client on this proxy only; nothing changed",
+        "{verb}: {} shares its limits with --store-sync, which does not carry blocks yet: a \
+         block would refuse the client on this proxy only; nothing changed",
         t.id
     ))
 }

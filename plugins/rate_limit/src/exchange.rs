@@ -52,7 +52,7 @@ pub(crate) struct Exchange {
 struct Shared {
     exchange: exchange::Exchange,
     /// [`Tick::counts`]' metrics, in order.
-    metrics: [Option<Stat>; 9],
+    metrics: [Option<Stat>; 10],
     /// `peer_bound`, and whether this exchange is counted in it.
     bound_metric: Option<Stat>,
     bound: AtomicBool,

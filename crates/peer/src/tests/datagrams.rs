@@ -45,9 +45,13 @@ fn bad_datagrams_are_classified() {
         Err(Reject::Oversized)
     );
     assert_eq!(r.accept(LOCAL, &[b'x'; 100], NOW), Err(Reject::Garbage));
+    let mut v3 = good.clone();
+    v3[2] = 3;
+    assert_eq!(r.accept(LOCAL, &v3, NOW), Err(Reject::WrongVersion));
+    // Relabelled as a report of blocks, it is no longer authentic.
     let mut v2 = good.clone();
-    v2[2] = 2;
-    assert_eq!(r.accept(LOCAL, &v2, NOW), Err(Reject::WrongVersion));
+    v2[2] = wire::BLOCKS_VERSION;
+    assert_eq!(r.accept(LOCAL, &v2, NOW), Err(Reject::BadMac));
     let mut flipped = good.clone();
     let last = flipped.len() - 40;
     flipped[last] ^= 1;
@@ -272,4 +276,28 @@ fn secrets_from_files() {
     let e = Key::from_file(&f).map(|_| ()).unwrap_err();
     assert!(e.contains("larger than 65536 bytes"), "{e}");
     let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// A report of blocks is version 2: it round trips as such, and a receiver
+/// that only speaks version 1 drops it whole as another version.
+#[test]
+fn a_report_of_blocks_is_its_own_version() {
+    let blocks: Vec<Entry> = vec![(Box::from(&b"ip=192.0.2.7"[..]), 300_000)];
+    let mut seq = 0;
+    let dgs = wire::encode_kind(&key(), 3, &mut seq, NOW, b"g", Kind::Blocks, &blocks);
+    assert_eq!(dgs.len(), 1);
+    assert_eq!(dgs[0][2], wire::BLOCKS_VERSION);
+    let mut r = Receiver::new(key(), 1, policy());
+    let d = r
+        .accept(LOCAL, &dgs[0], NOW)
+        .unwrap_or_else(|e| panic!("{e:?}"));
+    assert_eq!((d.kind, d.entries), (Kind::Blocks, blocks));
+    let hits = wire::encode(&key(), 3, &mut seq, NOW, b"g", &entries(1, 2));
+    let d = r
+        .accept(LOCAL, &hits[0], NOW)
+        .unwrap_or_else(|e| panic!("{e:?}"));
+    assert_eq!(d.kind, Kind::Hits);
+    let mut v3 = dgs[0].clone();
+    v3[2] = 3;
+    assert_eq!(wire::precheck(&v3), Err(Reject::WrongVersion));
 }

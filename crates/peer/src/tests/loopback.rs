@@ -54,6 +54,7 @@ fn transports_exchange_reports_on_loopback_and_refuse_replays_and_forgeries() {
     let a = transport(vec![b.local_addr(), sniffer.local_addr().unwrap_or(LOCAL)]);
     let report = Outgoing {
         group: Box::from(&b"rule"[..]),
+        kind: Kind::Hits,
         entries: entries(3, 8),
     };
     assert!(a.send(report.clone()));
@@ -104,6 +105,7 @@ fn multicast_members_hear_each_other_on_loopback() {
     let b = transport_on(&listen, vec![], Some(group));
     let report = Outgoing {
         group: Box::from(&b"g"[..]),
+        kind: Kind::Hits,
         entries: entries(2, 4),
     };
     assert!(a.send(report.clone()));

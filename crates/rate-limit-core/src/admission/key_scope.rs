@@ -58,6 +58,17 @@ pub(super) struct KeyQueues<W: Waiter> {
 /// `dthrottle::evicted`).
 pub(super) struct Peered {
     pub(super) evicted_hits: dthrottle::ShardedEvictedHits,
+    /// Blocks started here since the last report (`--block`), each its
+    /// tag and end; at most the report's tags (later ones are dropped and
+    /// counted). Taken inside a shard's lock or alone, never around one.
+    pub(super) blocks: Mutex<NewBlocks>,
+}
+
+/// The blocks for the next report, bounded.
+pub(super) struct NewBlocks {
+    pub(super) list: Vec<(Box<[u8]>, Nanos)>,
+    pub(super) max: usize,
+    pub(super) dropped: u64,
 }
 
 /// A peered key's tag and the hits served here since the last report.

@@ -42,7 +42,7 @@ use keyed::KeyTable;
 use limits::{Clock, GcraParams, Nanos, Waiter};
 
 use super::bounds::Limits;
-use super::key_scope::{Keyed, KeyedScope, PeerKey, Peered};
+use super::key_scope::{Keyed, KeyedScope, NewBlocks, PeerKey, Peered};
 use super::limiter::{Limiter, Scope};
 
 impl PeerKey {
@@ -97,6 +97,21 @@ impl<W: Waiter> Keyed<W> {
 }
 
 impl Peered {
+    /// A block of `tag` until `until` started here: for the next report
+    /// (blocks received from peers are not passed on, so none echoes).
+    pub(super) fn block_started(&self, tag: &[u8], until: Nanos) {
+        if tag.is_empty() {
+            // Requests without a key (`--key-missing=shared`) are never exchanged.
+            return;
+        }
+        let mut b = self.blocks.lock();
+        if b.list.len() < b.max {
+            b.list.push((tag.into(), until));
+        } else {
+            b.dropped += 1;
+        }
+    }
+
     /// An evicted key's unreported hits go to the next report, in the
     /// buffer of its shard (`shard`). Runs under that shard's lock; a
     /// buffer's lock is only ever taken inside its shard's or alone, never
@@ -126,6 +141,11 @@ impl<W: Waiter, C: Clock> Limiter<W, C> {
         let table = KeyTable::new(keys);
         let peered = Peered {
             evicted_hits: dthrottle::ShardedEvictedHits::new(report_tags, table.shards()),
+            blocks: parking_lot::Mutex::new(NewBlocks {
+                list: Vec::new(),
+                max: report_tags,
+                dropped: 0,
+            }),
         };
         let scope = KeyedScope::new(limits, table, Some(peered));
         std::sync::Arc::new(Limiter::with_scope(limits, clock, Scope::Keyed(scope)))
@@ -205,6 +225,72 @@ impl<W: Waiter, C: Clock> Limiter<W, C> {
         report.dropped_tags += carried.dropped_tags;
         report.dropped_hits += carried.dropped_hits;
         report
+    }
+
+    /// The blocks started here since the last call, each its tag and the
+    /// milliseconds it still holds (those over by now left out), and how
+    /// many the bound dropped: the next report of blocks.
+    pub fn peer_blocks(&self) -> (Vec<peer::Entry>, u64) {
+        let Some((_, peered)) = self.peered_scope() else {
+            return (Vec::new(), 0);
+        };
+        let (list, dropped) = {
+            let mut b = peered.blocks.lock();
+            (std::mem::take(&mut b.list), std::mem::take(&mut b.dropped))
+        };
+        let now = self.clock.now();
+        let left = list
+            .into_iter()
+            .filter(|(_, until)| *until > now)
+            .map(|(tag, until)| {
+                let ms = (until - now).div_ceil(limits::NANOS_PER_MS);
+                (tag, u32::try_from(ms).unwrap_or(u32::MAX))
+            })
+            .collect();
+        (left, dropped)
+    }
+
+    /// A peer blocked `tag` for `ms` more milliseconds: it is refused here
+    /// too until then (a longer block here stays). A tag not held is added.
+    /// False if not a peered limiter, or no room for the tag.
+    pub fn apply_peer_block(&self, tag: &[u8], ms: u32) -> bool {
+        let Some((scope, peered)) = self.peered_scope() else {
+            return false;
+        };
+        if ms == 0 || tag.is_empty() {
+            return false;
+        }
+        let table = &scope.table;
+        let now = self.clock.now();
+        let until = now.saturating_add(u64::from(ms) * limits::NANOS_PER_MS);
+        let key = table.hash(tag);
+        table
+            .with_evicted_at(
+                key,
+                now,
+                |st| {
+                    if st.block_ends(now).is_none_or(|held| held < until) {
+                        st.block_until(until);
+                    }
+                },
+                |st| peered.carry(table.shard_index(key), st),
+            )
+            .is_ok()
+    }
+
+    /// Blocks the peered key of `tag` for `length` from now (the `block`
+    /// command), and reports it to the peers. False if not a peered
+    /// limiter, or no room for the tag.
+    pub fn block_peer(&self, tag: &[u8], length: Nanos) -> bool {
+        let Some((scope, peered)) = self.peered_scope() else {
+            return false;
+        };
+        let until = self.clock.now().saturating_add(length);
+        let blocked = self.block(Some(scope.table.hash(tag)), length);
+        if blocked {
+            peered.block_started(tag, until);
+        }
+        blocked
     }
 
     /// Tokens in `tag`'s bucket now (negative: debt); `None` if not held.

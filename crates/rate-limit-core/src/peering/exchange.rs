@@ -38,6 +38,12 @@ pub trait Member: Send + Sync {
     /// This instance's hits since the last report (and how many tags the
     /// bound left out).
     fn report(&self, max_tags: usize) -> dthrottle::Report;
+    /// Blocks started here since the last report, each with its
+    /// milliseconds left, and how many the bound dropped (`--block`).
+    fn blocks(&self) -> (Vec<peer::Entry>, u64);
+    /// A peer's block of `tag` for `ms` more milliseconds; false if the
+    /// limiter took none.
+    fn apply_block(&self, tag: &[u8], ms: u32) -> bool;
 }
 
 impl<W: Waiter, C: Clock> Member for Limiter<W, C>
@@ -54,6 +60,14 @@ where
 
     fn report(&self, max_tags: usize) -> dthrottle::Report {
         self.peer_report(max_tags)
+    }
+
+    fn blocks(&self) -> (Vec<peer::Entry>, u64) {
+        self.peer_blocks()
+    }
+
+    fn apply_block(&self, tag: &[u8], ms: u32) -> bool {
+        self.apply_peer_block(tag, ms)
     }
 }
 
@@ -94,7 +108,9 @@ pub struct Tick {
     pub received: u64,
     /// Peer hits the members took.
     pub applied: u64,
-    /// Tags left out of reports by `--peer-max-tags`.
+    /// Peer blocks the members took (`--block`).
+    pub blocks_applied: u64,
+    /// Tags left out of reports by `--peer-max-tags` (blocks too).
     pub tags_dropped: u64,
     pub reports_sent: u64,
     /// Refused datagrams: unauthenticated, replayed, malformed or from a
@@ -116,11 +132,12 @@ impl Tick {
     /// The counts, by their process-wide metric's name
     /// (`plugin.rate_limiter.NAME`: one socket serves every peered rule, and
     /// a rejected datagram belongs to none).
-    pub fn counts(&self) -> [(&'static str, u64); 9] {
+    pub fn counts(&self) -> [(&'static str, u64); 10] {
         [
             ("peer_reports_sent", self.reports_sent),
             ("peer_reports_received", self.received),
             ("peer_hits_applied", self.applied),
+            ("peer_blocks_applied", self.blocks_applied),
             ("peer_rejected", self.rejected),
             ("peer_tags_dropped", self.tags_dropped),
             ("peer_inbound_dropped", self.inbound_dropped),
@@ -246,11 +263,26 @@ impl Exchange {
         for (group, member, max_tags) in due {
             let Some(m) = member.upgrade() else { continue };
             let report = m.report(max_tags);
-            tick.tags_dropped = tick.tags_dropped.saturating_add(report.dropped_tags);
-            if let (Some(t), false) = (self.transport.get(), report.entries.is_empty()) {
+            let (blocks, dropped) = m.blocks();
+            tick.tags_dropped = tick
+                .tags_dropped
+                .saturating_add(report.dropped_tags)
+                .saturating_add(dropped);
+            let Some(t) = self.transport.get() else {
+                continue;
+            };
+            if !report.entries.is_empty() {
+                t.send(peer::Outgoing {
+                    group: group.clone(),
+                    kind: peer::Kind::Hits,
+                    entries: report.entries,
+                });
+            }
+            if !blocks.is_empty() {
                 t.send(peer::Outgoing {
                     group,
-                    entries: report.entries,
+                    kind: peer::Kind::Blocks,
+                    entries: blocks,
                 });
             }
         }
@@ -282,9 +314,11 @@ impl Exchange {
             let mut ours = false;
             for (_, m) in members.iter().filter(|(g, _)| *g == dg.group) {
                 ours = true;
-                for (tag, h) in &dg.entries {
-                    if m.apply(tag, *h) {
-                        tick.applied += u64::from(*h);
+                for (tag, v) in &dg.entries {
+                    match dg.kind {
+                        peer::Kind::Hits if m.apply(tag, *v) => tick.applied += u64::from(*v),
+                        peer::Kind::Blocks if m.apply_block(tag, *v) => tick.blocks_applied += 1,
+                        _ => {}
                     }
                 }
             }

@@ -102,7 +102,12 @@ impl<W: Waiter, C: Clock> Limiter<W, C> {
                 };
                 let rate = match rate {
                     KeyRate::Reject(Refused::Rate) if block > 0 => {
-                        st.block_until(now.saturating_add(block));
+                        let until = now.saturating_add(block);
+                        st.block_until(until);
+                        if let Some(p) = &scope.peered {
+                            // The peers hear of it in the next report.
+                            p.block_started(tag, until);
+                        }
                         KeyRate::Reject(Refused::BlockStarted)
                     }
                     other => other,

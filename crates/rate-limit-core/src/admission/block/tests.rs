@@ -213,3 +213,67 @@ proptest! {
         }
     }
 }
+
+/// `--peers`: a block started here goes to the next report of blocks
+/// (once, with its time left); a peer's block refuses the key here.
+#[test]
+fn peered_blocks_are_reported_once_and_a_peers_block_refuses_here() {
+    let clock = Arc::new(ManualClock::new(100 * S));
+    let o = Options::parse(
+        "http://x/",
+        &[
+            "--key=ip",
+            "--rate=1",
+            "--burst=1",
+            "--queue=0",
+            "--block=30",
+            "--group=g",
+            "--peers=127.0.0.1:5000",
+            "--peer-secret-file=k",
+            "--peer-max-tags=2",
+        ],
+    )
+    .unwrap();
+    let here: L = Limiter::for_options(&o, clock.clone());
+    let there: L = Limiter::for_options(&o, clock.clone());
+    let hash = |l: &L, tag: &[u8]| l.keys().unwrap().hash(tag);
+    let ask_tag = |l: &L, tag: &[u8]| match l.admit_in_scope(Some(hash(l, tag)), tag) {
+        Admission::Go(_) => Ok(()),
+        Admission::Wait(_) => panic!("--queue=0"),
+        Admission::Reject(why) => Err(why),
+    };
+    assert_eq!(ask_tag(&here, b"ip=192.0.2.7"), Ok(()));
+    assert_eq!(ask_tag(&here, b"ip=192.0.2.7"), Err(Refused::BlockStarted));
+    clock.advance(Duration::from_secs(10));
+    let (blocks, dropped) = here.peer_blocks();
+    assert_eq!(blocks, vec![(Box::from(&b"ip=192.0.2.7"[..]), 20_000)]);
+    assert_eq!(dropped, 0);
+    assert_eq!(here.peer_blocks().0, Vec::new(), "reported once");
+    // The peer takes it: refused there though it never saw the client.
+    for (tag, ms) in &blocks {
+        assert!(there.apply_peer_block(tag, *ms));
+    }
+    assert_eq!(ask_tag(&there, b"ip=192.0.2.7"), Err(Refused::Blocked));
+    assert_eq!(
+        there.peer_blocks().0,
+        Vec::new(),
+        "a peer's block is not passed on"
+    );
+    // A shorter block from a peer does not cut a longer one short.
+    assert!(there.apply_peer_block(b"ip=192.0.2.7", 1_000));
+    clock.advance(Duration::from_secs(5));
+    assert_eq!(ask_tag(&there, b"ip=192.0.2.7"), Err(Refused::Blocked));
+    clock.advance(Duration::from_secs(15));
+    assert_eq!(ask_tag(&there, b"ip=192.0.2.7"), Ok(()));
+    // At most --peer-max-tags blocks wait for a report; the rest are counted.
+    for i in 0..3u8 {
+        let tag = [b'k', i];
+        assert!(here.block_peer(&tag, 60 * S));
+    }
+    let (blocks, dropped) = here.peer_blocks();
+    assert_eq!((blocks.len(), dropped), (2, 1));
+    // A block over before the report is not sent.
+    assert!(here.block_peer(b"short", S));
+    clock.advance(Duration::from_secs(2));
+    assert_eq!(here.peer_blocks().0, Vec::new());
+}

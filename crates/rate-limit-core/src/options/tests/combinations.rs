@@ -339,6 +339,17 @@ fn block_needs_the_rate_and_this_proxys_own_state() {
     let o = parse(&["--rate=1", "--key=ip", "--block=30"]).unwrap();
     assert_eq!(o.block_nanos(), Some(30 * limits::NANOS_PER_SEC));
     assert_eq!(parse(&["--rate=1"]).unwrap().block_nanos(), None);
+    // Peers hear of blocks in the next report.
+    let o = parse(&[
+        "--rate=1",
+        "--key=ip",
+        "--group=g",
+        "--peers=127.0.0.1:5000",
+        "--peer-secret-file=peer.key",
+        "--block=3",
+    ])
+    .unwrap();
+    assert!(o.peer.is_some() && o.block_s == 3);
     // Exact --store keeps blocks in Redis.
     let o = parse(&["--rate=1", "--store=redis://127.0.0.1:6379", "--block=3"]).unwrap();
     assert_eq!(o.block_s, 3);
@@ -346,17 +357,6 @@ fn block_needs_the_rate_and_this_proxys_own_state() {
         (
             &["--limit=5", "--block=3"][..],
             "--block=3: it needs --rate",
-        ),
-        (
-            &[
-                "--rate=1",
-                "--key=ip",
-                "--group=g",
-                "--peers=127.0.0.1:5000",
-                "--peer-secret-file=peer.key",
-                "--block=3",
-            ][..],
-            "--block=3: it cannot be combined with --peers yet",
         ),
         (
             &[

@@ -15,6 +15,9 @@ struct Fake {
     /// Reported as left out of each report.
     dropped_tags: u64,
     applied: Mutex<Vec<(Vec<u8>, u32)>>,
+    /// Blocks to report once, and the peers' blocks it was given.
+    blocks: Mutex<Vec<(Box<[u8]>, u32)>>,
+    applied_blocks: Mutex<Vec<(Vec<u8>, u32)>>,
 }
 
 impl Fake {
@@ -29,6 +32,8 @@ impl Fake {
             ),
             dropped_tags: 5,
             applied: Mutex::default(),
+            blocks: Mutex::default(),
+            applied_blocks: Mutex::default(),
         })
     }
 }
@@ -47,6 +52,13 @@ impl Member for Fake {
             dropped_tags: self.dropped_tags,
             ..Default::default()
         }
+    }
+    fn blocks(&self) -> (Vec<peer::Entry>, u64) {
+        (std::mem::take(&mut *self.blocks.lock()), 0)
+    }
+    fn apply_block(&self, tag: &[u8], ms: u32) -> bool {
+        self.applied_blocks.lock().push((tag.to_vec(), ms));
+        true
     }
 }
 
@@ -153,6 +165,7 @@ fn the_counts_keep_their_metric_names() {
             "peer_reports_sent",
             "peer_reports_received",
             "peer_hits_applied",
+            "peer_blocks_applied",
             "peer_rejected",
             "peer_tags_dropped",
             "peer_inbound_dropped",
@@ -208,4 +221,38 @@ fn an_unreadable_secret_is_the_only_error() {
         err.starts_with("--peer-secret-file: peer secret file /nonexistent/secret"),
         "{err}"
     );
+}
+
+/// A block started on one member reaches the member of the same group on
+/// the other exchange as a block (a report of its own), not as hits.
+#[test]
+fn a_block_reaches_the_peers_in_the_next_report() {
+    let t0 = Instant::now();
+    let any = "127.0.0.1:0".parse().unwrap();
+    let mut a_opts = opts(any, vec![]);
+    a_opts.allow = vec!["127.0.0.1/32".parse().unwrap()];
+    let a = Exchange::start(&a_opts, &secret(), t0).unwrap();
+    let b_opts = opts(any, vec![a.local_addr().expect("bound")]);
+    let b = Exchange::start(&b_opts, &secret(), t0).unwrap();
+    let receiver = Fake::new(1, &[]);
+    a.join(&a_opts, "g", member(&receiver), t0);
+    let sender = Fake::new(2, &[]);
+    sender.blocks.lock().push((Box::from(&b"k"[..]), 30_000));
+    b.join(&b_opts, "g", member(&sender), t0);
+    let due = t0 + Duration::from_millis(100);
+    let mut got = super::Tick::default();
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while got.blocks_applied == 0 && Instant::now() < deadline {
+        b.tick(due);
+        std::thread::sleep(Duration::from_millis(5));
+        let t = a.tick(due);
+        got.blocks_applied += t.blocks_applied;
+        got.applied += t.applied;
+    }
+    assert_eq!((got.blocks_applied, got.applied), (1, 0));
+    assert_eq!(
+        *receiver.applied_blocks.lock(),
+        vec![(b"k".to_vec(), 30_000)]
+    );
+    assert!(receiver.applied.lock().is_empty(), "not taken for hits");
 }
