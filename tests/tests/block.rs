@@ -291,3 +291,55 @@ fn a_block_reaches_the_peers_in_the_next_report() {
         "still blocked on one"
     );
 }
+
+/// `--store-sync`: a block started on one proxy is stored in Redis; the
+/// other learns it at its next sync of the client's key (after it served
+/// the client once: keys not served are not synced) and refuses it.
+#[test]
+fn a_block_reaches_the_other_proxy_through_store_sync() {
+    let redis = Redis::start().expect("redis-server");
+    let origin = Origin::start();
+    let params = format!(
+        "--key=ip --rate=1 --burst=1 --queue=0 --block=5 --prefix=blk --tag=synced \
+         --store={} --store-sync=100",
+        redis.url()
+    );
+    let start = || {
+        TrafficServer::builder()
+            .remap(rule("y.test", &origin, &params))
+            .with_manager()
+            .start()
+            .expect("start")
+    };
+    let (one, two) = (start(), start());
+    assert_eq!(get(&one, "y.test", A), 200);
+    assert_eq!(get(&one, "y.test", A), 429, "over its rate on one: blocked");
+    let started = Instant::now();
+    // Past the refill (and the others' hit), two learns the block at its
+    // first sync of A's key, which serving A once makes it do. One request
+    // only: a refusal on two would start a block of its own.
+    sleep(Duration::from_millis(1500));
+    assert_eq!(get(&two, "y.test", A), 200, "not synced yet");
+    let learned = ats_tests::wait_until(Duration::from_secs(3), || {
+        let a = json(&two.plugin_msg("rate_limit", "key synced 127.0.0.2"));
+        a["blocked_ms"].as_u64().unwrap_or(0) > 0
+    });
+    assert!(learned, "two never learned the block");
+    assert_eq!(get(&two, "y.test", A), 429, "refused by the block on two");
+    assert!(
+        started.elapsed() < Duration::from_secs(5),
+        "within the block"
+    );
+    assert_eq!(get(&two, "y.test", B), 200, "another client is served");
+    assert_eq!(two.wait_metric("blk.remap.synced.blocked", 1), Ok(1));
+    assert_eq!(
+        two.metric("blk.remap.synced.blocks"),
+        Some(0),
+        "not a block of two's own"
+    );
+    sleep(Duration::from_secs(5).saturating_sub(started.elapsed()) + Duration::from_millis(500));
+    assert!(
+        ats_tests::wait_until(Duration::from_secs(3), || get(&two, "y.test", A) == 200),
+        "the block is over on two"
+    );
+}

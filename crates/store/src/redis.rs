@@ -118,8 +118,10 @@ return new_tat
 /// The hybrid mode's script (`--store-sync`): adds this proxy's hits of one
 /// key to the key's counter for the current period of the server's clock
 /// (`KEYS[1]:P`, P = server ms / period, kept five periods) and returns
-/// `{P, total of P-1, total of P-2}` (two, so a proxy whose sync skipped a
-/// period still learns it). ARGV: period in ms, hits.
+/// `{P, total of P-1, total of P-2, ms left of the key's block}` (two
+/// totals, so a proxy whose sync skipped a period still learns it; the
+/// block, `KEYS[2]`, set by [`Op::Block`], its time left its TTL, below 1:
+/// none). ARGV: period in ms, hits.
 pub const SYNC: &str = r#"
 local t = redis.call('TIME')
 local ms = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
@@ -130,7 +132,7 @@ redis.call('INCRBY', key(p), ARGV[2])
 redis.call('PEXPIRE', key(p), period * 5)
 local prev1 = redis.call('GET', key(p - 1))
 local prev2 = redis.call('GET', key(p - 2))
-return {p, tonumber(prev1 or '0'), tonumber(prev2 or '0')}
+return {p, tonumber(prev1 or '0'), tonumber(prev2 or '0'), redis.call('PTTL', KEYS[2])}
 "#;
 
 /// Largest limiter namespace (the rest of a key is bounded by construction).
@@ -188,11 +190,19 @@ pub enum Op {
         burst: u32,
     },
     /// `--store-sync`: adds `hits` served here to the key's counter of the
-    /// current period ([`SYNC`] on `base:sync`) and learns the previous one's total.
+    /// current period ([`SYNC`] on `base:sync`) and learns the previous one's
+    /// total, and the key's block.
     Sync {
         base: String,
         period_ms: u64,
         hits: u32,
+    },
+    /// `--store-sync` with `--block`: the key at `base` is blocked for `ms`
+    /// from now (`SET base:block 1 PX ms`); the proxies learn it at their
+    /// next sync of the key.
+    Block {
+        base: String,
+        ms: u64,
     },
 }
 
@@ -219,11 +229,15 @@ pub enum Reply {
     Released,
     Charged,
     /// The server's period number and the totals, all proxies, of the two
-    /// periods before it (the last first).
+    /// periods before it (the last first), and how long the key's block
+    /// still holds (0: none).
     Synced {
         period: u64,
         previous: [u64; 2],
+        blocked_ms: u64,
     },
+    /// A block was stored ([`Op::Block`]).
+    BlockSet,
 }
 
 /// Lease members unique across the fleet: a random per-process prefix and a counter.
@@ -316,13 +330,14 @@ fn parse_sync(v: &Value) -> Result<Reply, String> {
         return Err(format!("unexpected answer {v:?}"));
     };
     let n: Vec<i64> = items.iter().filter_map(int).collect();
-    let &[period, p1, p2] = n.as_slice() else {
+    let &[period, p1, p2, block] = n.as_slice() else {
         return Err(format!("unexpected answer {v:?}"));
     };
     let u = |x: i64| x.max(0) as u64;
     Ok(Reply::Synced {
         period: u(period),
         previous: [u(p1), u(p2)],
+        blocked_ms: u(block),
     })
 }
 
@@ -377,11 +392,23 @@ impl Redis {
                     let key = format!("{base}:sync");
                     let mut c = redis::cmd("EVALSHA");
                     c.arg(&self.sync_sha)
-                        .arg(1)
+                        .arg(2)
                         .arg(&key)
+                        .arg(format!("{base}:block"))
                         .arg(*period_ms)
                         .arg(*hits);
                     Routed::new(key.as_bytes(), &c)
+                }
+                Op::Block { base, ms } => {
+                    let key = format!("{base}:block");
+                    Routed::new(
+                        key.as_bytes(),
+                        redis::cmd("SET")
+                            .arg(&key)
+                            .arg(1)
+                            .arg("PX")
+                            .arg((*ms).max(1)),
+                    )
                 }
             })
             .collect()
@@ -445,6 +472,7 @@ impl Backend for Redis {
                 (Op::Release { .. }, _) => Ok(Reply::Released),
                 (Op::Charge { .. }, _) => Ok(Reply::Charged),
                 (Op::Sync { .. }, v) => parse_sync(v),
+                (Op::Block { .. }, _) => Ok(Reply::BlockSet),
             });
         }
         Ok(())

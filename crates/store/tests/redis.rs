@@ -334,7 +334,9 @@ fn sync_counts_every_proxys_hits_per_period_of_the_servers_clock() {
             hits,
         };
         match ask(c, vec![op]).remove(0) {
-            Answer::Reply(Reply::Synced { period, previous }) => (period, previous),
+            Answer::Reply(Reply::Synced {
+                period, previous, ..
+            }) => (period, previous),
             o => panic!("{o:?}"),
         }
     };
@@ -508,4 +510,39 @@ fn a_block_starts_on_a_rate_refusal_refuses_everyone_then_expires() {
         "{got:?}"
     );
     assert_eq!(s.int(&["EXISTS", &format!("{plain}:block")]).unwrap(), 0);
+}
+
+/// `--store-sync` with `--block`: a block stored by one proxy is told to
+/// every proxy's next sync of the key, with its time left, until it expires.
+#[test]
+fn a_sync_tells_the_keys_block_until_it_expires() {
+    let s = Server::start().unwrap();
+    let (a, b) = (client(s.port()), client(s.port()));
+    let base = key_base("sync", Some(b"client-9"));
+    let blocked = |c: &C| match ask(
+        c,
+        vec![Op::Sync {
+            base: base.clone(),
+            period_ms: 1000,
+            hits: 1,
+        }],
+    )
+    .remove(0)
+    {
+        Answer::Reply(Reply::Synced { blocked_ms, .. }) => blocked_ms,
+        o => panic!("{o:?}"),
+    };
+    assert_eq!(blocked(&b), 0, "no block yet");
+    let set = ask(
+        &a,
+        vec![Op::Block {
+            base: base.clone(),
+            ms: 300,
+        }],
+    );
+    assert!(matches!(set[0], Answer::Reply(Reply::BlockSet)), "{set:?}");
+    let left = blocked(&b);
+    assert!((1..=300).contains(&left), "{left}");
+    std::thread::sleep(Duration::from_millis(350));
+    assert_eq!(blocked(&b), 0, "expired");
 }

@@ -54,19 +54,18 @@ impl ats::msg::Commands for Ctl {
                 key,
                 seconds,
             } => per_key("block", &target, &key, |t, k, shown| {
-                local_only("block", t)?;
                 let length = u64::from(seconds) * limits::NANOS_PER_SEC;
-                let blocked = match (&t.opts.peer, &k.tag) {
-                    // Its peers are told in the next report.
-                    (Some(_), Some(tag)) => t.limiter.block_peer(tag, length),
-                    (Some(_), None) => {
+                let blocked = match (t.limiter.is_peered(), &k.tag) {
+                    // Its peers (or, --store-sync, Redis) are told in the next report.
+                    (true, Some(tag)) => t.limiter.block_peer(tag, length),
+                    (true, None) => {
                         return Err(format!(
-                            "block: {} shares its limits with --peers, which are told a block \
-                             by the key's value: name {shown} by it, not by its #HASH",
+                            "block: {} shares its limits (--peers or --store-sync), which are \
+                             told a block by the key's value: name {shown} by it, not by its #HASH",
                             t.id
                         ))
                     }
-                    (None, _) => t.limiter.block(k.hash, length),
+                    (false, _) => t.limiter.block(k.hash, length),
                 };
                 if !blocked {
                     return Err(format!(
@@ -314,19 +313,6 @@ fn per_key(
         .and_then(|k| t.cards.iter().find_map(|c| c.name(k)))
         .unwrap_or_else(|| key.to_owned());
     run(&t, Named { hash: k, tag }, &shown)
-}
-
-/// A block made here would hold on this proxy only: refused where the
-/// limits are shared through `--store-sync` (as `--block` is).
-fn local_only(verb: &str, t: &Target) -> Result<(), String> {
-    if t.opts.store.is_none() {
-        return Ok(());
-    }
-    Err(format!(
-        "{verb}: {} shares its limits with --store-sync, which does not carry blocks yet: a \
-         block would refuse the client on this proxy only; nothing changed",
-        t.id
-    ))
 }
 
 fn set(name: &str, settings: &[ctl::Setting]) -> Answer {

@@ -228,15 +228,11 @@ pub(super) fn combine(from_url: &str, given: Given) -> Result<Options, OptionErr
 }
 
 /// `--block` starts when the rate refuses, in the state that decides: this
-/// proxy's (told to `--peers` in the next report), or Redis's (exact
-/// `--store`).
+/// proxy's (told to `--peers` in the next report, stored in Redis for
+/// `--store-sync`), or Redis's (exact `--store`).
 fn block_fits(o: &Options) -> Result<(), OptionError> {
     let why = if o.rate.is_none() {
         "it needs --rate: a block starts when the rate refuses a client"
-    } else if o.store.as_ref().is_some_and(|s| s.sync_ms.is_some()) {
-        "it cannot be combined with --store-sync yet: the counts exchanged do not carry \
-         blocks, so a block would refuse the client on this proxy only (exact --store keeps \
-         blocks in Redis)"
     } else {
         return Ok(());
     };

@@ -60,6 +60,8 @@ pub(crate) enum Token {
     Release(StoreMetrics),
     /// `--count-status`: a response's charge (nothing waits for it).
     Charge(StoreMetrics),
+    /// `--store-sync --block`: a block stored for the other proxies.
+    Block(StoreMetrics),
     /// `--store-sync`: a key's exchange (its tag and the hits sent).
     Sync(Arc<sync::Syncer>, Box<[u8]>, u32),
 }
@@ -311,7 +313,7 @@ impl Drain for Store {
 
 fn completed(c: Completion<Reply, Token>) {
     match c.token {
-        Token::Release(m) | Token::Charge(m) => match c.answer {
+        Token::Release(m) | Token::Charge(m) | Token::Block(m) => match c.answer {
             Answer::Reply(_) => {}
             Answer::Error(_) => bump(m.errors, 1),
             Answer::Timeout => bump(m.timeouts, 1),

@@ -16,6 +16,11 @@
 //! traffic with its first sync after it is served again (the previous
 //! period's total). Store errors drop that period's exchange for the key
 //! (counted in `store_errors`/`store_timeouts`): the limits stay local.
+//!
+//! Blocks (`--block`) started here are stored in Redis (`Op::Block`, a key
+//! expiring with the block) at the next period; each sync of a key tells
+//! its block's time left, so another proxy blocks the client from its next
+//! sync of the key (at most one period after it served the client).
 
 use std::sync::{Arc, Weak};
 use std::time::Duration;
@@ -128,6 +133,25 @@ impl Syncer {
             i64::try_from(report.dropped_tags).unwrap_or(i64::MAX),
         );
         let mut submitted = false;
+        let (blocks, dropped) = limiter.blocks();
+        bump(
+            self.tags_dropped,
+            i64::try_from(dropped).unwrap_or(i64::MAX),
+        );
+        for (tag, ms) in blocks {
+            let op = Op::Block {
+                base: key_base(&self.namespace, Some(&tag)),
+                ms: u64::from(ms),
+            };
+            match self
+                .store
+                .client
+                .submit(op, Token::Block(self.metrics), self.store.timeout)
+            {
+                Ok(()) => submitted = true,
+                Err(_) => bump(self.metrics.errors, 1),
+            }
+        }
         for (tag, hits) in report.entries {
             let op = Op::Sync {
                 base: key_base(&self.namespace, Some(&tag)),
@@ -147,15 +171,26 @@ impl Syncer {
 
     /// A key's exchange came back (on the drainer's thread).
     pub(super) fn completed(&self, tag: Box<[u8]>, hits: u32, answer: Answer<Reply>) {
-        let (period, previous) = match answer {
-            Answer::Reply(Reply::Synced { period, previous }) => (period, previous),
+        let (period, previous, blocked_ms) = match answer {
+            Answer::Reply(Reply::Synced {
+                period,
+                previous,
+                blocked_ms,
+            }) => (period, previous, blocked_ms),
             Answer::Reply(_) | Answer::Error(_) => return bump(self.metrics.errors, 1),
             Answer::Timeout => return bump(self.metrics.timeouts, 1),
         };
         bump(self.metrics.decisions, 1);
         let others = self.ledger.lock().synced(&tag, hits, period, previous);
-        if let (Some(n), Some(l)) = (others, self.limiter.upgrade()) {
+        let Some(l) = self.limiter.upgrade() else {
+            return;
+        };
+        if let Some(n) = others {
             l.apply(&tag, u32::try_from(n).unwrap_or(u32::MAX));
+        }
+        if blocked_ms > 0 {
+            // Another proxy's block (or ours, which it does not shorten).
+            l.apply_block(&tag, u32::try_from(blocked_ms).unwrap_or(u32::MAX));
         }
     }
 }

@@ -350,23 +350,22 @@ fn block_needs_the_rate_and_this_proxys_own_state() {
     ])
     .unwrap();
     assert!(o.peer.is_some() && o.block_s == 3);
-    // Exact --store keeps blocks in Redis.
+    // Both --store modes keep blocks in Redis.
+    let o = parse(&[
+        "--rate=1",
+        "--key=ip",
+        "--store=redis://127.0.0.1:6379",
+        "--store-sync=100",
+        "--block=3",
+    ])
+    .unwrap();
+    assert_eq!(o.block_s, 3);
     let o = parse(&["--rate=1", "--store=redis://127.0.0.1:6379", "--block=3"]).unwrap();
     assert_eq!(o.block_s, 3);
     for (args, want) in [
         (
             &["--limit=5", "--block=3"][..],
             "--block=3: it needs --rate",
-        ),
-        (
-            &[
-                "--rate=1",
-                "--key=ip",
-                "--store=redis://127.0.0.1:6379",
-                "--store-sync=100",
-                "--block=3",
-            ][..],
-            "--block=3: it cannot be combined with --store-sync yet",
         ),
         (
             &["--rate=1", "--block=0"][..],
