@@ -39,7 +39,7 @@ fn a_client_over_its_rate_stays_refused_for_the_block_then_is_served() {
             "b.test",
             &origin,
             "--key=ip --rate=1 --burst=1 --block=3 --queue=0 --prefix=blk --tag=pen \
-             --log=rl_block",
+             --log=rl_block --ratelimit-headers",
         ))
         .with_manager()
         .start()
@@ -53,11 +53,17 @@ fn a_client_over_its_rate_stays_refused_for_the_block_then_is_served() {
     let started = Instant::now();
     // Its bucket refills after 1 s; the block holds for 3.
     sleep(Duration::from_millis(1500));
+    // Told to come back when the block ends, not that its bucket is full.
+    let mut c = Conn::open_from(ts.port(), Ipv4Addr::from(A)).expect("connect");
+    let r = c.get("b.test", "/", &[]).expect("response");
+    assert_eq!(r.status, 429, "still blocked with a full bucket");
     assert_eq!(
-        get(&ts, "b.test", A),
-        429,
-        "still blocked with a full bucket"
+        r.header("Retry-After"),
+        Some("2"),
+        "the block's seconds left"
     );
+    let fields = r.header("RateLimit").unwrap_or_default().to_owned();
+    assert!(fields.contains("r=0;t=2"), "{fields}");
     assert_eq!(get(&ts, "b.test", A), 429);
     assert_eq!(get(&ts, "b.test", B), 200, "another client is not blocked");
     let a = json(&ts.plugin_msg("rate_limit", "key pen 127.0.0.2"));
@@ -224,6 +230,24 @@ fn a_block_in_redis_refuses_the_client_on_every_proxy() {
     assert_eq!(get(&two, "s.test", B), 200, "another client is served");
     sleep(Duration::from_secs(3).saturating_sub(started.elapsed()) + Duration::from_millis(200));
     assert_eq!(get(&two, "s.test", A), 200, "the block expired in Redis");
+    // The per-key commands do not reach Redis, but say where a block is:
+    // deleting that key lifts it at once on every proxy.
+    assert_eq!(get(&one, "s.test", B), 200);
+    assert_eq!(get(&one, "s.test", B), 429, "B blocked");
+    let a = json(&one.plugin_msg("rate_limit", "unblock fleet 127.0.0.3"));
+    let e = a["error"].as_str().unwrap_or_default();
+    let block_key = e
+        .split_once("Redis's ")
+        .and_then(|(_, k)| k.split_once(' '))
+        .map(|(k, _)| k.to_owned())
+        .unwrap_or_else(|| panic!("no Redis key in {e:?}"));
+    assert!(
+        block_key.starts_with("rl:{fleet:") && block_key.ends_with("}:block"),
+        "{e}"
+    );
+    assert_eq!(redis.int(&["DEL", &block_key]), Ok(1), "that is B's block");
+    sleep(Duration::from_millis(1100));
+    assert_eq!(get(&two, "s.test", B), 200, "lifted for every proxy");
     assert_eq!(one.wait_metric("blk.remap.fleet.blocks", 1), Ok(1));
     assert_eq!(two.wait_metric("blk.remap.fleet.blocked", 2), Ok(2));
 }

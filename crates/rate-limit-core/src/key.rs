@@ -279,15 +279,36 @@ impl KeySpec {
                 push_part(out, 0, UNKNOWN_CLIENT);
                 true
             }
-            // `display`'s prefix: the address is aggregated again anyway.
-            Source::Ip => self.value_key(value.split_once('/').map_or(value, |(a, _)| a), out),
-            _ => {
-                let unquoted = value
-                    .strip_prefix('\'')
-                    .and_then(|v| v.strip_suffix('\''))
-                    .filter(|v| !v.contains('\\'));
-                self.value_key(unquoted.unwrap_or(value), out)
-            }
+            // `display`'s prefix, if given, must be the rule's: the address
+            // is aggregated to that (`10.0.0.0/8` on a /32 rule names no key).
+            Source::Ip => match value.split_once('/') {
+                None => self.value_key(value, out),
+                Some((a, p)) => {
+                    let rule = match a.parse::<IpAddr>().map(canonical) {
+                        Ok(IpAddr::V4(_)) => self.v4_prefix,
+                        Ok(IpAddr::V6(_)) => self.v6_prefix,
+                        Err(_) => u8::MAX,
+                    };
+                    if p.parse::<u8>() == Ok(rule) {
+                        self.value_key(a, out)
+                    } else {
+                        out.clear();
+                        false
+                    }
+                }
+            },
+            // `display` quotes; one it cut (`'abc…' (700 bytes)`) or escaped
+            // (`\n`, a byte not UTF-8) names no key: `top`'s `#HASH` does.
+            _ => match value.strip_prefix('\'') {
+                Some(quoted) => match quoted.strip_suffix('\'') {
+                    Some(v) if !v.contains(['\\', '…', '\u{fffd}']) => self.value_key(v, out),
+                    _ => {
+                        out.clear();
+                        false
+                    }
+                },
+                None => self.value_key(value, out),
+            },
         }
     }
 

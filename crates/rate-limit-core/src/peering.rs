@@ -389,6 +389,20 @@ pub fn to_peer_tag(spec: &KeySpec, key: &mut Vec<u8>) {
     shorten(key);
 }
 
+/// A peer tag (from [`to_peer_tag`]) shown as [`KeySpec::display`] shows
+/// the key it came from (`ip=192.0.2.7`, `header:X-User='alice'`), so that
+/// `top` names a peered key in a form the per-key commands read back. A tag
+/// made from a key too long for a datagram (`sha256:…`) is shown as is.
+pub fn tag_name(spec: &KeySpec, tag: &[u8]) -> String {
+    match spec.sources.as_slice() {
+        _ if tag.starts_with(b"sha256:") => String::from_utf8_lossy(tag).into_owned(),
+        [Source::Ip] => format!("ip={}", String::from_utf8_lossy(tag)),
+        [src] => format!("{}={}", src.name(), quote(&String::from_utf8_lossy(tag))),
+        // Several sources: the tag is the key's own bytes.
+        _ => spec.display(tag),
+    }
+}
+
 fn ip_text(ip: IpAddr, prefix: u8, full: u8) -> String {
     if prefix >= full {
         ip.to_string()

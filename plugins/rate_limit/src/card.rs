@@ -61,6 +61,16 @@ impl Card {
     /// Remembers how to show `key` (written as `bytes` by `--key`). Called
     /// for waiting and refused requests only, and skipped under contention.
     pub(crate) fn note_name(&self, key: u64, bytes: &[u8]) {
+        self.note(key, |spec| spec.display(bytes));
+    }
+
+    /// [`Card::note_name`] for a peered rule, whose table is keyed by the
+    /// peer tag (`tag`): shown as its key would be.
+    pub(crate) fn note_tag_name(&self, key: u64, tag: &[u8]) {
+        self.note(key, |spec| rate_limit_core::peering::tag_name(spec, tag));
+    }
+
+    fn note(&self, key: u64, name: impl FnOnce(&rate_limit_core::key::KeySpec) -> String) {
         let Some(spec) = &self.key else { return };
         let Some(mut n) = self.names.try_lock() else {
             return;
@@ -74,7 +84,7 @@ impl Card {
             }
         }
         n.order.push_back(key);
-        n.by_key.insert(key, spec.display(bytes));
+        n.by_key.insert(key, name(spec));
     }
 
     pub(crate) fn name(&self, key: u64) -> Option<String> {

@@ -82,12 +82,17 @@ impl Rule {
         }
     }
 
-    /// Lets `top` show the client's key (just built in `KEY_BYTES`).
+    /// Lets `top` show the client's key (just built in `KEY_BYTES`: a
+    /// peered rule's peer tag, else the key's bytes).
     pub(crate) fn note_name(&self, who: Counted) {
         if let Some(k) = who.key() {
+            let peered = matches!(&self.shaped, Shaped::Keyed(l) if l.is_peered());
             KEY_BYTES.with(|b| {
                 if let Ok(b) = b.try_borrow() {
-                    self.card.note_name(k.hash(), &b);
+                    match peered {
+                        true => self.card.note_tag_name(k.hash(), &b),
+                        false => self.card.note_name(k.hash(), &b),
+                    }
                 }
             });
         }

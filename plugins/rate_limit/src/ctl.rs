@@ -43,7 +43,8 @@ impl ats::msg::Commands for Ctl {
     fn run(&self, cmd: Command) -> Answer {
         match cmd {
             Command::Show { target } => show(target.as_deref()),
-            Command::Top { target, n } | Command::Keys { target, n } => top(&target, n),
+            Command::Top { target, n } => top("top", &target, n),
+            Command::Keys { target, n } => top("keys", &target, n),
             Command::Key { target, key } => per_key("key", &target, &key, |t, k, shown| {
                 let k = k.hash;
                 let (summary, body) = answer::key(&t.id, shown, t.limiter.key_usage(k).as_ref());
@@ -221,10 +222,14 @@ fn describe(t: &Target) -> Value {
     answer::limiter(&t.id, &t.opts, &t.limiter, &rules)
 }
 
-fn top(name: &str, n: usize) -> Answer {
+fn top(verb: &str, name: &str, n: usize) -> Answer {
     let t = pick(REGISTRY.lock().live(), name)?;
     if t.opts.key.is_none() {
-        return Err(format!("top: {} has no --key: use show", t.id));
+        return Err(format!(
+            "{verb}: {} has no --key: use show, or key {name} {}",
+            t.id,
+            ctl::WHOLE_RULE
+        ));
     }
     let (summary, body) = answer::top(&t.id, &t.limiter.top(n), |k| {
         t.cards.iter().find_map(|c| c.name(k))
@@ -250,14 +255,9 @@ fn per_key(
     run: impl FnOnce(&Target, Named, &str) -> Answer,
 ) -> Answer {
     let t = pick(REGISTRY.lock().live(), name)?;
-    if t.opts.store.as_ref().is_some_and(|s| s.sync_ms.is_none()) {
-        return Err(format!(
-            "{verb}: {} is decided in Redis (--store): its keys' state is Redis's, which \
-             the per-key commands do not reach: nothing changed",
-            t.id
-        ));
-    }
     let mut tag = None;
+    // The key's own bytes, when named by value (not `#HASH`).
+    let mut raw: Option<Vec<u8>> = None;
     let k = match (&t.opts.key, t.limiter.keys(), key) {
         (None, _, ctl::WHOLE_RULE) => None,
         (None, _, _) => {
@@ -277,6 +277,7 @@ fn per_key(
                 Some(h) => Some(h),
                 None if spec.named_key(k, &mut bytes) => {
                     let named = bytes.clone();
+                    raw = Some(named.clone());
                     if t.limiter.is_peered() {
                         // A peered table is keyed by the peer tag.
                         rate_limit_core::peering::to_peer_tag(spec, &mut bytes);
@@ -302,6 +303,21 @@ fn per_key(
         }
         (Some(_), None, _) => return Err(format!("{verb}: {} holds no keys", t.id)),
     };
+    if let Some(s) = t.opts.store.as_ref().filter(|s| s.sync_ms.is_none()) {
+        // Exact mode: the state is Redis's; say where its block is.
+        let where_ = match (k, &raw) {
+            (Some(_), None) => "name the key by its value to be told its Redis key".to_owned(),
+            (_, bytes) => {
+                let base = store::redis::key_base(&s.namespace, bytes.as_deref());
+                format!("its block, if any, is Redis's {base}:block (redis-cli DEL lifts it)")
+            }
+        };
+        return Err(format!(
+            "{verb}: {} is decided in Redis (--store): its keys' state is Redis's, which \
+             the per-key commands do not reach; nothing changed: {where_}",
+            t.id
+        ));
+    }
     if k.is_none() && t.opts.rate.is_none() && verb == "block" {
         return Err(format!(
             "block: {} has neither --key nor --rate: a block of the whole rule needs --rate \

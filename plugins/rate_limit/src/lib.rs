@@ -346,8 +346,12 @@ fn decorate_response(txn: Txn<'_>, head: &TxnState) {
         return;
     };
     if let Some(st) = head.chain().find(|s| s.fate() == Fate::Refused) {
-        if st.rule.opts.retry > 0 {
-            resp.append("Retry-After", &st.rule.opts.retry.to_string());
+        // A block in force (`--block`): no sooner than it ends.
+        let blocked = st.rule.limiter().blocked_for(st.who.hash());
+        let secs = blocked.map_or(0, |n| n.div_ceil(limits::NANOS_PER_SEC));
+        let retry = u64::from(st.rule.opts.retry).max(secs);
+        if retry > 0 {
+            resp.append("Retry-After", &retry.to_string());
         }
         if !resp.contains("Cache-Control") {
             resp.set("Cache-Control", "no-store");

@@ -5,6 +5,7 @@
 
 use std::ffi::{c_char, c_int, c_void};
 use std::mem::ManuallyDrop;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, OnceLock};
 
 use super::copies::{self, Lifecycle, Table};
@@ -17,6 +18,10 @@ static FORWARD: OnceLock<&'static Table> = OnceLock::new();
 /// This copy's entry points, for later copies of its build.
 static TABLE: OnceLock<Table> = OnceLock::new();
 static LIFECYCLE: Mutex<Lifecycle> = Mutex::new(Lifecycle::new());
+
+/// This copy is pinned (plugin.config): it is never unloaded, and its
+/// global hooks may park, so it keeps its net threads' inboxes.
+static PINNED: AtomicBool = AtomicBool::new(false);
 
 fn lifecycle() -> MutexGuard<'static, Lifecycle> {
     LIFECYCLE.lock().unwrap_or_else(|e| e.into_inner())
@@ -156,8 +161,12 @@ unsafe extern "C" fn new_instance_here<P: RemapPlugin>(
             // SAFETY: ATS passes a valid out pointer; ownership of one Arc
             // reference goes to ATS until TSRemapDeleteInstance.
             unsafe { *ih = Arc::into_raw(rule) as *mut c_void };
-            lifecycle().made();
+            let mut l = lifecycle();
+            l.made();
+            // Under the lifecycle lock, so a `done` racing this cannot
+            // retire the inboxes after this rule let them open.
             crate::inbox::serve();
+            drop(l);
             sys::TSReturnCode::TS_SUCCESS
         }
         Err(msg) => {
@@ -221,7 +230,15 @@ pub fn done<P: RemapPlugin>() {
 }
 
 extern "C" fn done_here<P: RemapPlugin>() {
-    let done = lifecycle().done();
+    let l = lifecycle();
+    let done = l.done();
+    if done && !PINNED.load(Ordering::Relaxed) {
+        // A replaced copy leaves no socket pair behind on the net threads
+        // (a pinned copy keeps them: its global hooks park too). Under the
+        // lifecycle lock: see `new_instance_here`.
+        crate::inbox::retire();
+    }
+    drop(l);
     if !done {
         log::debug(&format!(
             "{}: rules this copy made for a later copy of its build remain",
@@ -231,8 +248,6 @@ extern "C" fn done_here<P: RemapPlugin>() {
     }
     log::debug(&format!("{}: the last rule of this copy is gone", P::NAME));
     guard::catch("TSRemapDone", || (), P::done);
-    // A replaced copy leaves no socket pair behind on the net threads.
-    crate::inbox::retire();
 }
 
 /// Called by ATS as `TSRemapPostConfigReload`.
@@ -291,11 +306,14 @@ pub unsafe fn plugin_init<P: RemapPlugin>(argc: c_int, argv: *mut *const c_char)
             }
             // SAFETY: called from TSPluginInit, the only place ATS accepts it.
             match unsafe { sys::TSPluginDSOReloadEnable(0) } {
-                sys::TSReturnCode::TS_SUCCESS => log::note(&format!(
-                    "{}.so is pinned (listed in plugin.config): remap reloads keep this copy \
-                     and its state; replacing the file takes effect at the next restart",
-                    P::NAME
-                )),
+                sys::TSReturnCode::TS_SUCCESS => {
+                    PINNED.store(true, Ordering::Relaxed);
+                    log::note(&format!(
+                        "{}.so is pinned (listed in plugin.config): remap reloads keep this \
+                         copy and its state; replacing the file takes effect at the next restart",
+                        P::NAME
+                    ))
+                }
                 _ => log::error(&format!(
                     "{}.so: TSPluginDSOReloadEnable(0) failed; remap reloads may load a \
                      second copy with separate state",

@@ -64,6 +64,11 @@ impl<W: Waiter, C: Clock> RateToken<W, C> {
     pub fn spend(mut self) {
         self.limiter = None;
     }
+
+    /// The key the token was taken from (`None`: the rule's bucket).
+    pub(super) fn key(&self) -> Option<u64> {
+        self.key
+    }
 }
 
 impl<W: Waiter, C: Clock> Drop for RateToken<W, C> {

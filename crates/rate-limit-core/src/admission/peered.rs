@@ -251,8 +251,10 @@ impl<W: Waiter, C: Clock> Limiter<W, C> {
     }
 
     /// A peer blocked `tag` for `ms` more milliseconds: it is refused here
-    /// too until then (a longer block here stays). A tag not held is added.
-    /// False if not a peered limiter, or no room for the tag.
+    /// too until then (a longer block here stays), at most for the longest
+    /// `--block` (a day: a peer, or Redis, holds no more power than an
+    /// operator). A tag not held is added. False if not a peered limiter,
+    /// or no room for the tag.
     pub fn apply_peer_block(&self, tag: &[u8], ms: u32) -> bool {
         let Some((scope, peered)) = self.peered_scope() else {
             return false;
@@ -262,7 +264,8 @@ impl<W: Waiter, C: Clock> Limiter<W, C> {
         }
         let table = &scope.table;
         let now = self.clock.now();
-        let until = now.saturating_add(u64::from(ms) * limits::NANOS_PER_MS);
+        let ms = u64::from(ms).min(crate::options::MAX_BLOCK_SECONDS * 1000);
+        let until = now.saturating_add(ms * limits::NANOS_PER_MS);
         let key = table.hash(tag);
         table
             .with_evicted_at(

@@ -176,7 +176,11 @@ impl<W: Waiter, C: Clock> Limiter<W, C> {
                     .get(k, |st| {
                         let held = st.queues.as_ref().and_then(|q| q.slots.as_ref());
                         let slots = limit.map(|l| held.map_or(l, left));
-                        let quota = params.map(|p| p.quota(st.tat, now));
+                        let quota = params.map(|p| match st.block_ends(now) {
+                            // Blocked: nothing until the block ends, however full.
+                            Some(until) => blocked_quota(until - now),
+                            None => p.quota(st.tat, now),
+                        });
                         (slots, quota)
                     })
                     .unwrap_or((limit, params.map(|p| p.quota(0, now))))
@@ -184,9 +188,20 @@ impl<W: Waiter, C: Clock> Limiter<W, C> {
             (Scope::Keyed(_), None) => (None, None),
             (Scope::Rule(rule), _) => (
                 rule.slots().map(left),
-                rule.bucket.as_ref().map(|b| b.quota(now)),
+                rule.bucket.as_ref().map(|b| match rule.block.until(now) {
+                    Some(until) => blocked_quota(until - now),
+                    None => b.quota(now),
+                }),
             ),
         }
+    }
+}
+
+/// The quota of a key (or rule) blocked for `left` more: none, until then.
+fn blocked_quota(left: Nanos) -> Quota {
+    Quota {
+        remaining: 0,
+        replenish_in: left,
     }
 }
 

@@ -100,6 +100,8 @@ pub fn shown(key: u64, name: impl Fn(u64) -> Option<String>) -> String {
 fn key_value(shown: String, k: &KeyUsage) -> Value {
     json!({
         "key": shown,
+        // Always there: the name a key's display cannot give back.
+        "hash": format!("#{:016x}", k.key),
         "active": k.active,
         "waiting": k.waiting,
         "over_rate_ms": k.over_rate / NANOS_PER_MS,

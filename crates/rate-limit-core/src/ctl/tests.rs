@@ -59,7 +59,7 @@ fn bad_commands_say_what_was_wrong() {
     assert!(e("rate_limit", "set api limit=-1").contains("an integer from 1"));
     assert!(e("rate_limit", "set api rate=abc").contains("rate= a number"));
     assert!(e("rate_limit", "set api speed=3")
-        .contains("allowed limit=, queue=, maxage=, rate=, burst=, dry_run= or enforce="));
+        .contains("allowed limit=, queue=, maxage=, rate=, burst=, block=, dry_run= or enforce="));
     assert_eq!(
         e("rate_limit", "set api enforce=101"),
         "set: 'enforce=101' is invalid: allowed enforce= an integer from 0 to 100"
@@ -187,4 +187,22 @@ fn bad_per_key_commands_say_what_was_wrong() {
     assert!(e("block api 192.0.2.7 soon").starts_with("block: SECONDS has an invalid value 'soon'"));
     assert!(e("unblock api").starts_with("unblock: wrong arguments"));
     assert!(e("forget api a b").starts_with("forget: wrong arguments"));
+}
+
+#[test]
+fn set_changes_the_block_of_a_rate_limiter_only() {
+    let o = Options::parse("http://a/", &["--key=ip", "--rate=1", "--block=30"]).unwrap();
+    let new = apply(&o, &[set("block=600")]).unwrap();
+    assert_eq!(new.block_s, 600);
+    let limit_only = Options::parse("http://a/", &["--limit=5"]).unwrap();
+    let e = apply(&limit_only, &[set("block=60")]).unwrap_err();
+    assert!(
+        e.starts_with("set: block= on a limiter without a rate"),
+        "{e}"
+    );
+    let e = Setting::parse("block=0").unwrap_err();
+    assert!(
+        e.contains("allowed block= an integer from 1 to 86400"),
+        "{e}"
+    );
 }

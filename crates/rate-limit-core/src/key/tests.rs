@@ -390,6 +390,9 @@ fn commands_name_keys_as_top_shows_them_or_by_value() {
     for text in ["192.0.2.77", "192.0.2.1", "ip=192.0.2.0/24", "192.0.2.0/24"] {
         assert_eq!(named(&ip, text).as_ref(), Some(&k), "{text}");
     }
+    // Another prefix than the rule's names no key (not its first address).
+    assert_eq!(named(&ip, "192.0.2.0/16"), None);
+    assert_eq!(named(&ip, "192.0.2.0/x"), None);
     assert_ne!(named(&ip, "192.0.3.1").as_ref(), Some(&k));
     let mut unknown = Vec::new();
     push_part(&mut unknown, 0, UNKNOWN_CLIENT);
@@ -405,6 +408,21 @@ fn commands_name_keys_as_top_shows_them_or_by_value() {
     for text in ["alice", "header:X-User='alice'", "'alice'"] {
         assert_eq!(named(&user, text).as_ref(), Some(&k), "{text}");
     }
+    // A display that was cut or escaped names no key (never another one).
+    let long = "x".repeat(100);
+    let req = Req {
+        headers: vec![("X-User", long.as_bytes().to_vec())],
+        ..Req::default()
+    };
+    let shown = user.display(&key(&user, &req).unwrap());
+    assert!(shown.contains('…'), "{shown}");
+    assert_eq!(named(&user, &shown), None);
+    assert_eq!(named(&user, "header:X-User='a\\nb'"), None);
+    assert_eq!(
+        named(&user, long.as_str()),
+        key(&user, &req),
+        "its value names it"
+    );
     // Several sources: only `#HASH`, which the plugin reads.
     assert_eq!(named(&spec("ip,header:X-User", ""), "192.0.2.1"), None);
 }

@@ -274,11 +274,12 @@ pub(super) static OPTIONS: &[Opt<Given, (), OptionError>] = &[
     Opt::value(
         "block",
         "seconds a client refused for its rate stays refused",
-        |g, v, _| {
+        |g: &mut Given, v: &str, _: &()| {
             g.o.block_s = uint("block", v, 1, MAX_BLOCK_SECONDS, "")? as u32;
             Ok(())
         },
-    ),
+    )
+    .live(Live::Set),
 ];
 
 /// The rule's rollout options: a table of their own, listed after the

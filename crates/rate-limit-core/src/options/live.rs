@@ -169,6 +169,13 @@ pub fn apply(current: &Options, settings: &[Setting]) -> Result<Options, String>
                 .to_owned(),
         );
     }
+    if o.block_s != current.block_s && o.rate.is_none() {
+        return Err(
+            "set: block= on a limiter without a rate: a block starts when the rate refuses \
+             (add --rate in remap.config)"
+                .to_owned(),
+        );
+    }
     if o.dry_run && o.store_counts_status() {
         return Err(format!(
             "set: dry_run=on on a limiter with --store and --count-status: {DRY_STORE_WHY}: \

@@ -278,3 +278,38 @@ fn peer_interface_joins_the_group_on_a_local_address_and_needs_a_group() {
     ])
     .starts_with("--peer-interface needs --peer-group"));
 }
+
+/// A peered key is shown as its key would be, and that name reads back
+/// (`KeySpec::named_key`, then `to_peer_tag`) to the same tag.
+#[test]
+fn tag_names_read_back_to_their_tag() {
+    for (sources, key) in [
+        (vec![Source::Ip], vec![0, 0, 4, 192, 0, 2, 7]),
+        (vec![Source::Ip], vec![0, 0, 0]),
+        (
+            vec![Source::Header("X-Api".into())],
+            vec![0, 0, 3, b'a', b'b', b'c'],
+        ),
+        (
+            vec![Source::Ip, Source::Header("X-Api".into())],
+            vec![0, 0, 4, 192, 0, 2, 7, 1, 0, 1, b'z'],
+        ),
+    ] {
+        let s = spec(sources);
+        let mut tag = key.clone();
+        to_peer_tag(&s, &mut tag);
+        let name = tag_name(&s, &tag);
+        assert_eq!(name, s.display(&key), "shown as the key is");
+        let mut back = Vec::new();
+        if s.named_key(&name, &mut back) {
+            to_peer_tag(&s, &mut back);
+            assert_eq!(back, tag, "{name}");
+        } else {
+            assert_eq!(
+                s.sources.len(),
+                2,
+                "only keys of several sources need #HASH"
+            );
+        }
+    }
+}

@@ -400,3 +400,25 @@ fn a_change_tells_the_log_what_happened() {
         ))
     );
 }
+
+/// `--block` changes on the running limiter: its keys' blocks and buckets
+/// carry over a reload that changes only the block's length.
+#[test]
+fn a_reload_that_changes_only_the_block_keeps_the_limiter() {
+    let mut r = Registry::default();
+    let args =
+        |b: &'static str| -> Vec<&'static str> { vec!["--group=g", "--key=ip", "--rate=1", b] };
+    let (first, _) = load(&mut r, &[(&args("--block=30"), "a")]);
+    let first = first.into_iter().next().unwrap().unwrap();
+    let (again, changes) = load(&mut r, &[(&args("--block=60"), "a")]);
+    assert!(Arc::ptr_eq(&first, again[0].as_ref().unwrap()));
+    assert_eq!(
+        changes,
+        [Change::Changed {
+            id: "group g".into(),
+            values: vec![("block", "30".into(), "60".into())],
+            overrode_live: false,
+        }]
+    );
+    assert_eq!(first.applied.lock().last().map(|o| o.block_s), Some(60));
+}

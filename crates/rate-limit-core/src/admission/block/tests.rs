@@ -203,6 +203,13 @@ proptest! {
                 let r = ask(&l, Some(9));
                 match until {
                     Some(u) if u > now => prop_assert_eq!(r, Err(Refused::Blocked)),
+                    // The first request after a block of at least the
+                    // bucket's refill time (2 s): full, as nothing the
+                    // block refused was charged.
+                    Some(_) if block >= 2 => {
+                        prop_assert_eq!(r, Ok(()), "the bucket refilled during the block");
+                        until = None;
+                    }
                     _ => match r {
                         Ok(()) => {}
                         Err(Refused::BlockStarted) => until = Some(now + u64::from(block) * S),
@@ -265,6 +272,10 @@ fn peered_blocks_are_reported_once_and_a_peers_block_refuses_here() {
     assert_eq!(ask_tag(&there, b"ip=192.0.2.7"), Err(Refused::Blocked));
     clock.advance(Duration::from_secs(15));
     assert_eq!(ask_tag(&there, b"ip=192.0.2.7"), Ok(()));
+    // A peer's block is capped at the longest --block (a day).
+    assert!(there.apply_peer_block(b"far", u32::MAX));
+    let far = there.keys().unwrap().hash(b"far");
+    assert_eq!(there.blocked_for(Some(far)), Some(86_400 * S));
     // At most --peer-max-tags blocks wait for a report; the rest are counted.
     for i in 0..3u8 {
         let tag = [b'k', i];
@@ -276,4 +287,31 @@ fn peered_blocks_are_reported_once_and_a_peers_block_refuses_here() {
     assert!(here.block_peer(b"short", S));
     clock.advance(Duration::from_secs(2));
     assert_eq!(here.peer_blocks().0, Vec::new());
+}
+
+/// A dry run waits for nothing, so its queue never fills: the wait the
+/// live queue would have refused starts the block the live rule would.
+#[test]
+fn a_dry_run_starts_the_block_the_live_queue_would_have() {
+    let (l, _) = build(&[
+        "--key=ip",
+        "--rate=1",
+        "--burst=1",
+        "--queue=1",
+        "--maxage=5000",
+        "--block=3",
+    ]);
+    let dry = |l: &L| match l.admit_in_scope(Some(4), &[]) {
+        Admission::Go(_) => Ok(()),
+        Admission::Wait(w) => l.settle_dry_wait(w),
+        Admission::Reject(why) => Err(why),
+    };
+    assert_eq!(dry(&l), Ok(()));
+    assert_eq!(dry(&l), Ok(()), "one wait fits the one place");
+    assert_eq!(
+        dry(&l),
+        Err(Refused::BlockStarted),
+        "the live queue was full"
+    );
+    assert_eq!(dry(&l), Err(Refused::Blocked));
 }

@@ -87,6 +87,10 @@ fn top_shows_a_key_by_its_name_or_its_hash() {
     assert_eq!(v["keys"][0]["over_rate_ms"], 3);
     assert_eq!(v["keys"][1]["key"], "#00000000000000ab");
     assert_eq!(v["keys"][1]["blocked_ms"], 2000);
+    assert_eq!(
+        v["keys"][0]["hash"], "#0000000000000001",
+        "named, and its hash too"
+    );
     assert_eq!(v["keys"][1]["tokens"], 4);
     assert_eq!(top("api", &[], |_| None).0, "api: 0 key(s), first none");
 }
