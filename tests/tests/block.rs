@@ -283,6 +283,16 @@ fn a_block_reaches_the_peers_in_the_next_report() {
     assert_eq!(get(&one, "p.test", A), 200);
     assert_eq!(get(&one, "p.test", A), 429, "over its rate on one: blocked");
     let started = Instant::now();
+    // A peered key is listed by the name the commands take back.
+    let a = json(&one.plugin_msg("rate_limit", "keys peered"));
+    let listed = a["keys"].as_array().map_or(0, |k| {
+        k.iter()
+            .filter(|k| k["key"] == "ip=127.0.0.2" && k["blocked_ms"].as_u64() > Some(0))
+            .count()
+    });
+    assert_eq!(listed, 1, "{a}");
+    let a = json(&one.plugin_msg("rate_limit", "key peered ip=127.0.0.2"));
+    assert_eq!(a["held"], true, "{a}");
     // Past the refill of its bucket (and of the peer's hit): only the
     // block refuses it on two, which never refused it itself.
     sleep(Duration::from_millis(2200));
