@@ -4,7 +4,9 @@
 //! - `reload allow|deny|config [RULE]`: reads a list (or the options and
 //!   both lists) again and swaps it in whole; a bad file changes nothing;
 //! - `unban IP [RULE]`: lifts the IP's ban now;
-//! - `show IP [RULE]`: the IP's state.
+//! - `show IP [RULE]`: the IP's state; `key IP [RULE]` is the same command
+//!   under rate_limit's per-key name;
+//! - `keys [N] [RULE]`: the N hottest IPs (`throttler::Held`'s order).
 //!
 //! IP may be `unknown`: the clients behind trusted proxies that do not name
 //! them, which share one state.
@@ -24,8 +26,12 @@ use crate::{Client, ListName};
 /// The plugin's name: a message's target is it, or it and `.VERB`.
 pub const PLUGIN: &str = "ip_throttle";
 
-const USAGE: &str =
-    "reload allow|deny|config [RULE], unban IP|unknown [RULE], show IP|unknown [RULE]";
+const USAGE: &str = "reload allow|deny|config [RULE], unban IP|unknown [RULE], \
+     show IP|unknown [RULE], key IP|unknown [RULE], keys [N] [RULE]";
+
+/// `keys`' N: by default, and at most (as rate_limit's `keys`).
+pub const KEYS_DEFAULT: usize = 20;
+pub const KEYS_MAX: usize = 1000;
 
 /// What `reload` reads again.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -37,9 +43,23 @@ pub enum Reload {
 
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Command {
-    Reload { what: Reload, rule: Option<String> },
-    Unban { ip: Client, rule: Option<String> },
-    Show { ip: Client, rule: Option<String> },
+    Reload {
+        what: Reload,
+        rule: Option<String>,
+    },
+    Unban {
+        ip: Client,
+        rule: Option<String>,
+    },
+    /// `show`, and `key` (its alias: same answer).
+    Show {
+        ip: Client,
+        rule: Option<String>,
+    },
+    Keys {
+        n: usize,
+        rule: Option<String>,
+    },
 }
 
 impl Command {
@@ -48,6 +68,7 @@ impl Command {
             Command::Reload { .. } => "reload",
             Command::Unban { .. } => "unban",
             Command::Show { .. } => "show",
+            Command::Keys { .. } => "keys",
         }
     }
 
@@ -56,7 +77,8 @@ impl Command {
         match self {
             Command::Reload { rule, .. }
             | Command::Unban { rule, .. }
-            | Command::Show { rule, .. } => rule.as_deref(),
+            | Command::Show { rule, .. }
+            | Command::Keys { rule, .. } => rule.as_deref(),
         }
     }
 }
@@ -84,14 +106,49 @@ pub fn parse(target: &str, data: &[u8]) -> Option<Result<Command, String>> {
                 ip: address("unban", ip)?,
                 rule: rule(r.first()),
             }),
-            ("show", [ip, r @ ..]) if r.len() <= 1 => Ok(Command::Show {
-                ip: address("show", ip)?,
+            ("show" | "key", [ip, r @ ..]) if r.len() <= 1 => Ok(Command::Show {
+                ip: address(w.verb, ip)?,
                 rule: rule(r.first()),
             }),
-            ("reload" | "unban" | "show", args) => Err(wrong_arguments(w.verb, args, USAGE)),
+            ("keys", []) => Ok(Command::Keys {
+                n: KEYS_DEFAULT,
+                rule: None,
+            }),
+            // A lone number is N; anything else names a rule (an
+            // --instance that is a number needs N before it).
+            ("keys", [one]) if !is_number(one) => Ok(Command::Keys {
+                n: KEYS_DEFAULT,
+                rule: rule(Some(one)),
+            }),
+            ("keys", [n, r @ ..]) if r.len() <= 1 => Ok(Command::Keys {
+                n: count(n)?,
+                rule: rule(r.first()),
+            }),
+            ("reload" | "unban" | "show" | "key" | "keys", args) => {
+                Err(wrong_arguments(w.verb, args, USAGE))
+            }
             (verb, _) => Err(unknown(verb, USAGE)),
         }
     }))
+}
+
+/// Digits, perhaps signed: meant as N (`keys -1` is a bad N, not a rule).
+fn is_number(s: &str) -> bool {
+    let digits = s.strip_prefix(['-', '+']).unwrap_or(s);
+    !digits.is_empty() && digits.bytes().all(|b| b.is_ascii_digit())
+}
+
+/// `keys`' N.
+fn count(n: &str) -> Result<usize, String> {
+    n.parse::<usize>()
+        .ok()
+        .filter(|n| (1..=KEYS_MAX).contains(n))
+        .ok_or_else(|| {
+            format!(
+                "keys: N has an invalid value {}: allowed 1 to {KEYS_MAX}",
+                quote(n)
+            )
+        })
 }
 
 fn address(verb: &str, s: &str) -> Result<Client, String> {
@@ -107,79 +164,4 @@ fn address(verb: &str, s: &str) -> Result<Client, String> {
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-    use std::net::Ipv4Addr;
-
-    fn cmd(target: &str, data: &str) -> Result<Command, String> {
-        parse(target, data.as_bytes()).expect("our target")
-    }
-
-    #[test]
-    fn every_command_parses() {
-        assert_eq!(
-            cmd("ip_throttle", "reload deny"),
-            Ok(Command::Reload {
-                what: Reload::List(ListName::Deny),
-                rule: None
-            })
-        );
-        assert_eq!(
-            cmd("ip_throttle.reload", "config http.t.test"),
-            Ok(Command::Reload {
-                what: Reload::Config,
-                rule: Some("http.t.test".into())
-            })
-        );
-        let ip2 = IpAddr::V4(Ipv4Addr::new(127, 0, 0, 2));
-        assert_eq!(
-            cmd("ip_throttle", "unban 127.0.0.2"),
-            Ok(Command::Unban {
-                ip: Client::Addr(ip2),
-                rule: None
-            })
-        );
-        assert_eq!(
-            cmd("ip_throttle.show", "unknown r"),
-            Ok(Command::Show {
-                ip: Client::Unknown,
-                rule: Some("r".into())
-            })
-        );
-        let shown = cmd("ip_throttle", " show  2001:db8::1  r ").unwrap();
-        assert_eq!(shown.verb(), "show");
-        assert_eq!(shown.rule(), Some("r"));
-        assert!(parse("throttle", b"show 1.2.3.4").is_none());
-        assert!(parse("ip_throttler", b"show 1.2.3.4").is_none());
-    }
-
-    #[test]
-    fn bad_commands_say_what_was_wrong() {
-        let e = |d: &str| cmd("ip_throttle", d).expect_err(d);
-        for (d, want) in [
-            (
-                "ban 1.2.3.4",
-                "unknown command 'ban': allowed reload allow|deny|config",
-            ),
-            ("", "unknown command ''"),
-            ("reload", "reload: wrong arguments ''"),
-            (
-                "reload lists",
-                "reload: 'lists' is not allow, deny or config",
-            ),
-            ("reload allow a b", "reload: wrong arguments 'allow a b'"),
-            ("unban", "unban: wrong arguments"),
-            (
-                "unban 10.0.0.0/8",
-                "unban: '10.0.0.0/8' is not an IP address",
-            ),
-            (
-                "show host.example",
-                "show: 'host.example' is not an IP address",
-            ),
-            ("show 1.2.3.4 r extra", "show: wrong arguments"),
-        ] {
-            assert!(e(d).starts_with(want), "{d}: {}", e(d));
-        }
-    }
-}
+mod tests;

@@ -27,6 +27,6 @@ pub use lists::{CidrList, Listed, Lists};
 pub use options::{DefaultAction, DenyAction, EventKind, LogEvents, Options};
 pub use state::{IpState, Params, Phase, Step, View};
 pub use throttler::{
-    Action, Decision, Delayed, Event, ListName, Machine, Request, Scope, Snapshot, Throttler,
+    Action, Decision, Delayed, Event, Held, ListName, Machine, Request, Scope, Snapshot, Throttler,
     ToStep,
 };

@@ -26,6 +26,11 @@
 
 use limits::Nanos;
 
+use crate::Client;
+use holder::Holder;
+
+mod holder;
+
 /// The state machine's tunables.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Params {
@@ -75,7 +80,7 @@ pub enum Step {
     Banned,
 }
 
-/// One IP's state: 24 bytes.
+/// One IP's state: 40 bytes (24 of them the state machine's).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct IpState {
     /// Probation: since when (its last request, or the end of its
@@ -88,6 +93,8 @@ pub struct IpState {
     /// Requests of this IP being delayed now.
     delayed: u16,
     phase: Phase,
+    /// The client the state is kept for (see `holder.rs`).
+    holder: Holder,
 }
 
 /// A read-only view of an IP's state (for `show` and log lines).
@@ -122,6 +129,24 @@ impl IpState {
 
     pub fn delayed(&self) -> u32 {
         u32::from(self.delayed)
+    }
+
+    /// The client that first stepped through this state (canonical, not
+    /// masked to `--key-prefix`); `None` before it did.
+    pub fn holder(&self) -> Option<Client> {
+        self.holder.client()
+    }
+
+    /// Names the client the state is kept for, if it is not named yet:
+    /// every call that may insert the state does, under the same lock.
+    /// Once is enough (a key is one client's, or one prefix's, whose
+    /// addresses `keys` shows masked alike), and costs a request one
+    /// compare after that.
+    #[inline]
+    pub fn hold(&mut self, client: Client) {
+        if self.holder.is_unnamed() {
+            self.holder = Holder::of(client);
+        }
     }
 
     /// Moves the state to `now`. Returns true if a ban ended (an `unban`).
@@ -256,6 +281,7 @@ impl IpState {
             delay,
             violations,
             delayed: self.delayed,
+            holder: self.holder,
         }
     }
 
@@ -268,7 +294,11 @@ impl IpState {
             true => self.delayed.saturating_add(1),
             false => self.delayed,
         };
-        IpState { delayed, ..*other }
+        IpState {
+            delayed,
+            holder: self.holder,
+            ..*other
+        }
     }
 
     /// Takes a place among the IP's delayed requests for a request whose

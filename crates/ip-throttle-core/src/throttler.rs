@@ -13,9 +13,10 @@
 //! - `decide`: the decision itself (lists, scope, the state machine on local
 //!   or shared state);
 //! - `manage`: the [`Snapshot`] and what changes it or reads it outside a
-//!   request (expiry timers, `unban`, `show`, reloads).
+//!   request (expiry timers, `unban`, `show`, reloads);
+//! - `held`: the hottest IPs of the table, for `keys` ([`Held`]).
 
-use std::net::IpAddr;
+use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 use std::sync::Arc;
 
 use arc_swap::ArcSwap;
@@ -31,9 +32,11 @@ use crate::Client;
 
 mod decide;
 mod decision;
+mod held;
 mod manage;
 
 pub use decision::{Action, Decision, Delayed, Event, Machine, Request, Scope, ToStep};
+pub use held::{Best, Held};
 pub use manage::{ListName, Snapshot};
 
 /// A rule's throttler.
@@ -122,20 +125,29 @@ impl<C: Clock> Throttler<C> {
     /// `--instance`; `unknown` for every unknown client.
     pub fn record_key(&self, client: impl Into<Client>) -> String {
         let instance = &self.current.load().opts.instance;
-        let ip = match client.into() {
-            Client::Addr(ip) => ip,
-            Client::Unknown => return shared::unknown_key(instance),
-        };
-        let net = match canonical(ip) {
-            IpAddr::V4(a) => {
-                let n = std::net::Ipv4Addr::from(u32::from(a) & mask32(self.v4_prefix));
-                (IpAddr::V4(n), self.v4_prefix, 32)
-            }
-            IpAddr::V6(a) => {
-                let n = std::net::Ipv6Addr::from(u128::from(a) & mask128(self.v6_prefix));
-                (IpAddr::V6(n), self.v6_prefix, 128)
-            }
+        let net = match self.unit(client.into()) {
+            (Client::Addr(ip), Some(len)) => (ip, len, if ip.is_ipv4() { 32 } else { 128 }),
+            _ => return shared::unknown_key(instance),
         };
         shared::key(instance, net)
+    }
+
+    /// What a client's state is kept for: its canonical address masked to
+    /// the rule's prefix, with the prefix's length.
+    pub fn unit(&self, client: Client) -> (Client, Option<u8>) {
+        let Client::Addr(ip) = client else {
+            return (Client::Unknown, None);
+        };
+        let (ip, len) = match canonical(ip) {
+            IpAddr::V4(a) => {
+                let n = Ipv4Addr::from(u32::from(a) & mask32(self.v4_prefix));
+                (IpAddr::V4(n), self.v4_prefix)
+            }
+            IpAddr::V6(a) => {
+                let n = Ipv6Addr::from(u128::from(a) & mask128(self.v6_prefix));
+                (IpAddr::V6(n), self.v6_prefix)
+            }
+        };
+        (Client::Addr(ip), Some(len))
     }
 }

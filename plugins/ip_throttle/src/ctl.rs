@@ -21,7 +21,7 @@ use ats::ReloadStatus;
 use ip_throttle_core::ctl::{self, Command, Reload};
 use ip_throttle_core::lists::canonical;
 use ip_throttle_core::options::fmt_seconds;
-use ip_throttle_core::{Client, ListName, Listed};
+use ip_throttle_core::{Client, ListName, Listed, View};
 use limits::quote::quote;
 use serde_json::{json, Value};
 
@@ -87,6 +87,7 @@ impl Commands for Ctl {
             Command::Reload { what, rule } => reload(&rules, what, rule.is_some()),
             Command::Unban { ip, .. } => unban(&rules, ip),
             Command::Show { ip, .. } => show(&rules, ip),
+            Command::Keys { n, .. } => keys(&rules, n),
         }
     }
 }
@@ -182,13 +183,14 @@ fn unban(rules: &[Arc<Rule>], ip: Client) -> Result<Answer, String> {
     })
 }
 
+/// `show IP` and `key IP`.
 fn show(rules: &[Arc<Rule>], ip: Client) -> Result<Answer, String> {
     let states: Vec<Value> = rules.iter().map(|r| state(r, ip)).collect();
-    let first = states
-        .first()
-        .and_then(|s| s["state"].as_str())
-        .unwrap_or("none")
-        .to_owned();
+    let first = match states.first() {
+        Some(s) if s["tracked"] == json!(false) => "not held (allowed)",
+        Some(s) => s["state"].as_str().unwrap_or("none"),
+        None => "none",
+    };
     Ok(Answer {
         summary: format!("{ip}: {first} ({} rule(s))", states.len()),
         body: json!({ "ip": ip.to_string(), "rules": states }),
@@ -213,11 +215,7 @@ fn state(r: &Rule, ip: Client) -> Value {
     match r.show(ip) {
         Some(s) => {
             v["tracked"] = json!(true);
-            v["state"] = json!(s.phase.name());
-            v["delay"] = json!(fmt_seconds(s.delay));
-            v["violations"] = json!(s.violations);
-            v["delayed"] = json!(s.delayed);
-            v["remaining"] = json!(fmt_seconds(s.remaining));
+            view_fields(&mut v, &s);
         }
         None => {
             v["tracked"] = json!(false);
@@ -225,4 +223,54 @@ fn state(r: &Rule, ip: Client) -> Value {
         }
     }
     v
+}
+
+/// An IP's state, as `show` and `keys` write it.
+fn view_fields(v: &mut Value, s: &View) {
+    v["state"] = json!(s.phase.name());
+    v["delay"] = json!(fmt_seconds(s.delay));
+    v["violations"] = json!(s.violations);
+    v["delayed"] = json!(s.delayed);
+    v["remaining"] = json!(fmt_seconds(s.remaining));
+}
+
+/// `keys [N]`: each rule's N hottest IPs, in one array (so a long answer
+/// splits along it), rule by rule.
+fn keys(rules: &[Arc<Rule>], n: usize) -> Result<Answer, String> {
+    let mut listed = Vec::new();
+    let mut about = Vec::with_capacity(rules.len());
+    for r in rules {
+        let table = r.throttler.table();
+        let snap = r.throttler.snapshot();
+        about.push(json!({
+            "rule": r.tag(),
+            "from": r.from,
+            "instance": snap.opts.instance,
+            "log_only": snap.opts.log_only,
+            "keys": table.len(),
+            "evicted": table.evicted(),
+        }));
+        for h in r.throttler.top(n) {
+            let mut v = json!({
+                "rule": r.tag(),
+                "ip": h.client.to_string(),
+                "prefix": h.prefix,
+            });
+            view_fields(&mut v, &h.view);
+            listed.push(v);
+        }
+    }
+    let first = listed
+        .first()
+        .and_then(|v| v["ip"].as_str())
+        .unwrap_or("none")
+        .to_owned();
+    Ok(Answer {
+        summary: format!(
+            "{} IP(s) in {} rule(s), first {first}",
+            listed.len(),
+            rules.len()
+        ),
+        body: json!({ "n": n, "rules": about, "ips": listed }),
+    })
 }

@@ -254,6 +254,34 @@ fn ops() -> impl Strategy<Value = Vec<(u64, bool, bool)>> {
     prop::collection::vec((0..3_000u64, any::<bool>(), any::<bool>()), 0..200)
 }
 
+#[test]
+fn a_state_names_its_client_in_40_bytes() {
+    assert_eq!(std::mem::size_of::<IpState>(), 40);
+    assert_eq!(IpState::default().holder(), None);
+    for c in ["192.0.2.7", "2001:db8::1", "::"] {
+        let c = crate::Client::Addr(c.parse().unwrap());
+        let mut s = IpState::default();
+        s.hold(c);
+        assert_eq!(s.holder(), Some(c));
+        // Named once: another address of its prefix leaves the name.
+        s.hold(crate::Client::Unknown);
+        assert_eq!(s.holder(), Some(c));
+    }
+    let mut s = IpState::default();
+    s.hold(crate::Client::Unknown);
+    assert_eq!(s.holder(), Some(crate::Client::Unknown));
+    // The shared record's step keeps whose state it is.
+    let p = small();
+    let other = IpState::default();
+    assert_eq!(
+        s.adopt(&other, false).holder(),
+        Some(crate::Client::Unknown)
+    );
+    let shared = s.with_shared(Phase::Banned, 5 * S, 0, 4);
+    assert_eq!(shared.holder(), Some(crate::Client::Unknown));
+    assert_eq!(shared.view(S, &p).phase, Phase::Banned);
+}
+
 proptest! {
     /// Whatever the traffic: the delay never exceeds max_delay, a ban comes
     /// only after more than ban_threshold violations (and never with 0),

@@ -54,6 +54,7 @@ fn kinds(d: &crate::Decision) -> Vec<EventKind> {
     d.events().map(|e| e.kind).collect()
 }
 
+mod held;
 mod lists;
 mod proxies;
 mod shared_store;

@@ -117,6 +117,7 @@ impl<C: Clock> Throttler<C> {
         };
         let p = self.current.load().opts.params;
         match self.table.with(m.key, |s| {
+            s.hold(m.client);
             let before = *s;
             (before, s.reserve())
         }) {
@@ -148,6 +149,7 @@ impl<C: Clock> Throttler<C> {
         let key = m.key;
         let mut d = Decision::new(key, Action::Pass, o);
         let got = self.table.with(key, |s| {
+            s.hold(m.client);
             let was_banned = s.phase() == Phase::Banned;
             let (unbanned, step) = match how {
                 None => (s.advance(now, p), s.request(now, p)),

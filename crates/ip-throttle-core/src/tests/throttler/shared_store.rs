@@ -139,6 +139,15 @@ fn a_ban_earned_through_one_proxy_is_enforced_and_ended_by_the_other() {
         b.show(ip("127.0.0.2")).map(|v| v.phase),
         Some(Phase::Banned)
     );
+    // Each proxy's `keys` names the IP it stepped on the record.
+    for t in [&a, &b] {
+        let top = t.top(5);
+        assert_eq!(top.len(), 1);
+        assert_eq!(
+            (top[0].client, top[0].view.phase),
+            (at("127.0.0.2"), Phase::Banned)
+        );
+    }
     // After the ban (3 s) B lets it in and logs the unban.
     clock_b.advance(std::time::Duration::from_secs(3));
     let d = through(&b, &mut store, &r, wall(&clock_b));
