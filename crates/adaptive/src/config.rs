@@ -24,6 +24,8 @@ pub struct Config {
     pub max_window: Nanos,
     /// Outcomes a window needs before it closes (default 10): a window with
     /// fewer goes on until it has them, so a quiet origin updates rarely.
+    /// Half as many unloaded samples measure the baseline, twice as many a
+    /// probe.
     pub min_samples: u32,
     /// How far one window moves the limit toward the gradient's target
     /// (default 0.2, Gradient2's): 1 jumps, lower smooths outliers.
@@ -169,6 +171,11 @@ impl Config {
     /// Unloaded samples a window needs to measure the no-load latency.
     pub(crate) fn unloaded_samples(&self) -> u32 {
         (self.min_samples / 2).max(1)
+    }
+
+    /// Unloaded samples a probe gathers (after its drain) to measure it.
+    pub(crate) fn probe_samples(&self) -> u32 {
+        self.min_samples.saturating_mul(2)
     }
 }
 

@@ -12,8 +12,8 @@ use crate::window::Stats;
 const MIN_GRADIENT: f64 = 0.5;
 
 /// Windows a probe lasts at most without its unloaded samples (then it
-/// gives up and keeps what it has).
-const PROBE_WINDOWS: u32 = 4;
+/// gives up and keeps what it has); the first one is its drain.
+const PROBE_WINDOWS: u32 = 5;
 
 /// The queue the origin may hold at the limit's equilibrium: Gradient2's
 /// square root of the limit, at most a quarter of it, so a small origin's
@@ -29,14 +29,18 @@ struct Probe {
     /// The limit to go back to.
     restore: f64,
     windows: u32,
+    /// The unloaded samples after its drain.
+    sum: u64,
+    count: u32,
 }
 
 #[derive(Clone, Debug, PartialEq)]
 pub(crate) struct Law {
     /// The learned limit, fractional so small steps add up.
     estimate: f64,
-    /// The long-term (no-load) RTT: the average of unloaded samples, or a
-    /// lower loaded window's. `None` until measured.
+    /// The long-term (no-load) RTT, measured from unloaded samples and
+    /// lowered by faster loaded windows (see `measure`). `None` until
+    /// measured.
     baseline: Option<Nanos>,
     /// The last window's average RTT.
     recent: Option<Nanos>,
@@ -123,35 +127,35 @@ impl Law {
         if mean.is_some() {
             self.recent = mean;
         }
+        if let Some(probe) = &mut self.probe {
+            // Its first window holds the drain: the unloaded samples that
+            // ended in it are the short ones, not a fair measure.
+            if probe.windows > 0 {
+                probe.sum = probe.sum.saturating_add(w.unloaded_sum);
+                probe.count = probe.count.saturating_add(w.unloaded);
+            }
+            probe.windows += 1;
+            if probe.count >= cfg.probe_samples() || probe.windows >= PROBE_WINDOWS {
+                // Measured, or given up with what there is (this window's
+                // RTT if nothing); no new probe for an interval.
+                let measured = (probe.count > 0).then(|| probe.sum / u64::from(probe.count));
+                self.baseline = match (self.baseline, measured) {
+                    (Some(b), Some(u)) => Some(halfway(b, u)),
+                    (b, u) => u.or(b).or(mean),
+                };
+                self.measured_at = now;
+                self.estimate = probe.restore;
+                self.probe = None;
+            }
+            return;
+        }
         let unloaded = if w.unloaded >= cfg.unloaded_samples() {
             w.unloaded_mean()
         } else {
             None
         };
-        // The baseline: measured unloaded; else never above what a loaded
-        // window just took (the origin got faster).
-        match (unloaded, self.baseline, mean) {
-            (Some(u), _, _) => {
-                self.baseline = Some(u);
-                self.measured_at = now;
-            }
-            (None, Some(b), Some(m)) if m < b => self.baseline = Some(m),
-            _ => {}
-        }
+        self.measure(unloaded, mean, now);
         if self.pinned.is_some() {
-            return;
-        }
-        if let Some(probe) = &mut self.probe {
-            probe.windows += 1;
-            if unloaded.is_some() || probe.windows >= PROBE_WINDOWS {
-                // Measured, or given up: then the baseline is what there
-                // is (this window's RTT if none), and no new probe for an
-                // interval.
-                self.baseline = self.baseline.or(mean);
-                self.measured_at = now;
-                self.estimate = probe.restore;
-                self.probe = None;
-            }
             return;
         }
         if w.failing(cfg.failure_percent) {
@@ -170,6 +174,23 @@ impl Law {
             return;
         }
         self.step(cfg, b, m, w.max_inflight);
+    }
+
+    /// The baseline outside probes: the first unloaded measurement, then
+    /// halfway to each new one (a window's few samples are noisy, so are a
+    /// probe's); else a loaded window's RTT when that is lower: the origin
+    /// got faster, and an origin is never faster loaded than idle. (Moving
+    /// only part way there would let the limit grow and the loaded RTT
+    /// rise to meet a baseline still too high.)
+    fn measure(&mut self, unloaded: Option<Nanos>, mean: Option<Nanos>, now: Nanos) {
+        match (unloaded, self.baseline, mean) {
+            (Some(u), b, _) => {
+                self.baseline = Some(b.map_or(u, |b| halfway(b, u)));
+                self.measured_at = now;
+            }
+            (None, Some(b), Some(m)) if m < b => self.baseline = Some(m),
+            _ => {}
+        }
     }
 
     /// Gradient2's update, given the baseline, the window's RTT and the
@@ -203,12 +224,19 @@ impl Law {
         self.probe = Some(Probe {
             restore: self.estimate,
             windows: 0,
+            sum: 0,
+            count: 0,
         });
     }
 
     fn set(&mut self, estimate: f64, cfg: &Config) {
         self.estimate = estimate.clamp(f64::from(cfg.min), f64::from(cfg.max));
     }
+}
+
+/// Halfway from the baseline `b` to a new measurement `u`.
+fn halfway(b: Nanos, u: Nanos) -> Nanos {
+    (b / 2 + u / 2).max(1)
 }
 
 /// The estimate as a limit: rounded down, within the bounds.

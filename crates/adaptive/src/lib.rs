@@ -38,12 +38,16 @@
 //! - Always within `[min, max]` (default 4 and 1000, starting at 20), unless
 //!   pinned ([`Controller::pin`]).
 //!
-//! **The baseline** is the average RTT of a window's *unloaded* samples (at
-//! most `min` requests in flight when sent and when answered: the origin's
-//! no-load latency, if it can take `min` at once), and never above a loaded
-//! window's average (the origin got faster). A **probe** measures it when
-//! there is none (the start) and when none came for `probe_interval` (60 s):
-//! the limit drops to `min` for a window or two, then goes back.
+//! **The baseline** is measured from *unloaded* samples: at most `min`
+//! requests in flight when sent and when answered, the origin's no-load
+//! latency if it can take `min` at once. A window with at least 5 of them
+//! sets it (the first time) or moves it halfway to their average (a few
+//! samples are noisy). It is never above a loaded window's average (the
+//! origin got faster). A **probe** measures it when there is none (the
+//! start) and when none came for `probe_interval` (60 s): the limit drops
+//! to `min`; after one window for the drain (its unloaded samples are the
+//! short ones that ended first), it gathers 20 unloaded samples (at most 5
+//! windows in all), and the limit goes back to what it was.
 //!
 //! # Why Gradient2, and why not its baseline
 //!

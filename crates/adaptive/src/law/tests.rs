@@ -38,16 +38,26 @@ fn a_loaded_start_probes_at_the_minimum_then_goes_back() {
     law.close(&cfg, &loaded(20, 25 * MS, 20), 100 * MS);
     assert!(law.probing());
     assert_eq!(law.limit(&cfg), cfg.min);
-    // The drain: requests sent before the probe, not unloaded.
-    law.close(&cfg, &loaded(20, 25 * MS, 20), 200 * MS);
+    // The drain: requests sent before the probe, and the short unloaded
+    // ones that ended first, which do not count.
+    let drain = Stats {
+        unloaded: 10,
+        unloaded_sum: 10 * 5 * MS,
+        ..loaded(30, 20 * MS, 20)
+    };
+    law.close(&cfg, &drain, 200 * MS);
     assert!(law.probing());
-    law.close(&cfg, &unloaded(10, 10 * MS, 4), 300 * MS);
+    // Then twice `min_samples` unloaded samples, over windows.
+    law.close(&cfg, &unloaded(12, 10 * MS, 4), 300 * MS);
+    assert!(law.probing());
+    law.close(&cfg, &unloaded(8, 13 * MS, 4), 400 * MS);
     assert!(!law.probing());
-    assert_eq!((law.limit(&cfg), law.baseline()), (20, Some(10 * MS)));
+    let mean = (12 * 10 + 8 * 13) * MS / 20;
+    assert_eq!((law.limit(&cfg), law.baseline()), (20, Some(mean)));
 }
 
 #[test]
-fn a_probe_without_unloaded_samples_gives_up_with_what_it_has() {
+fn a_probe_without_its_unloaded_samples_gives_up_with_what_it_has() {
     let cfg = Config::default();
     let mut law = Law::new(&cfg, 0);
     for i in 1..=PROBE_WINDOWS {
@@ -57,6 +67,14 @@ fn a_probe_without_unloaded_samples_gives_up_with_what_it_has() {
     law.close(&cfg, &loaded(20, 30 * MS, 20), NANOS_PER_SEC);
     assert!(!law.probing());
     assert_eq!((law.limit(&cfg), law.baseline()), (20, Some(30 * MS)));
+    // A later probe short of samples takes the few it has, halfway.
+    law.start_probe();
+    for i in 1..PROBE_WINDOWS {
+        law.close(&cfg, &unloaded(2, 10 * MS, 4), u64::from(10 + i) * 100 * MS);
+    }
+    assert!(law.probing());
+    law.close(&cfg, &loaded(20, 30 * MS, 20), 2 * NANOS_PER_SEC);
+    assert_eq!((law.probing(), law.baseline()), (false, Some(20 * MS)));
 }
 
 #[test]
@@ -74,9 +92,11 @@ fn unloaded_samples_measure_the_baseline_without_a_probe() {
     };
     law.close(&cfg, &few, 200 * MS);
     assert_eq!(law.baseline(), Some(12 * MS));
-    // An unloaded measurement replaces it, up or down.
+    // Each later unloaded measurement moves it halfway, up or down.
     law.close(&cfg, &unloaded(10, 20 * MS, 3), 300 * MS);
-    assert_eq!(law.baseline(), Some(20 * MS));
+    assert_eq!(law.baseline(), Some(16 * MS));
+    law.close(&cfg, &unloaded(10, 8 * MS, 3), 400 * MS);
+    assert_eq!(law.baseline(), Some(12 * MS));
 }
 
 #[test]
@@ -205,8 +225,10 @@ fn a_probe_comes_when_the_baseline_went_unmeasured_for_the_interval() {
     law.close(&cfg, &loaded(10, 11 * MS, 40), late);
     assert!(law.probing());
     let restore = law.estimate;
-    law.close(&cfg, &unloaded(10, 10 * MS, 4), late + 100 * MS);
+    law.close(&cfg, &loaded(10, 11 * MS, 40), late + 100 * MS);
+    law.close(&cfg, &unloaded(20, 12 * MS, 4), late + 200 * MS);
     assert_eq!((law.probing(), law.estimate), (false, restore));
+    assert_eq!(law.baseline(), Some(11 * MS));
     // Unloaded samples reset the interval: no probe then.
     law.close(&cfg, &loaded(10, 11 * MS, 40), 2 * late);
     assert!(!law.probing());

@@ -114,3 +114,26 @@ fn a_sudden_overload_of_10c_clients_never_puts_more_than_2c_at_the_origin() {
         }
     }
 }
+
+/// Each request's work uniform in L0·(1 ± jitter): samples no longer end
+/// in order, and a window's average is noisy. For 90 s, past the first
+/// periodic probe.
+#[test]
+fn converges_with_a_jittered_latency_too() {
+    for c in CAPACITIES {
+        for jitter in [0.2, 0.5, 0.9] {
+            let mut sim = Sim::new(Config::default(), c, ms(20));
+            sim.set_jitter(jitter);
+            sim.set_clients(4 * c as usize);
+            let (lo, hi) = band(c);
+            let (since, (low, high)) = settle(&mut sim, lo, hi, secs(90));
+            let baseline = sim.state().baseline.unwrap_or(0) as f64 / 1e6;
+            eprintln!(
+                "C={c} L0=20ms ±{jitter}: in [{lo}, {hi}] from {}, last 10 s {low}..={high}, \
+                 baseline {baseline:.1} ms",
+                show(since)
+            );
+            assert!(since.is_some_and(|t| t <= secs(30)), "C={c} ±{jitter}");
+        }
+    }
+}

@@ -1,11 +1,12 @@
 //! The model: an origin of capacity C (processor sharing: each request's
 //! work is L0 at full speed, and n > C requests in flight each run at C/n,
-//! so the latency is L0 up to C in flight and L0·n/C beyond), closed-loop
+//! so the latency is L0 up to C in flight and L0·n/C beyond; optionally
+//! each request's work jittered around L0), closed-loop
 //! clients that send again as soon as they are answered, and a
 //! `limits::Slots` at the learned limit queueing the rest FIFO, as the
 //! plugins will. Event-driven on a `ManualClock`: exact and deterministic.
 
-use std::collections::VecDeque;
+use std::collections::{BTreeMap, VecDeque};
 use std::sync::Arc;
 
 use parking_lot::Mutex;
@@ -58,10 +59,14 @@ pub struct Sim {
     pub ctl: Controller<Arc<ManualClock>>,
     slots: Arc<Slots<Admit>>,
     sink: Sink,
-    sharing: VecDeque<Req>,
+    /// By the work done when each is complete (its bits: positive f64s
+    /// order as their bits do), then by arrival.
+    sharing: BTreeMap<(u64, u64), Req>,
+    sent: u64,
     failing: VecDeque<Req>,
     /// Work each shared request has had since the start (ns at full speed):
-    /// all progress at the same rate, so the oldest is always done first.
+    /// all progress at the same rate, so the one whose `done` is least is
+    /// done first.
     work: f64,
     now: Nanos,
     capacity: f64,
@@ -72,6 +77,10 @@ pub struct Sim {
     busy: Vec<bool>,
     /// Most origin requests in flight since the last `take_peak`.
     peak: usize,
+    /// Each request's work is the latency times 1 ± up to this.
+    jitter: f64,
+    /// The jitter's generator (xorshift64*): deterministic.
+    rng: u64,
 }
 
 pub fn ms(n: u64) -> Nanos {
@@ -93,7 +102,10 @@ impl Sim {
             ctl,
             slots,
             sink: Arc::default(),
-            sharing: VecDeque::new(),
+            sharing: BTreeMap::new(),
+            sent: 0,
+            jitter: 0.0,
+            rng: 0x9E37_79B9_7F4A_7C15,
             failing: VecDeque::new(),
             work: 0.0,
             now: NANOS_PER_SEC,
@@ -122,6 +134,23 @@ impl Sim {
     /// The no-load latency of requests sent from now on.
     pub fn set_latency(&mut self, latency: Nanos) {
         self.latency = latency;
+    }
+
+    /// Each request's work from now on: the latency times a uniform
+    /// 1 - `jitter` to 1 + `jitter`, so requests no longer end in order.
+    pub fn set_jitter(&mut self, jitter: f64) {
+        self.jitter = jitter;
+    }
+
+    fn spread(&mut self) -> f64 {
+        if self.jitter == 0.0 {
+            return 1.0;
+        }
+        self.rng ^= self.rng >> 12;
+        self.rng ^= self.rng << 25;
+        self.rng ^= self.rng >> 27;
+        let u = (self.rng.wrapping_mul(0x2545_F491_4F6C_DD1D) >> 11) as f64 / (1u64 << 53) as f64;
+        1.0 + self.jitter * (2.0 * u - 1.0)
     }
 
     pub fn set_mode(&mut self, mode: Mode) {
@@ -158,7 +187,8 @@ impl Sim {
             };
             let shared = self
                 .sharing
-                .front()
+                .values()
+                .next()
                 .map(|r| self.now + ((r.done - self.work) / rate).max(0.0).ceil() as Nanos);
             let failed = self.failing.front().map(|r| r.fails_at);
             let next = [shared, failed, Some(end)]
@@ -171,10 +201,11 @@ impl Sim {
             self.clock.set(next);
             while self
                 .sharing
-                .front()
+                .values()
+                .next()
                 .is_some_and(|r| r.done <= self.work + 1e-6)
             {
-                if let Some(r) = self.sharing.pop_front() {
+                if let Some((_, r)) = self.sharing.pop_first() {
                     self.complete(r, false);
                 }
             }
@@ -218,14 +249,15 @@ impl Sim {
             sent: self.now,
             inflight: self.slots.active(),
             permit,
-            done: self.work + self.latency as f64,
+            done: self.work + self.latency as f64 * self.spread(),
             fails_at: self.now + FAIL_AFTER,
         };
         let shed = self.mode == Mode::Shedding && self.sharing.len() as f64 >= self.capacity;
         if self.mode == Mode::FailFast || shed {
             self.failing.push_back(req);
         } else {
-            self.sharing.push_back(req);
+            self.sent += 1;
+            self.sharing.insert((req.done.to_bits(), self.sent), req);
         }
         self.peak = self.peak.max(self.sharing.len() + self.failing.len());
     }
