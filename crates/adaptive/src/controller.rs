@@ -1,0 +1,153 @@
+//! The [`Controller`]: one origin's learned limit, shared by the threads
+//! that record its samples. The sample path is lock-free (the window's
+//! atomics, `window.rs`); the law (`law.rs`) runs under a mutex taken with
+//! `try_lock`, at most once per window, by the sample that finds the window
+//! due.
+
+use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
+
+use parking_lot::Mutex;
+
+use limits::{Clock, MonotonicClock, Nanos};
+
+use crate::config::Config;
+use crate::law::Law;
+use crate::window::{Outcome, Window};
+
+/// An adaptive concurrency limit (see the crate doc). Share it (`Arc`)
+/// between the threads of one rule; it holds no slots itself: the caller
+/// applies the limit to its own (`limits::Slots::set_limit`).
+pub struct Controller<C: Clock = MonotonicClock> {
+    config: Config,
+    clock: C,
+    /// The limit in force, read without the lock.
+    limit: AtomicU32,
+    /// When the open window is due; the first sample at or after it closes it.
+    due: AtomicU64,
+    window: Window,
+    law: Mutex<Law>,
+}
+
+/// What a controller shows (metrics, `show`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct State {
+    /// The limit in force.
+    pub limit: u32,
+    /// Pinned by the operator ([`Controller::pin`]).
+    pub pinned: bool,
+    /// Measuring the no-load latency: the limit is the minimum for now.
+    pub probing: bool,
+    /// The long-term (no-load) RTT; `None` until measured.
+    pub baseline: Option<Nanos>,
+    /// The last window's average RTT; `None` until a window closed.
+    pub recent: Option<Nanos>,
+    /// Windows closed so far.
+    pub windows: u64,
+}
+
+impl<C: Clock> Controller<C> {
+    /// A controller at `config.initial`. Out-of-range settings are replaced
+    /// or clamped (see [`Config::check`] to refuse them instead).
+    pub fn new(config: Config, clock: C) -> Self {
+        let config = config.normalized();
+        let now = clock.now();
+        let law = Law::new(&config, now);
+        Controller {
+            limit: AtomicU32::new(law.limit(&config)),
+            due: AtomicU64::new(now.saturating_add(law.window(&config))),
+            window: Window::default(),
+            law: Mutex::new(law),
+            config,
+            clock,
+        }
+    }
+
+    /// The settings in use (normalized).
+    pub fn config(&self) -> &Config {
+        &self.config
+    }
+
+    /// The limit in force: one atomic load.
+    #[inline]
+    pub fn limit(&self) -> u32 {
+        self.limit.load(Ordering::Relaxed)
+    }
+
+    /// Records one origin transaction. Call it only for transactions that
+    /// reached the origin (a cache hit teaches nothing), once each, when the
+    /// first response byte came or the transaction failed. `inflight`: the
+    /// most origin requests in flight this one saw, the larger of the counts
+    /// when it was sent and when it was answered (the sent one alone would
+    /// miss the requests that joined it).
+    ///
+    /// Returns the new limit when this sample closed a window that changed
+    /// it: the caller applies it (`Slots::set_limit`). Windows are at least
+    /// `min_window` apart, so two changes never race in practice.
+    ///
+    /// Cost: a clock read, two relaxed atomic adds (one for a failure,
+    /// four for an unloaded sample) and two loads; once per window, a
+    /// `try_lock` and the law's few float operations.
+    #[inline]
+    pub fn record(&self, outcome: Outcome, inflight: u32) -> Option<u32> {
+        self.window
+            .add(outcome, inflight, inflight <= self.config.min);
+        let now = self.clock.now();
+        if now < self.due.load(Ordering::Relaxed) {
+            return None;
+        }
+        self.close(now)
+    }
+
+    /// Closes the window if it is due and has its samples; whoever holds
+    /// the lock already does it.
+    #[cold]
+    #[inline(never)]
+    fn close(&self, now: Nanos) -> Option<u32> {
+        let mut law = self.law.try_lock()?;
+        if now < self.due.load(Ordering::Relaxed)
+            || self.window.outcomes() < u64::from(self.config.min_samples)
+        {
+            // Too few samples: the window goes on until it has them.
+            return None;
+        }
+        let stats = self.window.take();
+        let before = law.limit(&self.config);
+        law.close(&self.config, &stats, now);
+        self.due.store(
+            now.saturating_add(law.window(&self.config)),
+            Ordering::Relaxed,
+        );
+        let after = law.limit(&self.config);
+        self.limit.store(after, Ordering::Relaxed);
+        (after != before).then_some(after)
+    }
+
+    /// Pins the limit (`set TAG limit=N`: `Some(N)`, at least 1, not held
+    /// to the bounds) or releases it (`limit=auto`: `None`; learning resumes
+    /// from the pinned value, clamped into the bounds). While pinned, windows
+    /// still measure the RTTs shown. Returns the limit in force, for the
+    /// caller to apply.
+    pub fn pin(&self, limit: Option<u32>) -> u32 {
+        let mut law = self.law.lock();
+        law.pin(limit, &self.config);
+        let now = law.limit(&self.config);
+        self.limit.store(now, Ordering::Relaxed);
+        now
+    }
+
+    /// The state, for metrics and `show`.
+    pub fn state(&self) -> State {
+        let law = self.law.lock();
+        State {
+            limit: law.limit(&self.config),
+            pinned: law.pinned().is_some(),
+            probing: law.probing(),
+            baseline: law.baseline(),
+            recent: law.recent(),
+            windows: law.windows(),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests;
