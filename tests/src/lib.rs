@@ -25,6 +25,7 @@
 #![forbid(unsafe_code)]
 
 pub mod ats;
+pub mod capacity_origin;
 pub mod client;
 pub mod h2;
 pub mod memcached;

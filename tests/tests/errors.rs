@@ -38,7 +38,7 @@ fn a_10_kb_value_is_refused_naming_the_option_first() {
     let line = refusal(&origin, &[format!("--limit={}", "9".repeat(10240))]);
     let want = format!(
         "[rate_limit] --limit has an invalid value '{nines}…' (10240 bytes): allowed an integer \
-         from 1 to 4294967295"
+         from 1 to 4294967295 or auto"
     );
     assert!(line.ends_with(&want), "want {want:?} in {line:?}");
 
@@ -62,7 +62,7 @@ fn a_control_character_in_a_value_is_escaped() {
     let origin = Origin::start();
     let line = refusal(&origin, &["--limit=1\u{1}5".to_owned()]);
     let want = "[rate_limit] --limit has an invalid value '1\\u{1}5': allowed an integer from 1 \
-                to 4294967295";
+                to 4294967295 or auto";
     assert!(line.ends_with(want), "want {want:?} in {line:?}");
 }
 

@@ -581,7 +581,7 @@ fn bad_options_refuse_the_rule_naming_option_value_and_allowed() {
     for (params, expect) in [
         (
             "--limit=abc",
-            "--limit has an invalid value 'abc': allowed an integer from 1 to 4294967295",
+            "--limit has an invalid value 'abc': allowed an integer from 1 to 4294967295 or auto",
         ),
         (
             "--error=302",

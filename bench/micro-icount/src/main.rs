@@ -301,6 +301,7 @@ fn main() {
         queue: 1000,
         maxage: None,
         block: None,
+        auto: None,
     };
     op("admission/limit_unkeyed", &admission_limit);
     admission_limit(&RuleLimiter::new(limits, MonotonicClock));
@@ -311,6 +312,7 @@ fn main() {
         queue: 0,
         maxage: None,
         block: None,
+        auto: None,
     };
     let l: KeyedLimiter<Nobody> = KeyedLimiter::new(keyed_limits, KEYS, MonotonicClock);
     for i in 0..KEYS as u32 {

@@ -60,6 +60,7 @@ pub use close_hook::{CloseHandler, CloseHook};
 pub use cont::{HookCont, HookHandler};
 pub use event_thread::EventThread;
 pub use hdr::Header;
+pub use origin::OriginReply;
 pub use remap::{ReloadStatus, RemapArgs, RemapPlugin, RemapRequest, RemapStatus};
 pub use txn::{error_page, CacheLookup, Done, HomeTxn, Hook, HookId, Parked, Ssn, SsnHook, Txn};
 pub use user_arg::{SsnData, TxnData, VConnData};

@@ -1,7 +1,9 @@
 //! Where the response a transaction sends came from: the origin, the
 //! cache, or Traffic Server itself (its error pages, a refusal). rate_limit's
 //! `--count-status` charges only responses the origin sent (now or, cached,
-//! earlier).
+//! earlier), and `--limit=auto` learns from how long the origin took.
+
+use std::time::Duration;
 
 use crate::hdr::Header;
 use crate::sys;
@@ -25,6 +27,33 @@ impl<'a> Txn<'a> {
         Some(h.status()).filter(|s| (100..=599).contains(s))
     }
 
+    /// What the origin did for this transaction: `None` if no request was
+    /// sent to it (a cache hit, a refusal, a client that left first); else
+    /// its answer, timed from the request's first byte written to the
+    /// response's first byte read (ATS's milestones: neither a queue before
+    /// nor a slow client after counts), or no answer at all (a connection
+    /// error, a timeout, a closed connection). Read it at TXN_CLOSE.
+    pub fn origin_reply(self) -> Option<OriginReply> {
+        let sent = self.milestone(sys::TSMilestonesType::TS_MILESTONE_SERVER_BEGIN_WRITE)?;
+        let read = self.milestone(sys::TSMilestonesType::TS_MILESTONE_SERVER_FIRST_READ);
+        Some(match (read, self.server_response_status()) {
+            (Some(read), Some(status)) if read >= sent => OriginReply::Answered {
+                rtt: Duration::from_nanos(read.abs_diff(sent)),
+                status,
+            },
+            _ => OriginReply::NoAnswer,
+        })
+    }
+
+    /// A milestone's time (ns), if it was reached.
+    fn milestone(self, m: sys::TSMilestonesType) -> Option<i64> {
+        let mut at: sys::TSHRTime = 0;
+        // SAFETY: live txn; TSHttpTxnMilestoneGet writes `at` (0 for a
+        // milestone not reached) or fails for an out-of-range milestone.
+        let ok = unsafe { sys::TSHttpTxnMilestoneGet(self.as_ptr(), m, &mut at) };
+        (ok == sys::TSReturnCode::TS_SUCCESS && at > 0).then_some(at)
+    }
+
     /// Whether the response being sent is the origin's, now (a response
     /// header was read from it) or earlier (a fresh cache hit). False for
     /// responses Traffic Server made itself: error pages when the origin
@@ -34,4 +63,14 @@ impl<'a> Txn<'a> {
         self.server_response_status().is_some()
             || self.cache_lookup() == Some(CacheLookup::HitFresh)
     }
+}
+
+/// What the origin did for a transaction ([`Txn::origin_reply`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum OriginReply {
+    /// A response header came: its status, and the time from the request
+    /// written to its first byte.
+    Answered { rtt: Duration, status: u16 },
+    /// The request was sent and no response header came.
+    NoAnswer,
 }

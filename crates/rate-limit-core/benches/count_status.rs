@@ -43,6 +43,7 @@ fn count_status(c: &mut Criterion) {
         queue: 0,
         maxage: None,
         block: None,
+        auto: None,
     };
     let l: KeyedLimiter<Nobody> = KeyedLimiter::new(limits, KEYS as usize, MonotonicClock);
     l.set_charge_on_response();

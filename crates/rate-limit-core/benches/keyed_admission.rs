@@ -53,6 +53,7 @@ fn keyed_admission(c: &mut Criterion) {
         queue: 0,
         maxage: None,
         block: None,
+        auto: None,
     };
     let l: KeyedLimiter<Nobody> = KeyedLimiter::new(limits, KEYS as usize, MonotonicClock);
     for i in 0..KEYS {

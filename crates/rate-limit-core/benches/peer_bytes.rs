@@ -54,6 +54,7 @@ fn main() {
             queue: 0,
             maxage: None,
             block: None,
+            auto: None,
         };
         let l: KeyedLimiter<W, MonotonicClock> =
             KeyedLimiter::peered(limits, tags * 2, tags, MonotonicClock);

@@ -70,6 +70,7 @@ fn limiter() -> L {
         queue: 0,
         maxage: None,
         block: None,
+        auto: None,
     };
     let l: L = KeyedLimiter::peered(limits, KEYS, 10_000, MonotonicClock);
     for n in 0..KEYS as u64 {

@@ -25,10 +25,11 @@
 //! hands back; then the limiter's calls, each an `impl Limiter` block:
 //! `admit.rs` (a new request, in each scope: `admit/`), `queue.rs` (the
 //! slot queue), `fair.rs`, `peered.rs`, `charge.rs`, `dry_run.rs`,
-//! `control.rs` (per-key commands), `usage.rs` (reports), `build.rs` (one from a rule's options); last
+//! `control.rs` (per-key commands), `auto.rs` (`--limit=auto`), `usage.rs` (reports), `build.rs` (one from a rule's options); last
 //! `shaped.rs`, the handles. This file only re-exports.
 
 mod admit;
+mod auto;
 mod block;
 mod bounds;
 mod build;
@@ -47,6 +48,7 @@ mod shaped;
 mod tests;
 mod usage;
 
+pub use auto::{AutoState, Outcome};
 pub use bounds::Limits;
 pub use decision::{Admission, RateToken, Refused, SlotWait, Wait};
 pub use key_scope::Keyed;

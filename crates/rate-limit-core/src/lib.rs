@@ -25,6 +25,7 @@ pub use admission::{
     Admission, Counted, FairLimiter, Flow, Key, KeyUsage, KeyedLimiter, Limiter, Limits, RateToken,
     Refused, RuleLimiter, Shaped, SlotWait, Usage, Wait,
 };
+pub use admission::{AutoState, Outcome};
 pub use options::{OptionError, Options};
 
 /// The metrics of one rule, as upstream names them plus ours.
@@ -45,6 +46,11 @@ pub const METRICS: &[&str] = &[
     "dry_run_refused",
     "dry_run_queued",
     "exempt",
+    "blocks",
+    "blocked",
+    "limit",
+    "rtt_baseline_us",
+    "rtt_recent_us",
 ];
 
 /// `<prefix>.remap.<tag>.<metric>`, upstream's naming for remap rules.

@@ -31,7 +31,11 @@ pub const MAX_KEYS: u64 = 16 << 20;
 #[derive(Clone, Debug, PartialEq)]
 pub struct Options {
     /// Max active transactions (or connections with `conntrack`); `None` = no limit.
+    /// With `--limit=auto`, the learned limit's starting value.
     pub limit: Option<u32>,
+    /// `--limit=auto`: the limit is learned from the origin's latency,
+    /// within these bounds (`--limit-min`, `--limit-max`).
+    pub auto: Option<AutoLimit>,
     /// Max waiting transactions; 0 = reject at once.
     pub queue: u32,
     pub error: u16,
@@ -108,6 +112,26 @@ impl Exempt {
     /// networks (its proxy's may be among them).
     pub fn exempts(&self, client: forwarded::Client) -> bool {
         client.addr().is_some_and(|ip| self.covers(ip))
+    }
+}
+
+/// Highest `--limit-max` (and `--limit-min`).
+pub const MAX_AUTO_LIMIT: u32 = 1_000_000;
+/// `--limit=auto`'s bounds unless given (crates/adaptive's defaults).
+pub const DEFAULT_LIMIT_MIN: u32 = 4;
+pub const DEFAULT_LIMIT_MAX: u32 = 1000;
+
+/// `--limit=auto`'s bounds.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct AutoLimit {
+    pub min: u32,
+    pub max: u32,
+}
+
+impl AutoLimit {
+    /// The controller's settings for these bounds (checked at load).
+    pub fn config(&self) -> Option<adaptive::Config> {
+        adaptive::Config::with_bounds(self.min, self.max).ok()
     }
 }
 

@@ -313,7 +313,7 @@ fn live_options() -> Vec<&'static str> {
 /// the plugin's charge.rs): a list change keeps the limiter and its
 /// lock-outs, and rules of a group may list different statuses.
 fn difference(a: &Options, b: &Options, ignore: &[&str]) -> Option<(&'static str, String, String)> {
-    if a.limit.is_some() != b.limit.is_some() {
+    if a.limit.is_some() != b.limit.is_some() || a.auto.is_some() != b.auto.is_some() {
         return Some(render("limit", a, b));
     }
     if a.rate.is_some() != b.rate.is_some() {

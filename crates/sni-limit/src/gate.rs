@@ -244,6 +244,7 @@ impl<W: Waiter, C: Clock + Clone> Selector<W, C> {
                 .and_then(|q| q.max_age)
                 .map(|s| u64::from(s) * NANOS_PER_SEC),
             block: None,
+            auto: None,
         };
         let wants = conf.limit.is_some() || conf.rate.is_some();
         let limiter = old
@@ -257,6 +258,7 @@ impl<W: Waiter, C: Clock + Clone> Selector<W, C> {
                 queue: 0,
                 maxage: None,
                 block: None,
+                auto: None,
             };
             old.filter(|o| o.per_ip_conf.is_some_and(|q| q.keys == p.keys))
                 .and_then(|o| o.live.per_ip.clone())

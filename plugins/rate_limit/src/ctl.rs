@@ -354,6 +354,24 @@ fn set(name: &str, settings: &[ctl::Setting]) -> Answer {
     }
     drop(reg);
     let mut changed = answer::changes(&t.opts, &new);
+    // A learned limit (`--limit=auto`) is pinned, or learns again.
+    if let (Some(_), Some(v)) = (
+        t.opts.auto,
+        settings.iter().rev().find_map(ctl::Setting::limit_value),
+    ) {
+        let before = t.limiter.auto_state().map(|s| (s.limit, s.pinned));
+        if let (Some(now), Some((was, pinned))) = (t.limiter.pin_limit(v), before) {
+            let shown = |l: u32, pinned: bool| match pinned {
+                true => l.to_string(),
+                false => format!("auto ({l})"),
+            };
+            changed.push(answer::Change {
+                option: "limit",
+                old: shown(was, pinned),
+                new: shown(now, v.is_some()),
+            });
+        }
+    }
     // A dry run is each rule's: set on the rules TARGET names, every rule
     // of the group if it names the group (the last dry_run= given wins),
     // until remap.config is next loaded.

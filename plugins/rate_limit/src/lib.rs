@@ -26,7 +26,8 @@
 //!    a listed status charges the rate (`charge.rs`); `Retry-After`,
 //!    `Cache-Control: no-store`, RateLimit fields.
 //! 4. TXN_CLOSE / SSN_CLOSE: dropping the state drops the permit, which frees
-//!    the slot and admits the next waiter.
+//!    the slot and admits the next waiter. With `--limit=auto` the origin's
+//!    answer teaches the learned limit first (`auto.rs`).
 //!
 //! The global mode (plugin.config's `rate_limit.so FILE.yaml`: TLS
 //! connections per SNI at the client hello) is a path of its own, the
@@ -40,6 +41,7 @@
 //! exchange, `card.rs` and `ctl.rs` answer `traffic_ctl plugin msg`.
 #![forbid(unsafe_code)]
 
+mod auto;
 mod card;
 mod central;
 mod charge;
@@ -246,6 +248,9 @@ impl RemapPlugin for Rule {
                         }
                     }
                     Holder::Txn => {
+                        if permit.is_some() {
+                            self.sample_at_close(txn);
+                        }
                         let held = permit.map(|p| Held::new(p, self));
                         self.attach(g, txn, Fate::Admitted, held, None, who);
                     }

@@ -67,10 +67,20 @@ impl Rule {
                 Some(ats::CloseHook::new(SlotRelease::new(
                     slots.clone(),
                     live.clone(),
+                    limiter.is_auto().then(|| limiter.clone()),
                 ))?)
             }
             _ => None,
         };
+        // `--limit=auto`: requests whose slot is kept in their state are
+        // sampled by a hook of their own (the others by `release`).
+        let sampler = match limiter.is_auto() {
+            true => Some(ats::CloseHook::new(crate::auto::Sampler::new(
+                limiter.clone(),
+            ))?),
+            false => None,
+        };
+        let auto_metrics = crate::auto::publish(&opts, &limiter);
         let bare = release.is_some()
             && matches!(limiter.shaped(), Shaped::Rule(_))
             && opts.rate.is_none()
@@ -79,6 +89,8 @@ impl Rule {
             && !chained;
         Ok(Rule {
             release,
+            sampler,
+            _auto_metrics: auto_metrics,
             bare,
             refusals,
             store,

@@ -260,6 +260,9 @@ impl Queued {
                     s.keep(rule.limiter_id(), held);
                 }
                 Holder::Txn => {
+                    if held.is_some() {
+                        rule.sample_at_close(h.txn());
+                    }
                     if let Some(st) = st {
                         *st.held.lock() = held;
                     }

@@ -69,6 +69,10 @@ pub struct Rule {
     /// With rule-wide slots: the TXN_CLOSE hook that gives back the slots
     /// of requests that keep nothing else (`Rule::hold_until_close`).
     pub(crate) release: Option<ats::CloseHook<crate::state::SlotRelease>>,
+    /// `--limit=auto`: the TXN_CLOSE hook that samples requests whose slot
+    /// is in their state (`auto.rs`), and the learned limit's gauges.
+    pub(crate) sampler: Option<ats::CloseHook<crate::auto::Sampler>>,
+    pub(crate) _auto_metrics: Vec<Periodic>,
     /// A free slot is all that admits a request (`Rule::bare`, load.rs):
     /// no rate, key, flow, exemption, store, session or response to see,
     /// and no other entry on the remap rule before it.
@@ -86,6 +90,14 @@ impl Rule {
     /// Its limiter, for what every shape has (identity, limits, reports).
     pub(crate) fn limiter(&self) -> &Arc<Limiter<Queued>> {
         self.shaped.limiter()
+    }
+
+    /// `--limit=auto`: the origin's answer to `txn`, which holds one of the
+    /// rule's slots in its state, is to teach the limit at its close.
+    pub(crate) fn sample_at_close(&self, txn: Txn<'_>) {
+        if let Some(s) = &self.sampler {
+            s.add(txn);
+        }
     }
 
     /// A queue place, counted in the `waiting` gauge.

@@ -9,7 +9,7 @@ use ats::stats::Stat;
 use ats::{CloseHandler, CloseHook, Txn};
 use limits::{BudgetToken, Nanos, Permit, Slots};
 use parking_lot::Mutex;
-use rate_limit_core::Counted;
+use rate_limit_core::{Counted, Limiter};
 
 use crate::metrics::{bump, Live};
 use crate::queue::{Queued, RateToken};
@@ -58,16 +58,26 @@ impl Drop for Place {
 pub(crate) struct SlotRelease {
     slots: Arc<Slots<Queued>>,
     live: Arc<Live>,
+    /// `--limit=auto`: the limiter whose controller learns from the
+    /// request before its slot goes back (`auto.rs`).
+    auto: Option<Arc<Limiter<Queued>>>,
 }
 
 impl SlotRelease {
-    pub(crate) fn new(slots: Arc<Slots<Queued>>, live: Arc<Live>) -> SlotRelease {
-        SlotRelease { slots, live }
+    pub(crate) fn new(
+        slots: Arc<Slots<Queued>>,
+        live: Arc<Live>,
+        auto: Option<Arc<Limiter<Queued>>>,
+    ) -> SlotRelease {
+        SlotRelease { slots, live, auto }
     }
 }
 
 impl CloseHandler for SlotRelease {
-    fn closed(&self, _txn: Txn<'_>) {
+    fn closed(&self, txn: Txn<'_>) {
+        if let Some(l) = &self.auto {
+            crate::auto::sample(l, txn);
+        }
         // As `Held`'s drop: the gauge, then the slot (which may admit the
         // next waiter).
         self.live.hold(-1);

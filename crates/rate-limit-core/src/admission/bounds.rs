@@ -17,6 +17,9 @@ pub struct Limits {
     /// `--block`: how long a key (or the rule) refused for its rate stays
     /// refused; `None`: no block.
     pub block: Option<Nanos>,
+    /// `--limit=auto`: `limit` is learned within these bounds (part of the
+    /// limiter's shape).
+    pub auto: Option<crate::options::AutoLimit>,
 }
 
 impl Limits {
@@ -27,6 +30,7 @@ impl Limits {
             queue: o.queue,
             maxage: o.maxage_nanos(),
             block: o.block_nanos(),
+            auto: o.auto,
         }
     }
 }

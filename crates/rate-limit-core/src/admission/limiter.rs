@@ -30,6 +30,9 @@ pub struct Limiter<W: Waiter, C: Clock = MonotonicClock> {
     maxage: AtomicU64,
     /// `--block`; 0: none (see `block.rs`).
     pub(super) block: AtomicU64,
+    /// `--limit=auto`: the controller that learns the rule-wide limit
+    /// (see `auto.rs`). Part of the limiter's shape.
+    pub(super) auto: Option<adaptive::Controller>,
     /// `--count-status`: the rate is only checked at admission and charged
     /// by responses ([`Limiter::charge`], see `charge.rs`). Part of the
     /// limiter's shape: set once, before it decides anything.
@@ -77,6 +80,10 @@ impl<W: Waiter, C: Clock> Limiter<W, C> {
             changes: AtomicU64::new(0),
             maxage: AtomicU64::new(limits.maxage.unwrap_or(Nanos::MAX)),
             block: AtomicU64::new(limits.block.unwrap_or(0)),
+            auto: limits
+                .auto
+                .and_then(|a| a.config())
+                .map(|c| adaptive::Controller::new(c, limits::MonotonicClock)),
             on_response: AtomicBool::new(false),
             scope,
             clock,
@@ -115,6 +122,9 @@ impl<W: Waiter, C: Clock> Limiter<W, C> {
         if cur.rate.is_some() != new.rate.is_some() {
             return Err("--rate");
         }
+        if cur.auto != new.auto {
+            return Err("--limit");
+        }
         *cur = new;
         self.changes.fetch_add(1, Ordering::Release);
         drop(cur);
@@ -122,7 +132,11 @@ impl<W: Waiter, C: Clock> Limiter<W, C> {
             .store(new.maxage.unwrap_or(Nanos::MAX), Ordering::Relaxed);
         self.block.store(new.block.unwrap_or(0), Ordering::Relaxed);
         let params = new.rate.map(|(r, b)| GcraParams::per_second(r, b));
-        let limit = new.limit.unwrap_or(u32::MAX);
+        // A learned limit stays what the controller learned.
+        let limit = match &self.auto {
+            Some(c) => c.limit(),
+            None => new.limit.unwrap_or(u32::MAX),
+        };
         match &self.scope {
             Scope::Rule(r) => r.reconfigure(params, limit, new.queue),
             Scope::Keyed(k) => k.reconfigure(params, limit, new.queue),

@@ -49,6 +49,7 @@ fn lim(limit: Option<u32>, rate: Option<(f64, u32)>, queue: u32, maxage_ms: u64)
         queue,
         maxage: (maxage_ms > 0).then_some(maxage_ms * NANOS_PER_MS),
         block: None,
+        auto: None,
     }
 }
 

@@ -27,6 +27,7 @@ pub fn limiter<W: Waiter, C: Clock>(
     rules: &[Rule<'_>],
 ) -> Value {
     let u = l.usage();
+    let auto = l.auto_state();
     let rules: Vec<Value> = rules
         .iter()
         .map(|r| {
@@ -47,7 +48,16 @@ pub fn limiter<W: Waiter, C: Clock>(
     json!({
         "id": id,
         "group": o.group,
-        "limit": o.limit,
+        // Learned (`--limit=auto`): the limit in force.
+        "limit": auto.map_or(o.limit, |s| Some(s.limit)),
+        "auto": auto.zip(o.auto).map(|(s, a)| json!({
+            "min": a.min,
+            "max": a.max,
+            "pinned": s.pinned,
+            "probing": s.probing,
+            "rtt_baseline_ms": s.baseline.map(|n| n as f64 / NANOS_PER_MS as f64),
+            "rtt_recent_ms": s.recent.map(|n| n as f64 / NANOS_PER_MS as f64),
+        })),
         "rate": o.rate,
         "burst": o.rate.map(|_| o.burst),
         "queue": o.queue,

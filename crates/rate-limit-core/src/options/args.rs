@@ -8,8 +8,8 @@ use optspec::{Live, Opt, Repeats, Tokens};
 
 use super::{
     invalid, log_name_ok, tables, uint, OptionError, Options, DEFAULT_ERROR, DEFAULT_KEYS,
-    DEFAULT_PREFIX, FAIR, LOG_NAMES_ALLOWED, MAX_BLOCK_SECONDS, MAX_GROUP_LEN, MAX_KEYS, MAX_RATE,
-    PEERS, ROLLOUT_TABLE, RULE, STORE,
+    DEFAULT_PREFIX, FAIR, LOG_NAMES_ALLOWED, MAX_AUTO_LIMIT, MAX_BLOCK_SECONDS, MAX_GROUP_LEN,
+    MAX_KEYS, MAX_RATE, PEERS, ROLLOUT_TABLE, RULE, STORE,
 };
 
 /// The options as given, each checked on its own; the rule-wide values are
@@ -19,6 +19,10 @@ pub(super) struct Given {
     pub seen: Vec<&'static str>,
     pub o: Options,
     pub limit: Option<u32>,
+    /// `--limit=auto`, and `--limit-min`/`--limit-max` as given.
+    pub auto: bool,
+    pub limit_min: Option<u32>,
+    pub limit_max: Option<u32>,
     pub queue: Option<u32>,
     pub burst: Option<u32>,
     pub tag: Option<String>,
@@ -91,9 +95,13 @@ impl Given {
                 log: None,
                 count_status: None,
                 block_s: 0,
+                auto: None,
                 warnings: Vec::new(),
             },
             limit: None,
+            auto: false,
+            limit_min: None,
+            limit_max: None,
             queue: None,
             burst: None,
             tag: None,
@@ -145,7 +153,12 @@ type R = Result<(), OptionError>;
 
 /// The rule's own options: the single source of their names.
 pub(super) static OPTIONS: &[Opt<Given, (), OptionError>] = &[
-    Opt::value("limit", "most transactions active at once", set_limit).live(Live::Set),
+    Opt::value(
+        "limit",
+        "most transactions active at once, or auto",
+        set_limit,
+    )
+    .live(Live::Set),
     Opt::value(
         "queue",
         "most transactions waiting",
@@ -280,6 +293,22 @@ pub(super) static OPTIONS: &[Opt<Given, (), OptionError>] = &[
         },
     )
     .live(Live::Set),
+    Opt::value(
+        "limit-min",
+        "the lowest limit --limit=auto learns",
+        |g: &mut Given, v: &str, _: &()| {
+            g.limit_min = Some(uint("limit-min", v, 1, u64::from(MAX_AUTO_LIMIT), "")? as u32);
+            Ok(())
+        },
+    ),
+    Opt::value(
+        "limit-max",
+        "the highest limit --limit=auto learns",
+        |g: &mut Given, v: &str, _: &()| {
+            g.limit_max = Some(uint("limit-max", v, 1, u64::from(MAX_AUTO_LIMIT), "")? as u32);
+            Ok(())
+        },
+    ),
 ];
 
 /// The rule's rollout options: a table of their own, listed after the
@@ -328,6 +357,11 @@ pub(super) static ROLLOUT: &[Opt<Given, (), OptionError>] = &[
 ];
 
 fn set_limit(g: &mut Given, v: &str, _: &()) -> R {
+    if v == "auto" {
+        g.auto = true;
+        g.limit = None;
+        return Ok(());
+    }
     if v == "0" {
         let e = invalid("limit", v, "an integer from 1 to 4294967295");
         return Err(OptionError(format!(
@@ -336,7 +370,8 @@ fn set_limit(g: &mut Given, v: &str, _: &()) -> R {
                  set --queue=0 and a small limit"
         )));
     }
-    g.limit = Some(uint("limit", v, 1, u64::from(u32::MAX), "")? as u32);
+    g.limit = Some(uint("limit", v, 1, u64::from(u32::MAX), " or auto")? as u32);
+    g.auto = false;
     Ok(())
 }
 

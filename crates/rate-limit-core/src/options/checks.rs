@@ -6,7 +6,10 @@
 use limits::quote::quote;
 
 use super::args::Given;
-use super::{Exempt, OptionError, Options, DEFAULT_LIMIT, DRY_STORE_WHY, MAX_BURST_SECONDS};
+use super::{
+    AutoLimit, Exempt, OptionError, Options, DEFAULT_LIMIT, DEFAULT_LIMIT_MAX, DEFAULT_LIMIT_MIN,
+    DRY_STORE_WHY, MAX_BURST_SECONDS,
+};
 
 /// The rule's options from those `read` for the rule mapping `from_url`.
 pub(super) fn combine(from_url: &str, given: Given) -> Result<Options, OptionError> {
@@ -14,6 +17,9 @@ pub(super) fn combine(from_url: &str, given: Given) -> Result<Options, OptionErr
         seen,
         mut o,
         limit,
+        auto,
+        limit_min,
+        limit_max,
         queue,
         burst,
         tag,
@@ -26,11 +32,14 @@ pub(super) fn combine(from_url: &str, given: Given) -> Result<Options, OptionErr
         trusted,
         forwarded,
     } = given;
-    // --rate alone limits only the rate; otherwise upstream 9.2's default limit applies.
-    o.limit = match (limit, o.rate) {
-        (Some(l), _) => Some(l),
-        (None, Some(_)) => None,
-        (None, None) => Some(DEFAULT_LIMIT),
+    o.auto = auto_limit(auto, limit_min, limit_max)?;
+    // --rate alone limits only the rate; otherwise upstream 9.2's default limit
+    // applies. Learned (--limit=auto), it starts where the controller does.
+    o.limit = match (limit, o.rate, &o.auto) {
+        (_, _, Some(a)) => a.config().map(|c| c.initial),
+        (Some(l), _, None) => Some(l),
+        (None, Some(_), None) => None,
+        (None, None, None) => Some(DEFAULT_LIMIT),
     };
     if let Some(q) = queue {
         o.queue = q;
@@ -214,6 +223,9 @@ pub(super) fn combine(from_url: &str, given: Given) -> Result<Options, OptionErr
     if o.block_s > 0 {
         block_fits(&o)?;
     }
+    if o.auto.is_some() {
+        auto_fits(&o)?;
+    }
     if o.queue == 0 {
         if o.maxage_ms > 0 {
             o.warnings
@@ -237,4 +249,56 @@ fn block_fits(o: &Options) -> Result<(), OptionError> {
         return Ok(());
     };
     Err(OptionError(format!("--block={}: {why}", o.block_s)))
+}
+
+/// `--limit=auto`'s bounds, checked: `--limit-min` and `--limit-max` only
+/// with it, the lower not above the higher.
+fn auto_limit(
+    auto: bool,
+    min: Option<u32>,
+    max: Option<u32>,
+) -> Result<Option<AutoLimit>, OptionError> {
+    if !auto {
+        return match (min, max) {
+            (None, None) => Ok(None),
+            (Some(_), _) => Err(OptionError(
+                "--limit-min needs --limit=auto (it bounds the learned limit)".to_owned(),
+            )),
+            (None, Some(_)) => Err(OptionError(
+                "--limit-max needs --limit=auto (it bounds the learned limit)".to_owned(),
+            )),
+        };
+    }
+    let a = AutoLimit {
+        min: min.unwrap_or(DEFAULT_LIMIT_MIN.min(max.unwrap_or(u32::MAX))),
+        max: max.unwrap_or(DEFAULT_LIMIT_MAX.max(min.unwrap_or(0))),
+    };
+    if a.min > a.max {
+        return Err(OptionError(format!(
+            "--limit-min={} is above --limit-max={}: the lowest learned limit must not \
+             exceed the highest",
+            a.min, a.max
+        )));
+    }
+    Ok(Some(a))
+}
+
+/// `--limit=auto` learns the origin's capacity from the transactions that
+/// hold this proxy's rule-wide slots.
+fn auto_fits(o: &Options) -> Result<(), OptionError> {
+    let why = if o.key.is_some() {
+        "--key: the learned limit is the origin's capacity, which its clients share \
+         (learn it on a rule without --key, and limit each client with another entry)"
+    } else if o.fair.is_some() {
+        "--fair yet: fair shares are not resized to a learned limit"
+    } else if o.conntrack {
+        "--conntrack: it counts client connections, not requests to the origin"
+    } else if o.store.is_some() {
+        "--store: Redis decides the limit, with the value of remap.config"
+    } else {
+        return Ok(());
+    };
+    Err(OptionError(format!(
+        "--limit=auto cannot be combined with {why}"
+    )))
 }

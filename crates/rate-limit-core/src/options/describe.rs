@@ -11,7 +11,21 @@ impl Options {
         let none = || "none".to_owned();
         let key = self.key.as_ref();
         vec![
-            ("limit", self.limit.map_or_else(none, |l| l.to_string())),
+            (
+                "limit",
+                match self.auto {
+                    Some(_) => "auto".to_owned(),
+                    None => self.limit.map_or_else(none, |l| l.to_string()),
+                },
+            ),
+            (
+                "limit-min",
+                self.auto.map_or_else(none, |a| a.min.to_string()),
+            ),
+            (
+                "limit-max",
+                self.auto.map_or_else(none, |a| a.max.to_string()),
+            ),
             ("rate", self.rate.map_or_else(none, |r| r.to_string())),
             ("burst", self.burst.to_string()),
             (
@@ -95,7 +109,10 @@ impl Options {
 
     /// A one-line summary for the log.
     pub fn describe(&self) -> String {
-        let limit = self.limit.map_or("none".to_owned(), |l| l.to_string());
+        let limit = match self.auto {
+            Some(a) => format!("auto({}-{})", a.min, a.max),
+            None => self.limit.map_or("none".to_owned(), |l| l.to_string()),
+        };
         let rate = self.rate.map_or("none".to_owned(), |r| {
             let counted = self.count_status.map_or(String::new(), |c| {
                 format!(" charged by responses {}", c.describe())

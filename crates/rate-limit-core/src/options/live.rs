@@ -115,6 +115,18 @@ impl Setting {
         }
     }
 
+    /// A `limit=` value: `Some(None)` for `auto`, else the limit. On a
+    /// limiter with `--limit=auto` it pins the learned limit (or releases it).
+    pub fn limit_value(&self) -> Option<Option<u32>> {
+        match &self.value {
+            Value::Text(v) if self.opt.name == "limit" => match v.as_str() {
+                "auto" => Some(None),
+                n => n.parse().ok().map(Some),
+            },
+            _ => None,
+        }
+    }
+
     /// Each rule's own (`dry_run=`, `enforce=`), not its limiter's.
     pub fn of_the_rule(&self) -> bool {
         matches!(self.opt.name, "dry-run" | "enforce")
@@ -154,7 +166,19 @@ pub fn apply(current: &Options, settings: &[Setting]) -> Result<Options, String>
         };
         done.map_err(|e| format!("set: {e}"))?;
     }
-    let o = g.finish_live();
+    let mut o = g.finish_live();
+    if current.auto.is_some() {
+        // A learned limit is pinned (`limit=N`) or released (`limit=auto`)
+        // by the caller (`Setting::limit_value`); the options keep the file's.
+        o.auto = current.auto;
+        o.limit = current.limit;
+    } else if settings.iter().any(|s| s.limit_value() == Some(None)) {
+        return Err(
+            "set: limit=auto on a fixed limit: a limit is learned from remap.config's \
+             --limit=auto, not switched live"
+                .to_owned(),
+        );
+    }
     if current.limit.is_none() && o.limit.is_some() {
         return Err(
             "set: limit= on a limiter without a concurrency limit: a limit can be changed \

@@ -20,6 +20,8 @@ fn all_options() -> Vec<(&'static str, bool)> {
         .collect()
 }
 
+mod auto;
+mod block;
 mod combinations;
 mod syntax;
 mod tables;

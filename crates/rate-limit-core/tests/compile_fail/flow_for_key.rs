@@ -14,7 +14,7 @@ fn flow_of(f: &FairLimiter<W>) -> rate_limit_core::Flow {
 }
 
 fn main() {
-    let limits = Limits { limit: Some(1), rate: None, queue: 0, maxage: None, block: None };
+    let limits = Limits { limit: Some(1), rate: None, queue: 0, maxage: None, block: None, auto: None };
     let keyed: KeyedLimiter<W> = KeyedLimiter::new(limits, 16, MonotonicClock);
     let Shaped::Fair(f) = keyed.shaped() else { return };
     let _ = keyed.admit(flow_of(&f), &[]);

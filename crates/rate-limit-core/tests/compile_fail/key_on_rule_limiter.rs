@@ -10,7 +10,7 @@ impl Waiter for W {
 }
 
 fn main() {
-    let limits = Limits { limit: Some(1), rate: None, queue: 0, maxage: None, block: None };
+    let limits = Limits { limit: Some(1), rate: None, queue: 0, maxage: None, block: None, auto: None };
     let keyed: KeyedLimiter<W> = KeyedLimiter::new(limits, 16, MonotonicClock);
     let rule: RuleLimiter<W> = RuleLimiter::new(limits, MonotonicClock);
     let key = keyed.key(b"client");

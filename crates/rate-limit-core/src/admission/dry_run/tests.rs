@@ -19,6 +19,7 @@ fn limits() -> Limits {
         queue: 1,
         maxage: None,
         block: None,
+        auto: None,
     }
 }
 

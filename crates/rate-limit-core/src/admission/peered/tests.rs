@@ -26,6 +26,7 @@ fn peered(rate: f64, burst: u32, clock: &Arc<ManualClock>) -> L {
         queue: 0,
         maxage: None,
         block: None,
+        auto: None,
     };
     Limiter::peered(limits, 1000, 5000, clock.clone())
 }
@@ -116,6 +117,7 @@ fn reports_keep_the_heaviest_tags_and_debt_keys_yield_last() {
             queue: 0,
             maxage: None,
             block: None,
+            auto: None,
         },
         2,
         100,
@@ -175,6 +177,7 @@ fn evicted_hits_beyond_the_bound_are_counted() {
         queue: 0,
         maxage: None,
         block: None,
+        auto: None,
     };
     let a: L = Limiter::peered(limits, 100, 100, clock.clone());
     for i in 0..400u32 {
@@ -272,6 +275,7 @@ fn evictions_take_only_their_shards_buffer() {
         queue: 0,
         maxage: None,
         block: None,
+        auto: None,
     };
     let a: L = Limiter::peered(limits, 4096, 4096, clock.clone());
     let shards = a.keys().map_or(0, |t| t.shards());
@@ -313,6 +317,7 @@ fn only_a_peered_scope_exchanges_hits() {
         queue: 0,
         maxage: None,
         block: None,
+        auto: None,
     };
     let keyed: L = Limiter::keyed(limits, 100, clock.clone());
     let rule: L = Limiter::new(limits, clock.clone());

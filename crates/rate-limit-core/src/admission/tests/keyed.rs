@@ -199,6 +199,7 @@ fn a_keyed_limiter_refuses_a_request_without_a_key() {
         queue: 1,
         maxage: None,
         block: None,
+        auto: None,
     };
     let (l, _clock) = keyed(limits, 10);
     assert!(matches!(

@@ -182,6 +182,7 @@ proptest! {
             queue,
             maxage: maxage_ms.map(|m| m * NANOS_PER_MS),
             block: None,
+            auto: None,
         };
         let (l, clock) = limiter(limits);
         let start = clock.now();
@@ -290,6 +291,7 @@ fn a_rule_limiter_counts_keys_and_flows_against_the_rule() {
         queue: 0,
         maxage: None,
         block: None,
+        auto: None,
     };
     let (l, _clock) = limiter(limits);
     assert_eq!(l.flow_key(b"a"), 0, "not fair: no flows");

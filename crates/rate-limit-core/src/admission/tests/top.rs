@@ -25,6 +25,7 @@ fn top_returns_the_n_busiest_keys_in_order() {
         queue: 0,
         maxage: None,
         block: None,
+        auto: None,
     };
     let l: Arc<Limiter<Never, _>> = Limiter::keyed(limits, 4096, clock);
     // Key k holds (k * 37) % 11 slots: many ties, many idle keys.

@@ -62,7 +62,7 @@ fn rate_alone_has_no_concurrency_limit_and_a_one_second_burst() {
 fn errors_name_option_value_and_allowed() {
     assert_eq!(
         err(&["--limit=abc"]),
-        "--limit has an invalid value 'abc': allowed an integer from 1 to 4294967295"
+        "--limit has an invalid value 'abc': allowed an integer from 1 to 4294967295 or auto"
     );
     assert_eq!(
         err(&["--queue=-1"]),
@@ -74,7 +74,7 @@ fn errors_name_option_value_and_allowed() {
     );
     assert_eq!(
         err(&["--limit=4294967296"]),
-        "--limit has an invalid value '4294967296': allowed an integer from 1 to 4294967295"
+        "--limit has an invalid value '4294967296': allowed an integer from 1 to 4294967295 or auto"
     );
     assert!(err(&["--limit=0"]).starts_with(
         "--limit has an invalid value '0': allowed an integer from 1 to 4294967295; upstream"
@@ -101,7 +101,7 @@ fn errors_name_option_value_and_allowed() {
     );
     assert_eq!(
         err(&["--limit= 5"]),
-        "--limit has an invalid value ' 5': allowed an integer from 1 to 4294967295"
+        "--limit has an invalid value ' 5': allowed an integer from 1 to 4294967295 or auto"
     );
     assert_eq!(
         Options::parse("/relative", &[]).expect_err("no host").0,
@@ -117,7 +117,7 @@ fn long_values_come_after_the_option_and_are_shortened() {
     assert_eq!(
         err(&[&format!("--limit={digits}")]),
         format!(
-            "--limit has an invalid value '{}…' (10240 bytes): allowed an integer from 1 to 4294967295",
+            "--limit has an invalid value '{}…' (10240 bytes): allowed an integer from 1 to 4294967295 or auto",
             "9".repeat(limits::quote::MAX_SHOWN_CHARS)
         )
     );
@@ -163,7 +163,7 @@ fn long_values_come_after_the_option_and_are_shortened() {
 fn control_characters_are_escaped() {
     assert_eq!(
         err(&["--limit=1\u{1}"]),
-        "--limit has an invalid value '1\\u{1}': allowed an integer from 1 to 4294967295"
+        "--limit has an invalid value '1\\u{1}': allowed an integer from 1 to 4294967295 or auto"
     );
     assert!(err(&["--tag=a\nb"]).starts_with("--tag has an invalid value 'a\\nb': allowed"));
     assert!(err(&["--x\u{1b}"]).starts_with("unknown option '--x\\u{1b}'"));

@@ -1,0 +1,58 @@
+//! `--limit=auto`: the rule-wide limit learned from the origin's latency by
+//! a `adaptive::Controller` (crates/adaptive: the algorithm, its choice and
+//! its simulations). The plugin reports each origin transaction of a slot
+//! holder when it closes ([`Limiter::auto_sample`]); a sample that closes
+//! the controller's window may move the limit, applied to the slots at
+//! once (raising it admits waiters inside the call). `set TARGET limit=N`
+//! pins it, `limit=auto` lets it learn again ([`Limiter::pin_limit`]).
+
+use limits::{Clock, Waiter};
+
+pub use adaptive::{Outcome, State as AutoState};
+
+use super::limiter::{Limiter, Scope};
+
+impl<W: Waiter, C: Clock> Limiter<W, C> {
+    /// Whether the limit is learned (`--limit=auto`).
+    #[inline]
+    pub fn is_auto(&self) -> bool {
+        self.auto.is_some()
+    }
+
+    /// One origin transaction of a slot holder ended with `outcome` (a
+    /// request that never reached the origin, a cache hit or a refusal, is
+    /// no sample). Call it before its slot is given back: the slots held
+    /// then are the load it met. Cost: the controller's (an atomic add or
+    /// two); once per window, a new limit applied to the slots.
+    pub fn auto_sample(&self, outcome: Outcome) {
+        let (Some(c), Scope::Rule(rule)) = (&self.auto, &self.scope) else {
+            return;
+        };
+        let Some(slots) = rule.slots() else { return };
+        if let Some(limit) = c.record(outcome, slots.active()) {
+            slots.set_limit(limit);
+        }
+    }
+
+    /// Pins the learned limit (`Some(n)`, `set TARGET limit=N`) or lets it
+    /// learn again (`None`, `limit=auto`); the limit in force, or `None` on
+    /// a limiter whose limit is not learned.
+    pub fn pin_limit(&self, limit: Option<u32>) -> Option<u32> {
+        let (Some(c), Scope::Rule(rule)) = (&self.auto, &self.scope) else {
+            return None;
+        };
+        let now = c.pin(limit);
+        if let Some(slots) = rule.slots() {
+            slots.set_limit(now);
+        }
+        Some(now)
+    }
+
+    /// The controller's state (metrics, `show`); `None` unless learned.
+    pub fn auto_state(&self) -> Option<AutoState> {
+        self.auto.as_ref().map(adaptive::Controller::state)
+    }
+}
+
+#[cfg(test)]
+mod tests;
