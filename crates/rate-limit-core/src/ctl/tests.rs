@@ -206,3 +206,21 @@ fn set_changes_the_block_of_a_rate_limiter_only() {
         "{e}"
     );
 }
+
+#[test]
+fn limit_settings_pin_a_learned_limit_and_are_refused_as_auto_on_a_fixed_one() {
+    let auto = Options::parse("http://a/", &["--limit=auto"]).unwrap();
+    let s = set("limit=6");
+    assert_eq!(s.limit_value(), Some(Some(6)));
+    assert_eq!(set("limit=auto").limit_value(), Some(None));
+    assert_eq!(set("queue=3").limit_value(), None);
+    // The options keep the file's: the caller pins the controller.
+    let new = apply(&auto, &[s]).unwrap();
+    assert_eq!((new.auto, new.limit), (auto.auto, auto.limit));
+    let new = apply(&auto, &[set("limit=auto")]).unwrap();
+    assert_eq!(new.auto, auto.auto);
+    let fixed = Options::parse("http://a/", &["--limit=5"]).unwrap();
+    let e = apply(&fixed, &[set("limit=auto")]).unwrap_err();
+    assert!(e.starts_with("set: limit=auto on a fixed limit"), "{e}");
+    assert_eq!(apply(&fixed, &[set("limit=9")]).unwrap().limit, Some(9));
+}
