@@ -36,6 +36,8 @@ pub(crate) struct Window {
     unloaded: AtomicU32,
     unloaded_sum: AtomicU64,
     max_inflight: AtomicU32,
+    /// Outcomes added since the window opened (`add`'s count).
+    seen: AtomicU32,
 }
 
 /// A closed window's samples.
@@ -54,8 +56,9 @@ pub(crate) struct Stats {
 
 impl Window {
     /// Adds a sample; `unloaded` if it was answered at low concurrency.
+    /// Returns the outcomes added since the window opened, this one included.
     #[inline]
-    pub fn add(&self, outcome: Outcome, inflight: u32, unloaded: bool) {
+    pub fn add(&self, outcome: Outcome, inflight: u32, unloaded: bool) -> u32 {
         match outcome {
             Outcome::Answered(rtt) => {
                 let rtt = rtt.min(MAX_RTT);
@@ -74,6 +77,7 @@ impl Window {
         if inflight > self.max_inflight.load(Ordering::Relaxed) {
             self.max_inflight.fetch_max(inflight, Ordering::Relaxed);
         }
+        self.seen.fetch_add(1, Ordering::Relaxed).saturating_add(1)
     }
 
     /// Outcomes so far (answered and failed).
@@ -84,14 +88,18 @@ impl Window {
 
     /// Takes the samples, leaving the window empty.
     pub fn take(&self) -> Stats {
-        Stats {
+        let stats = Stats {
             answered: self.answered.swap(0, Ordering::Relaxed),
             rtt_sum: self.rtt_sum.swap(0, Ordering::Relaxed),
             failed: self.failed.swap(0, Ordering::Relaxed),
             unloaded: self.unloaded.swap(0, Ordering::Relaxed),
             unloaded_sum: self.unloaded_sum.swap(0, Ordering::Relaxed),
             max_inflight: self.max_inflight.swap(0, Ordering::Relaxed),
-        }
+        };
+        // A sample added meanwhile may miss this count: it only decides
+        // when the clock is looked at, never what the window holds.
+        self.seen.store(0, Ordering::Relaxed);
+        stats
     }
 }
 

@@ -22,7 +22,9 @@ fn a_window_closes_when_due_and_only_with_its_samples() {
     }
     assert_eq!(c.state().windows, 0);
     clock.advance(Duration::from_millis(100));
-    // Due, and no queueing at 20 in flight: grown by one.
+    // Due, but the clock is looked at every 4th sample past the 10th (22).
+    assert_eq!(c.record(Outcome::Answered(10 * MS), 20), None);
+    // Then no queueing at 20 in flight: grown by one.
     assert_eq!(c.record(Outcome::Answered(10 * MS), 20), Some(21));
     let s = c.state();
     assert_eq!(
