@@ -41,7 +41,11 @@ fn clients(
                         Some(c) => c,
                         None => match Conn::open(port) {
                             Ok(c) => conn.insert(c),
-                            Err(_) => continue,
+                            Err(_) => {
+                                other += 1;
+                                thread::sleep(Duration::from_millis(50));
+                                continue;
+                            }
                         },
                     };
                     match c.get(host, "/", &[]) {
@@ -82,11 +86,23 @@ fn the_learned_limit_holds_the_origin_near_its_capacity() {
     let (secs, answered) = (t0.elapsed().as_secs_f64(), origin.answered() - answered0);
     let in_flight = origin.in_flight_since(t0);
     let shown = json(&ts.plugin_msg("rate_limit", "show learn"));
+    // Pinned live: the origin holds at most that many from then on (once
+    // those admitted before have left).
+    let a = json(&ts.plugin_msg("rate_limit", "set learn limit=6"));
+    assert_eq!(a["ok"], true, "{a}");
+    thread::sleep(Duration::from_secs(1));
+    let pinned_since = Instant::now();
+    thread::sleep(Duration::from_secs(3));
+    let pinned_most = origin.in_flight_since(pinned_since).last().copied();
     stop.store(true, Ordering::Relaxed);
     let (ok, other) = threads
         .into_iter()
         .map(|t| t.join().expect("client"))
         .fold((0, 0), |(a, b), (c, d)| (a + c, b + d));
+    assert!(
+        pinned_most.is_some_and(|n| n <= 6),
+        "pinned at 6: {pinned_most:?} in flight"
+    );
     let median = in_flight.get(in_flight.len() / 2).copied().unwrap_or(0);
     let rate = answered as f64 / secs;
     let capacity = C as f64 / BASE.as_secs_f64();
@@ -97,16 +113,17 @@ fn the_learned_limit_holds_the_origin_near_its_capacity() {
     );
     assert!((4..=16).contains(&median), "median in flight {median}");
     assert!(rate >= capacity / 2.0, "{rate:.0} answers/s");
-    assert_eq!(
-        other, 0,
-        "every client was served (the queue holds the rest)"
+    assert!(
+        other * 100 <= ok,
+        "the queue holds the rest: {other} failed of {ok}"
     );
     let limiter = &shown["limiters"][0];
     let limit = limiter["limit"].as_u64().unwrap_or(0);
     assert!(
-        (4..=2 * C as u64).contains(&limit),
+        (C as u64..=3 * C as u64).contains(&limit),
         "the learned limit: {limiter}"
     );
+    assert_eq!(limiter["auto"]["probing"], false, "{limiter}");
     let baseline = limiter["auto"]["rtt_baseline_ms"].as_f64().unwrap_or(0.0);
     assert!(
         (40.0..=100.0).contains(&baseline),
@@ -123,9 +140,7 @@ fn the_learned_limit_holds_the_origin_near_its_capacity() {
         ts.metric("auto.remap.learn.limit")
     );
 
-    // Pinned live, then learning again from there.
-    let a = json(&ts.plugin_msg("rate_limit", "set learn limit=6"));
-    assert_eq!(a["ok"], true, "{a}");
+    // Pinned (above), then learning again from there.
     let shown = json(&ts.plugin_msg("rate_limit", "show learn"));
     assert_eq!(shown["limiters"][0]["limit"], 6, "{shown}");
     assert_eq!(shown["limiters"][0]["auto"]["pinned"], true, "{shown}");

@@ -89,7 +89,7 @@ impl<C: Clock> Controller<C> {
     ///
     /// Cost: three relaxed atomic adds (two for a failure, five for an
     /// unloaded sample) and a load; a clock read on one sample in
-    /// [`CLOCK_EVERY`] once the window has its samples; once per window, a
+    /// four (`CLOCK_EVERY`) once the window has its samples; once per window, a
     /// `try_lock` and the law's few float operations.
     #[inline]
     pub fn record(&self, outcome: Outcome, inflight: u32) -> Option<u32> {

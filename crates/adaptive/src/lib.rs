@@ -97,23 +97,24 @@
 //!
 //! # In a plugin
 //!
-//! One controller per rule: the capacity is the origin's, so with `--key`
-//! too. Its slots start at [`Controller::limit`]. Then:
+//! One controller per limiter (a rule, or a `--group`'s rules): the
+//! capacity is the origin's (rate_limit.so refuses `--limit=auto` with
+//! `--key`). Its slots start at [`Controller::limit`]. Then:
 //!
-//! - at admission, keep `slots.active()` with the transaction (in flight
-//!   when it was sent);
-//! - when the origin's first response byte came or the transaction failed
-//!   (at TXN_CLOSE: the milestones `SERVER_BEGIN_WRITE` to
-//!   `SERVER_FIRST_READ`), and only if it went to the origin:
-//!   [`Controller::record`] with the larger of that count and
-//!   `slots.active()`, and `slots.set_limit(n)` when it returns `Some(n)`;
+//! - when the transaction closes, if it went to the origin (the milestones
+//!   `SERVER_BEGIN_WRITE` to `SERVER_FIRST_READ`, or a failure):
+//!   [`Controller::record`] with the slots in use (the best is the larger
+//!   of that count when it was sent and when it closed; rate_limit.so
+//!   takes the second only, before its slot goes back), then apply
+//!   [`Controller::limit`] to the slots if they differ (whoever moved it);
 //! - `set TAG limit=N` and `limit=auto`: `slots.set_limit(ctl.pin(…))`;
 //! - metrics and `show`: [`Controller::state`].
 //!
 //! # Cost
 //!
-//! [`Controller::record`]: a clock read, two relaxed atomic adds (one for a
-//! failure, four for an unloaded sample) and two loads, no lock; once per
+//! [`Controller::record`]: three relaxed atomic adds (two for a failure,
+//! five for an unloaded sample) and a load, no lock, and a clock read on
+//! one sample in four once the window has its samples; once per
 //! window, one sample takes a `try_lock` and runs the law (a few float
 //! operations). [`Controller::limit`]: one atomic load. The window's
 //! atomics are shared by every thread of the rule, so on a busy rule

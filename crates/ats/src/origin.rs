@@ -27,22 +27,44 @@ impl<'a> Txn<'a> {
         Some(h.status()).filter(|s| (100..=599).contains(s))
     }
 
-    /// What the origin did for this transaction: `None` if no request was
-    /// sent to it (a cache hit, a refusal, a client that left first); else
-    /// its answer, timed from the request's first byte written to the
+    /// What the origin did for this transaction, read at TXN_CLOSE: its
+    /// answer, timed from the request's first byte written to the
     /// response's first byte read (ATS's milestones: neither a queue before
-    /// nor a slow client after counts), or no answer at all (a connection
-    /// error, a timeout, a closed connection). Read it at TXN_CLOSE.
+    /// nor a slow client after counts), or no answer (a connection that
+    /// could not be made, or that ended before a response header). `None`
+    /// when it teaches nothing of the origin: no connection was tried (a
+    /// cache hit, a refusal), a tunnel (CONNECT, an upgrade: 101), a client
+    /// that left first (9.2 cannot tell whose abort it was: any), or
+    /// milestones out of order (a clock step, a blind tunnel rewriting
+    /// them). On 9.2 milestones come from a clock cached per event loop
+    /// turn (to ~10 ms): an RTT of 0 is possible.
     pub fn origin_reply(self) -> Option<OriginReply> {
-        let sent = self.milestone(sys::TSMilestonesType::TS_MILESTONE_SERVER_BEGIN_WRITE)?;
-        let read = self.milestone(sys::TSMilestonesType::TS_MILESTONE_SERVER_FIRST_READ);
-        Some(match (read, self.server_response_status()) {
-            (Some(read), Some(status)) if read >= sent => OriginReply::Answered {
+        use sys::TSMilestonesType as M;
+        let Some(sent) = self.milestone(M::TS_MILESTONE_SERVER_BEGIN_WRITE) else {
+            // Never written: a connection tried and failed is an answer of
+            // sorts (the origin's refusal or silence).
+            return self
+                .milestone(M::TS_MILESTONE_SERVER_FIRST_CONNECT)
+                .filter(|_| !self.client_aborted())
+                .map(|_| OriginReply::NoAnswer);
+        };
+        let read = self.milestone(M::TS_MILESTONE_SERVER_FIRST_READ);
+        match (read, self.server_response_status()) {
+            (_, Some(101)) => None,
+            (Some(read), Some(status)) if read >= sent => Some(OriginReply::Answered {
                 rtt: Duration::from_nanos(read.abs_diff(sent)),
                 status,
-            },
-            _ => OriginReply::NoAnswer,
-        })
+            }),
+            (Some(_), Some(_)) => None,
+            _ if self.client_aborted() || self.is_connect() => None,
+            _ => Some(OriginReply::NoAnswer),
+        }
+    }
+
+    /// A CONNECT request (a tunnel: no response to time).
+    fn is_connect(self) -> bool {
+        self.client_request()
+            .is_some_and(|h| h.method().eq_ignore_ascii_case(b"CONNECT"))
     }
 
     /// A milestone's time (ns), if it was reached.

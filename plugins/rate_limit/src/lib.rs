@@ -281,6 +281,9 @@ impl RemapPlugin for Rule {
             }
             Admission::Wait(w) => {
                 self.note_name(who);
+                // Before the state's own close hook (attach), so the sample
+                // is taken before the slot it will hold goes back.
+                self.sample_at_close(txn);
                 let wait = Pending {
                     place: self.place(w.place),
                     since: w.since,
@@ -370,6 +373,8 @@ fn decorate_response(txn: Txn<'_>, head: &TxnState) {
             resp.set("RateLimit-Policy", v);
         });
         let (left, quota) = st.rule.shaped.remaining(st.who);
+        // A learned limit is not announced (headers/policy.rs).
+        let left = left.filter(|_| st.rule.opts.auto.is_none());
         if let Some(v) = headers::remaining(left, quota) {
             resp.set("RateLimit", &v);
         }

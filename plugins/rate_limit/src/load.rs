@@ -75,7 +75,7 @@ impl Rule {
         // `--limit=auto`: requests whose slot is kept in their state are
         // sampled by a hook of their own (the others by `release`).
         let sampler = match limiter.is_auto() {
-            true => Some(ats::CloseHook::new(crate::auto::Sampler::new(
+            true => Some(ats::CloseHook::new(crate::state::Sampler::new(
                 limiter.clone(),
             ))?),
             false => None,

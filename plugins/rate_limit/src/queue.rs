@@ -260,9 +260,7 @@ impl Queued {
                     s.keep(rule.limiter_id(), held);
                 }
                 Holder::Txn => {
-                    if held.is_some() {
-                        rule.sample_at_close(h.txn());
-                    }
+                    // Sampled by the hook added when it began to wait (lib.rs).
                     if let Some(st) = st {
                         *st.held.lock() = held;
                     }

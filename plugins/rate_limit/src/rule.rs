@@ -71,8 +71,8 @@ pub struct Rule {
     pub(crate) release: Option<ats::CloseHook<crate::state::SlotRelease>>,
     /// `--limit=auto`: the TXN_CLOSE hook that samples requests whose slot
     /// is in their state (`auto.rs`), and the learned limit's gauges.
-    pub(crate) sampler: Option<ats::CloseHook<crate::auto::Sampler>>,
-    pub(crate) _auto_metrics: Vec<Periodic>,
+    pub(crate) sampler: Option<ats::CloseHook<crate::state::Sampler>>,
+    pub(crate) _auto_metrics: Option<Arc<crate::auto::Gauges>>,
     /// A free slot is all that admits a request (`Rule::bare`, load.rs):
     /// no rate, key, flow, exemption, store, session or response to see,
     /// and no other entry on the remap rule before it.

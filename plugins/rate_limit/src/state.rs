@@ -6,10 +6,10 @@ use std::sync::atomic::{AtomicBool, AtomicU8, Ordering};
 use std::sync::{Arc, OnceLock};
 
 use ats::stats::Stat;
-use ats::{CloseHandler, CloseHook, Txn};
+use ats::{CloseHandler, CloseHook, OriginReply, Txn};
 use limits::{BudgetToken, Nanos, Permit, Slots};
 use parking_lot::Mutex;
-use rate_limit_core::{Counted, Limiter};
+use rate_limit_core::{Counted, Limiter, Outcome};
 
 use crate::metrics::{bump, Live};
 use crate::queue::{Queued, RateToken};
@@ -76,12 +76,47 @@ impl SlotRelease {
 impl CloseHandler for SlotRelease {
     fn closed(&self, txn: Txn<'_>) {
         if let Some(l) = &self.auto {
-            crate::auto::sample(l, txn);
+            sample(l, txn);
         }
         // As `Held`'s drop: the gauge, then the slot (which may admit the
         // next waiter).
         self.live.hold(-1);
         self.slots.release_detached();
+    }
+}
+
+/// `--limit=auto`.
+/// Tells the controller what the origin did for `txn` (nothing for a
+/// request that never reached it: a cache hit teaches nothing). A 5xx or
+/// no answer is a failure, never an RTT: a fast error is no spare capacity.
+pub(crate) fn sample(limiter: &Limiter<Queued>, txn: Txn<'_>) {
+    let outcome = match txn.origin_reply() {
+        None => return,
+        // 0: below 9.2's milestone clock (cached to ~10 ms): no measure.
+        Some(OriginReply::Answered { rtt, .. }) if rtt.is_zero() => return,
+        Some(OriginReply::Answered { rtt, status }) if status < 500 => {
+            Outcome::Answered(u64::try_from(rtt.as_nanos()).unwrap_or(u64::MAX))
+        }
+        Some(_) => Outcome::Failed,
+    };
+    limiter.auto_sample(outcome);
+}
+
+/// The TXN_CLOSE hook of an auto rule's requests whose slot is in their
+/// state (not the slot-release hook's): samples them.
+pub(crate) struct Sampler {
+    limiter: Arc<Limiter<Queued>>,
+}
+
+impl Sampler {
+    pub(crate) fn new(limiter: Arc<Limiter<Queued>>) -> Sampler {
+        Sampler { limiter }
+    }
+}
+
+impl CloseHandler for Sampler {
+    fn closed(&self, txn: Txn<'_>) {
+        sample(&self.limiter, txn);
     }
 }
 

@@ -29,7 +29,12 @@ impl<W: Waiter, C: Clock> Limiter<W, C> {
             return;
         };
         let Some(slots) = rule.slots() else { return };
-        if let Some(limit) = c.record(outcome, slots.active()) {
+        c.record(outcome, slots.active());
+        // What the controller holds now, whoever moved it last: a `pin`
+        // racing a window's close, applied in the other order, is put
+        // right by the next sample (one load when nothing changed).
+        let limit = c.limit();
+        if slots.limit() != limit {
             slots.set_limit(limit);
         }
     }
@@ -41,11 +46,19 @@ impl<W: Waiter, C: Clock> Limiter<W, C> {
         let (Some(c), Scope::Rule(rule)) = (&self.auto, &self.scope) else {
             return None;
         };
-        let now = c.pin(limit);
+        c.pin(limit);
+        // As `auto_sample`: the controller's limit, re-read after applying.
         if let Some(slots) = rule.slots() {
-            slots.set_limit(now);
+            let mut now = c.limit();
+            for _ in 0..3 {
+                slots.set_limit(now);
+                match c.limit() {
+                    n if n == now => break,
+                    n => now = n,
+                }
+            }
         }
-        Some(now)
+        Some(c.limit())
     }
 
     /// The controller's state (metrics, `show`); `None` unless learned.

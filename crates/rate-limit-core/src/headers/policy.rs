@@ -19,8 +19,10 @@ pub struct Policy {
     cache: ArcSwap<(u64, String)>,
 }
 
+/// A learned limit (`--limit=auto`) moves every window: it is not
+/// announced (nor its slots left, `remaining`), only the rate is.
 fn value(l: &Limits) -> Option<String> {
-    headers::policy(l.limit, l.rate)
+    headers::policy(l.limit.filter(|_| l.auto.is_none()), l.rate)
 }
 
 impl Policy {
