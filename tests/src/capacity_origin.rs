@@ -50,20 +50,7 @@ impl CapacityOrigin {
             latency_us: Mutex::new(Vec::new()),
             stop: AtomicBool::new(false),
         });
-        let s = inner.clone();
-        thread::spawn(move || {
-            for conn in listener.incoming() {
-                if s.stop.load(Ordering::Relaxed) {
-                    break;
-                }
-                if let Ok(conn) = conn {
-                    let s = s.clone();
-                    thread::spawn(move || {
-                        let _ = serve(conn, &s);
-                    });
-                }
-            }
-        });
+        crate::origin::accept(listener, inner.clone(), |s| &s.stop, serve);
         CapacityOrigin { port, inner }
     }
 

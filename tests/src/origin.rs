@@ -70,20 +70,7 @@ impl Origin {
         let listener = TcpListener::bind("127.0.0.1:0").expect("origin bind");
         let port = listener.local_addr().expect("origin addr").port();
         let inner = Arc::new(Inner::default());
-        let s = inner.clone();
-        thread::spawn(move || {
-            for conn in listener.incoming() {
-                if s.stop.load(Ordering::Relaxed) {
-                    break;
-                }
-                if let Ok(conn) = conn {
-                    let s = s.clone();
-                    thread::spawn(move || {
-                        let _ = serve(conn, &s);
-                    });
-                }
-            }
-        });
+        accept(listener, inner.clone(), |s| &s.stop, serve);
         Origin { port, inner }
     }
 
@@ -133,6 +120,31 @@ impl Drop for Origin {
         // Wake the accept loop so it sees the flag.
         let _ = TcpStream::connect(("127.0.0.1", self.port));
     }
+}
+
+/// Serves each connection `listener` accepts on a thread of its own with
+/// `serve`, until `stop(state)` is set (then one more connection, made by
+/// the origin's `Drop`, wakes the loop to see it). Shared by the test
+/// origins.
+pub(crate) fn accept<S: Send + Sync + 'static>(
+    listener: TcpListener,
+    state: Arc<S>,
+    stop: fn(&S) -> &AtomicBool,
+    serve: fn(TcpStream, &S) -> io::Result<()>,
+) {
+    thread::spawn(move || {
+        for conn in listener.incoming() {
+            if stop(&state).load(Ordering::Relaxed) {
+                break;
+            }
+            if let Ok(conn) = conn {
+                let s = state.clone();
+                thread::spawn(move || {
+                    let _ = serve(conn, &s);
+                });
+            }
+        }
+    });
 }
 
 fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {

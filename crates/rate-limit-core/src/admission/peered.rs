@@ -179,19 +179,27 @@ impl<W: Waiter, C: Clock> Limiter<W, C> {
         if hits == 0 || tag.is_empty() {
             return false;
         }
-        let table = &scope.table;
         let now = self.clock.now();
+        Self::with_peer_key(scope, peered, tag, now, |st| {
+            st.tat = debt::apply_hits(st.tat, now, hits, &params);
+            st.peer(tag, &params);
+        })
+    }
+
+    /// Runs `f` on the key of `tag` in a peered scope, adding it if it is
+    /// not held (an evicted key's hits carried to the next report); false
+    /// if there was no room for it.
+    fn with_peer_key(
+        scope: &KeyedScope<W>,
+        peered: &Peered,
+        tag: &[u8],
+        now: Nanos,
+        f: impl FnOnce(&mut Keyed<W>),
+    ) -> bool {
+        let table = &scope.table;
         let key = table.hash(tag);
         table
-            .with_evicted_at(
-                key,
-                now,
-                |st| {
-                    st.tat = debt::apply_hits(st.tat, now, hits, &params);
-                    st.peer(tag, &params);
-                },
-                |st| peered.carry(table.shard_index(key), st),
-            )
+            .with_evicted_at(key, now, f, |st| peered.carry(table.shard_index(key), st))
             .is_ok()
     }
 
@@ -262,23 +270,14 @@ impl<W: Waiter, C: Clock> Limiter<W, C> {
         if ms == 0 || tag.is_empty() {
             return false;
         }
-        let table = &scope.table;
         let now = self.clock.now();
         let ms = u64::from(ms).min(crate::options::MAX_BLOCK_SECONDS * 1000);
         let until = now.saturating_add(ms * limits::NANOS_PER_MS);
-        let key = table.hash(tag);
-        table
-            .with_evicted_at(
-                key,
-                now,
-                |st| {
-                    if st.block_ends(now).is_none_or(|held| held < until) {
-                        st.block_until(until);
-                    }
-                },
-                |st| peered.carry(table.shard_index(key), st),
-            )
-            .is_ok()
+        Self::with_peer_key(scope, peered, tag, now, |st| {
+            if st.block_ends(now).is_none_or(|held| held < until) {
+                st.block_until(until);
+            }
+        })
     }
 
     /// Blocks the peered key of `tag` for `length` from now (the `block`
