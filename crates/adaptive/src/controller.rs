@@ -16,6 +16,10 @@ use crate::window::{Outcome, Window};
 
 /// Samples between two looks at the clock once a window has its samples.
 const CLOCK_EVERY: u32 = 4;
+/// A window with this many samples takes one transaction in
+/// [`SAMPLE_EVERY`] more ([`Controller::wants_sample`]).
+const SAMPLED_FULLY: u32 = 40;
+const SAMPLE_EVERY: u32 = 4;
 
 /// An adaptive concurrency limit (see the crate doc). Share it (`Arc`)
 /// between the threads of one rule; it holds no slots itself: the caller
@@ -29,6 +33,8 @@ pub struct Controller<C: Clock = MonotonicClock> {
     due: AtomicU64,
     window: Window,
     law: Mutex<Law>,
+    /// Transactions offered since start ([`Controller::wants_sample`]).
+    offered: AtomicU32,
 }
 
 /// What a controller shows (metrics, `show`).
@@ -60,6 +66,7 @@ impl<C: Clock> Controller<C> {
             due: AtomicU64::new(now.saturating_add(law.window(&config))),
             window: Window::default(),
             law: Mutex::new(law),
+            offered: AtomicU32::new(0),
             config,
             clock,
         }
@@ -74,6 +81,18 @@ impl<C: Clock> Controller<C> {
     #[inline]
     pub fn limit(&self) -> u32 {
         self.limit.load(Ordering::Relaxed)
+    }
+
+    /// Whether to measure the next transaction at all: every one until the
+    /// window holds [`SAMPLED_FULLY`] samples, then one in
+    /// [`SAMPLE_EVERY`]: a busy origin's windows get their samples from a
+    /// share of its transactions, and measuring one (the caller's reads of
+    /// its timings and status) costs more than asking. One relaxed atomic
+    /// add and a load.
+    #[inline]
+    pub fn wants_sample(&self) -> bool {
+        let n = self.offered.fetch_add(1, Ordering::Relaxed);
+        self.window.seen() < SAMPLED_FULLY || n % SAMPLE_EVERY == 0
     }
 
     /// Records one origin transaction. Call it only for transactions that

@@ -80,6 +80,11 @@ impl Window {
         self.seen.fetch_add(1, Ordering::Relaxed).saturating_add(1)
     }
 
+    /// Outcomes added since the window opened (as `add` counts them).
+    pub fn seen(&self) -> u32 {
+        self.seen.load(Ordering::Relaxed)
+    }
+
     /// Outcomes so far (answered and failed).
     pub fn outcomes(&self) -> u64 {
         u64::from(self.answered.load(Ordering::Relaxed))

@@ -38,15 +38,26 @@ impl<'a> Txn<'a> {
     /// milestones out of order (a clock step, a blind tunnel rewriting
     /// them). On 9.2 milestones come from a clock cached per event loop
     /// turn (to ~10 ms): an RTT of 0 is possible.
-    pub fn origin_reply(self) -> Option<OriginReply> {
+    ///
+    /// `want` is asked once the transaction is known to have tried the
+    /// origin, before the costlier reads (its status): false skips them
+    /// (`None`), so a caller that measures a share of its transactions pays
+    /// one milestone read for the others, and for cache hits.
+    pub fn origin_reply(self, want: impl FnOnce() -> bool) -> Option<OriginReply> {
         use sys::TSMilestonesType as M;
-        let Some(sent) = self.milestone(M::TS_MILESTONE_SERVER_BEGIN_WRITE) else {
+        let sent = self.milestone(M::TS_MILESTONE_SERVER_BEGIN_WRITE);
+        if !(sent.is_some()
+            || self
+                .milestone(M::TS_MILESTONE_SERVER_FIRST_CONNECT)
+                .is_some())
+            || !want()
+        {
+            return None;
+        }
+        let Some(sent) = sent else {
             // Never written: a connection tried and failed is an answer of
             // sorts (the origin's refusal or silence).
-            return self
-                .milestone(M::TS_MILESTONE_SERVER_FIRST_CONNECT)
-                .filter(|_| !self.client_aborted())
-                .map(|_| OriginReply::NoAnswer);
+            return (!self.client_aborted()).then_some(OriginReply::NoAnswer);
         };
         let read = self.milestone(M::TS_MILESTONE_SERVER_FIRST_READ);
         match (read, self.server_response_status()) {

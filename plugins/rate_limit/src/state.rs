@@ -85,12 +85,13 @@ impl CloseHandler for SlotRelease {
     }
 }
 
-/// `--limit=auto`.
-/// Tells the controller what the origin did for `txn` (nothing for a
+/// `--limit=auto`: tells the controller what the origin did for `txn` (nothing for a
 /// request that never reached it: a cache hit teaches nothing). A 5xx or
 /// no answer is a failure, never an RTT: a fast error is no spare capacity.
 pub(crate) fn sample(limiter: &Limiter<Queued>, txn: Txn<'_>) {
-    let outcome = match txn.origin_reply() {
+    // A busy limiter measures a share of the transactions that went to the
+    // origin (reading one's timings and status costs ~250 instructions).
+    let outcome = match txn.origin_reply(|| limiter.auto_wants_sample()) {
         None => return,
         // 0: below 9.2's milestone clock (cached to ~10 ms): no measure.
         Some(OriginReply::Answered { rtt, .. }) if rtt.is_zero() => return,

@@ -186,3 +186,14 @@ proptest! {
         }
     }
 }
+
+#[test]
+fn a_full_window_wants_one_transaction_in_four() {
+    let (_, c) = controller(Config::default());
+    for _ in 0..SAMPLED_FULLY {
+        assert!(c.wants_sample());
+        c.record(Outcome::Answered(10 * MS), 1);
+    }
+    let wanted = (0..400).filter(|_| c.wants_sample()).count();
+    assert_eq!(wanted, 100);
+}

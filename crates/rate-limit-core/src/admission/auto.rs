@@ -19,6 +19,16 @@ impl<W: Waiter, C: Clock> Limiter<W, C> {
         self.auto.is_some()
     }
 
+    /// Whether the next transaction is worth measuring (a busy limiter
+    /// measures a share: `adaptive::Controller::wants_sample`); false
+    /// unless learned.
+    #[inline]
+    pub fn auto_wants_sample(&self) -> bool {
+        self.auto
+            .as_ref()
+            .is_some_and(adaptive::Controller::wants_sample)
+    }
+
     /// One origin transaction of a slot holder ended with `outcome` (a
     /// request that never reached the origin, a cache hit or a refusal, is
     /// no sample). Call it before its slot is given back: the slots held
