@@ -104,7 +104,8 @@ fn queue_resume_works_in_both() {
 
 /// `rate: 1` with 6 connections one after the other: ours lets the burst
 /// (1) through, and one more per second they take; upstream lets all 6
-/// through, as it stores `rate` as the limit of concurrent connections.
+/// through (5 if one is still closing as the next arrives), as it stores
+/// `rate` as the limit of concurrent connections.
 #[test]
 fn rate_is_a_rate_in_ours_and_a_limit_upstream() {
     for which in both() {
@@ -114,7 +115,12 @@ fn rate_is_a_rate_in_ours_and_a_limit_upstream() {
         let took_s = out.iter().filter_map(|o| o.done_ms).max().unwrap_or(0) / 1000;
         match which {
             Which::Ours => assert!(passed <= 1 + took_s as usize && passed < 6, "ours: {out:?}"),
-            Which::Upstream => assert_eq!(passed, 6, "upstream's defect: {out:?}"),
+            // All 6, or 5 when a connection is still closing as the next
+            // arrives (its limit of 1 then refuses): far more than a rate.
+            Which::Upstream => assert!(
+                passed >= 5 && passed > 1 + took_s as usize,
+                "upstream's defect: {out:?}"
+            ),
         }
     }
 }
