@@ -15,6 +15,7 @@ use std::thread;
 use std::time::{Duration, Instant};
 
 use crate::client::{read_body, read_head};
+use crate::origin::lock;
 
 /// Progress is accounted every this long (a request's latency is within one
 /// step of the model's).
@@ -86,10 +87,6 @@ impl Drop for CapacityOrigin {
         self.inner.stop.store(true, Ordering::Relaxed);
         let _ = TcpStream::connect(("127.0.0.1", self.port));
     }
-}
-
-fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
-    m.lock().unwrap_or_else(|e| e.into_inner())
 }
 
 fn serve(conn: TcpStream, s: &Inner) -> io::Result<()> {

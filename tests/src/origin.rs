@@ -147,7 +147,9 @@ pub(crate) fn accept<S: Send + Sync + 'static>(
     });
 }
 
-fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+/// A mutex's guard, poisoned or not (a test thread that panicked holding
+/// it must not fail every later request). Shared by the test origins.
+pub(crate) fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
     m.lock().unwrap_or_else(|e| e.into_inner())
 }
 
