@@ -5,14 +5,16 @@
 //! latency grows with the load and throughput stays at `capacity / base`.
 //!
 //! It samples how many requests it holds at each arrival, for the median
-//! the tests and the benchmark check, and counts answers.
+//! the tests and the benchmark check, and counts answers. A path under
+//! `/cacheable` is answered at once, outside the model, stale from the
+//! start (`max-age=0`, dated): what throttle.so may serve stale when full.
 
 use std::io::{self, BufReader, Write};
 use std::net::{TcpListener, TcpStream};
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::thread;
-use std::time::{Duration, Instant};
+use std::time::{Duration, Instant, SystemTime};
 
 use crate::client::{read_body, read_head};
 use crate::origin::lock;
@@ -94,10 +96,23 @@ fn serve(conn: TcpStream, s: &Inner) -> io::Result<()> {
     let mut writer = conn.try_clone()?;
     let mut reader = BufReader::new(conn);
     loop {
-        let Ok((_, headers)) = read_head(&mut reader) else {
+        let Ok((line, headers)) = read_head(&mut reader) else {
             return Ok(()); // the proxy closed the connection
         };
         read_body(&mut reader, &headers, false)?;
+        if line
+            .split(' ')
+            .nth(1)
+            .is_some_and(|p| p.starts_with("/cacheable"))
+        {
+            write!(
+                writer,
+                "HTTP/1.1 200 OK\r\nDate: {}\r\nCache-Control: max-age=0\r\n\
+                 Content-Length: 3\r\nConnection: keep-alive\r\n\r\nok\n",
+                httpdate::fmt_http_date(SystemTime::now())
+            )?;
+            continue;
+        }
         let start = Instant::now();
         let n = s.in_flight.fetch_add(1, Ordering::SeqCst) + 1;
         lock(&s.samples).push((start, n));

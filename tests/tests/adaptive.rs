@@ -1,9 +1,10 @@
-//! rate_limit.so's `--limit=auto` (issue 34) against a real traffic_server
-//! in front of an origin of capacity C = 8 with 50 ms of base latency
-//! (processor sharing beyond C): 40 closed-loop clients. The learned limit
-//! keeps the origin's median in-flight near C (between 4 and 16), serves at
-//! least half its capacity, shows in its metrics and `show`, and `set`
-//! pins it and lets it learn again.
+//! rate_limit.so's `--limit=auto` and throttle.so's `max:auto` (issue 34)
+//! against a real traffic_server in front of an origin of capacity C = 8
+//! with 50 ms of base latency (processor sharing beyond C): 40 closed-loop
+//! clients. The learned limit keeps the origin's median in-flight near C
+//! (between 4 and 16), serves at least half its capacity, shows in its
+//! metrics and `show`, and `set` pins it and lets it learn again; throttle.so
+//! still serves stale content while its learned max is full.
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
@@ -24,11 +25,13 @@ fn json(answer: &str) -> Value {
 }
 
 /// `CLIENTS` threads sending one request after another to `host` until
-/// `stop`; each counts its answers by status.
+/// `stop`, each waiting `backoff` after an answer other than 200; each
+/// counts its answers by status.
 fn clients(
     port: u16,
     host: &'static str,
     stop: &Arc<AtomicBool>,
+    backoff: Duration,
 ) -> Vec<thread::JoinHandle<(u64, u64)>> {
     (0..CLIENTS)
         .map(|_| {
@@ -50,7 +53,10 @@ fn clients(
                     };
                     match c.get(host, "/", &[]) {
                         Ok(r) if r.status == 200 => ok += 1,
-                        Ok(_) => other += 1,
+                        Ok(_) => {
+                            other += 1;
+                            thread::sleep(backoff);
+                        }
                         Err(_) => {
                             conn = None;
                             other += 1;
@@ -78,7 +84,7 @@ fn the_learned_limit_holds_the_origin_near_its_capacity() {
         .start()
         .expect("start");
     let stop = Arc::new(AtomicBool::new(false));
-    let threads = clients(ts.port(), "a.test", &stop);
+    let threads = clients(ts.port(), "a.test", &stop, Duration::ZERO);
     // Learning: the start (20), a probe at the minimum, then the gradient.
     thread::sleep(Duration::from_secs(10));
     let (t0, answered0) = (Instant::now(), origin.answered());
@@ -151,26 +157,145 @@ fn the_learned_limit_holds_the_origin_near_its_capacity() {
     assert!(ts.is_running());
 }
 
-/// Bad `--limit=auto` options fail the rule, naming the option.
+/// throttle.so's `max:auto`: no queue, so the clients beyond the learned
+/// max are answered 503 (and come back 10 ms later); a stale object is
+/// served stale while the max is full, revalidated when it is not.
+#[test]
+fn throttle_learns_its_max_and_serves_stale_when_full() {
+    let origin = CapacityOrigin::start(C, BASE);
+    let remap = format!(
+        "map http://t.test/ {} @plugin={} @pparam=max:auto @pparam=stale:60 @pparam=id:learn\n",
+        origin.url(),
+        ats_tests::plugin("throttle")
+    );
+    let mut ts = TrafficServer::builder()
+        .remap(remap.clone())
+        // Otherwise ATS itself may serve stale content when revalidation fails.
+        .record("proxy.config.http.negative_revalidating_enabled", "INT 0")
+        .with_manager()
+        .start()
+        .expect("start");
+    // In cache before the load (stale from the start: max-age=0).
+    let r = ts.get("t.test", "/cacheable", &[]).expect("fill");
+    assert_eq!(r.status, 200);
+    let stop = Arc::new(AtomicBool::new(false));
+    let threads = clients(ts.port(), "t.test", &stop, Duration::from_millis(10));
+    thread::sleep(Duration::from_secs(10));
+    let (t0, answered0) = (Instant::now(), origin.answered());
+    thread::sleep(Duration::from_secs(15));
+    let (secs, answered) = (t0.elapsed().as_secs_f64(), origin.answered() - answered0);
+    let in_flight = origin.in_flight_since(t0);
+    // The stale object, while the clients keep the learned max full.
+    let stale: Vec<(u16, bool)> = (0..20)
+        .map(|_| {
+            thread::sleep(Duration::from_millis(100));
+            let r = ts.get("t.test", "/cacheable", &[]).expect("stale request");
+            (r.status, r.header("Warning").is_some())
+        })
+        .collect();
+    let shown = json(&ts.plugin_msg("throttle", "show learn"));
+    let a = json(&ts.plugin_msg("throttle", "set learn max=6"));
+    assert_eq!(a["ok"], true, "{a}");
+    thread::sleep(Duration::from_secs(1));
+    let pinned_since = Instant::now();
+    thread::sleep(Duration::from_secs(3));
+    let pinned_most = origin.in_flight_since(pinned_since).last().copied();
+    stop.store(true, Ordering::Relaxed);
+    let (ok, refused) = threads
+        .into_iter()
+        .map(|t| t.join().expect("client"))
+        .fold((0, 0), |(a, b), (c, d)| (a + c, b + d));
+    let median = in_flight.get(in_flight.len() / 2).copied().unwrap_or(0);
+    let rate = answered as f64 / secs;
+    let capacity = C as f64 / BASE.as_secs_f64();
+    eprintln!(
+        "median in flight {median}, {rate:.0} answers/s (capacity {capacity:.0}), clients \
+         {ok} ok {refused} refused, stale requests {stale:?}; show: {shown}"
+    );
+    assert!((4..=16).contains(&median), "median in flight {median}");
+    assert!(rate >= capacity / 2.0, "{rate:.0} answers/s");
+    assert!(
+        pinned_most.is_some_and(|n| n <= 6),
+        "pinned at 6: {pinned_most:?} in flight"
+    );
+    // Never a 503 for it: served stale when full, revalidated otherwise.
+    assert!(stale.iter().all(|(s, _)| *s == 200), "{stale:?}");
+    assert!(
+        stale.iter().any(|(_, w)| *w),
+        "none served stale: {stale:?}"
+    );
+    let rule = &shown["rules"][0];
+    let max = rule["max"].as_u64().unwrap_or(0);
+    assert!((C as u64 / 2..=3 * C as u64).contains(&max), "{rule}");
+    assert_eq!(rule["auto"]["min"], 4, "{rule}");
+    assert_eq!(rule["auto"]["probing"], false, "{rule}");
+    let baseline = rule["auto"]["rtt_baseline_ms"].as_f64().unwrap_or(0.0);
+    assert!((40.0..=100.0).contains(&baseline), "{rule}");
+    let metric = ats_tests::wait_until(Duration::from_secs(15), || {
+        ts.metric("plugin.throttle.learn.limit") == Some(6)
+    });
+    assert!(metric, "{:?}", ts.metric("plugin.throttle.learn.limit"));
+    let shown = json(&ts.plugin_msg("throttle", "show learn"));
+    assert_eq!(shown["rules"][0]["max"], 6, "{shown}");
+    assert_eq!(shown["rules"][0]["auto"]["pinned"], true, "{shown}");
+    let a = json(&ts.plugin_msg("throttle", "set learn max=auto"));
+    assert_eq!(a["rules"][0]["changed"][0]["new"], "auto (6)", "{a}");
+    let shown = json(&ts.plugin_msg("throttle", "show learn"));
+    assert_eq!(shown["rules"][0]["auto"]["pinned"], false, "{shown}");
+
+    // A reload keeps what was learned: the new rule goes on from the old
+    // one's controller (a new one would probe again, its baseline unknown).
+    ts.reload_remap(&format!("{remap}# reloaded\n"))
+        .expect("reload");
+    assert!(
+        ts.diags()
+            .contains("id=learn: max:auto goes on from the previous rule's max 6"),
+        "{}",
+        ts.diags()
+    );
+    let shown = json(&ts.plugin_msg("throttle", "show learn"));
+    let kept = &shown["rules"][0]["auto"]["rtt_baseline_ms"];
+    assert!(kept.as_f64().is_some_and(|b| b > 40.0), "{shown}");
+    assert!(ts.is_running());
+}
+
+/// Bad `--limit=auto` options and `max:auto` parameters fail the rule,
+/// naming the option.
 #[test]
 fn auto_with_what_it_cannot_learn_is_refused() {
     let origin = CapacityOrigin::start(C, BASE);
-    for (params, says) in [
+    for (plugin, params, says) in [
         (
+            "rate_limit",
             "--limit=auto --key=ip",
             "--limit=auto cannot be combined with --key",
         ),
         (
+            "rate_limit",
             "--limit=auto --limit-min=9 --limit-max=3",
             "--limit-min=9 is above --limit-max=3",
         ),
-        ("--limit=7 --limit-max=9", "--limit-max needs --limit=auto"),
+        (
+            "rate_limit",
+            "--limit=7 --limit-max=9",
+            "--limit-max needs --limit=auto",
+        ),
+        (
+            "throttle",
+            "max:auto max-min:9 max-max:3",
+            "parameter 'max-min' (9) is above 'max-max' (3)",
+        ),
+        (
+            "throttle",
+            "max:7 max-max:9",
+            "parameter 'max-max' needs max:auto",
+        ),
     ] {
         let pp: String = params.split(' ').map(|p| format!(" @pparam={p}")).collect();
         let rule = format!(
             "map http://b.test/ {} @plugin={}{pp}\n",
             origin.url(),
-            ats_tests::plugin("rate_limit")
+            ats_tests::plugin(plugin)
         );
         let e = TrafficServer::builder()
             .remap(rule)

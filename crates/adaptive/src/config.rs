@@ -57,6 +57,38 @@ impl Default for Config {
     }
 }
 
+/// The bounds of a learned limit, as an operator gives them
+/// (rate_limit.so's `--limit-min`/`--limit-max`, throttle.so's
+/// `max-min`/`max-max`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Bounds {
+    pub min: u32,
+    pub max: u32,
+}
+
+impl Bounds {
+    /// The highest bound an operator may give.
+    pub const HIGHEST: u32 = 1_000_000;
+
+    /// Either bound may be left out: the default of the one missing
+    /// (4 and 1000), moved so as not to contradict the one given (`max`
+    /// 2 alone gives 2..=2; `min` 2000 alone 2000..=2000). The caller
+    /// refuses `min > max` in its own option names.
+    pub fn given(min: Option<u32>, max: Option<u32>) -> Bounds {
+        let d = Config::default();
+        Bounds {
+            min: min.unwrap_or(d.min.min(max.unwrap_or(u32::MAX))),
+            max: max.unwrap_or(d.max.max(min.unwrap_or(0))),
+        }
+    }
+
+    /// The controller's settings for these bounds; `None` if they make
+    /// none (0, or `min > max`: refused when parsed).
+    pub fn config(&self) -> Option<Config> {
+        Config::with_bounds(self.min, self.max).ok()
+    }
+}
+
 /// What [`Config::check`] refuses.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum ConfigError {

@@ -54,6 +54,19 @@ pub struct State {
     pub windows: u64,
 }
 
+impl State {
+    /// The names of the plugins' gauges of a learned limit, in the order
+    /// of [`State::gauges`].
+    pub const GAUGES: [&'static str; 3] = ["limit", "rtt_baseline_us", "rtt_recent_us"];
+
+    /// The gauges' values: the limit, then the baseline and recent RTT in
+    /// microseconds (0 until measured).
+    pub fn gauges(&self) -> [i64; 3] {
+        let us = |n: Option<Nanos>| n.map_or(0, |n| i64::try_from(n / 1000).unwrap_or(i64::MAX));
+        [i64::from(self.limit), us(self.baseline), us(self.recent)]
+    }
+}
+
 impl<C: Clock> Controller<C> {
     /// A controller at `config.initial`. Out-of-range settings are replaced
     /// or clamped (see [`Config::check`] to refuse them instead).

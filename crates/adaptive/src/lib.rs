@@ -103,11 +103,12 @@
 //!
 //! - when the transaction closes, if it went to the origin (the milestones
 //!   `SERVER_BEGIN_WRITE` to `SERVER_FIRST_READ`, or a failure):
-//!   [`Controller::record`] with the slots in use (the best is the larger
-//!   of that count when it was sent and when it closed; rate_limit.so
-//!   takes the second only, before its slot goes back), then apply
-//!   [`Controller::limit`] to the slots if they differ (whoever moved it);
-//! - `set TAG limit=N` and `limit=auto`: `slots.set_limit(ctl.pin(…))`;
+//!   [`Controller::observe`]: the sample is recorded with the places in
+//!   use ([`Governed`]: the larger of that count when it entered and when
+//!   it closed, before the place goes back; throttle.so keeps the first,
+//!   rate_limit.so, whose common path stores nothing per request, passes
+//!   the second only), then the limit in force applied to them;
+//! - `set TAG limit=N` and `limit=auto`: [`Controller::pin_into`];
 //! - metrics and `show`: [`Controller::state`].
 //!
 //! # Cost
@@ -130,9 +131,11 @@
 
 pub mod config;
 pub mod controller;
+mod governed;
 mod law;
 mod window;
 
-pub use config::{Config, ConfigError};
+pub use config::{Bounds, Config, ConfigError};
 pub use controller::{Controller, State};
+pub use governed::Governed;
 pub use window::Outcome;

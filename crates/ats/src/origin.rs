@@ -107,3 +107,13 @@ pub enum OriginReply {
     /// The request was sent and no response header came.
     NoAnswer,
 }
+
+impl OriginReply {
+    /// The response's time to first byte and status; `None` for no answer.
+    pub fn response(self) -> Option<(Duration, u16)> {
+        match self {
+            OriginReply::Answered { rtt, status } => Some((rtt, status)),
+            OriginReply::NoAnswer => None,
+        }
+    }
+}

@@ -9,6 +9,10 @@
 //! ATS did not create. A plugin-owned thread (a UDP listener, say) hands
 //! its counts to a `Periodic` instead.
 
+mod shared;
+
+pub use shared::{shared_gauges, Gauge, SharedGauges};
+
 use std::ffi::c_int;
 
 use crate::{log::to_cstring, sys};

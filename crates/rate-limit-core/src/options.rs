@@ -116,24 +116,10 @@ impl Exempt {
 }
 
 /// Highest `--limit-max` (and `--limit-min`).
-pub const MAX_AUTO_LIMIT: u32 = 1_000_000;
-/// `--limit=auto`'s bounds unless given (crates/adaptive's defaults).
-pub const DEFAULT_LIMIT_MIN: u32 = 4;
-pub const DEFAULT_LIMIT_MAX: u32 = 1000;
+pub const MAX_AUTO_LIMIT: u32 = adaptive::Bounds::HIGHEST;
 
 /// `--limit=auto`'s bounds.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct AutoLimit {
-    pub min: u32,
-    pub max: u32,
-}
-
-impl AutoLimit {
-    /// The controller's settings for these bounds (checked at load).
-    pub fn config(&self) -> Option<adaptive::Config> {
-        adaptive::Config::with_bounds(self.min, self.max).ok()
-    }
-}
+pub use adaptive::Bounds as AutoLimit;
 
 /// Longest `--block`: a day.
 pub const MAX_BLOCK_SECONDS: u64 = 86_400;

@@ -3,7 +3,9 @@
 //!
 //! - `show [ID]`: every rule, or those with this id (or from-URL);
 //! - `set ID max=N stale=S`: changes a live rule's `max` and `stale`
-//!   allowance (one or both), with the ranges of their `@pparam`s.
+//!   allowance (one or both), with the ranges of their `@pparam`s; on a
+//!   `max:auto` rule, `max=N` pins the learned max and `max=auto` lets it
+//!   learn again.
 //!
 //! Sent quoted as one word (traffic_ctl 9.2 forwards only the first word):
 //! `traffic_ctl plugin msg throttle "set cdn max=500"`; the verb may also be
@@ -15,7 +17,7 @@ use limits::quote::quote;
 /// The plugin's name: a message's target is it, or it and `.VERB`.
 pub const PLUGIN: &str = "throttle";
 
-const USAGE: &str = "show [ID], set ID max=N stale=S";
+const USAGE: &str = "show [ID], set ID max=N|auto stale=S";
 
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Command {
@@ -27,8 +29,11 @@ pub enum Command {
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Setting {
-    /// Most uncached requests in flight at once (`@pparam=max`).
+    /// Most uncached requests in flight at once (`@pparam=max`); on a
+    /// `max:auto` rule, pins the learned max.
     Max(u32),
+    /// `max=auto`: a pinned learned max learns again (`max:auto` rules only).
+    MaxAuto,
     /// Seconds a response may be served stale when full (`@pparam=stale`).
     Stale(u32),
 }
@@ -37,14 +42,16 @@ impl Setting {
     /// The `@pparam` it changes.
     pub fn name(self) -> &'static str {
         match self {
-            Setting::Max(_) => "max",
+            Setting::Max(_) | Setting::MaxAuto => "max",
             Setting::Stale(_) => "stale",
         }
     }
 
-    pub fn value(self) -> u32 {
+    /// The number set; `None` for `max=auto`.
+    pub fn value(self) -> Option<u32> {
         match self {
-            Setting::Max(v) | Setting::Stale(v) => v,
+            Setting::Max(v) | Setting::Stale(v) => Some(v),
+            Setting::MaxAuto => None,
         }
     }
 }
@@ -80,7 +87,8 @@ pub fn parse(target: &str, data: &[u8]) -> Option<Result<Command, String>> {
 }
 
 /// `max=N` or `stale=S`: whole numbers from 0 to 4294967295, as their
-/// `@pparam`s (`max=0` refuses every uncached request, as `@pparam=max:0`).
+/// `@pparam`s (`max=0` refuses every uncached request, as `@pparam=max:0`;
+/// a pinned learned max is at least 1); or `max=auto`.
 fn setting(s: &str) -> Result<Setting, String> {
     let bad = |allowed: &str| format!("set: {} is invalid: allowed {allowed}", quote(s));
     let (name, value) = s
@@ -94,7 +102,8 @@ fn setting(s: &str) -> Result<Setting, String> {
             .ok_or_else(|| bad(&format!("{name}= {what} from 0 to {}", u32::MAX)))
     };
     match name {
-        "max" => number("a whole number").map(Setting::Max),
+        "max" if value == "auto" => Ok(Setting::MaxAuto),
+        "max" => number("auto or a whole number").map(Setting::Max),
         "stale" => number("a whole number of seconds").map(Setting::Stale),
         _ => Err(bad("max= or stale=")),
     }
@@ -131,6 +140,15 @@ mod tests {
                 settings: vec![Setting::Stale(60)]
             })
         );
+        assert_eq!(
+            cmd("throttle", "set cdn max=auto"),
+            Ok(Command::Set {
+                id: "cdn".into(),
+                settings: vec![Setting::MaxAuto]
+            })
+        );
+        assert_eq!(Setting::MaxAuto.value(), None);
+        assert_eq!(Setting::MaxAuto.name(), "max");
         assert!(parse("ip_throttle", b"show").is_none());
         assert!(parse("throttles", b"show").is_none());
     }
@@ -145,11 +163,12 @@ mod tests {
         for (d, want) in [
             (
                 "set cdn max=-1",
-                "'max=-1' is invalid: allowed max= a whole number from 0 to 4294967295",
+                "'max=-1' is invalid: allowed max= auto or a whole number from 0 to 4294967295",
             ),
             ("set cdn max=4294967296", "'max=4294967296' is invalid"),
             ("set cdn max=+5", "'max=+5' is invalid"),
             ("set cdn max=", "'max=' is invalid"),
+            ("set cdn max=Auto", "'max=Auto' is invalid"),
             (
                 "set cdn stale=1.5",
                 "allowed stale= a whole number of seconds from 0",

@@ -196,6 +196,23 @@ where
     }
 }
 
+/// `max:auto`: the learned max governs the gate.
+impl adaptive::Governed for Gate {
+    #[inline]
+    fn in_flight(&self) -> u32 {
+        u32::try_from(Gate::in_flight(self)).unwrap_or(u32::MAX)
+    }
+
+    #[inline]
+    fn limit(&self) -> u32 {
+        u32::try_from(self.max()).unwrap_or(u32::MAX)
+    }
+
+    fn set_limit(&self, limit: u32) {
+        self.set_max(limit);
+    }
+}
+
 impl AsRef<Gate> for Gate {
     fn as_ref(&self) -> &Gate {
         self

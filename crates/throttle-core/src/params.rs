@@ -22,6 +22,7 @@
 use std::fmt;
 use std::path::{Path, PathBuf};
 
+use adaptive::Bounds;
 use limits::quote::{quote, shorten, shorten_to};
 use optspec::files::{Files, ReadError};
 use optspec::{find, names, Names, Opt};
@@ -40,8 +41,11 @@ pub const MIN_STATFREQ_MS: u32 = 100;
 /// A rule's validated parameters.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Params {
-    /// Most uncached requests in flight at once.
+    /// Most uncached requests in flight at once; with `max:auto`, where
+    /// learning starts (20, within the bounds).
     pub max: u32,
+    /// `max:auto`: the bounds of the learned max (`max-min`, `max-max`).
+    pub auto: Option<Bounds>,
     /// Seconds a cached response may be served past its freshness when over `max`.
     pub stale: u32,
     /// Milliseconds between `throttle.log` lines; 0 = no lines.
@@ -92,9 +96,28 @@ impl fmt::Display for Location {
 static PARAMS: &[Opt<Draft, Location, String>] = &[
     Opt::value(
         "max",
-        "most uncached requests in flight at once",
+        "most uncached requests in flight at once, or auto: learned from the origin's latency",
         |d, v, at| {
-            d.max = Some(number("max", v, at, "a whole number")?);
+            d.max = Some(match v {
+                "auto" => Max::Auto,
+                _ => Max::Fixed(number("max", v, at, "auto or a whole number")?),
+            });
+            Ok(())
+        },
+    ),
+    Opt::value(
+        "max-min",
+        "with max:auto, the lowest learned max (default 4)",
+        |d, v, at| {
+            d.auto_min = Some(bound("max-min", v, at)?);
+            Ok(())
+        },
+    ),
+    Opt::value(
+        "max-max",
+        "with max:auto, the highest learned max (default 1000)",
+        |d, v, at| {
+            d.auto_max = Some(bound("max-max", v, at)?);
             Ok(())
         },
     ),
@@ -149,7 +172,7 @@ fn tables() -> [&'static dyn Names; 1] {
     [&PARAMS]
 }
 
-/// The parameters' names for a message: `max, stale, statfreq, id, file`.
+/// The parameters' names for a message: `max, max-min, max-max, stale, …`.
 fn allowed() -> String {
     names(&tables()).collect::<Vec<_>>().join(", ")
 }
@@ -170,21 +193,77 @@ pub fn parse(options: &[&str], config_dir: &Path, files: &dyn Files) -> Result<P
     let d = p.d;
     let max = d.max.ok_or_else(|| {
         "missing required parameter 'max' (the most uncached requests in flight at once, \
-         e.g. @pparam=max:100)"
+         e.g. @pparam=max:100, or max:auto)"
             .to_owned()
     })?;
+    let (max, auto) = learned(max, d.auto_min, d.auto_max)?;
     Ok(Params {
         max,
+        auto,
         stale: d.stale,
         statfreq_ms: d.statfreq_ms,
         id: d.id,
     })
 }
 
+/// `max` as given.
+#[derive(Clone, Copy)]
+enum Max {
+    Fixed(u32),
+    Auto,
+}
+
+/// `max:auto`'s bounds, checked: `max-min` and `max-max` only with it,
+/// the lower not above the higher. The max to start from, and the bounds.
+fn learned(
+    max: Max,
+    min: Option<u32>,
+    highest: Option<u32>,
+) -> Result<(u32, Option<Bounds>), String> {
+    let n = match max {
+        Max::Fixed(n) => n,
+        Max::Auto => {
+            let b = Bounds::given(min, highest);
+            return match b.config() {
+                Some(c) => Ok((c.initial, Some(b))),
+                None => Err(format!(
+                    "parameter 'max-min' ({}) is above 'max-max' ({}): the lowest learned max \
+                     must not exceed the highest",
+                    b.min, b.max
+                )),
+            };
+        }
+    };
+    let name = match (min, highest) {
+        (None, None) => return Ok((n, None)),
+        (Some(_), _) => "max-min",
+        (None, Some(_)) => "max-max",
+    };
+    Err(format!(
+        "parameter '{name}' needs max:auto (it bounds the learned max; this rule's max is {n})"
+    ))
+}
+
+/// A bound of the learned max: 1 to [`Bounds::HIGHEST`].
+fn bound(name: &str, v: &str, at: &Location) -> Result<u32, String> {
+    match number(name, v, at, "a whole number") {
+        Ok(n) if (1..=Bounds::HIGHEST).contains(&n) => Ok(n),
+        Ok(_) => Err(invalid(
+            name,
+            v,
+            at,
+            &format!("expected a whole number from 1 to {}", Bounds::HIGHEST),
+        )),
+        Err(e) => Err(e),
+    }
+}
+
 /// The parameters read so far, and the `file` just named (read next).
 #[derive(Default)]
 struct Draft {
-    max: Option<u32>,
+    max: Option<Max>,
+    auto_min: Option<u32>,
+    auto_max: Option<u32>,
     stale: u32,
     statfreq_ms: u32,
     id: Option<String>,

@@ -72,7 +72,7 @@ pub struct Rule {
     /// `--limit=auto`: the TXN_CLOSE hook that samples requests whose slot
     /// is in their state (`auto.rs`), and the learned limit's gauges.
     pub(crate) sampler: Option<ats::CloseHook<crate::state::Sampler>>,
-    pub(crate) _auto_metrics: Option<Arc<crate::auto::Gauges>>,
+    pub(crate) _auto_metrics: Option<Arc<ats::stats::SharedGauges>>,
     /// A free slot is all that admits a request (`Rule::bare`, load.rs):
     /// no rate, key, flow, exemption, store, session or response to see,
     /// and no other entry on the remap rule before it.

@@ -6,7 +6,7 @@ use std::sync::atomic::{AtomicBool, AtomicU8, Ordering};
 use std::sync::{Arc, OnceLock};
 
 use ats::stats::Stat;
-use ats::{CloseHandler, CloseHook, OriginReply, Txn};
+use ats::{CloseHandler, CloseHook, Txn};
 use limits::{BudgetToken, Nanos, Permit, Slots};
 use parking_lot::Mutex;
 use rate_limit_core::{Counted, Limiter, Outcome};
@@ -91,14 +91,11 @@ impl CloseHandler for SlotRelease {
 pub(crate) fn sample(limiter: &Limiter<Queued>, txn: Txn<'_>) {
     // A busy limiter measures a share of the transactions that went to the
     // origin (reading one's timings and status costs ~250 instructions).
-    let outcome = match txn.origin_reply(|| limiter.auto_wants_sample()) {
-        None => return,
-        // 0: below 9.2's milestone clock (cached to ~10 ms): no measure.
-        Some(OriginReply::Answered { rtt, .. }) if rtt.is_zero() => return,
-        Some(OriginReply::Answered { rtt, status }) if status < 500 => {
-            Outcome::Answered(u64::try_from(rtt.as_nanos()).unwrap_or(u64::MAX))
-        }
-        Some(_) => Outcome::Failed,
+    let Some(reply) = txn.origin_reply(|| limiter.auto_wants_sample()) else {
+        return;
+    };
+    let Some(outcome) = Outcome::of(reply.response()) else {
+        return;
     };
     limiter.auto_sample(outcome);
 }

@@ -80,7 +80,9 @@ fn describe(r: &Rule) -> Value {
     json!({
         "id": r.id,
         "from": r.from,
+        // Learned (`max:auto`): the max in force.
         "max": r.gate.max(),
+        "auto": learned(r),
         "stale": r.stale.load(Ordering::Relaxed),
         "statfreq_ms": r.statfreq_ms,
         "inflight": r.gate.in_flight(),
@@ -94,22 +96,62 @@ fn describe(r: &Rule) -> Value {
     })
 }
 
+/// A learned max's bounds and state, for `show`; `null` for a fixed max.
+fn learned(r: &Rule) -> Value {
+    let (Some(c), Some(b)) = (&r.auto, r.bounds) else {
+        return Value::Null;
+    };
+    let s = c.state();
+    let ms = |n: Option<u64>| n.map(|n| n as f64 / 1e6);
+    json!({
+        "min": b.min,
+        "max": b.max,
+        "pinned": s.pinned,
+        "probing": s.probing,
+        "rtt_baseline_ms": ms(s.baseline),
+        "rtt_recent_ms": ms(s.recent),
+    })
+}
+
 fn set(id: &str, settings: &[Setting]) -> Result<Answer, String> {
     let rules = named(id)?;
+    if settings.contains(&Setting::MaxAuto) {
+        if let Some(r) = rules.iter().find(|r| r.auto.is_none()) {
+            return Err(format!(
+                "set: max=auto on rule {} (id {}), whose max is fixed: a max is learned from \
+                 remap.config's max:auto, not switched live; nothing changed",
+                r.from, r.id
+            ));
+        }
+    }
     let mut answers = Vec::new();
     let mut lines = Vec::new();
     for r in &rules {
         let mut changed = Vec::new();
         for s in settings {
-            let old = match *s {
-                Setting::Max(v) => {
+            let (old, new) = match (*s, &r.auto) {
+                (Setting::Stale(v), _) => (json!(r.stale.swap(v, Ordering::Relaxed)), json!(v)),
+                (Setting::Max(v), None) => {
                     let old = r.gate.max();
                     r.gate.set_max(v);
-                    old
+                    (json!(old), json!(v))
                 }
-                Setting::Stale(v) => u64::from(r.stale.swap(v, Ordering::Relaxed)),
+                // A learned max is pinned (`max=N`) or learns again.
+                (_, Some(c)) => {
+                    let shown = |l: u32, pinned: bool| match pinned {
+                        true => l.to_string(),
+                        false => format!("auto ({l})"),
+                    };
+                    let was = c.state();
+                    let now = c.pin_into(s.value(), &r.gate);
+                    (
+                        json!(shown(was.limit, was.pinned)),
+                        json!(shown(now, s.value().is_some())),
+                    )
+                }
+                (Setting::MaxAuto, None) => continue,
             };
-            changed.push((s.name(), old, s.value()));
+            changed.push((s.name(), old, new));
         }
         let list: Vec<String> = changed
             .iter()

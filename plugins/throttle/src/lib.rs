@@ -11,12 +11,16 @@
 //!    holds no place, so it is answered 503 instead.
 //! 4. SEND_RESPONSE_HDR: `Warning: 110` on stale responses, `no-store` on 503s.
 //! 5. TXN_CLOSE: dropping the state gives the place back, aborts included.
+//!    With `max:auto`, the rule's sampler runs first: it tells the
+//!    controller how long the origin took, and the learned max applies
+//!    ([`auto`]).
 //!
 //! Every `statfreq` ms a timer writes the rule's interval figures to
 //! `throttle.log`; the same events feed `plugin.throttle.<id>.*` metrics.
 //! `traffic_ctl plugin msg throttle` shows and changes live rules ([`ctl`]).
 #![forbid(unsafe_code)]
 
+mod auto;
 mod ctl;
 
 use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU8, Ordering};
@@ -43,6 +47,8 @@ const STALE_WARNING: &str = "110 - \"Response is stale\"";
 struct Throttle {
     rule: Arc<Rule>,
     _stats: Option<Periodic>,
+    /// `max:auto`: the rule's sampling hook and gauges.
+    learning: Option<auto::Learning>,
 }
 
 struct Rule {
@@ -53,6 +59,10 @@ struct Rule {
     stale: AtomicU32,
     statfreq_ms: u32,
     gate: Gate,
+    /// `max:auto`: the controller that sets the gate's max, with its
+    /// bounds.
+    auto: Option<Arc<adaptive::Controller>>,
+    bounds: Option<adaptive::Bounds>,
     metrics: Metrics,
     /// Cleared when ATS deletes the rule (a reload): the commands skip it
     /// while its last transactions finish.
@@ -100,6 +110,9 @@ const UNAVAILABLE: u8 = 2;
 struct TxnState {
     ticket: Ticket<Arc<Rule>>,
     outcome: AtomicU8,
+    /// `max:auto`: the places held once this one entered (the load it
+    /// was sent into; `auto.rs`).
+    entered_with: AtomicU32,
 }
 
 impl TxnState {
@@ -157,15 +170,23 @@ impl RemapPlugin for Throttle {
         let id =
             p.id.clone()
                 .unwrap_or_else(|| params::default_id(args.from_url));
+        let auto = p.auto.and_then(|b| auto::controller(&id, args.from_url, b));
         let rule = Arc::new(Rule {
             metrics: Metrics::new(&id)?,
-            id,
             from: args.from_url.to_owned(),
             stale: AtomicU32::new(p.stale),
             statfreq_ms: p.statfreq_ms,
-            gate: Gate::new(p.max),
+            // A controller taken over from a reloaded rule goes on from its max.
+            gate: Gate::new(auto.as_ref().map_or(p.max, |c| c.limit())),
+            auto,
+            bounds: p.auto,
             live: AtomicBool::new(true),
+            id,
         });
+        let learning = match &rule.auto {
+            Some(c) => Some(auto::Learning::start(&rule, c)?),
+            None => None,
+        };
         let stats = if p.statfreq_ms > 0 {
             let log = text_log()?;
             let r = rule.clone();
@@ -178,11 +199,14 @@ impl RemapPlugin for Throttle {
         } else {
             None
         };
+        let max = match p.auto {
+            Some(b) => format!("auto ({}..={}, now {})", b.min, b.max, rule.gate.max()),
+            None => p.max.to_string(),
+        };
         log::info!(
-            "rule {} id={} max={} stale={}s statfreq={}ms",
+            "rule {} id={} max={max} stale={}s statfreq={}ms",
             args.from_url,
             rule.id,
-            p.max,
             p.stale,
             p.statfreq_ms
         );
@@ -190,6 +214,7 @@ impl RemapPlugin for Throttle {
         Ok(Throttle {
             rule,
             _stats: stats,
+            learning,
         })
     }
 
@@ -197,9 +222,15 @@ impl RemapPlugin for Throttle {
         let Some(g) = GLOBALS.get() else {
             return RemapStatus::NoRemap;
         };
+        if let Some(l) = &self.learning {
+            // Before the state's own TXN_CLOSE hook: it samples while the
+            // place is held (`auto.rs`).
+            l.sampler.add(txn);
+        }
         let state = TxnState {
             ticket: Ticket::new(self.rule.clone()),
             outcome: AtomicU8::new(PASS),
+            entered_with: AtomicU32::new(0),
         };
         if g.state.set(txn, state).is_err() {
             // Throttled twice in one remap chain: the first rule governs.
@@ -277,6 +308,10 @@ fn admit(g: &Globals, state: &TxnState, txn: Txn<'_>) -> Decision {
         Entry::Entered => {
             rule.metrics.inflight.inc();
             rule.metrics.admitted.inc();
+            if rule.auto.is_some() {
+                let n = u32::try_from(rule.gate.in_flight()).unwrap_or(u32::MAX);
+                state.entered_with.store(n, Ordering::Relaxed);
+            }
             return Decision::Continue;
         }
         Entry::AlreadyIn => return Decision::Continue,

@@ -78,3 +78,21 @@ proptest! {
         }
     }
 }
+
+#[test]
+fn bounds_default_around_the_one_given() {
+    let b = |min, max| {
+        let b = Bounds::given(min, max);
+        (b.min, b.max)
+    };
+    assert_eq!(b(None, None), (4, 1000));
+    assert_eq!(b(None, Some(2)), (2, 2));
+    assert_eq!(b(Some(2000), None), (2000, 2000));
+    assert_eq!(b(Some(10), Some(50)), (10, 50));
+    assert_eq!(b(Some(60), Some(50)), (60, 50), "the caller refuses it");
+    assert!(Bounds::given(Some(60), Some(50)).config().is_none());
+    assert_eq!(
+        Bounds::given(Some(60), None).config().map(|c| c.initial),
+        Some(60)
+    );
+}

@@ -35,17 +35,12 @@ impl<W: Waiter, C: Clock> Limiter<W, C> {
     /// then are the load it met. Cost: the controller's (an atomic add or
     /// two); once per window, a new limit applied to the slots.
     pub fn auto_sample(&self, outcome: Outcome) {
-        let (Some(c), Scope::Rule(rule)) = (&self.auto, &self.scope) else {
-            return;
-        };
-        let Some(slots) = rule.slots() else { return };
-        c.record(outcome, slots.active());
-        // What the controller holds now, whoever moved it last: a `pin`
-        // racing a window's close, applied in the other order, is put
-        // right by the next sample (one load when nothing changed).
-        let limit = c.limit();
-        if slots.limit() != limit {
-            slots.set_limit(limit);
+        if let (Some(c), Scope::Rule(rule)) = (&self.auto, &self.scope) {
+            if let Some(slots) = rule.slots() {
+                // The count at admission is not kept (the common path
+                // stores nothing per request): the close-time count.
+                c.observe(outcome, 0, slots);
+            }
         }
     }
 
@@ -56,19 +51,10 @@ impl<W: Waiter, C: Clock> Limiter<W, C> {
         let (Some(c), Scope::Rule(rule)) = (&self.auto, &self.scope) else {
             return None;
         };
-        c.pin(limit);
-        // As `auto_sample`: the controller's limit, re-read after applying.
-        if let Some(slots) = rule.slots() {
-            let mut now = c.limit();
-            for _ in 0..3 {
-                slots.set_limit(now);
-                match c.limit() {
-                    n if n == now => break,
-                    n => now = n,
-                }
-            }
-        }
-        Some(c.limit())
+        Some(match rule.slots() {
+            Some(slots) => c.pin_into(limit, slots),
+            None => c.pin(limit),
+        })
     }
 
     /// The controller's state (metrics, `show`); `None` unless learned.

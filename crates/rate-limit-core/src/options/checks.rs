@@ -7,8 +7,7 @@ use limits::quote::quote;
 
 use super::args::Given;
 use super::{
-    AutoLimit, Exempt, OptionError, Options, DEFAULT_LIMIT, DEFAULT_LIMIT_MAX, DEFAULT_LIMIT_MIN,
-    DRY_STORE_WHY, MAX_BURST_SECONDS,
+    AutoLimit, Exempt, OptionError, Options, DEFAULT_LIMIT, DRY_STORE_WHY, MAX_BURST_SECONDS,
 };
 
 /// The rule's options from those `read` for the rule mapping `from_url`.
@@ -269,10 +268,7 @@ fn auto_limit(
             )),
         };
     }
-    let a = AutoLimit {
-        min: min.unwrap_or(DEFAULT_LIMIT_MIN.min(max.unwrap_or(u32::MAX))),
-        max: max.unwrap_or(DEFAULT_LIMIT_MAX.max(min.unwrap_or(0))),
-    };
+    let a = AutoLimit::given(min, max);
     if a.min > a.max {
         return Err(OptionError(format!(
             "--limit-min={} is above --limit-max={}: the lowest learned limit must not \

@@ -18,6 +18,7 @@ fn err(opts: &[&str], mem: &Mem) -> String {
     run(opts, mem).expect_err("invalid")
 }
 
+mod auto;
 mod files;
 mod items;
 mod prop;

@@ -9,6 +9,7 @@ fn defaults_and_all_params() {
         ok(&["max:5"]),
         Params {
             max: 5,
+            auto: None,
             stale: 0,
             statfreq_ms: 0,
             id: None
@@ -18,6 +19,7 @@ fn defaults_and_all_params() {
         ok(&["max:2000", "stale:3600", "statfreq:10000", "id:example-01"]),
         Params {
             max: 2000,
+            auto: None,
             stale: 3600,
             statfreq_ms: 10000,
             id: Some("example-01".into())
@@ -109,7 +111,7 @@ fn unknown_parameter_lists_allowed() {
     let e = err(&["max:1", "maximum:3"], &Mem::default());
     assert_eq!(
         e,
-        "unknown parameter 'maximum' at @pparam=maximum:3 (allowed: max, stale, statfreq, id, file)"
+        "unknown parameter 'maximum' at @pparam=maximum:3 (allowed: max, max-min, max-max, stale, statfreq, id, file)"
     );
 }
 
@@ -172,7 +174,7 @@ fn long_values_come_after_the_parameter_and_are_shortened() {
         e,
         format!(
             "parameter 'max' has an invalid value '{shown}…' (10240 bytes) at \
-             @pparam=max:{}… (10244 bytes): too large; expected a whole number from 0 to \
+             @pparam=max:{}… (10244 bytes): too large; expected auto or a whole number from 0 to \
              4294967295",
             &shown[4..]
         )

@@ -25,7 +25,7 @@ proptest! {
         ];
         let refs: Vec<&str> = opts.iter().map(String::as_str).collect();
         let p = run(&refs, &Mem::default()).expect("valid");
-        prop_assert_eq!(p, Params { max, stale, statfreq_ms: freq, id: Some(id) });
+        prop_assert_eq!(p, Params { max, auto: None, stale, statfreq_ms: freq, id: Some(id) });
     }
 
     #[test]

@@ -1,0 +1,110 @@
+//! `max:auto`: the rule's max learned from the origin's latency by an
+//! `adaptive::Controller` (crates/adaptive: the algorithm and why).
+//!
+//! - **Sampling.** A transaction that held one of the rule's places tells
+//!   the controller how long the origin took, at TXN_CLOSE, while its place
+//!   is still held (the places held then are the load it met). The rule's
+//!   [`Sampler`] hook is added at remap, before the transaction's state
+//!   (whose drop gives the place back) adds its own TXN_CLOSE hook: a
+//!   transaction's hooks run in the order they were added.
+//! - **Reloads.** A rule's controller is found again by the rule that
+//!   replaces it (same id, from-URL and bounds) while the old one lives:
+//!   a reload of remap.config keeps what was learned, instead of probing
+//!   the origin again (the max drops to its minimum for a few windows).
+//! - **Gauges.** `limit`, `rtt_baseline_us`, `rtt_recent_us`, every second.
+
+use std::sync::atomic::Ordering;
+use std::sync::{Arc, Mutex, Weak};
+use std::time::Duration;
+
+use adaptive::{Bounds, Controller, Outcome, State};
+use ats::stats::{shared_gauges, Gauge, SharedGauges};
+use ats::{CloseHandler, CloseHook, Txn};
+
+use crate::{Rule, GLOBALS};
+
+/// How often the learned max reaches its gauges.
+const PUBLISH_EVERY: Duration = Duration::from_secs(1);
+
+/// The rules' controllers, weakly: a rule built by a reload takes over
+/// its predecessor's (rule creation only, never a request).
+type Controllers = Vec<((String, String, Bounds), Weak<Controller>)>;
+static CONTROLLERS: Mutex<Controllers> = Mutex::new(Vec::new());
+
+/// The controller of the rule `id` for `from`: the live one of a rule
+/// with the same id, from-URL and bounds, or a new one.
+pub(crate) fn controller(id: &str, from: &str, bounds: Bounds) -> Option<Arc<Controller>> {
+    let config = bounds.config()?;
+    let key = (id.to_owned(), from.to_owned(), bounds);
+    let mut all = CONTROLLERS.lock().unwrap_or_else(|e| e.into_inner());
+    all.retain(|(_, c)| c.strong_count() > 0);
+    if let Some(c) = all
+        .iter()
+        .find(|(k, _)| *k == key)
+        .and_then(|(_, c)| c.upgrade())
+    {
+        log::info!(
+            "rule {from} id={id}: max:auto goes on from the previous rule's max {}",
+            c.limit()
+        );
+        return Some(c);
+    }
+    let c = Arc::new(Controller::new(config, limits::MonotonicClock));
+    all.push((key, Arc::downgrade(&c)));
+    Some(c)
+}
+
+/// What a `max:auto` rule holds besides its controller (in the [`Rule`]).
+pub(crate) struct Learning {
+    pub(crate) sampler: CloseHook<Sampler>,
+    _gauges: Arc<SharedGauges>,
+}
+
+impl Learning {
+    pub(crate) fn start(rule: &Arc<Rule>, c: &Arc<Controller>) -> Result<Learning, String> {
+        let gauges = (0..State::GAUGES.len())
+            .map(|i| -> Gauge<Controller> {
+                (
+                    format!("plugin.throttle.{}.{}", rule.id, State::GAUGES[i]),
+                    Box::new(move |c| Some(c.state().gauges()[i])),
+                )
+            })
+            .collect();
+        Ok(Learning {
+            sampler: CloseHook::new(Sampler { rule: rule.clone() })?,
+            _gauges: shared_gauges(c, gauges, PUBLISH_EVERY),
+        })
+    }
+}
+
+/// The TXN_CLOSE hook of a `max:auto` rule's transactions.
+pub(crate) struct Sampler {
+    rule: Arc<Rule>,
+}
+
+impl CloseHandler for Sampler {
+    fn closed(&self, txn: Txn<'_>) {
+        let (Some(g), Some(c)) = (GLOBALS.get(), &self.rule.auto) else {
+            return;
+        };
+        // Only a transaction that holds a place of this rule (not one
+        // served fresh from cache, refused, or throttled by another rule).
+        let Some(state) = g
+            .state
+            .get(txn)
+            .filter(|s| Arc::ptr_eq(s.ticket.gate(), &self.rule) && s.ticket.holds())
+        else {
+            return;
+        };
+        // A 5xx or no answer is a failure, never an RTT; a request that
+        // never reached the origin teaches nothing.
+        let Some(reply) = txn.origin_reply(|| c.wants_sample()) else {
+            return;
+        };
+        let Some(outcome) = Outcome::of(reply.response()) else {
+            return;
+        };
+        let entered_with = state.entered_with.load(Ordering::Relaxed);
+        c.observe(outcome, entered_with, &self.rule.gate);
+    }
+}
