@@ -530,7 +530,7 @@ fn bad_input_refuses_the_rule_with_a_message_naming_it() {
     let long_pparam = format!("@pparam=max:{digits}");
     let long_want = format!(
         "[throttle] parameter 'max' has an invalid value '{nines}…' (10240 bytes) at \
-         @pparam=max:{}… (10244 bytes): too large; expected a whole number from 0 to 4294967295",
+         @pparam=max:{}… (10244 bytes): too large; expected auto or a whole number from 0 to 4294967295",
         &nines[4..]
     );
     let long_file_want = format!(
@@ -545,7 +545,7 @@ fn bad_input_refuses_the_rule_with_a_message_naming_it() {
         ("@pparam=max:1 @pparam=statfreq:1s", "parameter 'statfreq' has an invalid value '1s'"),
         (r#"@pparam=max:1 @pparam=id:"two words""#, "parameter 'id' has an invalid value 'two words' at @pparam=id:\"two words\": it may not contain spaces"),
         ("@pparam=max:1 @pparam=file:missing.config", "parameter 'file' has an invalid value 'missing.config' at @pparam=file:missing.config: cannot read "),
-        ("@pparam=max:1 @pparam=colour:red", "unknown parameter 'colour' at @pparam=colour:red (allowed: max, stale, statfreq, id, file)"),
+        ("@pparam=max:1 @pparam=colour:red", "unknown parameter 'colour' at @pparam=colour:red (allowed: max, max-min, max-max, stale, statfreq, id, file)"),
         ("@pparam=file:bad.config", "/etc/bad.config:4 (from @pparam=file:bad.config): not a whole number"),
         ("@pparam=file:loop.config", "the file includes itself"),
         (r"@pparam=max:1 @pparam=file:name\ with\ space.config", "ends with a lone '\\'"),

@@ -137,12 +137,16 @@ fn bad_commands_are_answered_and_change_nothing() {
     for (command, error) in [
         (
             "shw",
-            "unknown command 'shw': allowed show [ID], set ID max=N stale=S",
+            "unknown command 'shw': allowed show [ID], set ID max=N|auto stale=S",
+        ),
+        (
+            "set bad1 max=auto",
+            "set: max=auto on rule http://b.test/ (id bad1), whose max is fixed",
         ),
         ("set nobody max=3", "no rule with id 'nobody'; live: bad1"),
         (
             "set bad1 max=abc",
-            "'max=abc' is invalid: allowed max= a whole number from 0 to 4294967295",
+            "'max=abc' is invalid: allowed max= auto or a whole number from 0 to 4294967295",
         ),
         ("set bad1 max=-1", "'max=-1' is invalid"),
         (
