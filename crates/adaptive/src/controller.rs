@@ -35,6 +35,8 @@ pub struct Controller<C: Clock = MonotonicClock> {
     law: Mutex<Law>,
     /// Transactions offered since start ([`Controller::wants_sample`]).
     offered: AtomicU32,
+    /// When the probe in progress started; 0 when none.
+    probe_since: AtomicU64,
 }
 
 /// What a controller shows (metrics, `show`).
@@ -80,6 +82,7 @@ impl<C: Clock> Controller<C> {
             window: Window::default(),
             law: Mutex::new(law),
             offered: AtomicU32::new(0),
+            probe_since: AtomicU64::new(0),
             config,
             clock,
         }
@@ -125,9 +128,8 @@ impl<C: Clock> Controller<C> {
     /// `try_lock` and the law's few float operations.
     #[inline]
     pub fn record(&self, outcome: Outcome, inflight: u32) -> Option<u32> {
-        let seen = self
-            .window
-            .add(outcome, inflight, inflight <= self.config.min);
+        let unloaded = inflight <= self.config.min && self.sent_in_probe(outcome);
+        let seen = self.window.add(outcome, inflight, unloaded);
         // The clock (~95 instructions) only where the window could close:
         // once it has its samples, then every `CLOCK_EVERY`th (a window
         // closes at most that many samples after it is due).
@@ -140,6 +142,20 @@ impl<C: Clock> Controller<C> {
             return None;
         }
         self.close(now)
+    }
+
+    /// While a probe measures the no-load latency, whether this answer's
+    /// request was sent after it started (now − RTT): one that was sent
+    /// into the load before it and ends once the load has drained would
+    /// teach the baseline a loaded RTT (its count at the close is low). The
+    /// clock is read for it during probes only; otherwise one load.
+    #[inline]
+    fn sent_in_probe(&self, outcome: Outcome) -> bool {
+        let since = self.probe_since.load(Ordering::Relaxed);
+        match outcome {
+            Outcome::Answered(rtt) if since != 0 => self.clock.now().saturating_sub(rtt) >= since,
+            _ => true,
+        }
     }
 
     /// Closes the window if it is due and has its samples; whoever holds
@@ -163,6 +179,7 @@ impl<C: Clock> Controller<C> {
         );
         let after = law.limit(&self.config);
         self.limit.store(after, Ordering::Relaxed);
+        self.note_probe(&law, now);
         (after != before).then_some(after)
     }
 
@@ -176,7 +193,19 @@ impl<C: Clock> Controller<C> {
         law.pin(limit, &self.config);
         let now = law.limit(&self.config);
         self.limit.store(now, Ordering::Relaxed);
+        self.note_probe(&law, self.clock.now());
         now
+    }
+
+    /// Keeps `probe_since` in step with the law: set when a probe starts,
+    /// 0 once it is over (or a pin ended it). Under the law's lock.
+    fn note_probe(&self, law: &Law, now: Nanos) {
+        let was = self.probe_since.load(Ordering::Relaxed);
+        match (law.probing(), was) {
+            (true, 0) => self.probe_since.store(now.max(1), Ordering::Relaxed),
+            (false, w) if w != 0 => self.probe_since.store(0, Ordering::Relaxed),
+            _ => {}
+        }
     }
 
     /// The state, for metrics and `show`.

@@ -47,7 +47,10 @@
 //! start) and when none came for `probe_interval` (60 s): the limit drops
 //! to `min`; after one window for the drain (its unloaded samples are the
 //! short ones that ended first), it gathers 20 unloaded samples (at most 5
-//! windows in all), and the limit goes back to what it was.
+//! windows in all), and the limit goes back to what it was. During a
+//! probe, an answer counts as unloaded only if its request was sent after
+//! the probe started (now − RTT): the slowest of the crowd it drains end
+//! with few in flight, but were sent into the load.
 //!
 //! # Why Gradient2, and why not its baseline
 //!

@@ -197,3 +197,44 @@ fn a_full_window_wants_one_transaction_in_four() {
     let wanted = (0..400).filter(|_| c.wants_sample()).count();
     assert_eq!(wanted, 100);
 }
+
+/// Records `rtt` answers at `inflight` until a window closes (the clock
+/// moved past its due time first); at most 100.
+fn close_window(clock: &ManualClock, c: &Controller<Arc<ManualClock>>, rtt: Nanos, inflight: u32) {
+    let windows = c.state().windows;
+    clock.advance(Duration::from_secs(1));
+    for _ in 0..100 {
+        c.record(Outcome::Answered(rtt), inflight);
+        if c.state().windows > windows {
+            return;
+        }
+    }
+    panic!("no window closed");
+}
+
+#[test]
+fn a_probe_learns_only_from_requests_sent_after_it_started() {
+    let (clock, c) = controller(Config::default());
+    // A loaded first window: no baseline, so a probe starts at the minimum.
+    close_window(&clock, &c, 200 * MS, 20);
+    assert!(c.state().probing);
+    assert_eq!(c.limit(), 4);
+    // Its first window (the drain) goes by; in the second, the crowd sent
+    // before the probe ends alone (3 in flight), 1.5 s after it was sent:
+    // not the no-load latency, though few are in flight at its close.
+    close_window(&clock, &c, 50 * MS, 2);
+    clock.advance(Duration::from_millis(100));
+    for _ in 0..8 {
+        c.record(Outcome::Answered(1500 * MS), 3);
+    }
+    // Then requests sent since answer in 50 ms, until the probe has its 20.
+    for _ in 0..10 {
+        if !c.state().probing {
+            break;
+        }
+        close_window(&clock, &c, 50 * MS, 2);
+    }
+    let s = c.state();
+    assert!(!s.probing);
+    assert_eq!(s.baseline, Some(50 * MS), "{s:?}");
+}
