@@ -10,6 +10,10 @@ use limits::{Clock, Slots, Waiter};
 
 use crate::{Controller, Outcome};
 
+/// The most a learned limit's raise adds to the places per sample
+/// ([`Controller::observe`]).
+pub const RAISE_STEP: u32 = 16;
+
 /// Places limited by a learned limit.
 pub trait Governed {
     /// Places held now: the load the origin met.
@@ -47,12 +51,19 @@ impl<C: Clock> Controller<C> {
     /// moved it last: a pin racing a window's close, applied in the other
     /// order, is put right by the next sample (one load and compare when
     /// nothing changed).
+    ///
+    /// A raise reaches the places [`RAISE_STEP`] at a time, one step per
+    /// sample: raising admits waiters inside the call (on the net thread
+    /// of the transaction that closes), and a probe's end raises from the
+    /// minimum back to what it was, so the origin meets a ramp rather than
+    /// the whole queue at once. A fall applies at once.
     #[inline]
     pub fn observe(&self, outcome: Outcome, entered_with: u32, places: &impl Governed) {
         self.record(outcome, entered_with.max(places.in_flight()));
         let limit = self.limit();
-        if places.limit() != limit {
-            places.set_limit(limit);
+        let now = places.limit();
+        if now != limit {
+            places.set_limit(limit.min(now.saturating_add(RAISE_STEP)));
         }
     }
 
@@ -127,11 +138,26 @@ mod tests {
         let c = Controller::new(Config::default(), ManualClock::new(0));
         let p = Places::default();
         p.in_flight.store(3, Ordering::Relaxed);
+        p.limit.store(10, Ordering::Relaxed);
         c.observe(Outcome::Answered(1_000_000), 0, &p);
         assert_eq!(p.limit(), c.limit());
         assert_eq!(p.sets.load(Ordering::Relaxed), 1);
         c.observe(Outcome::Answered(1_000_000), 0, &p);
         assert_eq!(p.sets.load(Ordering::Relaxed), 1, "nothing changed");
+    }
+
+    #[test]
+    fn a_raise_reaches_the_places_a_step_per_sample() {
+        let c = Controller::new(Config::default(), ManualClock::new(0));
+        let p = Places::default();
+        c.pin(Some(100));
+        for want in [16, 32, 48, 64, 80, 96, 100, 100] {
+            c.observe(Outcome::Answered(1_000_000), 0, &p);
+            assert_eq!(p.limit(), want);
+        }
+        c.pin(Some(5));
+        c.observe(Outcome::Answered(1_000_000), 0, &p);
+        assert_eq!(p.limit(), 5, "a fall applies at once");
     }
 
     #[test]

@@ -140,5 +140,5 @@ mod window;
 
 pub use config::{Bounds, Config, ConfigError};
 pub use controller::{Controller, State};
-pub use governed::Governed;
+pub use governed::{Governed, RAISE_STEP};
 pub use window::Outcome;

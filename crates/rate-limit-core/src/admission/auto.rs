@@ -2,8 +2,9 @@
 //! a `adaptive::Controller` (crates/adaptive: the algorithm, its choice and
 //! its simulations). The plugin reports each origin transaction of a slot
 //! holder when it closes ([`Limiter::auto_sample`]); a sample that closes
-//! the controller's window may move the limit, applied to the slots at
-//! once (raising it admits waiters inside the call). `set TARGET limit=N`
+//! the controller's window may move the limit, applied to the slots (a
+//! fall at once, a raise `adaptive::RAISE_STEP` slots per sample: raising
+//! admits waiters inside the call). `set TARGET limit=N`
 //! pins it, `limit=auto` lets it learn again ([`Limiter::pin_limit`]).
 
 use limits::{Clock, Waiter};
