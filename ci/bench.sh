@@ -13,7 +13,11 @@
 #                          (`ats-bench check-sections`): fails if the
 #                          micro-icount table's baseline column differs from
 #                          bench/micro-icount/baseline.tsv in any row, or a
-#                          section's plugin commit is not in HEAD's history.
+#                          section's plugin commit is not in HEAD's history;
+#                          and the convergence plots' scenarios rerun
+#                          (`ats-bench plots --check`, simulated, well under
+#                          a second), writing nothing: fails if one leaves
+#                          its documented bound.
 #                          Then every configuration once for a second and
 #                          the criterion benches once each in test mode (no
 #                          timing), writes nothing; and the micro-benchmarks'
@@ -27,6 +31,10 @@
 #                          callgrind for every configuration and the floor (a
 #                          minimal C limiter, bench/floor; issue 15, ~5 min),
 #                          and the micro-benchmarks' counts; updates BENCHMARKS.md.
+#   ci/bench.sh plots      --limit=auto's convergence (issue 34), simulated on
+#                          crates/adaptive-sim's model origin (no Traffic
+#                          Server, about a second): writes bench/plots/*.png and
+#                          updates BENCHMARKS.md's adaptive-plots section.
 #   ci/bench.sh tls        rate_limit.so's global mode (issue 29): instructions
 #                          per TLS connection under callgrind (no plugin, ours
 #                          accepting and refusing, on 10.x upstream's too) and a
@@ -40,7 +48,12 @@
 # install, built in its own target dir (ci/ats-env.sh).
 set -euo pipefail
 cd "$(dirname "$0")/.."
-ci/install-deps.sh wrk nginx-light valgrind
+if [ "${1:-}" = plots ]; then
+    # Simulated: only ats-bench is built (it needs the ATS headers), nothing is run.
+    ci/install-deps.sh
+else
+    ci/install-deps.sh wrk nginx-light valgrind
+fi
 . ci/ats-env.sh
 ats_env
 echo "bench: $ats_flavour, cargo target dir $TARGET"
@@ -53,6 +66,12 @@ if [ "${1:-}" = "--smoke" ]; then
     # (`micro-icount --write`) without --out, refresh the table's baseline
     # column: cargo run --release -p ats-bench -- micro-icount --baseline-only --out BENCHMARKS.md
     cargo run --release --locked -p ats-bench -- check-sections BENCHMARKS.md
+    cargo run --release --locked -p ats-bench -- plots --check
+fi
+
+if [ "${1:-}" = plots ]; then
+    shift
+    exec cargo run --release --locked -p ats-bench -- plots --out-dir bench/plots --out BENCHMARKS.md "$@"
 fi
 
 cargo build --release --locked -p ats-bench -p rate_limit -p throttle -p ip_throttle -p micro-icount

@@ -202,14 +202,9 @@ pub fn main(argv: &[String]) -> ExitCode {
     match run(&args, variants, objects) {
         Ok(res) => {
             let machine = crate::sys::Machine::probe();
-            let argv: Vec<String> = std::env::args().collect();
-            let command = match std::env::var("ATS_BENCH_COMMAND") {
-                Ok(c) if !c.is_empty() => format!("{c}` (ran `{}", argv.join(" ")) + ")",
-                _ => argv.join(" "),
-            };
             let ctx = Context {
                 machine: &machine,
-                command,
+                command: crate::report::command(),
             };
             let body = crate::icount_report::section(&ctx, &res);
             let name = crate::icount_report::section_name();

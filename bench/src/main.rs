@@ -1,7 +1,8 @@
 //! ats-bench: what our plugins cost per request on a real traffic_server,
 //! side by side with no plugin and with upstream's C++ rate_limit.so, the
-//! queue-resume latency of both rate limiters, and the micro-benchmark
-//! table from criterion's results. Writes the markdown sections of
+//! queue-resume latency of both rate limiters, the micro-benchmark
+//! table from criterion's results, and (`plots`) the adaptive limit's
+//! convergence, simulated. Writes the markdown sections of
 //! BENCHMARKS.md. Not a test: it asserts no timing, only that the setup
 //! does what the measurement needs (hits are hits, misses reach the origin).
 //!
@@ -22,6 +23,7 @@ mod micro;
 mod micro_icount;
 mod micro_icount_report;
 mod nginx;
+mod plots;
 mod queue;
 mod records;
 mod report;
@@ -50,6 +52,7 @@ const USAGE: &str = "\
 usage: ats-bench [--smoke] [--out FILE] [options]
        ats-bench icount|micro-icount|tls [--help]   (instruction counts; TLS connections)
        ats-bench check-sections [FILE]              (FILE's generated sections against what they cite)
+       ats-bench plots --out-dir DIR [--out FILE] | --check   (--limit=auto's convergence, simulated)
 
   --smoke              a few seconds per part, every configuration once; numbers
                        are meaningless and FILE is not written
@@ -158,14 +161,9 @@ const QUEUE_VARIANTS: [QueueVariant; 3] = [
 
 fn run(args: &Args) -> Result<(), String> {
     let machine = sys::Machine::probe();
-    let argv: Vec<String> = std::env::args().collect();
-    let command = match std::env::var("ATS_BENCH_COMMAND") {
-        Ok(c) if !c.is_empty() => format!("{c}` (ran `{}", argv.join(" ")) + ")",
-        _ => argv.join(" "),
-    };
     let ctx = Context {
         machine: &machine,
-        command,
+        command: crate::report::command(),
     };
     let mut sections: Vec<(&str, String)> = Vec::new();
 
@@ -300,6 +298,7 @@ fn main() -> ExitCode {
         Some("micro-icount") => return micro_icount::main(&argv[1..]),
         Some("tls") => return tls::main(&argv[1..]),
         Some("check-sections") => return check::main(&argv[1..]),
+        Some("plots") => return plots::main(&argv[1..]),
         _ => {}
     }
     let args = match report::args_or_exit("ats-bench", USAGE, parse_args(&argv)) {

@@ -32,6 +32,16 @@ impl Context<'_> {
     }
 }
 
+/// The command a section says produced it: `ci/bench.sh`'s own (from
+/// `ATS_BENCH_COMMAND`) with what it ran, or this process's arguments.
+pub fn command() -> String {
+    let argv: Vec<String> = std::env::args().collect();
+    match std::env::var("ATS_BENCH_COMMAND") {
+        Ok(c) if !c.is_empty() => format!("{c}` (ran `{}", argv.join(" ")) + ")",
+        _ => argv.join(" "),
+    }
+}
+
 /// 23456.7 -> "23,457" (an ASCII minus, as these tables always had).
 pub fn int(x: f64) -> String {
     grouped(x, false).replace('−', "-")

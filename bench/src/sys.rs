@@ -150,7 +150,7 @@ pub const PLUGIN_SOURCES: &[&str] = &["ats-sys", "crates", "plugins", "Cargo.loc
 
 /// "commit abc1234" plus the files under the plugins' source directories
 /// that differ from it.
-fn source_provenance() -> String {
+pub fn source_provenance() -> String {
     let git = |args: &[&str]| git(Path::new(WORKSPACE), args);
     let Some(commit) = git(&["rev-parse", "--short", "HEAD"]) else {
         return "unknown (not a git checkout)".into();
@@ -168,6 +168,11 @@ fn source_provenance() -> String {
     }
 }
 
+/// "2026-11-29 14:05 UTC", the date every section's header line gives.
+pub fn utc_now() -> String {
+    first_line(command_output("date", &["-u", "+%Y-%m-%d %H:%M UTC"]))
+}
+
 impl Machine {
     pub fn probe() -> Machine {
         let cpuinfo = fs::read_to_string("/proc/cpuinfo").unwrap_or_default();
@@ -182,7 +187,7 @@ impl Machine {
             &["--version"],
         ));
         Machine {
-            date: first_line(command_output("date", &["-u", "+%Y-%m-%d %H:%M UTC"])),
+            date: utc_now(),
             cpus: std::thread::available_parallelism().map_or(0, |n| n.get()),
             cpu_model,
             kernel: first_line(fs::read_to_string("/proc/sys/kernel/osrelease").ok()),

@@ -35,14 +35,9 @@ fn run(args: &Args) -> Result<String, String> {
         return Err(format!("{} is missing (the TLS client)", client::PYTHON));
     }
     let machine = crate::sys::Machine::probe();
-    let argv: Vec<String> = std::env::args().collect();
-    let command = match std::env::var("ATS_BENCH_COMMAND") {
-        Ok(c) if !c.is_empty() => format!("{c}` (ran `{}", argv.join(" ")) + ")",
-        _ => argv.join(" "),
-    };
     let ctx = Context {
         machine: &machine,
-        command,
+        command: crate::report::command(),
     };
     let icount = if args.icount {
         Some(icount::run(args)?)

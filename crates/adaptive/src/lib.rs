@@ -5,7 +5,8 @@
 //! Nothing here touches the TS API: time is injected ([`limits::Clock`]),
 //! and the limit learned is a number the plugin applies to its own slots
 //! (`limits::Slots::set_limit`). Tests drive it with a manual clock and a
-//! model origin (`tests/sim/`).
+//! model origin (crates/adaptive-sim: `tests/sim/`, and the convergence
+//! plots of `ats-bench plots`).
 //!
 //! - [`Controller`]: records samples, closes windows, holds the limit.
 //! - [`Config`]: bounds and constants, with documented defaults.

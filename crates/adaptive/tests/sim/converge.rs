@@ -2,7 +2,7 @@
 
 use adaptive::Config;
 
-use crate::model::{ms, secs, settle, Sim};
+use adaptive_sim::{ms, secs, settle, Sim};
 
 const CAPACITIES: [u32; 3] = [8, 32, 100];
 /// The origin's no-load latency, in ms.

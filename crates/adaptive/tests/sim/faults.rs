@@ -3,7 +3,7 @@
 
 use adaptive::Config;
 
-use crate::model::{ms, secs, settle, Mode, Sim};
+use adaptive_sim::{ms, secs, settle, Mode, Sim};
 
 /// Runs to `end` in 100 ms steps; the highest limit seen.
 fn highest(sim: &mut Sim, end: u64) -> u32 {

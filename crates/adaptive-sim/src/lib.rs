@@ -1,10 +1,15 @@
-//! The model: an origin of capacity C (processor sharing: each request's
+//! A model origin to run crates/adaptive's controller against (the
+//! simulation tests' in `crates/adaptive/tests/sim/`, and `ats-bench
+//! plots`'): an origin of capacity C (processor sharing: each request's
 //! work is L0 at full speed, and n > C requests in flight each run at C/n,
 //! so the latency is L0 up to C in flight and L0·n/C beyond; optionally
 //! each request's work jittered around L0), closed-loop
 //! clients that send again as soon as they are answered, and a
 //! `limits::Slots` at the learned limit queueing the rest FIFO, as the
-//! plugins will. Event-driven on a `ManualClock`: exact and deterministic.
+//! plugins do. Event-driven on a `ManualClock`: exact and deterministic.
+//! [`trace`] records a run for plots, [`settle`] judges one.
+
+#![forbid(unsafe_code)]
 
 use std::collections::{BTreeMap, VecDeque};
 use std::sync::Arc;
@@ -13,6 +18,10 @@ use parking_lot::Mutex;
 
 use adaptive::{Config, Controller, Outcome, State};
 use limits::{ManualClock, Nanos, Permit, Slots, Waiter, NANOS_PER_MS, NANOS_PER_SEC};
+
+mod trace;
+
+pub use trace::{settle, settled, trace, Sample, STEP};
 
 type Sink = Arc<Mutex<Vec<(usize, Permit<Admit>)>>>;
 
@@ -54,6 +63,7 @@ struct Req {
     fails_at: Nanos,
 }
 
+/// The origin, its clients and the controller, on one manual clock.
 pub struct Sim {
     clock: Arc<ManualClock>,
     pub ctl: Controller<Arc<ManualClock>>,
@@ -83,10 +93,12 @@ pub struct Sim {
     rng: u64,
 }
 
+/// `n` milliseconds.
 pub fn ms(n: u64) -> Nanos {
     n * NANOS_PER_MS
 }
 
+/// `n` seconds.
 pub fn secs(n: u64) -> Nanos {
     n * NANOS_PER_SEC
 }
@@ -279,30 +291,4 @@ impl Sim {
         }
         self.flush();
     }
-}
-
-/// Runs `sim` to `end` in 100 ms steps and returns the first time from
-/// which the limit stayed within `lo..=hi` to the end (probe windows, where
-/// the limit is the minimum on purpose, skipped), and the range it took in
-/// the last 10 s (its steady state).
-pub fn settle(sim: &mut Sim, lo: f64, hi: f64, end: Nanos) -> (Option<Nanos>, (u32, u32)) {
-    let mut since = None;
-    let mut last = (u32::MAX, 0);
-    while sim.elapsed() < end {
-        let t = sim.elapsed() + ms(100);
-        sim.run_to(t);
-        let s = sim.state();
-        if s.probing {
-            continue;
-        }
-        if t + secs(10) > end {
-            last = (last.0.min(s.limit), last.1.max(s.limit));
-        }
-        match ((lo..=hi).contains(&f64::from(s.limit)), since) {
-            (true, None) => since = Some(t),
-            (false, _) => since = None,
-            _ => {}
-        }
-    }
-    (since, last)
 }
