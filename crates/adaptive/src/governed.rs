@@ -11,7 +11,8 @@ use limits::{Clock, Slots, Waiter};
 use crate::{Controller, Outcome};
 
 /// The most a learned limit's raise adds to the places per sample
-/// ([`Controller::observe`]).
+/// ([`Controller::observe`]): an eighth of their limit, at least 1, at
+/// most this.
 pub const RAISE_STEP: u32 = 16;
 
 /// Places limited by a learned limit.
@@ -52,18 +53,20 @@ impl<C: Clock> Controller<C> {
     /// order, is put right by the next sample (one load and compare when
     /// nothing changed).
     ///
-    /// A raise reaches the places [`RAISE_STEP`] at a time, one step per
-    /// sample: raising admits waiters inside the call (on the net thread
-    /// of the transaction that closes), and a probe's end raises from the
-    /// minimum back to what it was, so the origin meets a ramp rather than
-    /// the whole queue at once. A fall applies at once.
+    /// A raise reaches the places a step per sample, an eighth of their
+    /// limit (1 to [`RAISE_STEP`]): raising admits waiters inside the call
+    /// (on the net thread of the transaction that closes), and a probe's
+    /// end raises from the minimum back to what it was, so the origin
+    /// meets a ramp (about 12 % more a sample) rather than the whole queue
+    /// at once, which its latency would show. A fall applies at once.
     #[inline]
     pub fn observe(&self, outcome: Outcome, entered_with: u32, places: &impl Governed) {
         self.record(outcome, entered_with.max(places.in_flight()));
         let limit = self.limit();
         let now = places.limit();
         if now != limit {
-            places.set_limit(limit.min(now.saturating_add(RAISE_STEP)));
+            let step = (now / 8).clamp(1, RAISE_STEP);
+            places.set_limit(limit.min(now.saturating_add(step)));
         }
     }
 
@@ -138,7 +141,7 @@ mod tests {
         let c = Controller::new(Config::default(), ManualClock::new(0));
         let p = Places::default();
         p.in_flight.store(3, Ordering::Relaxed);
-        p.limit.store(10, Ordering::Relaxed);
+        p.limit.store(19, Ordering::Relaxed);
         c.observe(Outcome::Answered(1_000_000), 0, &p);
         assert_eq!(p.limit(), c.limit());
         assert_eq!(p.sets.load(Ordering::Relaxed), 1);
@@ -150,11 +153,19 @@ mod tests {
     fn a_raise_reaches_the_places_a_step_per_sample() {
         let c = Controller::new(Config::default(), ManualClock::new(0));
         let p = Places::default();
-        c.pin(Some(100));
-        for want in [16, 32, 48, 64, 80, 96, 100, 100] {
+        p.limit.store(4, Ordering::Relaxed);
+        c.pin(Some(300));
+        let mut steps = vec![4];
+        for _ in 0..60 {
             c.observe(Outcome::Answered(1_000_000), 0, &p);
-            assert_eq!(p.limit(), want);
+            steps.push(p.limit());
         }
+        for w in steps.windows(2) {
+            let want = (w[0] / 8).clamp(1, RAISE_STEP).min(300 - w[0]);
+            assert_eq!(w[1] - w[0], want, "{steps:?}");
+        }
+        assert_eq!(&steps[..6], [4, 5, 6, 7, 8, 9]);
+        assert_eq!(p.limit(), 300, "{steps:?}");
         c.pin(Some(5));
         c.observe(Outcome::Answered(1_000_000), 0, &p);
         assert_eq!(p.limit(), 5, "a fall applies at once");

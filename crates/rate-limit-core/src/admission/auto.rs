@@ -3,7 +3,7 @@
 //! its simulations). The plugin reports each origin transaction of a slot
 //! holder when it closes ([`Limiter::auto_sample`]); a sample that closes
 //! the controller's window may move the limit, applied to the slots (a
-//! fall at once, a raise `adaptive::RAISE_STEP` slots per sample: raising
+//! fall at once, a raise by steps of an eighth, one per sample: raising
 //! admits waiters inside the call). `set TARGET limit=N`
 //! pins it, `limit=auto` lets it learn again ([`Limiter::pin_limit`]).
 
