@@ -1,10 +1,11 @@
-//! `--limit=auto` against fixed limits (issue 34's benchmark): a real
-//! traffic_server in front of an origin of capacity C (processor sharing
-//! beyond it, `ats_tests::capacity_origin`), with closed-loop clients, for
-//! no limiter, a fixed limit at C, one at 4C, and auto. Prints one
-//! Markdown table row per configuration: the origin's latency p50/p99, its
-//! answers per second, and the share of clients' requests refused (429) or
-//! failed.
+//! `--limit=auto` and `max:auto` against fixed limits (issue 34's
+//! benchmark): a real traffic_server in front of an origin of capacity C
+//! (processor sharing beyond it, `ats_tests::capacity_origin`), with
+//! closed-loop clients (coming back 10 ms after a refusal), for no limiter,
+//! rate_limit.so (queueing) fixed at C, at 4C and auto, and throttle.so
+//! (answering 503 when full) the same. Prints one Markdown table row per
+//! configuration: the origin's latency p50/p99, its answers per second,
+//! and the share of clients' requests refused (429 or 503) or failed.
 //!
 //! ```text
 //! cargo run --release -p ats-tests --example adaptive_bench [SECONDS]
@@ -14,14 +15,14 @@
 //! takes to learn), per configuration. Env: `CAPACITY` (8), `BASE_MS`
 //! (50), `CLIENTS` (40).
 
-use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::Arc;
 use std::thread;
 use std::time::{Duration, Instant};
 
 use ats_tests::capacity_origin::CapacityOrigin;
-use ats_tests::client::Conn;
+use ats_tests::closed_loop::ClosedLoop;
 use ats_tests::TrafficServer;
+
+const BACKOFF: Duration = Duration::from_millis(10);
 
 fn env(name: &str, default: u64) -> u64 {
     std::env::var(name)
@@ -30,78 +31,38 @@ fn env(name: &str, default: u64) -> u64 {
         .unwrap_or(default)
 }
 
-/// Clients' answers: (ok, refused 429, other).
-type Counts = (u64, u64, u64);
+/// One configuration: the plugin and its parameters (`None`: no plugin).
+type Config = Option<(&'static str, String)>;
 
-fn run(origin: &CapacityOrigin, params: Option<&str>, clients: usize, secs: u64) -> Row {
-    let map = match params {
+fn run(origin: &CapacityOrigin, config: &Config, clients: usize, secs: u64) -> Row {
+    let map = match config {
         None => format!("map http://a.test/ {}\n", origin.url()),
-        Some(p) => {
+        Some((plugin, p)) => {
             let pp: String = p.split(' ').map(|p| format!(" @pparam={p}")).collect();
             format!(
                 "map http://a.test/ {} @plugin={}{pp}\n",
                 origin.url(),
-                ats_tests::plugin("rate_limit")
+                ats_tests::plugin(plugin)
             )
         }
     };
     let ts = TrafficServer::builder().remap(map).start().expect("start");
-    let port = ts.port();
-    let stop = Arc::new(AtomicBool::new(false));
-    let measuring = Arc::new(AtomicBool::new(false));
-    let threads: Vec<_> = (0..clients)
-        .map(|_| {
-            let (stop, measuring) = (stop.clone(), measuring.clone());
-            thread::spawn(move || -> Counts {
-                let mut counts = (0, 0, 0);
-                let mut conn: Option<Conn> = None;
-                while !stop.load(Ordering::Relaxed) {
-                    let c = match conn.as_mut() {
-                        Some(c) => c,
-                        None => match Conn::open(port) {
-                            Ok(c) => conn.insert(c),
-                            Err(_) => {
-                                thread::sleep(Duration::from_millis(50));
-                                continue;
-                            }
-                        },
-                    };
-                    let status = match c.get("a.test", "/", &[]) {
-                        Ok(r) => r.status,
-                        Err(_) => {
-                            conn = None;
-                            0
-                        }
-                    };
-                    if measuring.load(Ordering::Relaxed) {
-                        match status {
-                            200 => counts.0 += 1,
-                            429 => counts.1 += 1,
-                            _ => counts.2 += 1,
-                        }
-                    }
-                }
-                counts
-            })
-        })
-        .collect();
+    // A refused client comes back 10 ms later (throttle.so answers 503 at
+    // once; rate_limit.so queues).
+    let load = ClosedLoop::start(ts.port(), "a.test", clients, BACKOFF, false);
     thread::sleep(Duration::from_secs(10));
     let (t0, answered0, lat0) = (
         Instant::now(),
         origin.answered(),
         origin.latencies_us().len(),
     );
-    measuring.store(true, Ordering::Relaxed);
+    load.count(true);
     thread::sleep(Duration::from_secs(secs));
-    measuring.store(false, Ordering::Relaxed);
+    load.count(false);
     let elapsed = t0.elapsed().as_secs_f64();
     let answered = origin.answered() - answered0;
     let mut lat: Vec<u64> = origin.latencies_us()[lat0..].to_vec();
-    stop.store(true, Ordering::Relaxed);
-    let (ok, refused, other) = threads
-        .into_iter()
-        .map(|t| t.join().unwrap_or_default())
-        .fold((0, 0, 0), |a, b| (a.0 + b.0, a.1 + b.1, a.2 + b.2));
+    let n = load.stop();
     lat.sort_unstable();
     let pct = |p: f64| {
         lat.get(((lat.len() as f64 - 1.0) * p) as usize)
@@ -112,8 +73,8 @@ fn run(origin: &CapacityOrigin, params: Option<&str>, clients: usize, secs: u64)
         p50_ms: pct(0.5) as f64 / 1000.0,
         p99_ms: pct(0.99) as f64 / 1000.0,
         per_s: answered as f64 / elapsed,
-        refused: refused as f64 / (ok + refused + other).max(1) as f64,
-        failed: other as f64 / (ok + refused + other).max(1) as f64,
+        refused: n.refused as f64 / n.total().max(1) as f64,
+        failed: n.other as f64 / n.total().max(1) as f64,
     }
 }
 
@@ -134,11 +95,19 @@ fn main() {
     let base = Duration::from_millis(env("BASE_MS", 50));
     let clients = env("CLIENTS", 40) as usize;
     let queue = "--queue=10000 --maxage=30000";
-    let configs: [(&str, Option<String>); 4] = [
+    let rate_limit = |p: String| Some(("rate_limit", p));
+    let throttle = |max: String| Some(("throttle", format!("max:{max}")));
+    let configs: [(&str, Config); 7] = [
         ("no limiter", None),
-        ("fixed at C", Some(format!("--limit={c} {queue}"))),
-        ("fixed at 4C", Some(format!("--limit={} {queue}", 4 * c))),
-        ("auto", Some(format!("--limit=auto {queue}"))),
+        ("fixed at C", rate_limit(format!("--limit={c} {queue}"))),
+        (
+            "fixed at 4C",
+            rate_limit(format!("--limit={} {queue}", 4 * c)),
+        ),
+        ("auto", rate_limit(format!("--limit=auto {queue}"))),
+        ("throttle.so max:C", throttle(c.to_string())),
+        ("throttle.so max:4C", throttle((4 * c).to_string())),
+        ("throttle.so max:auto", throttle("auto".to_owned())),
     ];
     println!(
         "Origin of capacity C = {c} at {} ms ({} answers/s at most), {clients} closed-loop \
@@ -146,12 +115,12 @@ fn main() {
         base.as_millis(),
         c as f64 / base.as_secs_f64()
     );
-    println!("| limiter | origin p50 | origin p99 | origin answers/s | 429 | failed |");
+    println!("| limiter | origin p50 | origin p99 | origin answers/s | 429/503 | failed |");
     println!("|---|--:|--:|--:|--:|--:|");
     for (name, params) in configs {
         // A fresh origin each: its samples are this configuration's.
         let origin = CapacityOrigin::start(c as usize, base);
-        let r = run(&origin, params.as_deref(), clients, secs);
+        let r = run(&origin, &params, clients, secs);
         println!(
             "| {name} | {:.0} ms | {:.0} ms | {:.0} | {:.1} % | {:.1} % |",
             r.p50_ms,

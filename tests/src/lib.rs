@@ -11,6 +11,8 @@
 //!   every request it receives.
 //! - [`client`]: a small HTTP/1.1 client (single requests, keep-alive
 //!   connections, concurrent bursts, aborts) with timings.
+//! - [`capacity_origin`] and [`closed_loop`]: an origin of a given capacity
+//!   and closed-loop clients, for the learned limits (issue 34).
 //! - [`h2`]: a scripted HTTP/2 client over TLS (python3-h2): many streams
 //!   per connection, RST_STREAM, connection close, with timings.
 //! - [`tls`]: scripted TLS handshakes (python's `ssl`): SNI, source
@@ -27,6 +29,7 @@
 pub mod ats;
 pub mod capacity_origin;
 pub mod client;
+pub mod closed_loop;
 pub mod h2;
 pub mod memcached;
 pub mod nginx;

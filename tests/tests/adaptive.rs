@@ -6,13 +6,11 @@
 //! metrics and `show`, and `set` pins it and lets it learn again; throttle.so
 //! still serves stale content while its learned max is full.
 
-use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::Arc;
 use std::thread;
 use std::time::{Duration, Instant};
 
 use ats_tests::capacity_origin::CapacityOrigin;
-use ats_tests::client::Conn;
+use ats_tests::closed_loop::ClosedLoop;
 use ats_tests::TrafficServer;
 use serde_json::Value;
 
@@ -22,51 +20,6 @@ const CLIENTS: usize = 40;
 
 fn json(answer: &str) -> Value {
     serde_json::from_str(answer).unwrap_or_else(|e| panic!("{e}: {answer}"))
-}
-
-/// `CLIENTS` threads sending one request after another to `host` until
-/// `stop`, each waiting `backoff` after an answer other than 200; each
-/// counts its answers by status.
-fn clients(
-    port: u16,
-    host: &'static str,
-    stop: &Arc<AtomicBool>,
-    backoff: Duration,
-) -> Vec<thread::JoinHandle<(u64, u64)>> {
-    (0..CLIENTS)
-        .map(|_| {
-            let stop = stop.clone();
-            thread::spawn(move || {
-                let (mut ok, mut other) = (0, 0);
-                let mut conn = None;
-                while !stop.load(Ordering::Relaxed) {
-                    let c = match conn.as_mut() {
-                        Some(c) => c,
-                        None => match Conn::open(port) {
-                            Ok(c) => conn.insert(c),
-                            Err(_) => {
-                                other += 1;
-                                thread::sleep(Duration::from_millis(50));
-                                continue;
-                            }
-                        },
-                    };
-                    match c.get(host, "/", &[]) {
-                        Ok(r) if r.status == 200 => ok += 1,
-                        Ok(_) => {
-                            other += 1;
-                            thread::sleep(backoff);
-                        }
-                        Err(_) => {
-                            conn = None;
-                            other += 1;
-                        }
-                    }
-                }
-                (ok, other)
-            })
-        })
-        .collect()
 }
 
 #[test]
@@ -83,8 +36,7 @@ fn the_learned_limit_holds_the_origin_near_its_capacity() {
         .with_manager()
         .start()
         .expect("start");
-    let stop = Arc::new(AtomicBool::new(false));
-    let threads = clients(ts.port(), "a.test", &stop, Duration::ZERO);
+    let clients = ClosedLoop::start(ts.port(), "a.test", CLIENTS, Duration::ZERO, true);
     // Learning: the start (20), a probe at the minimum, then the gradient.
     thread::sleep(Duration::from_secs(10));
     let (t0, answered0) = (Instant::now(), origin.answered());
@@ -100,11 +52,8 @@ fn the_learned_limit_holds_the_origin_near_its_capacity() {
     let pinned_since = Instant::now();
     thread::sleep(Duration::from_secs(3));
     let pinned_most = origin.in_flight_since(pinned_since).last().copied();
-    stop.store(true, Ordering::Relaxed);
-    let (ok, other) = threads
-        .into_iter()
-        .map(|t| t.join().expect("client"))
-        .fold((0, 0), |(a, b), (c, d)| (a + c, b + d));
+    let n = clients.stop();
+    let (ok, other) = (n.ok, n.refused + n.other);
     assert!(
         pinned_most.is_some_and(|n| n <= 6),
         "pinned at 6: {pinned_most:?} in flight"
@@ -178,8 +127,13 @@ fn throttle_learns_its_max_and_serves_stale_when_full() {
     // In cache before the load (stale from the start: max-age=0).
     let r = ts.get("t.test", "/cacheable", &[]).expect("fill");
     assert_eq!(r.status, 200);
-    let stop = Arc::new(AtomicBool::new(false));
-    let threads = clients(ts.port(), "t.test", &stop, Duration::from_millis(10));
+    let clients = ClosedLoop::start(
+        ts.port(),
+        "t.test",
+        CLIENTS,
+        Duration::from_millis(10),
+        true,
+    );
     thread::sleep(Duration::from_secs(10));
     let (t0, answered0) = (Instant::now(), origin.answered());
     thread::sleep(Duration::from_secs(15));
@@ -200,11 +154,8 @@ fn throttle_learns_its_max_and_serves_stale_when_full() {
     let pinned_since = Instant::now();
     thread::sleep(Duration::from_secs(3));
     let pinned_most = origin.in_flight_since(pinned_since).last().copied();
-    stop.store(true, Ordering::Relaxed);
-    let (ok, refused) = threads
-        .into_iter()
-        .map(|t| t.join().expect("client"))
-        .fold((0, 0), |(a, b), (c, d)| (a + c, b + d));
+    let n = clients.stop();
+    let (ok, refused) = (n.ok, n.refused);
     let median = in_flight.get(in_flight.len() / 2).copied().unwrap_or(0);
     let rate = answered as f64 / secs;
     let capacity = C as f64 / BASE.as_secs_f64();

@@ -1,0 +1,117 @@
+//! Closed-loop clients for the learned-limit tests and benchmark (issue
+//! 34): each thread sends one request after another on a keep-alive
+//! connection, waiting `backoff` after a refusal (a client that comes
+//! back), and counts the answers while counting is on.
+
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::thread;
+use std::time::Duration;
+
+use crate::client::Conn;
+
+/// Answers counted: 200s, refusals (429 or 503), anything else (another
+/// status, a connection or read error).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Counts {
+    pub ok: u64,
+    pub refused: u64,
+    pub other: u64,
+}
+
+impl Counts {
+    fn add(self, o: Counts) -> Counts {
+        Counts {
+            ok: self.ok + o.ok,
+            refused: self.refused + o.refused,
+            other: self.other + o.other,
+        }
+    }
+
+    pub fn total(&self) -> u64 {
+        self.ok + self.refused + self.other
+    }
+}
+
+/// The running clients; [`ClosedLoop::stop`] joins them.
+pub struct ClosedLoop {
+    stop: Arc<AtomicBool>,
+    counting: Arc<AtomicBool>,
+    threads: Vec<thread::JoinHandle<Counts>>,
+}
+
+impl ClosedLoop {
+    /// `clients` threads requesting `http://host/` through `port`, counting
+    /// from the start if `counting`.
+    pub fn start(port: u16, host: &str, clients: usize, backoff: Duration, counting: bool) -> Self {
+        let stop = Arc::new(AtomicBool::new(false));
+        let counting = Arc::new(AtomicBool::new(counting));
+        let threads = (0..clients)
+            .map(|_| {
+                let (stop, counting, host) = (stop.clone(), counting.clone(), host.to_owned());
+                thread::spawn(move || client(port, &host, backoff, &stop, &counting))
+            })
+            .collect();
+        ClosedLoop {
+            stop,
+            counting,
+            threads,
+        }
+    }
+
+    /// Counts the answers from now on (`true`) or no more (`false`).
+    pub fn count(&self, on: bool) {
+        self.counting.store(on, Ordering::Relaxed);
+    }
+
+    /// Stops the clients (each after its request in flight) and sums
+    /// their counts.
+    pub fn stop(self) -> Counts {
+        self.stop.store(true, Ordering::Relaxed);
+        self.threads
+            .into_iter()
+            .map(|t| t.join().expect("client thread"))
+            .fold(Counts::default(), Counts::add)
+    }
+}
+
+fn client(
+    port: u16,
+    host: &str,
+    backoff: Duration,
+    stop: &AtomicBool,
+    counting: &AtomicBool,
+) -> Counts {
+    let mut counts = Counts::default();
+    let mut conn: Option<Conn> = None;
+    while !stop.load(Ordering::Relaxed) {
+        let c = match conn.as_mut() {
+            Some(c) => c,
+            None => match Conn::open(port) {
+                Ok(c) => conn.insert(c),
+                Err(_) => {
+                    counts.other += u64::from(counting.load(Ordering::Relaxed));
+                    thread::sleep(Duration::from_millis(50));
+                    continue;
+                }
+            },
+        };
+        let status = match c.get(host, "/", &[]) {
+            Ok(r) => r.status,
+            Err(_) => {
+                conn = None;
+                0
+            }
+        };
+        let counted = counting.load(Ordering::Relaxed);
+        match status {
+            200 => counts.ok += u64::from(counted),
+            429 | 503 => {
+                counts.refused += u64::from(counted);
+                thread::sleep(backoff);
+            }
+            _ => counts.other += u64::from(counted),
+        }
+    }
+    counts
+}
