@@ -13,7 +13,8 @@
 //!
 //! SECONDS (default 20) of measurement after 10 s of warm-up (what auto
 //! takes to learn), per configuration. Env: `CAPACITY` (8), `BASE_MS`
-//! (50), `CLIENTS` (40).
+//! (50), `CLIENTS` (40), `ONLY` (run only the configurations whose name
+//! contains it).
 
 use std::thread;
 use std::time::{Duration, Instant};
@@ -117,7 +118,8 @@ fn main() {
     );
     println!("| limiter | origin p50 | origin p99 | origin answers/s | 429/503 | failed |");
     println!("|---|--:|--:|--:|--:|--:|");
-    for (name, params) in configs {
+    let only = std::env::var("ONLY").unwrap_or_default();
+    for (name, params) in configs.into_iter().filter(|(n, _)| n.contains(&only)) {
         // A fresh origin each: its samples are this configuration's.
         let origin = CapacityOrigin::start(c as usize, base);
         let r = run(&origin, &params, clients, secs);

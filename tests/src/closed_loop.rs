@@ -97,7 +97,15 @@ fn client(
             },
         };
         let status = match c.get(host, "/", &[]) {
-            Ok(r) => r.status,
+            Ok(r) => {
+                // ATS closes the connection after its error pages (a 503).
+                if r.header("Connection")
+                    .is_some_and(|v| v.eq_ignore_ascii_case("close"))
+                {
+                    conn = None;
+                }
+                r.status
+            }
             Err(_) => {
                 conn = None;
                 0

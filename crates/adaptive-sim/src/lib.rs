@@ -281,8 +281,11 @@ impl Sim {
         } else {
             Outcome::Answered(self.now - req.sent)
         };
-        if let Some(limit) = self.ctl.record(outcome, inflight) {
-            self.slots.set_limit(limit);
+        // As the plugins do: a share of a busy controller's transactions,
+        // the load seen when sent and when answered, the limit applied to
+        // the slots (a raise by steps).
+        if self.ctl.wants_sample() {
+            self.ctl.observe(outcome, inflight, &self.slots);
         }
         drop(req.permit);
         self.busy[req.client] = false;

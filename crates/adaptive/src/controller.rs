@@ -16,9 +16,13 @@ use crate::window::{Outcome, Window};
 
 /// Samples between two looks at the clock once a window has its samples.
 const CLOCK_EVERY: u32 = 4;
-/// A window with this many samples takes one transaction in
-/// [`SAMPLE_EVERY`] more ([`Controller::wants_sample`]).
-const SAMPLED_FULLY: u32 = 40;
+/// After a window of this many transactions (its samples times the share
+/// they were taken at), the next takes one in [`SAMPLE_EVERY`]
+/// ([`Controller::wants_sample`]): still some 160 samples a window. Fewer
+/// make a window's average noisy enough to pull the baseline down (it
+/// follows a loaded window that looks faster): the simulations with a
+/// jittered latency lost two thirds of the limit at 40.
+const BUSY_WINDOW: u64 = 640;
 const SAMPLE_EVERY: u32 = 4;
 
 /// An adaptive concurrency limit (see the crate doc). Share it (`Arc`)
@@ -35,6 +39,9 @@ pub struct Controller<C: Clock = MonotonicClock> {
     law: Mutex<Law>,
     /// Transactions offered since start ([`Controller::wants_sample`]).
     offered: AtomicU32,
+    /// The share sampled, as a mask of `offered`: 0 (every one) or
+    /// `SAMPLE_EVERY - 1`; set at each window's close.
+    share_mask: AtomicU32,
     /// When the probe in progress started; 0 when none.
     probe_since: AtomicU64,
 }
@@ -82,6 +89,7 @@ impl<C: Clock> Controller<C> {
             window: Window::default(),
             law: Mutex::new(law),
             offered: AtomicU32::new(0),
+            share_mask: AtomicU32::new(0),
             probe_since: AtomicU64::new(0),
             config,
             clock,
@@ -99,16 +107,17 @@ impl<C: Clock> Controller<C> {
         self.limit.load(Ordering::Relaxed)
     }
 
-    /// Whether to measure the next transaction at all: every one until the
-    /// window holds [`SAMPLED_FULLY`] samples, then one in
-    /// [`SAMPLE_EVERY`]: a busy origin's windows get their samples from a
-    /// share of its transactions, and measuring one (the caller's reads of
-    /// its timings and status) costs more than asking. One relaxed atomic
-    /// add and a load.
+    /// Whether to measure the next transaction at all: every one, unless
+    /// the last window had [`BUSY_WINDOW`] transactions or more: then one
+    /// in [`SAMPLE_EVERY`], spread evenly over the window (taking a
+    /// window's first transactions instead would weigh its start, when
+    /// the requests sent before the last change answer, and slow the
+    /// controller down). Measuring one (the caller's reads of its timings
+    /// and status) costs more than asking. One relaxed atomic add, a load.
     #[inline]
     pub fn wants_sample(&self) -> bool {
         let n = self.offered.fetch_add(1, Ordering::Relaxed);
-        self.window.seen() < SAMPLED_FULLY || n % SAMPLE_EVERY == 0
+        n & self.share_mask.load(Ordering::Relaxed) == 0
     }
 
     /// Records one origin transaction. Call it only for transactions that
@@ -144,6 +153,12 @@ impl<C: Clock> Controller<C> {
         self.close(now)
     }
 
+    /// The places enforce `limit` now ([`Controller::observe`]).
+    #[inline]
+    pub(crate) fn note_enforced(&self, limit: u32) {
+        self.window.note_enforced(limit);
+    }
+
     /// While a probe measures the no-load latency, whether this answer's
     /// request was sent after it started (now − RTT): one that was sent
     /// into the load before it and ends once the load has drained would
@@ -171,6 +186,10 @@ impl<C: Clock> Controller<C> {
             return None;
         }
         let stats = self.window.take();
+        let share = u64::from(self.share_mask.load(Ordering::Relaxed)) + 1;
+        let busy = stats.outcomes().saturating_mul(share) >= BUSY_WINDOW;
+        self.share_mask
+            .store(if busy { SAMPLE_EVERY - 1 } else { 0 }, Ordering::Relaxed);
         let before = law.limit(&self.config);
         law.close(&self.config, &stats, now);
         self.due.store(

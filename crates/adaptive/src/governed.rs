@@ -44,14 +44,14 @@ impl<W: Waiter> Governed for Arc<Slots<W>> {
 impl<C: Clock> Controller<C> {
     /// Records one origin transaction of a holder of `places`, called
     /// before its place is given back, and applies the limit in force.
-    /// The load it met is the larger of `entered_with` (the places held
-    /// once it took its own; 0 if not kept) and the places held now: a
-    /// request sent into a crowd that ends alone was not unloaded (the
-    /// close-time count alone would teach the baseline a loaded RTT as
-    /// the crowd drains). The limit applied is the controller's, whoever
-    /// moved it last: a pin racing a window's close, applied in the other
-    /// order, is put right by the next sample (one load and compare when
-    /// nothing changed).
+    /// The load it met is the larger of `met` (what the caller knows of
+    /// it: the places held once it took its own, or more; 0 if nothing)
+    /// and the places held now: a request sent into a crowd, or joined by
+    /// one, that ends alone was not unloaded (the close-time count alone
+    /// would teach the baseline a loaded RTT). The limit applied is the
+    /// controller's, whoever moved it last: a pin racing a window's close,
+    /// applied in the other order, is put right by the next sample (one
+    /// load and compare when nothing changed).
     ///
     /// A raise reaches the places a step per sample, an eighth of their
     /// limit (1 to [`RAISE_STEP`]): raising admits waiters inside the call
@@ -60,10 +60,11 @@ impl<C: Clock> Controller<C> {
     /// meets a ramp (about 12 % more a sample) rather than the whole queue
     /// at once, which its latency would show. A fall applies at once.
     #[inline]
-    pub fn observe(&self, outcome: Outcome, entered_with: u32, places: &impl Governed) {
-        self.record(outcome, entered_with.max(places.in_flight()));
-        let limit = self.limit();
+    pub fn observe(&self, outcome: Outcome, met: u32, places: &impl Governed) {
         let now = places.limit();
+        self.note_enforced(now);
+        self.record(outcome, met.max(places.in_flight()));
+        let limit = self.limit();
         if now != limit {
             let step = (now / 8).clamp(1, RAISE_STEP);
             places.set_limit(limit.min(now.saturating_add(step)));

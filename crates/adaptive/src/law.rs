@@ -173,7 +173,7 @@ impl Law {
             self.start_probe();
             return;
         }
-        self.step(cfg, b, m, w.max_inflight);
+        self.step(cfg, b, m, w.max_inflight, w.enforced);
     }
 
     /// The baseline outside probes: the first unloaded measurement, then
@@ -193,16 +193,26 @@ impl Law {
         }
     }
 
-    /// Gradient2's update, given the baseline, the window's RTT and the
-    /// most in flight it saw.
-    fn step(&mut self, cfg: &Config, baseline: Nanos, rtt: Nanos, max_inflight: u32) {
+    /// Gradient2's update, given the baseline, the window's RTT, the most
+    /// in flight it saw and the lowest limit the places enforced.
+    fn step(
+        &mut self,
+        cfg: &Config,
+        baseline: Nanos,
+        rtt: Nanos,
+        max_inflight: u32,
+        enforced: Option<u32>,
+    ) {
         // Precision: RTTs up to MAX_RTT (6e11 ns) are exact in an f64.
         let gradient = (baseline as f64 / rtt as f64).clamp(MIN_GRADIENT, 1.0);
         let limit = self.estimate;
         let used = f64::from(max_inflight);
         let s = cfg.smoothing;
         // Application-limited: the demand, not the limit, set the latency.
-        let app_limited = used < limit / 2.0;
+        // Against the limit the places enforced: while a raise ramps up
+        // (after a probe), the ramp, not the demand, held the use down.
+        let enforced = enforced.map_or(limit, |e| limit.min(f64::from(e)));
+        let app_limited = used < enforced / 2.0;
         let next = if gradient < 1.0 {
             // Queueing. A limit above what was in use protects nothing, so
             // the gradient applies to the concurrency used (give or take

@@ -36,6 +36,9 @@ pub(crate) struct Window {
     unloaded: AtomicU32,
     unloaded_sum: AtomicU64,
     max_inflight: AtomicU32,
+    /// The lowest limit the places enforced in the window, as `u32::MAX -
+    /// limit` (so a `fetch_max`, and 0 is none).
+    enforced_gap: AtomicU32,
     /// Outcomes added since the window opened (`add`'s count).
     seen: AtomicU32,
 }
@@ -52,6 +55,12 @@ pub(crate) struct Stats {
     pub unloaded_sum: u64,
     /// The most origin requests in flight any sample saw.
     pub max_inflight: u32,
+    /// The lowest limit the places enforced while the window was open,
+    /// when the caller said ([`Controller::observe`]): below the
+    /// controller's while a raise ramps up to it.
+    ///
+    /// [`Controller::observe`]: crate::Controller::observe
+    pub enforced: Option<u32>,
 }
 
 impl Window {
@@ -80,6 +89,15 @@ impl Window {
         self.seen.fetch_add(1, Ordering::Relaxed).saturating_add(1)
     }
 
+    /// The places enforce `limit` now (the lowest in the window counts).
+    #[inline]
+    pub fn note_enforced(&self, limit: u32) {
+        let gap = u32::MAX - limit;
+        if gap > self.enforced_gap.load(Ordering::Relaxed) {
+            self.enforced_gap.fetch_max(gap, Ordering::Relaxed);
+        }
+    }
+
     /// Outcomes added since the window opened (as `add` counts them).
     pub fn seen(&self) -> u32 {
         self.seen.load(Ordering::Relaxed)
@@ -100,6 +118,10 @@ impl Window {
             unloaded: self.unloaded.swap(0, Ordering::Relaxed),
             unloaded_sum: self.unloaded_sum.swap(0, Ordering::Relaxed),
             max_inflight: self.max_inflight.swap(0, Ordering::Relaxed),
+            enforced: match self.enforced_gap.swap(0, Ordering::Relaxed) {
+                0 => None,
+                gap => Some(u32::MAX - gap),
+            },
         };
         // A sample added meanwhile may miss this count: it only decides
         // when the clock is looked at, never what the window holds.
@@ -144,6 +166,9 @@ mod tests {
         w.add(Outcome::Answered(10), 3, true);
         w.add(Outcome::Answered(30), 7, false);
         w.add(Outcome::Failed, 5, false);
+        w.note_enforced(9);
+        w.note_enforced(12);
+        w.note_enforced(8);
         assert_eq!(w.outcomes(), 3);
         let s = w.take();
         assert_eq!(
@@ -155,6 +180,7 @@ mod tests {
                 unloaded: 1,
                 unloaded_sum: 10,
                 max_inflight: 7,
+                enforced: Some(8),
             }
         );
         assert_eq!((s.mean(), s.unloaded_mean()), (Some(20), Some(10)));

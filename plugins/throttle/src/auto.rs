@@ -3,17 +3,22 @@
 //!
 //! - **Sampling.** A transaction that held one of the rule's places tells
 //!   the controller how long the origin took, at TXN_CLOSE, while its place
-//!   is still held (the places held then are the load it met). The rule's
-//!   [`Sampler`] hook is added at remap, before the transaction's state
-//!   (whose drop gives the place back) adds its own TXN_CLOSE hook: a
-//!   transaction's hooks run in the order they were added.
+//!   is still held. The rule's [`Sampler`] hook is added at remap, before
+//!   the transaction's state (whose drop gives the place back) adds its own
+//!   TXN_CLOSE hook: a transaction's hooks run in the order they were added.
+//! - **The load it met** decides whether it measured the origin's no-load
+//!   latency (at most the controller's `min` in flight): the places held
+//!   when it entered and when it closes, and whether another request
+//!   entered into a crowd (more than `min` in flight) in between, which
+//!   the ends alone would miss: the rule counts such entries, and the
+//!   transaction compares the count at its entry and at its close.
 //! - **Reloads.** A rule's controller is found again by the rule that
 //!   replaces it (same id, from-URL and bounds) while the old one lives:
 //!   a reload of remap.config keeps what was learned, instead of probing
 //!   the origin again (the max drops to its minimum for a few windows).
 //! - **Gauges.** `limit`, `rtt_baseline_us`, `rtt_recent_us`, every second.
 
-use std::sync::atomic::Ordering;
+use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, Weak};
 use std::time::Duration;
 
@@ -77,6 +82,40 @@ impl Learning {
     }
 }
 
+/// What a transaction of a `max:auto` rule keeps of its entry.
+#[derive(Default)]
+pub(crate) struct Entry {
+    /// The places held once it entered.
+    with: AtomicU32,
+    /// The rule's count of entries into a crowd, its own included.
+    crowded: AtomicU64,
+}
+
+/// A transaction of `rule` took a place: notes the load it was sent into.
+/// Two relaxed loads and stores, and an add for an entry into a crowd.
+pub(crate) fn entered(rule: &Rule, entry: &Entry) {
+    let Some(c) = &rule.auto else { return };
+    let n = u32::try_from(rule.gate.in_flight()).unwrap_or(u32::MAX);
+    let crowded = if n > c.config().min {
+        rule.crowded.fetch_add(1, Ordering::Relaxed) + 1
+    } else {
+        rule.crowded.load(Ordering::Relaxed)
+    };
+    entry.with.store(n, Ordering::Relaxed);
+    entry.crowded.store(crowded, Ordering::Relaxed);
+}
+
+/// The most in flight a transaction is known to have met before its
+/// close: its entry's count, or more than `min` if another entered into a
+/// crowd since.
+fn met(rule: &Rule, entry: &Entry, min: u32) -> u32 {
+    let with = entry.with.load(Ordering::Relaxed);
+    if rule.crowded.load(Ordering::Relaxed) != entry.crowded.load(Ordering::Relaxed) {
+        return with.max(min.saturating_add(1));
+    }
+    with
+}
+
 /// The TXN_CLOSE hook of a `max:auto` rule's transactions.
 pub(crate) struct Sampler {
     rule: Arc<Rule>,
@@ -104,7 +143,7 @@ impl CloseHandler for Sampler {
         let Some(outcome) = Outcome::of(reply.response()) else {
             return;
         };
-        let entered_with = state.entered_with.load(Ordering::Relaxed);
-        c.observe(outcome, entered_with, &self.rule.gate);
+        let met = met(&self.rule, &state.entry, c.config().min);
+        c.observe(outcome, met, &self.rule.gate);
     }
 }

@@ -23,7 +23,7 @@
 mod auto;
 mod ctl;
 
-use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU8, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, AtomicU8, Ordering};
 use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
@@ -60,9 +60,10 @@ struct Rule {
     statfreq_ms: u32,
     gate: Gate,
     /// `max:auto`: the controller that sets the gate's max, with its
-    /// bounds.
+    /// bounds, and the count of entries into a crowd (`auto.rs`).
     auto: Option<Arc<adaptive::Controller>>,
     bounds: Option<adaptive::Bounds>,
+    crowded: AtomicU64,
     metrics: Metrics,
     /// Cleared when ATS deletes the rule (a reload): the commands skip it
     /// while its last transactions finish.
@@ -110,9 +111,8 @@ const UNAVAILABLE: u8 = 2;
 struct TxnState {
     ticket: Ticket<Arc<Rule>>,
     outcome: AtomicU8,
-    /// `max:auto`: the places held once this one entered (the load it
-    /// was sent into; `auto.rs`).
-    entered_with: AtomicU32,
+    /// `max:auto`: the load it was sent into (`auto.rs`).
+    entry: auto::Entry,
 }
 
 impl TxnState {
@@ -180,6 +180,7 @@ impl RemapPlugin for Throttle {
             gate: Gate::new(auto.as_ref().map_or(p.max, |c| c.limit())),
             auto,
             bounds: p.auto,
+            crowded: AtomicU64::new(0),
             live: AtomicBool::new(true),
             id,
         });
@@ -230,7 +231,7 @@ impl RemapPlugin for Throttle {
         let state = TxnState {
             ticket: Ticket::new(self.rule.clone()),
             outcome: AtomicU8::new(PASS),
-            entered_with: AtomicU32::new(0),
+            entry: auto::Entry::default(),
         };
         if g.state.set(txn, state).is_err() {
             // Throttled twice in one remap chain: the first rule governs.
@@ -308,10 +309,7 @@ fn admit(g: &Globals, state: &TxnState, txn: Txn<'_>) -> Decision {
         Entry::Entered => {
             rule.metrics.inflight.inc();
             rule.metrics.admitted.inc();
-            if rule.auto.is_some() {
-                let n = u32::try_from(rule.gate.in_flight()).unwrap_or(u32::MAX);
-                state.entered_with.store(n, Ordering::Relaxed);
-            }
+            auto::entered(rule, &state.entry);
             return Decision::Continue;
         }
         Entry::AlreadyIn => return Decision::Continue,

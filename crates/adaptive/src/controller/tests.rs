@@ -188,14 +188,34 @@ proptest! {
 }
 
 #[test]
-fn a_full_window_wants_one_transaction_in_four() {
-    let (_, c) = controller(Config::default());
-    for _ in 0..SAMPLED_FULLY {
-        assert!(c.wants_sample());
+fn after_a_busy_window_one_transaction_in_four_is_wanted() {
+    let (clock, c) = controller(Config::default());
+    // A quiet window: every transaction is wanted, and the next too.
+    assert_eq!((0..100).filter(|_| c.wants_sample()).count(), 100);
+    close_window(&clock, &c, 10 * MS, 1);
+    assert_eq!((0..100).filter(|_| c.wants_sample()).count(), 100);
+    // A window of 640 transactions: one in four, evenly, from the next.
+    for _ in 0..639 {
         c.record(Outcome::Answered(10 * MS), 1);
     }
-    let wanted = (0..400).filter(|_| c.wants_sample()).count();
-    assert_eq!(wanted, 100);
+    close_window(&clock, &c, 10 * MS, 1);
+    let wanted: Vec<bool> = (0..400).map(|_| c.wants_sample()).collect();
+    assert_eq!(wanted.iter().filter(|w| **w).count(), 100);
+    assert!(wanted
+        .chunks(4)
+        .all(|q| q.iter().filter(|w| **w).count() == 1));
+    // 160 samples taken at one in four are a busy window still; 100 not
+    // (`close_window` adds the few that close it).
+    for _ in 0..159 {
+        c.record(Outcome::Answered(10 * MS), 1);
+    }
+    close_window(&clock, &c, 10 * MS, 1);
+    assert_eq!((0..100).filter(|_| c.wants_sample()).count(), 25);
+    for _ in 0..100 {
+        c.record(Outcome::Answered(10 * MS), 1);
+    }
+    close_window(&clock, &c, 10 * MS, 1);
+    assert_eq!((0..100).filter(|_| c.wants_sample()).count(), 100);
 }
 
 /// Records `rtt` answers at `inflight` until a window closes (the clock

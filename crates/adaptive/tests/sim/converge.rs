@@ -2,7 +2,7 @@
 
 use adaptive::Config;
 
-use adaptive_sim::{ms, secs, settle, Sim};
+use adaptive_sim::{ms, secs, settle, trace, Sim};
 
 const CAPACITIES: [u32; 3] = [8, 32, 100];
 /// The origin's no-load latency, in ms.
@@ -134,6 +134,41 @@ fn converges_with_a_jittered_latency_too() {
                 show(since)
             );
             assert!(since.is_some_and(|t| t <= secs(30)), "C={c} ±{jitter}");
+        }
+    }
+}
+
+/// A probe drops the limit to the minimum on purpose; once it ends the
+/// limit goes back, and the slots ramp up to it. The ramp must not pass
+/// for a quiet origin (the windows while the slots ramp up are not
+/// application-limited): in the 10 s after the probe, the limit stays
+/// within 5 % of what it was (and a slot, for small limits' rounding).
+#[test]
+fn the_limit_comes_back_whole_after_a_probe() {
+    for c in CAPACITIES {
+        for l0 in LATENCIES {
+            let mut sim = Sim::new(Config::default(), c, ms(l0));
+            sim.set_clients(4 * c as usize);
+            sim.run_to(secs(30));
+            let samples = trace(&mut sim, secs(100));
+            let Some(start) = samples.iter().position(|s| s.probing) else {
+                panic!("C={c} L0={l0}ms: no probe by 100 s");
+            };
+            let before = samples[start.saturating_sub(1)].limit;
+            let end = start + samples[start..].iter().take_while(|s| s.probing).count();
+            let after = samples[end..]
+                .iter()
+                .take_while(|s| s.t <= samples[end].t + secs(10))
+                .map(|s| s.limit)
+                .min()
+                .unwrap_or(0);
+            eprintln!(
+                "C={c} L0={l0}ms: {before} before the probe, at least {after} in the 10 s after it"
+            );
+            assert!(
+                f64::from(after) >= 0.95 * f64::from(before) - 1.0,
+                "C={c} L0={l0}ms: {before} before the probe, {after} after"
+            );
         }
     }
 }
