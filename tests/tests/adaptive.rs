@@ -148,6 +148,13 @@ fn throttle_learns_its_max_and_serves_stale_when_full() {
         })
         .collect();
     let shown = json(&ts.plugin_msg("throttle", "show learn"));
+    let a = json(&ts.plugin_msg("throttle", "set learn max=0"));
+    assert!(
+        a["error"]
+            .as_str()
+            .is_some_and(|e| e.contains("a pinned max is at least 1")),
+        "{a}"
+    );
     let a = json(&ts.plugin_msg("throttle", "set learn max=6"));
     assert_eq!(a["ok"], true, "{a}");
     thread::sleep(Duration::from_secs(1));

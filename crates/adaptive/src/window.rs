@@ -98,11 +98,6 @@ impl Window {
         }
     }
 
-    /// Outcomes added since the window opened (as `add` counts them).
-    pub fn seen(&self) -> u32 {
-        self.seen.load(Ordering::Relaxed)
-    }
-
     /// Outcomes so far (answered and failed).
     pub fn outcomes(&self) -> u64 {
         u64::from(self.answered.load(Ordering::Relaxed))

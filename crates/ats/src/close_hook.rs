@@ -101,8 +101,11 @@ impl<H: CloseHandler> CloseHook<H> {
         &unsafe { self.shared.as_ref() }.handler
     }
 
-    /// Runs the handler when `txn` closes. Each call is one more run:
-    /// adding the hook twice to one transaction runs it twice.
+    /// Runs the handler when `txn` closes. Add it at most once per
+    /// transaction: Traffic Server ignores a continuation already on the
+    /// hook (`TSHttpTxnHookAdd`, 9.2 and 10.1.4), so a second add would
+    /// count a run that never comes and leave the continuation allocated
+    /// once its owner is gone.
     pub fn add(&self, txn: Txn<'_>) {
         // Counted before the hook exists, so the count never reads zero
         // while a callback can still come.

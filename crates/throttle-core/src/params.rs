@@ -23,9 +23,16 @@ use std::fmt;
 use std::path::{Path, PathBuf};
 
 use adaptive::Bounds;
+
+use auto::{bound, learned, Max};
 use limits::quote::{quote, shorten, shorten_to};
 use optspec::files::{Files, ReadError};
 use optspec::{find, names, Names, Opt};
+
+mod auto;
+mod names;
+
+pub use names::{default_id, escape_path, resolve, unescape_path, validate_id};
 
 /// Largest accepted configuration file.
 pub const MAX_FILE_BYTES: u64 = 1 << 20;
@@ -206,58 +213,6 @@ pub fn parse(options: &[&str], config_dir: &Path, files: &dyn Files) -> Result<P
     })
 }
 
-/// `max` as given.
-#[derive(Clone, Copy)]
-enum Max {
-    Fixed(u32),
-    Auto,
-}
-
-/// `max:auto`'s bounds, checked: `max-min` and `max-max` only with it,
-/// the lower not above the higher. The max to start from, and the bounds.
-fn learned(
-    max: Max,
-    min: Option<u32>,
-    highest: Option<u32>,
-) -> Result<(u32, Option<Bounds>), String> {
-    let n = match max {
-        Max::Fixed(n) => n,
-        Max::Auto => {
-            let b = Bounds::given(min, highest);
-            return match b.config() {
-                Some(c) => Ok((c.initial, Some(b))),
-                None => Err(format!(
-                    "parameter 'max-min' ({}) is above 'max-max' ({}): the lowest learned max \
-                     must not exceed the highest",
-                    b.min, b.max
-                )),
-            };
-        }
-    };
-    let name = match (min, highest) {
-        (None, None) => return Ok((n, None)),
-        (Some(_), _) => "max-min",
-        (None, Some(_)) => "max-max",
-    };
-    Err(format!(
-        "parameter '{name}' needs max:auto (it bounds the learned max; this rule's max is {n})"
-    ))
-}
-
-/// A bound of the learned max: 1 to [`Bounds::HIGHEST`].
-fn bound(name: &str, v: &str, at: &Location) -> Result<u32, String> {
-    match number(name, v, at, "a whole number") {
-        Ok(n) if (1..=Bounds::HIGHEST).contains(&n) => Ok(n),
-        Ok(_) => Err(invalid(
-            name,
-            v,
-            at,
-            &format!("expected a whole number from 1 to {}", Bounds::HIGHEST),
-        )),
-        Err(e) => Err(e),
-    }
-}
-
 /// The parameters read so far, and the `file` just named (read next).
 #[derive(Default)]
 struct Draft {
@@ -399,113 +354,6 @@ fn number(name: &str, value: &str, at: &Location, what: &str) -> Result<u32, Str
         at,
         &format!("{why}; expected {what} from 0 to {}", u32::MAX),
     ))
-}
-
-/// Checks an `id`: it is written into log lines and metric names.
-pub fn validate_id(id: &str) -> Result<(), String> {
-    if id.is_empty() {
-        return Err("it is empty".into());
-    }
-    if id.chars().any(char::is_whitespace) {
-        return Err("it may not contain spaces".into());
-    }
-    if id.chars().any(char::is_control) {
-        return Err("it may not contain control characters".into());
-    }
-    if id.starts_with('-') {
-        return Err("it may not start with '-'".into());
-    }
-    if id.len() > MAX_ID_LEN {
-        return Err(format!("it is longer than {MAX_ID_LEN} bytes"));
-    }
-    Ok(())
-}
-
-/// Decodes the `file` escapes: `\ ` is a space, `\\` a backslash.
-pub fn unescape_path(value: &str) -> Result<String, String> {
-    let mut out = String::with_capacity(value.len());
-    let mut chars = value.chars();
-    while let Some(c) = chars.next() {
-        if c != '\\' {
-            out.push(c);
-            continue;
-        }
-        match chars.next() {
-            Some(' ') => out.push(' '),
-            Some('\\') => out.push('\\'),
-            Some(other) => {
-                return Err(format!(
-                    "unsupported escape {} (only '\\ ' for a space and '\\\\' for a \
-                     backslash)",
-                    quote(&format!("\\{other}"))
-                ))
-            }
-            None => {
-                return Err(
-                    "it ends with a lone '\\'; remap.config splits parameters at \
-                            spaces even after a backslash, so quote the whole parameter, e.g. \
-                            @pparam=\"file:my\\ file.config\""
-                        .into(),
-                )
-            }
-        }
-    }
-    if out.is_empty() {
-        return Err("the file name is empty".into());
-    }
-    Ok(out)
-}
-
-/// The inverse of [`unescape_path`].
-pub fn escape_path(name: &str) -> String {
-    let mut out = String::with_capacity(name.len());
-    for c in name.chars() {
-        if c == ' ' || c == '\\' {
-            out.push('\\');
-        }
-        out.push(c);
-    }
-    out
-}
-
-/// Resolves a `file` name: relative names are relative to the config directory.
-pub fn resolve(config_dir: &Path, name: &str) -> PathBuf {
-    let p = Path::new(name);
-    if p.is_absolute() {
-        p.to_path_buf()
-    } else {
-        config_dir.join(p)
-    }
-}
-
-/// The id of a rule without an `id` parameter: its from-URL without the
-/// scheme and trailing slash, other characters than letters, digits, `.`,
-/// `-` and `_` replaced by `_` (`http://cdn.test/a/` gives `cdn.test_a`).
-pub fn default_id(from_url: &str) -> String {
-    let rest = from_url
-        .split_once("://")
-        .map(|(_, r)| r)
-        .unwrap_or(from_url);
-    let rest = rest.trim_end_matches('/');
-    let mut id: String = rest
-        .chars()
-        .map(|c| {
-            if c.is_ascii_alphanumeric() || matches!(c, '.' | '-' | '_') {
-                c
-            } else {
-                '_'
-            }
-        })
-        .collect();
-    id.truncate(MAX_ID_LEN);
-    if id.is_empty() {
-        id.push_str("throttle");
-    }
-    // An id may not start with '-' (it would read as an option).
-    if id.starts_with('-') {
-        id.replace_range(..1, "_");
-    }
-    id
 }
 
 #[cfg(test)]

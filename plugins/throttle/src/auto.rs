@@ -37,25 +37,28 @@ type Controllers = Vec<((String, String, Bounds), Weak<Controller>)>;
 static CONTROLLERS: Mutex<Controllers> = Mutex::new(Vec::new());
 
 /// The controller of the rule `id` for `from`: the live one of a rule
-/// with the same id, from-URL and bounds, or a new one.
+/// with the same id, from-URL and bounds (a reload: what was learned goes
+/// on, a pin does not, as no live change outlasts a reload), or a new one.
 pub(crate) fn controller(id: &str, from: &str, bounds: Bounds) -> Option<Arc<Controller>> {
     let config = bounds.config()?;
     let key = (id.to_owned(), from.to_owned(), bounds);
-    let mut all = CONTROLLERS.lock().unwrap_or_else(|e| e.into_inner());
-    all.retain(|(_, c)| c.strong_count() > 0);
-    if let Some(c) = all
-        .iter()
-        .find(|(k, _)| *k == key)
-        .and_then(|(_, c)| c.upgrade())
-    {
-        log::info!(
-            "rule {from} id={id}: max:auto goes on from the previous rule's max {}",
-            c.limit()
-        );
-        return Some(c);
-    }
-    let c = Arc::new(Controller::new(config, limits::MonotonicClock));
-    all.push((key, Arc::downgrade(&c)));
+    let found = {
+        let mut all = CONTROLLERS.lock().unwrap_or_else(|e| e.into_inner());
+        all.retain(|(_, c)| c.strong_count() > 0);
+        let found = all
+            .iter()
+            .find(|(k, _)| *k == key)
+            .and_then(|(_, c)| c.upgrade());
+        if found.is_none() {
+            let c = Arc::new(Controller::new(config, limits::MonotonicClock));
+            all.push((key, Arc::downgrade(&c)));
+            return Some(c);
+        }
+        found
+    };
+    let c = found?;
+    let max = c.pin(None);
+    log::info!("rule {from} id={id}: max:auto goes on from the previous rule's max {max}");
     Some(c)
 }
 

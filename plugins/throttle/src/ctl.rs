@@ -106,6 +106,8 @@ fn learned(r: &Rule) -> Value {
     json!({
         "min": b.min,
         "max": b.max,
+        // The controller's; the rule's `max` reaches it by steps.
+        "limit": s.limit,
         "pinned": s.pinned,
         "probing": s.probing,
         "rtt_baseline_ms": ms(s.baseline),
@@ -115,6 +117,17 @@ fn learned(r: &Rule) -> Value {
 
 fn set(id: &str, settings: &[Setting]) -> Result<Answer, String> {
     let rules = named(id)?;
+    if settings.contains(&Setting::Max(0)) {
+        if let Some(r) = rules.iter().find(|r| r.auto.is_some()) {
+            return Err(format!(
+                "set: max=0 on rule {} (id {}), whose max is learned: a pinned max is at least \
+                 1 (allowed max=1 to {}, or max=auto); nothing changed",
+                r.from,
+                r.id,
+                u32::MAX
+            ));
+        }
+    }
     if settings.contains(&Setting::MaxAuto) {
         if let Some(r) = rules.iter().find(|r| r.auto.is_none()) {
             return Err(format!(

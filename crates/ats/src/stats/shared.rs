@@ -1,5 +1,5 @@
 //! Gauges read from one shared source (a learned limit's controller),
-//! published once per metric name however many owners ask: the rules of a
+//! published once per source and metric name however many owners ask: the rules of a
 //! group sharing a tag, or a reload's new rule beside the old one while
 //! both live. Gauges are published as deltas ([`publish_deltas`]), so two
 //! publishers of one source under one name would add up.
@@ -43,8 +43,10 @@ pub fn shared_gauges<S: Send + Sync + 'static>(
     let any: Arc<dyn Any + Send + Sync> = source.clone();
     let mut live = LIVE.lock().unwrap_or_else(|e| e.into_inner());
     live.retain(|e| e.gauges.strong_count() > 0);
-    let same =
-        |e: &&Entry| e.name == name && e.source.upgrade().is_some_and(|s| Arc::ptr_eq(&s, &any));
+    // Compared weakly: the Weak keeps the allocation, so no other source
+    // can have its address, and no source's drop runs under the lock.
+    let weak = Arc::downgrade(&any);
+    let same = |e: &&Entry| e.name == name && Weak::ptr_eq(&e.source, &weak);
     if let Some(g) = live.iter().find(same).and_then(|e| e.gauges.upgrade()) {
         return g;
     }
@@ -63,7 +65,7 @@ pub fn shared_gauges<S: Send + Sync + 'static>(
         .collect();
     let g = Arc::new(SharedGauges { _tasks: tasks });
     live.push(Entry {
-        source: Arc::downgrade(&any),
+        source: weak,
         name,
         gauges: Arc::downgrade(&g),
     });
