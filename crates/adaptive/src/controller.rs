@@ -25,6 +25,17 @@ const CLOCK_EVERY: u32 = 4;
 const BUSY_WINDOW: u64 = 640;
 const SAMPLE_EVERY: u32 = 4;
 
+/// Whether the `n`th transaction offered after a busy window is measured:
+/// one in [`SAMPLE_EVERY`], by the top bits of `n` times 2^32 / φ
+/// (Fibonacci hashing). Consecutive ones are picked 2, 3 or 5 apart; over
+/// any arithmetic progression of `n` (every second, third, ...
+/// transaction: a regular mix of hits and misses) the picks are spread
+/// evenly too, unlike `n % SAMPLE_EVERY`'s.
+#[inline]
+pub(crate) fn picked(n: u32) -> bool {
+    n.wrapping_mul(0x9E37_79B9) < u32::MAX / SAMPLE_EVERY + 1
+}
+
 /// An adaptive concurrency limit (see the crate doc). Share it (`Arc`)
 /// between the threads of one rule; it holds no slots itself: the caller
 /// applies the limit to its own (`limits::Slots::set_limit`).
@@ -37,7 +48,7 @@ pub struct Controller<C: Clock = MonotonicClock> {
     due: AtomicU64,
     window: Window,
     law: Mutex<Law>,
-    /// Transactions offered since start ([`Controller::wants_sample`]).
+    /// Transactions offered after a busy window ([`Controller::wants_sample`]).
     offered: AtomicU32,
     /// The share sampled, as a mask of `offered`: 0 (every one) or
     /// `SAMPLE_EVERY - 1`; set at each window's close.
@@ -113,11 +124,18 @@ impl<C: Clock> Controller<C> {
     /// window's first transactions instead would weigh its start, when
     /// the requests sent before the last change answer, and slow the
     /// controller down). Measuring one (the caller's reads of its timings
-    /// and status) costs more than asking. One relaxed atomic add, a load.
+    /// and status) costs more than asking, so the caller may ask of every
+    /// transaction, before it knows whether one went to the origin: the
+    /// share is picked by a hash of a counter ([`picked`]), not its
+    /// remainder, which could fall in step with a regular mix of cache hits
+    /// and misses and measure all or none of the misses. A load; after a
+    /// busy window, a relaxed atomic add too.
     #[inline]
     pub fn wants_sample(&self) -> bool {
-        let n = self.offered.fetch_add(1, Ordering::Relaxed);
-        n & self.share_mask.load(Ordering::Relaxed) == 0
+        if self.share_mask.load(Ordering::Relaxed) == 0 {
+            return true;
+        }
+        picked(self.offered.fetch_add(1, Ordering::Relaxed))
     }
 
     /// Records one origin transaction. Call it only for transactions that

@@ -4,9 +4,8 @@
 //! applied until the controller and the places agree.
 
 use std::sync::Arc;
-use std::time::Duration;
 
-use limits::{Clock, Slots, Waiter};
+use limits::{Clock, Nanos, Slots, Waiter};
 
 use crate::{Controller, Outcome};
 
@@ -90,19 +89,18 @@ impl<C: Clock> Controller<C> {
 
 impl Outcome {
     /// What an origin transaction teaches, from the response it got (its
-    /// time from the request's first byte sent to the response's first
-    /// byte, and its status), or `None` for none. A 5xx or no response is
-    /// a failure, never an RTT: a fast error is no spare capacity. `None`
-    /// for an RTT of 0, below the clock's resolution (9.2's milestones
-    /// come from a clock cached per event loop turn).
-    pub fn of(response: Option<(Duration, u16)>) -> Option<Outcome> {
+    /// time in nanoseconds from the request's first byte sent to the
+    /// response's first byte, and its status), or `None` for none. A 5xx
+    /// or no response is a failure, never an RTT: a fast error is no spare
+    /// capacity. `None` for an RTT of 0, below the clock's resolution
+    /// (9.2's milestones come from a clock cached per event loop turn).
+    #[inline]
+    pub fn of(response: Option<(Nanos, u16)>) -> Option<Outcome> {
         match response {
             Some((_, status)) if status >= 500 => Some(Outcome::Failed),
             None => Some(Outcome::Failed),
-            Some((rtt, _)) if rtt.is_zero() => None,
-            Some((rtt, _)) => Some(Outcome::Answered(
-                u64::try_from(rtt.as_nanos()).unwrap_or(u64::MAX),
-            )),
+            Some((0, _)) => None,
+            Some((rtt, _)) => Some(Outcome::Answered(rtt)),
         }
     }
 }

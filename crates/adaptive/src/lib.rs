@@ -105,7 +105,9 @@
 //! capacity is the origin's (rate_limit.so refuses `--limit=auto` with
 //! `--key`). Its slots start at [`Controller::limit`]. Then:
 //!
-//! - when the transaction closes, if it went to the origin (the milestones
+//! - when the transaction closes, if [`Controller::wants_sample`] (asked of
+//!   every transaction, before finding out whether it went to the origin:
+//!   after a busy window, one in four) and it went to the origin (the milestones
 //!   `SERVER_BEGIN_WRITE` to `SERVER_FIRST_READ`, or a failure):
 //!   [`Controller::observe`]: the sample is recorded with the places in
 //!   use ([`Governed`]: the larger of that count when it entered and when
@@ -121,7 +123,9 @@
 //! five for an unloaded sample) and a load, no lock, and a clock read on
 //! one sample in four once the window has its samples; once per
 //! window, one sample takes a `try_lock` and runs the law (a few float
-//! operations). [`Controller::limit`]: one atomic load. The window's
+//! operations). [`Controller::limit`]: one atomic load.
+//! [`Controller::wants_sample`]: a load (and an atomic add after a busy
+//! window). The window's
 //! atomics are shared by every thread of the rule, so on a busy rule
 //! their cache lines move between cores; the lock is never waited for.
 //!

@@ -138,9 +138,13 @@ impl CloseHandler for Sampler {
         else {
             return;
         };
-        // A 5xx or no answer is a failure, never an RTT; a request that
-        // never reached the origin teaches nothing.
-        let Some(reply) = txn.origin_reply(|| c.wants_sample()) else {
+        // A busy controller measures a share, chosen before any read. A
+        // 5xx or no answer is a failure, never an RTT; a request that never
+        // reached the origin teaches nothing.
+        if !c.wants_sample() {
+            return;
+        }
+        let Some(reply) = txn.origin_reply() else {
             return;
         };
         let Some(outcome) = Outcome::of(reply.response()) else {

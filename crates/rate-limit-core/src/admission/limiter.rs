@@ -11,6 +11,7 @@ use parking_lot::Mutex;
 use keyed::KeyTable;
 use limits::{Clock, GcraParams, MonotonicClock, Nanos, Slots, Waiter};
 
+use super::auto::Auto;
 use super::bounds::Limits;
 use super::key_scope::{Keyed, KeyedScope};
 use super::rule_scope::RuleScope;
@@ -30,9 +31,9 @@ pub struct Limiter<W: Waiter, C: Clock = MonotonicClock> {
     maxage: AtomicU64,
     /// `--block`; 0: none (see `block.rs`).
     pub(super) block: AtomicU64,
-    /// `--limit=auto`: the controller that learns the rule-wide limit
-    /// (see `auto.rs`). Part of the limiter's shape.
-    pub(super) auto: Option<adaptive::Controller>,
+    /// `--limit=auto`: the controller that learns the rule-wide limit,
+    /// and the slots it sets (see `auto.rs`). Part of the limiter's shape.
+    pub(super) auto: Option<Auto<W>>,
     /// `--count-status`: the rate is only checked at admission and charged
     /// by responses ([`Limiter::charge`], see `charge.rs`). Part of the
     /// limiter's shape: set once, before it decides anything.
@@ -80,10 +81,7 @@ impl<W: Waiter, C: Clock> Limiter<W, C> {
             changes: AtomicU64::new(0),
             maxage: AtomicU64::new(limits.maxage.unwrap_or(Nanos::MAX)),
             block: AtomicU64::new(limits.block.unwrap_or(0)),
-            auto: limits
-                .auto
-                .and_then(|a| a.config())
-                .map(|c| adaptive::Controller::new(c, limits::MonotonicClock)),
+            auto: Auto::new(&limits, &scope),
             on_response: AtomicBool::new(false),
             scope,
             clock,
@@ -134,7 +132,7 @@ impl<W: Waiter, C: Clock> Limiter<W, C> {
         let params = new.rate.map(|(r, b)| GcraParams::per_second(r, b));
         // A learned limit stays what the controller learned.
         let limit = match &self.auto {
-            Some(c) => c.limit(),
+            Some(a) => a.controller.limit(),
             None => new.limit.unwrap_or(u32::MAX),
         };
         match &self.scope {
