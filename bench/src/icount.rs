@@ -65,7 +65,7 @@ pub struct Results {
 }
 
 /// The measured requests all carry this Host, and each configuration is a
-/// rule for a path prefix of it (`/v0/`, `/v1/`, ...): one remap host
+/// rule for a path prefix of it (`/v00/`, `/v01/`, ...): one remap host
 /// entry for all, and path prefixes of one length, so that the lookup costs
 /// the same for every rule. Rules on hosts of their own differed by up to
 /// ~160 instructions per request without any plugin (the host hash table's
@@ -74,7 +74,7 @@ pub struct Results {
 const HOST: &str = "icount.bench";
 
 fn prefix(vi: usize) -> String {
-    format!("/v{vi}/")
+    format!("/v{vi:02}/")
 }
 
 /// Periodic work that is not per request, pushed out of the measured
@@ -144,8 +144,8 @@ fn window(
 }
 
 pub fn run(args: &Args, variants: Vec<Variant>, objects: Vec<String>) -> Result<Results, String> {
-    if variants.len() > 10 {
-        return Err("at most 10 configurations (path prefixes /v0/ to /v9/)".into());
+    if variants.len() > 100 {
+        return Err("at most 100 configurations (path prefixes /v00/ to /v99/)".into());
     }
     let nginx = Nginx::start()?;
     let tmp = tempfile::Builder::new()

@@ -1,6 +1,6 @@
 //! `ats-bench icount`'s command line: options, the configurations it
-//! measures (the load bench's, a rate-only, a keyed and a keyed-rate rule of ours,
-//! any `--plugin` given), and the report.
+//! measures (the load bench's, a learned-limit, a rate-only, a keyed and a
+//! keyed-rate rule of ours, any `--plugin` given), and the report.
 
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -18,8 +18,8 @@ usage: ats-bench icount [--requests N] [--warmup N] [--reps N] [--out FILE] [--d
   --out FILE     update the generated icount section of FILE (e.g. BENCHMARKS.md)
   --dumps DIR    keep callgrind's dump files there (default: a temp dir, removed)
   --only K,K,..  measure only these configurations (always also `none`, `floor`
-                 and every --plugin): upstream, ours, rate-only, keyed-rate, keyed, throttle,
-                 ip_throttle, control
+                 and every --plugin): upstream, ours, auto, rate-only, keyed-rate, keyed,
+                 throttle, ip_throttle, control
   --plugin 'KEY=/path/to/plugin.so [--opt ...]'
                  one more configuration (repeatable), e.g. a plugin built from
                  another branch: --plugin 'branch=/tmp/rate_limit.so --limit=1000000'
@@ -89,6 +89,11 @@ pub fn parse_args(argv: &[String]) -> Result<Args, String> {
     Ok(a)
 }
 
+/// Our rule with a learned limit (issue 34): the load bench's `ours` with
+/// `--limit=auto` for its fixed limit, to be read against it (the report
+/// gives the difference). Its limit starts at 20 and is never reached by
+/// one request at a time.
+pub const AUTO_OPTIONS: &[&str] = &["--limit=auto", "--queue=1000"];
 /// Our rule with only a rate (never reached): admitted requests leave no
 /// state and no hook behind, the cheapest a remap plugin can be.
 pub const RATE_ONLY_OPTIONS: &[&str] = &["--rate=1000000", "--queue=1000"];
@@ -102,7 +107,8 @@ pub const KEYED_RATE_OPTIONS: &[&str] = &["--rate=1000000", "--queue=1000", "--k
 pub const FLOOR_SO: &str = env!("ATS_BENCH_FLOOR_SO");
 
 /// The configurations of `ats-bench icount`: the load bench's, plus the
-/// floor, a rate-only, a keyed-rate and a keyed rule of ours, and any `--plugin`.
+/// floor, a learned-limit, a rate-only, a keyed-rate and a keyed rule of
+/// ours, and any `--plugin`.
 fn variants(args: &Args, ours_rl: &str, ours_throttle: &str, ours_ip: &str) -> Vec<Variant> {
     let mut v = crate::variants::load_variants(ours_rl, ours_throttle, ours_ip);
     let control = v.pop().expect("the load bench ends with its A/A control");
@@ -149,6 +155,19 @@ fn variants(args: &Args, ours_rl: &str, ours_throttle: &str, ours_ip: &str) -> V
             label: "floor (minimal C limiter)",
             host: "floor.bench",
             plugin: format!("@plugin={FLOOR_SO}"),
+        },
+    );
+    // Right after `ours` (the same .so, so callgrind names one object).
+    v.insert(
+        4,
+        Variant {
+            key: "auto",
+            label: "our rate_limit.so, learned limit (`--limit=auto`)",
+            host: "auto.bench",
+            plugin: format!(
+                "@plugin={ours_rl}{}",
+                crate::variants::pparams(AUTO_OPTIONS)
+            ),
         },
     );
     for (key, so, opts) in &args.plugins {
@@ -248,5 +267,24 @@ mod tests {
         assert!(args(&["--plugin", "/tmp/x.so"]).is_err(), "no key");
         assert!(args(&["--plugin", "b="]).is_err(), "no .so");
         assert!(args(&["--reps", "0"]).is_err());
+    }
+
+    #[test]
+    fn the_learned_limit_is_measured_beside_the_fixed_one() {
+        let a = args(&[]).expect("defaults");
+        let v = variants(&a, "/rl.so", "/t.so", "/ip.so");
+        let keys: Vec<&str> = v.iter().map(|x| x.key).collect();
+        let ours = keys.iter().position(|k| *k == "ours").expect("ours");
+        assert_eq!(keys.get(ours + 1), Some(&"auto"), "{keys:?}");
+        assert!(v[ours + 1]
+            .plugin
+            .starts_with("@plugin=/rl.so @pparam=--limit=auto"));
+        assert_eq!(keys.last(), Some(&"control"));
+        let a = args(&["--only", "auto"]).expect("valid");
+        let keys: Vec<&str> = variants(&a, "/rl.so", "/t.so", "/ip.so")
+            .iter()
+            .map(|x| x.key)
+            .collect();
+        assert_eq!(keys, ["none", "floor", "auto"]);
     }
 }

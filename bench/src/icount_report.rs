@@ -136,7 +136,7 @@ pub fn section(ctx: &Context, r: &Results) -> String {
         s,
         "traffic_server under `valgrind --tool=callgrind` (same records as the load bench, plus \
          periodic records/stats syncs pushed out to once an hour; the cache's AIO threads, idle \
-         in both workloads, not counted), all rules in one process, each a path prefix (`/v0/`, `/v1/`, …) of one Host so that \
+         in both workloads, not counted), all rules in one process, each a path prefix (`/v00/`, `/v01/`, …) of one Host so that \
          the remap lookup costs the same for all. Per configuration and repetition: one \
          keep-alive connection, {} warm-up requests, counters zeroed, **{} requests one after \
          the other** (each checked: 200 with nginx's body; proxied ones reached nginx exactly \
@@ -222,6 +222,9 @@ pub fn section(ctx: &Context, r: &Results) -> String {
             );
         }
         s.push('\n');
+        if let Some(line) = versus(r, w) {
+            s += &line;
+        }
     }
     for (vi, v) in r.variants.iter().enumerate() {
         if r.objects[vi].is_empty() {
@@ -230,6 +233,56 @@ pub fn section(ctx: &Context, r: &Results) -> String {
         s += &detail(r, vi, &v.label.replace('`', ""));
     }
     s
+}
+
+/// Configurations read against another (key, against): a learned limit
+/// (`--limit=auto`) against the same rule with a fixed `--limit` (issue
+/// 34's goal: at most 5 % more).
+const VERSUS: &[(&str, &str)] = &[("auto", "ours")];
+
+/// What each configuration of [`VERSUS`] adds over the one it is read
+/// against, per repetition, and how many of its requests it looked at.
+fn versus(r: &Results, w: Workload) -> Option<String> {
+    let mut s = String::new();
+    for (key, against) in VERSUS {
+        let find = |k: &str| r.variants.iter().position(|v| v.key == k);
+        let (Some(vi), Some(ai)) = (find(key), find(against)) else {
+            continue;
+        };
+        let (mine, base) = (row(r, vi, w), row(r, ai, w));
+        let diff: Vec<f64> = mine
+            .reps
+            .iter()
+            .zip(&base.reps)
+            .map(|(a, b)| a - b)
+            .collect();
+        let d = mean(&diff);
+        let lo = diff.iter().copied().fold(f64::INFINITY, f64::min);
+        let hi = diff.iter().copied().fold(f64::NEG_INFINITY, f64::max);
+        let pct = d / mean(&base.added) * 100.0;
+        // A transaction it looks at reads two milestones (a cache hit's
+        // tell it none went to the origin); one it skips reads none.
+        let examined = mine
+            .share
+            .api_calls
+            .get("TSHttpTxnMilestoneGet")
+            .map_or(0.0, |(calls, _)| calls / 2.0);
+        let _ = writeln!(
+            s,
+            "**{} over {}** (its Ir/request minus theirs, per repetition): **{}** \
+             ({:+.1} % of what {} adds), {} – {}. It looked at {:.0} % of these requests \
+             (its `TSHttpTxnMilestoneGet` calls ÷ 2), the others cost it the question alone.\n",
+            r.variants[vi].label,
+            r.variants[ai].label,
+            int(d, true),
+            pct,
+            r.variants[ai].label,
+            int(lo, true),
+            int(hi, true),
+            examined * 100.0,
+        );
+    }
+    (!s.is_empty()).then_some(s)
 }
 
 fn mean_wall_per_request(r: &Results) -> f64 {
