@@ -22,6 +22,35 @@ fn json(answer: &str) -> Value {
     serde_json::from_str(answer).unwrap_or_else(|e| panic!("{e}: {answer}"))
 }
 
+/// After 10 s of learning (the start at 20, a probe at the minimum, then
+/// the gradient), 15 s measured: the origin's median in flight (over its
+/// arrivals) and its answers per second.
+fn learn_then_measure(origin: &CapacityOrigin) -> (usize, f64) {
+    thread::sleep(Duration::from_secs(10));
+    let (t0, answered0) = (Instant::now(), origin.answered());
+    thread::sleep(Duration::from_secs(15));
+    let (secs, answered) = (t0.elapsed().as_secs_f64(), origin.answered() - answered0);
+    let in_flight = origin.in_flight_since(t0);
+    let median = in_flight.get(in_flight.len() / 2).copied().unwrap_or(0);
+    (median, answered as f64 / secs)
+}
+
+/// Pins the learned limit with `command`: the most the origin held in the
+/// 3 s after those admitted before it have left (1 s).
+fn pinned_most(
+    ts: &TrafficServer,
+    origin: &CapacityOrigin,
+    plugin: &str,
+    command: &str,
+) -> Option<usize> {
+    let a = json(&ts.plugin_msg(plugin, command));
+    assert_eq!(a["ok"], true, "{a}");
+    thread::sleep(Duration::from_secs(1));
+    let since = Instant::now();
+    thread::sleep(Duration::from_secs(3));
+    origin.in_flight_since(since).last().copied()
+}
+
 #[test]
 fn the_learned_limit_holds_the_origin_near_its_capacity() {
     let origin = CapacityOrigin::start(C, BASE);
@@ -37,34 +66,20 @@ fn the_learned_limit_holds_the_origin_near_its_capacity() {
         .start()
         .expect("start");
     let clients = ClosedLoop::start(ts.port(), "a.test", CLIENTS, Duration::ZERO, true);
-    // Learning: the start (20), a probe at the minimum, then the gradient.
-    thread::sleep(Duration::from_secs(10));
-    let (t0, answered0) = (Instant::now(), origin.answered());
-    thread::sleep(Duration::from_secs(15));
-    let (secs, answered) = (t0.elapsed().as_secs_f64(), origin.answered() - answered0);
-    let in_flight = origin.in_flight_since(t0);
+    let (median, rate) = learn_then_measure(&origin);
     let shown = json(&ts.plugin_msg("rate_limit", "show learn"));
-    // Pinned live: the origin holds at most that many from then on (once
-    // those admitted before have left).
-    let a = json(&ts.plugin_msg("rate_limit", "set learn limit=6"));
-    assert_eq!(a["ok"], true, "{a}");
-    thread::sleep(Duration::from_secs(1));
-    let pinned_since = Instant::now();
-    thread::sleep(Duration::from_secs(3));
-    let pinned_most = origin.in_flight_since(pinned_since).last().copied();
+    // Pinned live: the origin holds at most that many from then on.
+    let pinned_most = pinned_most(&ts, &origin, "rate_limit", "set learn limit=6");
     let n = clients.stop();
     let (ok, other) = (n.ok, n.refused + n.other);
     assert!(
         pinned_most.is_some_and(|n| n <= 6),
         "pinned at 6: {pinned_most:?} in flight"
     );
-    let median = in_flight.get(in_flight.len() / 2).copied().unwrap_or(0);
-    let rate = answered as f64 / secs;
     let capacity = C as f64 / BASE.as_secs_f64();
     eprintln!(
-        "median in flight {median} (of {} arrivals), {rate:.0} answers/s (capacity {capacity:.0}), \
-         clients {ok} ok {other} not; show: {shown}",
-        in_flight.len()
+        "median in flight {median}, {rate:.0} answers/s (capacity {capacity:.0}), \
+         clients {ok} ok {other} not; show: {shown}"
     );
     assert!((4..=16).contains(&median), "median in flight {median}");
     assert!(rate >= capacity / 2.0, "{rate:.0} answers/s");
@@ -134,11 +149,7 @@ fn throttle_learns_its_max_and_serves_stale_when_full() {
         Duration::from_millis(10),
         true,
     );
-    thread::sleep(Duration::from_secs(10));
-    let (t0, answered0) = (Instant::now(), origin.answered());
-    thread::sleep(Duration::from_secs(15));
-    let (secs, answered) = (t0.elapsed().as_secs_f64(), origin.answered() - answered0);
-    let in_flight = origin.in_flight_since(t0);
+    let (median, rate) = learn_then_measure(&origin);
     // The stale object, while the clients keep the learned max full.
     let stale: Vec<(u16, bool)> = (0..20)
         .map(|_| {
@@ -155,16 +166,9 @@ fn throttle_learns_its_max_and_serves_stale_when_full() {
             .is_some_and(|e| e.contains("a pinned max is at least 1")),
         "{a}"
     );
-    let a = json(&ts.plugin_msg("throttle", "set learn max=6"));
-    assert_eq!(a["ok"], true, "{a}");
-    thread::sleep(Duration::from_secs(1));
-    let pinned_since = Instant::now();
-    thread::sleep(Duration::from_secs(3));
-    let pinned_most = origin.in_flight_since(pinned_since).last().copied();
+    let pinned_most = pinned_most(&ts, &origin, "throttle", "set learn max=6");
     let n = clients.stop();
     let (ok, refused) = (n.ok, n.refused);
-    let median = in_flight.get(in_flight.len() / 2).copied().unwrap_or(0);
-    let rate = answered as f64 / secs;
     let capacity = C as f64 / BASE.as_secs_f64();
     eprintln!(
         "median in flight {median}, {rate:.0} answers/s (capacity {capacity:.0}), clients \
