@@ -18,11 +18,12 @@ mod describe;
 mod parse;
 
 pub use args::parse_seconds;
+pub use optspec::files::resolve;
 #[cfg(test)]
 pub(crate) use parse::{strip_comment, tables};
 
 use std::net::IpAddr;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 
 use forwarded::ForwardedHeader;
 use ipnet::IpNet;
@@ -167,16 +168,6 @@ fn invalid(name: &str, value: &str, at: &At, allowed: &str) -> String {
         quote(value),
         at.suffix()
     )
-}
-
-/// Resolves a file name against the config dir (absolute names stay).
-pub fn resolve(config_dir: &Path, name: &str) -> PathBuf {
-    let p = Path::new(name);
-    if p.is_absolute() {
-        p.to_path_buf()
-    } else {
-        config_dir.join(p)
-    }
 }
 
 impl Options {

@@ -101,6 +101,17 @@ impl Files for FsFiles {
     }
 }
 
+/// Resolves a configuration file's name: a relative name is relative to
+/// the configuration directory, an absolute one stays.
+pub fn resolve(config_dir: &Path, name: &str) -> PathBuf {
+    let p = Path::new(name);
+    if p.is_absolute() {
+        p.to_path_buf()
+    } else {
+        config_dir.join(p)
+    }
+}
+
 /// The bytes of the file at `path`, refusing a directory, anything but a
 /// regular file, or more than `limit` bytes (reading at most `limit + 1`):
 /// for a file that need not be text, such as the peer secret. [`FsFiles`]

@@ -32,7 +32,8 @@ use optspec::{find, names, Names, Opt};
 mod auto;
 mod names;
 
-pub use names::{default_id, escape_path, resolve, unescape_path, validate_id};
+pub use names::{default_id, escape_path, unescape_path, validate_id};
+pub use optspec::files::resolve;
 
 /// Largest accepted configuration file.
 pub const MAX_FILE_BYTES: u64 = 1 << 20;

@@ -2,8 +2,6 @@
 //! from-URL) and `file` paths (their escapes, resolved against the
 //! configuration directory).
 
-use std::path::{Path, PathBuf};
-
 use limits::quote::quote;
 
 use super::MAX_ID_LEN;
@@ -73,16 +71,6 @@ pub fn escape_path(name: &str) -> String {
         out.push(c);
     }
     out
-}
-
-/// Resolves a `file` name: relative names are relative to the config directory.
-pub fn resolve(config_dir: &Path, name: &str) -> PathBuf {
-    let p = Path::new(name);
-    if p.is_absolute() {
-        p.to_path_buf()
-    } else {
-        config_dir.join(p)
-    }
 }
 
 /// The id of a rule without an `id` parameter: its from-URL without the
