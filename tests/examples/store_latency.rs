@@ -62,6 +62,12 @@ fn read_lines(s: &mut TcpStream, buf: &mut Vec<u8>, lines: usize) -> String {
     buf.clear();
     let mut chunk = [0u8; 4096];
     while buf.windows(2).filter(|w| w == b"\r\n").count() < lines {
+        // An error reply is one line: fail on it rather than wait for more.
+        assert!(
+            !(buf.starts_with(b"-") && buf.windows(2).any(|w| w == b"\r\n")),
+            "redis: {}",
+            String::from_utf8_lossy(buf)
+        );
         let n = s.read(&mut chunk).expect("redis read");
         assert!(n > 0, "redis closed");
         buf.extend_from_slice(&chunk[..n]);

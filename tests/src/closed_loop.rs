@@ -7,8 +7,8 @@
 //! misses of one URL would otherwise meet Traffic Server's read-while-writer
 //! wait (`proxy.config.cache.read_while_writer_retry.delay`, 50 ms) even
 //! for a `no-store` answer: measured here, 8 clients of one URL through a
-//! bare 9.2 took 104 ms a request from a 51 ms origin, and the origin sat
-//! half idle whatever the limiter.
+//! bare 9.2 took 104 ms a request from a 51 ms origin, and a limit at the
+//! origin's capacity left it half idle.
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
